@@ -1,0 +1,26 @@
+"""Evaluators: one protocol (:class:`Evaluator`) and one module per metric family, in a registry that
+``lavo-zoo list evaluators`` reads and third-party packages extend through the ``lavo_zoo.evaluators`` entry points."""
+from __future__ import annotations
+
+import pkgutil
+
+from lavo_zoo.evaluators.base import Evaluator
+from lavo_zoo.registry import Registry
+
+EVALUATORS = Registry(
+    "evaluator", "lavo_zoo.evaluators",
+    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
+                          if m.name != "base" and not m.name.startswith("_")),
+)
+
+
+def register_evaluator(name: str):
+    """Class decorator: ``@register_evaluator("perplexity")`` on an :class:`Evaluator` subclass."""
+    return EVALUATORS.register(name)
+
+
+def build_evaluator(name: str, **options) -> Evaluator:
+    return EVALUATORS.get(name)(**options)
+
+
+__all__ = ["EVALUATORS", "Evaluator", "build_evaluator", "register_evaluator"]

@@ -1,0 +1,88 @@
+"""The Recipe interface: the glue for one domain. The trainer, checkpoints, logging and CLI are shared (zoo/engine).
+
+A recipe builds the model and the data from its config, computes the training loss for a batch, produces
+(predictions, targets) for its evaluator, and names that evaluator. Data for a split is a map-style
+``torch.utils.data.Dataset`` so that the trainer can shuffle deterministically and resume at an exact position.
+Every recipe must run on its built-in generated dataset when ``data.path`` is unset.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from lavo_zoo.config import RunConfig
+from lavo_zoo.evaluators import Evaluator, build_evaluator
+
+
+def to_device(batch: Any, device: torch.device | str) -> Any:
+    """``batch`` with every tensor inside (dicts, lists, tuples) moved to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+class Recipe(ABC):
+    """One domain. Subclasses set ``name``, ``config_class`` and ``evaluator`` and implement the abstract methods."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    config_class: ClassVar[type[RunConfig]] = RunConfig
+    evaluator: ClassVar[str] = "mean_loss"  # evaluator registry name
+    splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
+
+    @abstractmethod
+    def build_model(self, cfg: Any) -> nn.Module:
+        """The model, freshly initialised (weights are loaded separately)."""
+
+    @abstractmethod
+    def build_dataset(self, cfg: Any, split: str) -> Dataset:
+        """A map-style dataset for ``split`` (one of ``splits``); raise DataError with a clear message on bad data."""
+
+    def collate(self, samples: list[Any]) -> Any:
+        return default_collate(samples)
+
+    @abstractmethod
+    def training_loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """(scalar loss to minimise, extra float values to log) for one batch already on the model's device."""
+
+    @abstractmethod
+    def predict(self, model: nn.Module, batch: Any) -> tuple[Any, Any]:
+        """(predictions, targets) for one batch, as the recipe's evaluator ``update`` takes them."""
+
+    def build_evaluator(self, cfg: Any) -> Evaluator:
+        return build_evaluator(self.evaluator)
+
+    def eval_batch_size(self, cfg: Any) -> int:
+        return cfg.train.batch_size
+
+    def eval_loader(self, cfg: Any, split: str) -> DataLoader:
+        return DataLoader(self.build_dataset(cfg, split), batch_size=self.eval_batch_size(cfg), shuffle=False,
+                          collate_fn=self.collate, num_workers=cfg.train.num_workers)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, cfg: Any, split: str, device: torch.device,
+                 max_batches: int | None = None, batches: Iterator[Any] | None = None) -> Evaluator:
+        """Run the evaluator over ``split`` (at most ``max_batches``) and return it, ready for ``results()``.
+
+        Recipes whose evaluation is not one pass of ``predict`` (several context lengths, streaming) override this.
+        """
+        evaluator = self.build_evaluator(cfg)
+        was_training = model.training
+        model.eval()
+        loader = batches if batches is not None else self.eval_loader(cfg, split)
+        for i, batch in enumerate(loader):
+            if max_batches and i >= max_batches:
+                break
+            predictions, targets = self.predict(model, to_device(batch, device))
+            evaluator.update(predictions, targets)
+        model.train(was_training)
+        return evaluator

@@ -1,0 +1,91 @@
+"""The attention zoo: LAVO and the baselines behind one contract (see :mod:`lavo_zoo.attention.base`).
+
+Every module in this folder (except ``base`` and ``reference``) is imported on first use of the registry, so a new
+mechanism is one new file that decorates its class with :func:`register_attention`. Third-party packages add
+mechanisms through the ``lavo_zoo.attentions`` entry-point group.
+"""
+from __future__ import annotations
+
+import inspect
+import pkgutil
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.errors import UsageError, did_you_mean
+from lavo_zoo.registry import Registry
+
+_NOT_MECHANISMS = {"base", "reference"}
+ATTENTIONS = Registry(
+    "attention", "lavo_zoo.attentions",
+    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
+                          if m.name not in _NOT_MECHANISMS and not m.name.startswith("_")),
+)
+
+
+def register_attention(name: str):
+    """Class decorator: ``@register_attention("lavo")`` on an :class:`Attention` subclass."""
+    def decorator(cls: type[Attention]) -> type[Attention]:
+        if not (isinstance(cls, type) and issubclass(cls, Attention)):
+            raise TypeError(f"register_attention('{name}') expects an Attention subclass, got {cls!r}")
+        return ATTENTIONS.register(name, cls)
+    return decorator
+
+
+@dataclass(frozen=True)
+class AttentionInfo:
+    name: str
+    patterns: tuple[str, ...]
+    streaming: bool
+    description: str
+    options: dict[str, Any]  # constructor options beyond embed_dim/num_heads/pattern, with defaults
+
+
+def _options(cls: type[Attention]) -> dict[str, Any]:
+    params = inspect.signature(cls.__init__).parameters
+    return {n: (None if p.default is inspect.Parameter.empty else p.default) for n, p in params.items()
+            if n not in ("self", "embed_dim", "num_heads", "pattern") and p.kind is not p.VAR_KEYWORD}
+
+
+def attention_class(name: str) -> type[Attention]:
+    cls = ATTENTIONS.get(name)
+    if not (isinstance(cls, type) and issubclass(cls, Attention)):
+        raise UsageError(f"attention '{name}' ({ATTENTIONS.entry(name).source}) is not an Attention subclass")
+    return cls
+
+
+def attention_info(name: str) -> AttentionInfo:
+    cls = attention_class(name)
+    doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
+    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, _options(cls))
+
+
+def list_attentions(pattern: str | None = None) -> list[AttentionInfo]:
+    """Registered attentions (names matching the glob ``pattern``) with their patterns and streaming support."""
+    return [attention_info(n) for n in ATTENTIONS.names(pattern)]
+
+
+def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "causal", **options: Any) -> Attention:
+    """Build attention ``name`` for ``pattern``; unknown options and unsupported patterns are clear errors."""
+    cls = attention_class(name)
+    if pattern not in PATTERNS:
+        raise UsageError(f"unknown attention pattern '{pattern}'{did_you_mean(pattern, PATTERNS)}; "
+                         f"choose one of {', '.join(PATTERNS)}")
+    if pattern not in cls.patterns:
+        raise UsageError(f"attention '{name}' does not support pattern '{pattern}'; "
+                         f"it supports: {', '.join(cls.patterns)}")
+    valid = _options(cls)
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+    for key in options:
+        if key not in valid and not has_var_kw:
+            raise UsageError(f"attention '{name}' has no option '{key}'{did_you_mean(key, valid)}; "
+                             f"its options: {', '.join(valid) or 'none'}")
+    return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
+
+
+def info_dict(info: AttentionInfo) -> dict[str, Any]:
+    return asdict(info)
+
+
+__all__ = ["ATTENTIONS", "PATTERNS", "Attention", "AttentionInfo", "attention_class", "attention_info",
+           "build_attention", "list_attentions", "register_attention"]

@@ -1,0 +1,244 @@
+"""The ``lavo-zoo`` command line (click).
+
+Exit codes: 0 success, 2 usage error (bad flag, config key, unknown name), 1 any other failure. Errors print one
+short paragraph; ``--debug`` shows the traceback. Commands that live with their subsystem (``bench`` in
+``lavo_zoo.bench``, ``download``/``cache``/``info``/``export`` in ``lavo_zoo.checkpoints.cli``, ``generate`` in the LM
+recipe) are imported only when used, so ``lavo-zoo --help`` stays fast.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lavo_zoo.errors import UsageError, ZooError
+
+LAZY_COMMANDS = {
+    "bench": "lavo_zoo.bench:bench",
+    "download": "lavo_zoo.checkpoints.cli:download",
+    "cache": "lavo_zoo.checkpoints.cli:cache",
+    "info": "lavo_zoo.checkpoints.cli:info",
+    "export": "lavo_zoo.checkpoints.cli:export",
+    "generate": "lavo_zoo.recipes.lm.generate:generate",
+}
+LAZY_HELP = {
+    "bench": "Benchmark attentions: time and peak memory against length.",
+    "download": "Download a released checkpoint (verified, resumable, cached).",
+    "cache": "List, verify or remove cached downloads.",
+    "info": "Show one entry of the checkpoint index.",
+    "export": "Pack a checkpoint directory for release and print its index entry.",
+    "generate": "Generate text from a language-model checkpoint.",
+}
+_DEBUG = False
+
+
+class ZooGroup(click.Group):
+    """A group whose subsystem commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*self.commands, *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.commands:
+            return self.commands[name]
+        if name not in LAZY_COMMANDS:
+            return None
+        module, _, attr = LAZY_COMMANDS[name].partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            @click.command(name, help=LAZY_HELP[name] + " (unavailable in this installation)")
+            def unavailable() -> None:
+                raise ZooError(f"`lavo-zoo {name}` is not available: {e}")
+            return unavailable
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, self.commands[n].get_short_help_str(70) if n in self.commands else LAZY_HELP[n])
+                for n in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=ZooGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="""\b
+Examples:
+  lavo-zoo list attentions
+  lavo-zoo train lm/tiny-lavo --out runs/tiny --max-steps 200
+  lavo-zoo eval runs/tiny/checkpoints/last --split test --out results.json
+  lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096 --mode fwdbwd""")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.version_option(package_name="lavo-zoo")
+def cli(debug: bool) -> None:
+    """lavo-zoo: LAVO attention, its baselines, and six domain recipes to train, evaluate and compare them."""
+    global _DEBUG
+    _DEBUG = debug
+
+
+# ---------------------------------------------------------------------------------------------------------- list
+LIST_KINDS = ("recipes", "attentions", "evaluators", "configs", "checkpoints")
+
+
+def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
+    if kind == "attentions":
+        from lavo_zoo.attention import list_attentions
+        from dataclasses import asdict
+        return [asdict(i) for i in list_attentions(pattern)]
+    if kind == "recipes":
+        from lavo_zoo.recipes import RECIPES
+        return RECIPES.describe(pattern, lambda e: {"description": e.load().description, "evaluator": e.load().evaluator,
+                                                    "source": e.source})
+    if kind == "evaluators":
+        from lavo_zoo.evaluators import EVALUATORS
+        return EVALUATORS.describe(pattern, lambda e: {
+            "metrics": sorted(e.load().higher_is_better),
+            "description": (e.load().__doc__ or "").strip().split("\n")[0], "source": e.source})
+    if kind == "configs":
+        import fnmatch
+        from lavo_zoo.config import available_configs
+        return [{"name": n} for n in available_configs() if pattern is None or fnmatch.fnmatch(n, pattern)]
+    from lavo_zoo.checkpoints import list_checkpoints
+    return list_checkpoints(pattern)
+
+
+@cli.command("list", epilog="""\b
+Examples:
+  lavo-zoo list                       # everything
+  lavo-zoo list attentions            # mechanisms, their patterns and streaming support
+  lavo-zoo list configs 'lm/*'        # built-in configs matching a glob
+  lavo-zoo list recipes --json""")
+@click.argument("kind", required=False, type=click.Choice(LIST_KINDS))
+@click.argument("pattern", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_cmd(kind: str | None, pattern: str | None, as_json: bool) -> None:
+    """List recipes, attentions, evaluators, configs or released checkpoints (PATTERN is a glob on the name)."""
+    kinds = [kind] if kind else list(LIST_KINDS)
+    result = {k: _list_rows(k, pattern) for k in kinds}
+    if as_json:
+        click.echo(json.dumps(result if kind is None else result[kind], indent=2, default=str))
+        return
+    for k, rows in result.items():
+        click.echo(f"{k} ({len(rows)})")
+        for row in rows:
+            extra = {key: v for key, v in row.items() if key not in ("name", "options", "source")}
+            desc = "  ".join(f"{key}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                             for key, v in extra.items() if key != "description")
+            text = row.get("description", "")
+            click.echo(f"  {row['name']:<24} {desc}" + (f"  - {text}" if text else ""))
+        if kind is None:
+            click.echo()
+
+
+# --------------------------------------------------------------------------------------------------------- train
+@cli.command(epilog="""\b
+Examples:
+  lavo-zoo train lm/tiny-lavo --out runs/tiny                  # built-in data, CPU
+  lavo-zoo train lm/tiny-lavo train.lr=1e-3 model.num_layers=2 --max-steps 100
+  lavo-zoo train my_config.yaml --out runs/x --resume auto      # continue where runs/x stopped
+  torchrun --nproc-per-node 2 -m lavo_zoo.cli train lm/tiny-lavo --out runs/ddp""")
+@click.argument("config")
+@click.argument("overrides", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory (default: runs/<domain>-<name>).")
+@click.option("--resume", default=None, metavar="auto|PATH",
+              help="'auto': continue from OUT's newest complete checkpoint if any; or a checkpoint directory.")
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N.")
+def train(config: str, overrides: tuple[str, ...], out_dir: Path | None, resume: str | None, device: str | None,
+          max_steps: int | None) -> None:
+    """Train CONFIG (a <domain>/<name> or a YAML path) with optional key.sub=value OVERRIDES.
+
+    The run directory receives config.yaml (resolved), metrics.jsonl and checkpoints/step-N/ with checkpoints/last
+    pointing at the newest complete one.
+    """
+    from lavo_zoo.config import resolve_config
+    from lavo_zoo.engine.trainer import Trainer
+
+    overrides = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
+    recipe, cfg = resolve_config(config, overrides)
+    if out_dir is None:
+        out_dir = Path("runs") / str(config).replace("/", "-").removesuffix(".yaml")
+    Trainer(recipe, cfg, out_dir, device=device, resume=resume).fit()
+
+
+# ---------------------------------------------------------------------------------------------------------- eval
+@cli.command("eval", epilog="""\b
+Examples:
+  lavo-zoo eval runs/tiny/checkpoints/last
+  lavo-zoo eval runs/tiny/checkpoints/last --split validation --out val.json
+  lavo-zoo eval runs/tiny/checkpoints/last eval.batch_size=4 --device cpu
+  lavo-zoo eval lm/tiny-lavo@v1                 # a name from the checkpoint index (downloads once)""")
+@click.argument("checkpoint")
+@click.argument("overrides", nargs=-1)
+@click.option("--split", default="test", show_default=True, help="Which split to score.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the results JSON here.")
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@click.option("--max-batches", type=int, default=None, help="Score only the first N batches (quick checks).")
+def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: Path | None, device: str | None,
+             max_batches: int | None) -> None:
+    """Score CHECKPOINT (a directory, an index name, a URL or an hf:// reference) on a split.
+
+    The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation settings), its
+    recipe's evaluator runs, the metrics print as a table and, with --out, go to a results JSON.
+    """
+    from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
+
+    path = _resolve_checkpoint(checkpoint)
+    results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches)
+    click.echo(format_table(results))
+    if out_file is not None:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(json.dumps(results, indent=2) + "\n")
+        click.echo(f"wrote {out_file}")
+
+
+def _resolve_checkpoint(ref: str) -> Path:
+    path = Path(ref)
+    if path.is_dir():
+        return path
+    looks_remote = "://" in ref or "@" in ref
+    if not looks_remote:
+        raise UsageError(f"checkpoint '{ref}' is not a directory; give a checkpoint directory "
+                         "(e.g. runs/x/checkpoints/last), an index name (lavo-zoo list checkpoints), a URL or hf://...")
+    from lavo_zoo.checkpoints import resolve_checkpoint
+    return resolve_checkpoint(ref)
+
+
+# ---------------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and map errors to exit codes (2 usage, 1 failure) without tracebacks."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="lavo-zoo", standalone_mode=False)
+        return 0
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 1
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except ZooError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {e}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {type(e).__name__}: {e}\n(run with --debug for the traceback)", err=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""YAML configs: find by name or path, inherit (``extends:``), override (``key.sub=value``), validate against the
+recipe's dataclass schema with errors that name the key, the file and the closest valid key.
+
+A recipe's schema is a dataclass subclass of :class:`RunConfig`; every section is a nested dataclass::
+
+    @dataclass
+    class MyConfig(RunConfig):
+        model: MyModelConfig = field(default_factory=MyModelConfig)
+        data: MyDataConfig = field(default_factory=MyDataConfig)
+
+A YAML file may start from another config with ``extends: <domain>/<name>`` (or a path relative to the file); its
+own keys are merged over the parent's, mappings recursively.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from lavo_zoo.errors import ConfigError, did_you_mean
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+@dataclass
+class TrainConfig:
+    """The shared training engine's settings (every recipe has them under ``train:``)."""
+
+    optimizer: Literal["adamw", "adam"] = "adamw"
+    lr: float = 5e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    # constant | inverse_sqrt (fairseq: linear warmup, then lr*sqrt(warmup/step)) | cosine (warmup, then to min_lr)
+    # | exponential (lr * decay_gamma**epoch) | step (lr * decay_gamma**(step // decay_steps))
+    schedule: Literal["constant", "inverse_sqrt", "cosine", "exponential", "step"] = "constant"
+    warmup_steps: int = 0
+    warmup_init_lr: float = 0.0
+    min_lr: float = 0.0
+    decay_gamma: float = 0.5
+    decay_steps: int = 1000
+    max_steps: int = 1000
+    max_epochs: int | None = None
+    batch_size: int = 8
+    grad_accum: int = 1
+    clip_grad_norm: float = 1.0  # 0 disables clipping
+    seed: int = 1
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    compile: bool = False
+    log_every: int = 10
+    eval_every: int = 500  # 0 disables periodic validation
+    eval_batches: int = 20  # validation batches per periodic evaluation (0 = the whole split)
+    early_stopping_patience: int = 0  # stop after this many evaluations without a lower validation loss (0 = off)
+    save_every: int = 500
+    keep_last: int = 3
+    tensorboard: bool = False
+    num_workers: int = 0
+
+
+@dataclass
+class RunConfig:
+    """The top level every recipe config shares: the recipe's name and the training settings."""
+
+    recipe: str = ""
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+# ----------------------------------------------------------------------------------------------- finding & loading
+def available_configs() -> list[str]:
+    """Every built-in config name, ``<domain>/<name>``."""
+    return sorted(f"{p.parent.parent.name}/{p.stem}" for p in RECIPES_DIR.glob("*/configs/*.yaml"))
+
+
+def find_config(name_or_path: str | Path) -> Path:
+    """A config file from a path or a ``<domain>/<name>`` name."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    domain, _, name = str(name_or_path).partition("/")
+    candidate = RECIPES_DIR / domain / "configs" / f"{name}.yaml"
+    if name and candidate.is_file():
+        return candidate
+    names = available_configs()
+    raise ConfigError(f"no config named '{name_or_path}'{did_you_mean(str(name_or_path), names)}; "
+                      f"give a <domain>/<name> from `lavo-zoo list configs` or a path to a .yaml file")
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from ``path`` with ``extends:`` resolved (safe_load only)."""
+    return _load_yaml(path, ())
+
+
+def _load_yaml(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"config {path} extends itself (cycle: {' -> '.join(map(str, seen + (path,)))})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping of keys to values, got {type(data).__name__}")
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    parent_path = path.parent / parent if (path.parent / str(parent)).is_file() else find_config(str(parent))
+    return merge(_load_yaml(parent_path, seen + (path,)), data)
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged onto ``base``; nested mappings merge, everything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"train.lr=3e-4"`` -> (["train", "lr"], 0.0003); the value is read as YAML (lists: ``a=[1,2]``)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override '{text}' must look like key.sub=value (e.g. train.lr=3e-4)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override '{text}': value is not valid YAML ({e})") from None
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    out = merge(data, {})
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = out
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {} if node.get(k) is None else node[k]
+                if not isinstance(node[k], dict):
+                    raise ConfigError(f"override '{text}': '{k}' is a value, not a section")
+            node = node[k]
+        node[keys[-1]] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ validation
+def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: str = "") -> Any:
+    """An instance of dataclass ``cls`` from ``data``; unknown keys and wrong types raise :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping, got {_show(data)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            full = [prefix + n for n in names]
+            raise ConfigError(f"unknown config key '{prefix}{key}' in {source}{did_you_mean(prefix + str(key), full)}; "
+                              f"valid keys here: {', '.join(full)}")
+        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}", source)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value if value is not None else {}, source, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(arg, value, key, source)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0]
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"config key '{key}' in {source} must be one of {', '.join(map(repr, args))}, "
+                              f"got {_show(value)}{did_you_mean(str(value), map(str, args))}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}' in {source} must be a list, got {_show(value)} "
+                              f"(write it as {key}=[a,b] on the command line)")
+        inner = args[0] if args else Any
+        return [_coerce(inner, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' in {source} must be a mapping, got {_show(value)}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"config key '{key}' in {source} must be {getattr(tp, '__name__', tp)}, got {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: Any, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Any, Any]:
+    """(recipe, validated config) from a config name or path plus ``key=value`` overrides."""
+    from lavo_zoo.recipes import get_recipe
+
+    path = find_config(name_or_path)
+    return config_from_dict(load_yaml(path), list(overrides), source=str(path))
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] = (), source: str = "config") -> tuple[Any, Any]:
+    """(recipe, validated config) from an already loaded mapping (e.g. a checkpoint's config.yaml)."""
+    from lavo_zoo.recipes import get_recipe
+
+    data = apply_overrides(data, list(overrides))
+    if overrides:
+        source = f"{source} with overrides {' '.join(overrides)}"
+    name = data.get("recipe")
+    if not name:
+        raise ConfigError(f"{source} has no 'recipe:' key naming the domain (e.g. recipe: lm)")
+    recipe = get_recipe(str(name))
+    return recipe, from_dict(recipe.config_class, data, source)

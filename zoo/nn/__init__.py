@@ -1,0 +1,1 @@
+"""Shared building blocks for recipe models: transformer layers, embeddings, position encodings."""
