@@ -1,6 +1,6 @@
 """The attention zoo: LAVO and the baselines behind one contract (see :mod:`lavo_zoo.attention.base`).
 
-Every module in this folder (except ``base`` and ``reference``) is imported on first use of the registry, so a new
+Every module in this folder (except ``base``, ``reference*`` and ``_private`` ones) is imported on first use of the registry, so a new
 mechanism is one new file that decorates its class with :func:`register_attention`. Third-party packages add
 mechanisms through the ``lavo_zoo.attentions`` entry-point group.
 """
@@ -15,11 +15,14 @@ from lavo_zoo.attention.base import PATTERNS, Attention
 from lavo_zoo.errors import UsageError, did_you_mean
 from lavo_zoo.registry import Registry
 
-_NOT_MECHANISMS = {"base", "reference"}
+def _is_mechanism_module(name: str) -> bool:
+    """Modules named base, reference* (test-only references) or _private are not mechanisms."""
+    return name != "base" and not name.startswith(("reference", "_"))
+
+
 ATTENTIONS = Registry(
     "attention", "lavo_zoo.attentions",
-    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
-                          if m.name not in _NOT_MECHANISMS and not m.name.startswith("_")),
+    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if _is_mechanism_module(m.name)),
 )
 
 

@@ -25,6 +25,9 @@ class Attention(nn.Module):
     patterns: ClassVar[tuple[str, ...]] = ()
     streaming: ClassVar[bool] = False  # causal pattern can carry a recurrent state / cache across chunks
     description: ClassVar[str] = ""
+    # False for mechanisms whose eval-mode output is not a fixed function of the valid tokens (e.g. sampled keys),
+    # so that exact invariance tests (padding, streaming == full) know to use a tolerance or skip.
+    deterministic: ClassVar[bool] = True
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
         super().__init__()
