@@ -1,15 +1,20 @@
-"""Checkpoint index, downloads, cache and verification (placeholder until the checkpoint-index issue lands)."""
+"""Checkpoint index, downloads, cache and verification.
+
+    list_checkpoints("lm/*")              index entries as rows for `lavo-zoo list checkpoints`
+    resolve_checkpoint("lm/tiny-lavo@v1") a local checkpoint directory (downloaded, verified, unpacked as needed)
+    download("https://.../x.tar.gz#sha256=...")   the verified cached file
+"""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from lavo_zoo.errors import ZooError
+from lavo_zoo.checkpoints.index import IndexEntry, load_index
+from lavo_zoo.checkpoints.resolve import download, parse_reference, resolve_checkpoint
+
+__all__ = ["IndexEntry", "download", "list_checkpoints", "load_index", "parse_reference", "resolve_checkpoint"]
 
 
 def list_checkpoints(pattern: str | None = None) -> list[dict[str, Any]]:
-    return []
-
-
-def resolve_checkpoint(ref: str) -> Path:
-    raise ZooError(f"'{ref}' is not a local checkpoint directory and downloads are not available yet")
+    """One row per index entry whose name matches the glob ``pattern``: name, recipe, size, license, description."""
+    return [{"name": e.name, "recipe": e.recipe, "size": e.size, "license": e.license, "description": e.description}
+            for e in load_index().match(pattern)]

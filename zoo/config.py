@@ -13,7 +13,9 @@ own keys are merged over the parent's, mappings recursively.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +27,8 @@ import yaml
 from lavo_zoo.errors import ConfigError, did_you_mean
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+# PyYAML follows YAML 1.1, which reads 3e-4 (no dot) as a string; numbers like that are floats here.
+_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 @dataclass
@@ -133,11 +137,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"override '{text}': value is not valid YAML ({e})") from None
+    if isinstance(value, str) and _SCIENTIFIC.match(value):
+        value = float(value)
     return key.split("."), value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    out = merge(data, {})
+    """A deep copy of ``data`` with each ``key.sub=value`` override applied (sections are created as needed)."""
+    out = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
         node = out
@@ -200,6 +207,8 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     if tp is Any:
         return value
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str) and _SCIENTIFIC.match(value):
         return float(value)
     if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
         return value

@@ -1,0 +1,127 @@
+"""Checkpoint archives: safe unpacking of .tar.gz/.tgz/.tar/.zip and packing a checkpoint directory as .tar.gz.
+
+Every member is checked before anything is written: absolute paths, ``..``, links that point outside the target,
+device files and FIFOs are refused (tar through the standard library's ``data`` filter, PEP 706).
+"""
+from __future__ import annotations
+
+import json
+import re
+import stat
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from lavo_zoo.checkpoints.cache import sha256_file
+from lavo_zoo.errors import CheckpointError
+
+TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+ZIP_SUFFIXES = (".zip",)
+REQUIRED_FILES = ("model.safetensors", "config.yaml", "meta.json")
+TRAIN_STATE = "train_state.pt"
+
+
+def is_archive(path: Path) -> bool:
+    return path.name.lower().endswith(TAR_SUFFIXES + ZIP_SUFFIXES)
+
+
+def safe_extract(archive: Path, dest: Path) -> None:
+    """Unpack ``archive`` into the existing directory ``dest``, refusing any member that could land outside it."""
+    name = archive.name.lower()
+    try:
+        if name.endswith(ZIP_SUFFIXES):
+            _extract_zip(archive, dest)
+        elif name.endswith(TAR_SUFFIXES):
+            _extract_tar(archive, dest)
+        else:
+            raise CheckpointError(f"{archive} is not an archive lavo-zoo can unpack ({', '.join(TAR_SUFFIXES)}, .zip)")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as e:
+        raise CheckpointError(f"{archive} is not a readable archive: {e}") from e
+
+
+def _extract_tar(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        for member in members:
+            if _is_absolute(member.name):
+                raise CheckpointError(f"refusing to unpack {archive}: unsafe member '{member.name}' (absolute path)")
+            try:
+                tarfile.data_filter(member, str(dest))
+            except tarfile.FilterError as e:
+                raise CheckpointError(f"refusing to unpack {archive}: unsafe member '{member.name}' ({e})") from e
+        tar.extractall(dest, members=members, filter="data")
+
+
+def _extract_zip(archive: Path, dest: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            problem = _zip_member_problem(info)
+            if problem:
+                raise CheckpointError(f"refusing to unpack {archive}: unsafe member '{info.filename}' ({problem})")
+        zf.extractall(dest)
+
+
+def _zip_member_problem(info: zipfile.ZipInfo) -> str | None:
+    path = PurePosixPath(info.filename.replace("\\", "/"))
+    mode = info.external_attr >> 16
+    if _is_absolute(info.filename):
+        return "absolute path"
+    if ".." in path.parts:
+        return "path leaves the target directory"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "special file"
+    return None
+
+
+def _is_absolute(name: str) -> bool:
+    """True for /x, \\x and C:x style names (the data filter would silently make them relative)."""
+    return name.startswith(("/", "\\")) or bool(re.match(r"^[A-Za-z]:", name))
+
+
+def find_checkpoint_dir(root: Path) -> Path:
+    """``root`` or its only subdirectory, whichever holds a checkpoint (model.safetensors, config.yaml, meta.json)."""
+    candidates = [root, *(d for d in root.iterdir() if d.is_dir())]
+    found = [d for d in candidates if all((d / f).is_file() for f in REQUIRED_FILES)]
+    if len(found) != 1:
+        raise CheckpointError(f"no single checkpoint directory (with {', '.join(REQUIRED_FILES)}) found in {root}")
+    return found[0]
+
+
+def check_checkpoint_dir(path: Path) -> dict:
+    """meta.json of a checkpoint directory whose weights hash to its recorded weights_sha256 (else CheckpointError)."""
+    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{path} is not a checkpoint directory: missing {', '.join(missing)}")
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{path / 'meta.json'} is not valid JSON: {e}") from e
+    expected = meta.get("weights_sha256") if isinstance(meta, dict) else None
+    if not expected:
+        raise CheckpointError(f"{path / 'meta.json'} has no weights_sha256")
+    actual = sha256_file(path / "model.safetensors")
+    if actual != expected:
+        raise CheckpointError(f"{path / 'model.safetensors'} does not match meta.json: weights_sha256 is "
+                              f"{expected}, the file hashes to {actual}")
+    return meta
+
+
+def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False) -> None:
+    """Write ``checkpoint``'s files as ``out`` (.tar.gz) under one top-level folder named after ``out``."""
+    top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
+    files = sorted(p for p in checkpoint.iterdir() if p.is_file() and (with_train_state or p.name != TRAIN_STATE))
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(tmp, "w:gz", dereference=True) as tar:
+        for path in files:
+            tar.add(path, arcname=f"{top}/{path.name}", filter=_normalise)
+    tmp.replace(out)
+
+
+def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Strip owner names and ids so that the archive does not leak the packer's account."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o644
+    return info

@@ -1,0 +1,219 @@
+"""Click commands ``download``, ``cache ls|verify|rm``, ``info`` and ``export`` (loaded lazily by ``lavo_zoo.cli``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from lavo_zoo.checkpoints import cache as cache_mod
+from lavo_zoo.checkpoints.archive import check_checkpoint_dir, pack_checkpoint
+from lavo_zoo.checkpoints.index import NAME_RE, load_index, validate_entry
+from lavo_zoo.checkpoints.resolve import download as download_ref
+from lavo_zoo.checkpoints.resolve import unpack_checkpoint
+from lavo_zoo.errors import CheckpointError, UsageError
+
+cache_dir_option = click.option(
+    "--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Cache root (default: $LAVO_ZOO_CACHE, else the user's cache directory).")
+
+
+def human_size(n: float) -> str:
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    i = 0
+    while n >= 1024 and i < len(units) - 1:
+        n, i = n / 1024, i + 1
+    return f"{n:.0f} B" if i == 0 else f"{n:.1f} {units[i]}"
+
+
+# ------------------------------------------------------------------------------------------------------- download
+@click.command(epilog="""\b
+Examples:
+  lavo-zoo download lm/tiny-lavo@v1                  # a name from `lavo-zoo list checkpoints`
+  lavo-zoo download lm/tiny-lavo@v1 --unpack         # print the unpacked checkpoint directory
+  lavo-zoo download https://host/x.tar.gz --sha256 3b5d...   # any URL, checked against a hash
+  lavo-zoo download 'https://host/x.tar.gz#sha256=3b5d...'
+  lavo-zoo download hf://org/repo@a1b2c3d/lm-tiny-lavo-v1.tar.gz   # needs: pip install 'lavo-zoo[hf]'
+  LAVO_ZOO_OFFLINE=1 lavo-zoo download lm/tiny-lavo@v1   # cache only, no network""")
+@click.argument("name_or_url")
+@click.option("--sha256", default=None, metavar="HEX", help="Expected sha256 of the file (index names carry theirs).")
+@cache_dir_option
+@click.option("--unpack", is_flag=True, help="Unpack a checkpoint archive and print its directory instead.")
+def download(name_or_url: str, sha256: str | None, cache_dir: Path | None, unpack: bool) -> None:
+    """Download NAME_OR_URL into the cache, verify its sha256 and print the local path.
+
+    Interrupted transfers resume; a file that fails verification is deleted (exit 1). With LAVO_ZOO_OFFLINE=1 (or
+    HF_HUB_OFFLINE=1) only the cache is used.
+    """
+    path = download_ref(name_or_url, sha256, cache_dir)
+    click.echo(unpack_checkpoint(path, name_or_url) if unpack else path)
+
+
+# ---------------------------------------------------------------------------------------------------------- cache
+@click.group(epilog="""\b
+Examples:
+  lavo-zoo cache ls
+  lavo-zoo cache verify                 # re-hash every cached file
+  lavo-zoo cache rm 'lm/*'              # by index name, source URL or key (globs allowed)
+  lavo-zoo cache rm --all --cache-dir /tmp/zoo-cache""")
+def cache() -> None:
+    """List, verify or remove cached downloads."""
+
+
+@cache.command("ls", epilog="""\b
+Examples:
+  lavo-zoo cache ls
+  lavo-zoo cache ls 'lm/*' --json""")
+@click.argument("pattern", required=False)
+@cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def cache_ls(pattern: str | None, cache_dir: Path | None, as_json: bool) -> None:
+    """List cached downloads (PATTERN: a glob on index name, source or key)."""
+    rows = [e.summary() for e in cache_mod.list_entries(cache_dir, pattern)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"cache {cache_mod.cache_root(cache_dir)}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    for r in rows:
+        unpacked = ", unpacked" if r["unpacked"] else ""
+        click.echo(f"  {r['key']:<40} {r['state']:<8} {human_size(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "
+                   f"{r['name'] or r['source']}{unpacked}")
+
+
+@cache.command("verify", epilog="""\b
+Examples:
+  lavo-zoo cache verify
+  lavo-zoo cache verify 'lm/tiny-lavo@*'""")
+@click.argument("pattern", required=False)
+@cache_dir_option
+def cache_verify(pattern: str | None, cache_dir: Path | None) -> None:
+    """Re-hash cached files against the sha256 recorded when they were verified; exit 1 if any differ."""
+    entries = [e for e in cache_mod.list_entries(cache_dir, pattern) if e.state == "complete"]
+    bad = []
+    for entry in entries:
+        problem = cache_mod.verify_entry(entry)
+        click.echo(f"{'BAD' if problem else 'ok':<4} {entry.record.get('name') or entry.record.get('source')}"
+                   + (f": {problem}" if problem else ""))
+        if problem:
+            bad.append(entry.key)
+    if bad:
+        raise CheckpointError(f"{len(bad)} of {len(entries)} cached files failed verification; remove them with "
+                              f"`lavo-zoo cache rm {' '.join(bad)}` and download again")
+    click.echo(f"{len(entries)} cached file(s) verified")
+
+
+@cache.command("rm", epilog="""\b
+Examples:
+  lavo-zoo cache rm lm/tiny-lavo@v1
+  lavo-zoo cache rm 'https://host/*'
+  lavo-zoo cache rm --all""")
+@click.argument("patterns", nargs=-1)
+@click.option("--all", "remove_all", is_flag=True, help="Remove every cached download.")
+@cache_dir_option
+def cache_rm(patterns: tuple[str, ...], remove_all: bool, cache_dir: Path | None) -> None:
+    """Remove cached downloads matching PATTERNS (globs on index name, source or key), or --all."""
+    if not patterns and not remove_all:
+        raise UsageError("give one or more patterns (see `lavo-zoo cache ls`) or --all")
+    entries = cache_mod.list_entries(cache_dir)
+    chosen = entries if remove_all else [e for e in entries if any(e.matches(p) for p in patterns)]
+    if not chosen and not remove_all:
+        raise UsageError(f"nothing in the cache {cache_mod.cache_root(cache_dir)} matches {' '.join(patterns)}")
+    for entry in chosen:
+        cache_mod.remove_entry(entry)
+        click.echo(f"removed {entry.record.get('name') or entry.record.get('source') or entry.key}")
+
+
+# ----------------------------------------------------------------------------------------------------------- info
+@click.command(epilog="""\b
+Examples:
+  lavo-zoo info lm/tiny-lavo@v1
+  lavo-zoo info lm/tiny-lavo@v1 --json""")
+@click.argument("name")
+@cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
+    """Show one entry of the checkpoint index and whether it is cached."""
+    entry = load_index().get(name)
+    folder = cache_mod.entry_dir(entry.source, cache_dir)
+    cached = cache_mod.CacheEntry(folder, cache_mod.read_record(folder))
+    is_cached = cached.file is not None and cached.record.get("sha256") == entry.sha256
+    data = {**entry.to_dict(), "cached": str(cached.file) if is_cached else None}
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for key, value in data.items():
+        if key == "size":
+            value = f"{value} ({human_size(value)})"
+        elif key == "metrics":
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        elif key == "cached":
+            value = value or f"no (lavo-zoo download {name})"
+        click.echo(f"{key + ':':<13}{value}")
+
+
+# --------------------------------------------------------------------------------------------------------- export
+@click.command(epilog="""\b
+Examples:
+  lavo-zoo export runs/tiny/checkpoints/last dist/lm-tiny-lavo-v1.tar.gz --name lm/tiny-lavo@v1 \\
+      --source https://github.com/ORG/lavo-zoo/releases/download/v1/lm-tiny-lavo-v1.tar.gz --results test.json
+  lavo-zoo export runs/tiny/checkpoints/step-2000 out.tar.gz --with-train-state   # resumable archive""")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--with-train-state", is_flag=True, help="Include train_state.pt (left out by default).")
+@click.option("--name", default=None, help="Index name <domain>/<config>@<tag> (default: <recipe>/<OUT stem>@v1).")
+@click.option("--source", default=None, help="Where OUT will be published: https://... or hf://org/repo@rev/path.")
+@click.option("--license", "license_", default="Apache-2.0", show_default=True, help="License of the weights.")
+@click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
+@click.option("--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Results JSON of `lavo-zoo eval ... --out` to report as the entry's metrics.")
+def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None, source: str | None,
+           license_: str, description: str, results: Path | None) -> None:
+    """Pack CHECKPOINT (a checkpoint directory) as OUT (.tar.gz) and print its sha256, size and an index entry.
+
+    The weights are checked against meta.json's weights_sha256 first. Paste the printed entry under `checkpoints:`
+    in checkpoints/index.yaml once OUT is published at --source.
+    """
+    if not out.name.endswith((".tar.gz", ".tgz")):
+        raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
+    meta = check_checkpoint_dir(checkpoint.resolve())
+    recipe = str(meta.get("recipe") or "unknown")
+    name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
+    if not NAME_RE.match(name):
+        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    metrics, command = _release_metrics(meta, results, name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pack_checkpoint(checkpoint.resolve(), out, with_train_state)
+    digest, size = cache_mod.sha256_file(out), out.stat().st_size
+    entry = {"name": name, "recipe": recipe, "config": name.split("@")[0],
+             "source": source or f"<publish {out.name}, then put its https:// or hf:// address here>",
+             "sha256": digest, "size": size, "license": license_, **({"description": description} if description else {}),
+             "metrics": metrics, "command": command}
+    if source:
+        validate_entry(entry, where="the exported entry")
+    click.echo(f"wrote {out}\nsha256 {digest}\nsize   {size} ({human_size(size)})\n\n"
+               "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
+    click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
+
+
+def _release_metrics(meta: dict[str, Any], results: Path | None, name: str) -> tuple[dict[str, Any], str]:
+    """(metrics, command): from an eval results JSON when given, else what training recorded in meta.json."""
+    if results is None:
+        return (_numbers_only(meta.get("metrics") or {}),
+                f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test")
+    try:
+        data = json.loads(results.read_text())
+        metrics = {k: v["value"] if isinstance(v, dict) else v for k, v in data["metrics"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{results} is not a results JSON from `lavo-zoo eval --out` ({e})") from e
+    return _numbers_only(metrics), f"lavo-zoo eval {name} --split {data.get('split', 'test')}"
+
+
+def _numbers_only(tree: Any) -> dict[str, Any]:
+    """The numeric leaves of a nested mapping (anything else dropped)."""
+    if not isinstance(tree, dict):
+        return {}
+    kept = {str(k): (_numbers_only(v) if isinstance(v, dict) else v) for k, v in tree.items()
+            if isinstance(v, dict) or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+    return {k: v for k, v in kept.items() if v != {}}

@@ -1,0 +1,88 @@
+"""From what a user types (index name, URL, hf:// reference) to a verified file and an unpacked checkpoint."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from lavo_zoo.checkpoints.archive import check_checkpoint_dir, find_checkpoint_dir, is_archive, safe_extract
+from lavo_zoo.checkpoints.cache import UNPACKED
+from lavo_zoo.checkpoints.download import fetch, folder_lock
+from lavo_zoo.checkpoints.index import load_index
+from lavo_zoo.errors import CheckpointError, UsageError
+
+SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where a checkpoint file comes from and what it must hash to."""
+
+    source: str
+    sha256: str | None
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.source
+
+
+def parse_reference(ref: str, sha256: str | None = None) -> Reference:
+    """An index name (``lm/tiny-lavo@v1``), an http(s) URL (optionally ``#sha256=HEX``) or ``hf://org/repo@rev/path``;
+    ``sha256`` (e.g. from ``--sha256``) must agree with any hash the reference already pins."""
+    given = _checked_sha256(sha256, "--sha256") if sha256 else None
+    if "://" in ref:
+        source, _, fragment = ref.partition("#")
+        if fragment and not fragment.startswith("sha256="):
+            raise UsageError(f"unknown URL fragment '#{fragment}' in {ref}; the only one understood is #sha256=HEX")
+        pinned = _checked_sha256(fragment.removeprefix("sha256="), ref) if fragment else None
+        return Reference(source, _agree(given, pinned, ref))
+    if "@" in ref:
+        entry = load_index().get(ref)
+        return Reference(entry.source, _agree(given, entry.sha256, ref), entry.name)
+    raise UsageError(f"'{ref}' is neither an index name (<domain>/<config>@<tag>, see `lavo-zoo list checkpoints`) "
+                     "nor a URL (https://... or hf://org/repo@revision/path)")
+
+
+def download(ref: str, sha256: str | None = None, cache_dir: Path | str | None = None) -> Path:
+    """The verified cached file for ``ref``, downloaded when needed."""
+    reference = parse_reference(ref, sha256)
+    return fetch(reference.source, reference.sha256, name=reference.name, cache_dir=cache_dir)
+
+
+def resolve_checkpoint(ref: str, cache_dir: Path | str | None = None) -> Path:
+    """A local checkpoint directory for ``ref``: downloaded, verified and unpacked into the cache as needed."""
+    return unpack_checkpoint(download(ref, cache_dir=cache_dir), ref)
+
+
+def unpack_checkpoint(archive: Path, label: str) -> Path:
+    """The checkpoint directory unpacked (once, safely, with its weights checked) next to a cached archive."""
+    dest = archive.parent / UNPACKED
+    if not dest.is_dir():
+        if not is_archive(archive):
+            raise CheckpointError(f"{label} is {archive}, which is not a checkpoint archive (.tar.gz, .tgz, .zip)")
+        with folder_lock(archive.parent, label):
+            if not dest.is_dir():
+                tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=".unpack-"))
+                try:
+                    safe_extract(archive, tmp)
+                    check_checkpoint_dir(find_checkpoint_dir(tmp))
+                    os.replace(tmp, dest)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    return find_checkpoint_dir(dest)
+
+
+def _checked_sha256(value: str, where: str) -> str:
+    if not SHA256_RE.match(value):
+        raise UsageError(f"sha256 from {where} must be 64 hex digits, got '{value}'")
+    return value.lower()
+
+
+def _agree(given: str | None, pinned: str | None, ref: str) -> str | None:
+    if given and pinned and given != pinned:
+        raise UsageError(f"--sha256 {given} contradicts the sha256 {pinned} that {ref} pins")
+    return given or pinned

@@ -1,0 +1,64 @@
+"""Perplexity as fairseq-eval-lm with context window 0: exp(mean token NLL) over non-overlapping blocks."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lavo_zoo.evaluators import register_evaluator
+from lavo_zoo.evaluators.base import Evaluator
+
+
+@register_evaluator("perplexity")
+class Perplexity(Evaluator):
+    """``ppl`` = exp(mean token NLL) and ``nll`` (mean NLL, nats/token). ``num_samples`` counts scored tokens.
+
+    ``update(nll, mask=None)``: per-token NLL (any shape, natural log) and optionally a bool mask of the tokens
+    to score (True = scored).
+    """
+
+    higher_is_better = {"ppl": False, "nll": False}
+
+    def reset(self) -> None:
+        self.total = 0.0
+        self.num_samples = 0
+
+    def update(self, predictions: torch.Tensor, targets: torch.Tensor | None = None) -> None:
+        nll = predictions.detach().double()
+        if targets is not None:
+            nll = nll[targets]
+        self.total += float(nll.sum())
+        self.num_samples += nll.numel()
+
+    def compute(self) -> dict[str, float]:
+        if self.num_samples == 0:
+            raise ValueError("Perplexity.compute() called before any token was scored")
+        nll = self.total / self.num_samples
+        return {"ppl": math.exp(nll), "nll": nll}
+
+
+class PerplexityTable(Evaluator):
+    """Several perplexities in one result, one per group: ``update(nll, group)`` -> metric ``ppl@<group>``.
+
+    Groups are, e.g., evaluation context lengths (``ppl@1024``, ``ppl@2048``) or streaming position buckets.
+    ``num_samples`` is the largest number of tokens any group scored.
+    """
+
+    def reset(self) -> None:
+        self.groups: dict[str, Perplexity] = {}
+        self.num_samples = 0
+
+    def update(self, predictions: torch.Tensor, targets: str) -> None:
+        group = self.groups.setdefault(str(targets), Perplexity())
+        group.update(predictions)
+        self.num_samples = max(self.num_samples, group.num_samples)
+
+    def compute(self) -> dict[str, float]:
+        if not self.groups:
+            raise ValueError("PerplexityTable.compute() called before any token was scored")
+        return {f"ppl@{name}": group.compute()["ppl"] for name, group in self.groups.items()}
+
+    def is_higher_better(self, metric: str) -> bool:
+        if not metric.startswith("ppl@"):
+            raise KeyError(f"PerplexityTable does not declare a direction for metric '{metric}'")
+        return False

@@ -1,0 +1,167 @@
+"""PG-19 data: the on-disk layout, a memory-mapped token cache, fixed-length blocks, and a built-in corpus.
+
+Layout (as DeepMind's PG-19 release)::
+
+    DIR/train/<book_id>.txt  DIR/validation/<book_id>.txt  DIR/test/<book_id>.txt  [DIR/metadata.csv]
+
+Each split is tokenized once (progress bar on a terminal) into ``<cache>/lm/tokens/<dir>-<hash>/<split>-<tok>-<key>.bin``,
+one flat array of token ids (books in file-name order, each ended by the tokenizer's ``eod``), memory-mapped on
+use. ``key`` hashes the tokenizer and every source file's name, size and modification time, so editing, adding or
+removing a book rebuilds the cache (and the stale file is removed). ``<cache>`` is ``$LAVO_ZOO_CACHE`` or the user's
+cache directory. Without ``data.path`` the recipe uses a built-in corpus in the same layout, generated once from
+the Python standard library's module sources, so every command works offline on any machine.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import sysconfig
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from lavo_zoo.errors import DataError
+from lavo_zoo.recipes.lm.tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "validation", "test")
+
+
+def cache_root() -> Path:
+    """``$LAVO_ZOO_CACHE/lm`` or ``<user cache dir>/lavo-zoo/lm``."""
+    import platformdirs
+
+    base = os.environ.get("LAVO_ZOO_CACHE") or platformdirs.user_cache_dir("lavo-zoo")
+    return Path(base) / "lm"
+
+
+# ------------------------------------------------------------------------------------------------ the PG-19 layout
+def split_files(root: Path, split: str) -> list[Path]:
+    """The ``<book_id>.txt`` files of ``root/split``, sorted; a missing or empty split is a :class:`DataError`."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split '{split}'; PG-19 has {', '.join(SPLITS)}")
+    if not root.is_dir():
+        raise DataError(f"data.path {root} does not exist or is not a directory; it must hold the PG-19 layout "
+                        f"(train/, validation/, test/ folders of <book_id>.txt files)")
+    folder = root / split
+    if not folder.is_dir():
+        raise DataError(f"PG-19 split '{split}' is missing: expected a folder {folder} of <book_id>.txt files")
+    files = sorted(folder.glob("*.txt"))
+    if not files or all(f.stat().st_size == 0 for f in files):
+        raise DataError(f"PG-19 split '{split}' is empty: {folder} has no non-empty <book_id>.txt files")
+    return files
+
+
+def _fingerprint(files: list[Path], tokenizer: Tokenizer) -> str:
+    stats = [(f.name, (s := f.stat()).st_size, s.st_mtime_ns) for f in files]
+    payload = json.dumps({"tokenizer": tokenizer.name, "vocab": tokenizer.vocab_size, "files": stats})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned integer type that holds every id."""
+    return np.dtype(np.uint8 if vocab_size <= 1 << 8 else np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path | None = None) -> np.ndarray:
+    """The token ids of ``root/split`` as a read-only memory map, tokenizing into the cache first if needed."""
+    root = Path(root).resolve()
+    files = split_files(root, split)
+    folder = (cache_dir or cache_root() / "tokens") / f"{root.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+    stem = f"{split}-{tokenizer.name}-"
+    path = folder / f"{stem}{_fingerprint(files, tokenizer)}.bin"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        _tokenize(files, tokenizer, path)
+        for stale in folder.glob(f"{stem}*.bin"):
+            if stale != path:
+                stale.unlink(missing_ok=True)
+    tokens = np.memmap(path, dtype=token_dtype(tokenizer.vocab_size), mode="r")
+    if tokens.size < 2:
+        raise DataError(f"PG-19 split '{split}' in {root} has fewer than 2 tokens")
+    return tokens
+
+
+def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path) -> None:
+    """Write the concatenated documents' ids to ``path`` atomically (temp file + rename)."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    total = sum(f.stat().st_size for f in files)
+    log.info("tokenizing %d books (%.1f MB) of %s with %s into %s", len(files), total / 1e6, files[0].parent,
+             tokenizer.name, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=f"tokenizing {files[0].parent.name}",
+                                      disable=None, file=sys.stderr) as bar:
+        for f in files:
+            out.write(tokenizer.encode_document(f.read_text(encoding="utf-8", errors="replace")).astype(dtype).tobytes())
+            bar.update(f.stat().st_size)
+    os.replace(tmp, path)
+    log.info("tokenized %s: %d tokens", files[0].parent.name, path.stat().st_size // dtype.itemsize)
+
+
+# --------------------------------------------------------------------------------------------------------- blocks
+class TokenBlocks(Dataset):
+    """Non-overlapping blocks of a token stream: item i is ``tokens[i*T : i*T + T + 1]`` as int64 ``[T + 1]``.
+
+    Inputs are ``item[:-1]`` and targets ``item[1:]``, so every token after the first is a target exactly once
+    (fairseq-eval-lm with context window 0). ``max_tokens`` caps the stream's length (quick evaluations).
+    """
+
+    def __init__(self, tokens: np.ndarray, block_size: int, max_tokens: int | None = None) -> None:
+        if block_size < 1:
+            raise DataError(f"block size must be positive, got {block_size}")
+        self.tokens = tokens[:max_tokens + 1] if max_tokens else tokens
+        self.block_size = block_size
+        if len(self) == 0:
+            raise DataError(f"a stream of {self.tokens.size} tokens holds no block of {block_size} + 1 tokens; "
+                            "use a shorter block (data.block_size) or a larger split")
+
+    def __len__(self) -> int:
+        return (self.tokens.size - 1) // self.block_size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if not 0 <= index < len(self):
+            raise IndexError(f"block {index} out of range for {len(self)} blocks")
+        start = index * self.block_size
+        return torch.from_numpy(self.tokens[start:start + self.block_size + 1].astype(np.int64))  # [T + 1]
+
+
+# ------------------------------------------------------------------------------------------- the built-in corpus
+def builtin_corpus(cache_dir: Path | None = None) -> Path:
+    """A PG-19-layout corpus of this Python's standard-library modules (one module source = one "book").
+
+    Generated once (atomically) under the cache; the split of each module is fixed by a hash of its name (about
+    90% train, 5% validation, 5% test).
+    """
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    version = "{}.{}.{}".format(*sys.version_info[:3])
+    root = (cache_dir or cache_root() / "builtin") / f"stdlib-py{version}"
+    if root.is_dir():
+        return root
+    tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for split in SPLITS:
+        (tmp / split).mkdir(parents=True)
+    rows = []
+    for source in sorted(stdlib.glob("*.py")):
+        book_id = source.stem
+        split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
+        title = f"The {book_id} module of the Python {version} standard library"
+        text = source.read_text(encoding="utf-8", errors="replace")
+        (tmp / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
+        rows.append([book_id, title, version, source.as_uri()])
+    with open(tmp / "metadata.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    try:
+        os.replace(tmp, root)
+    except OSError:  # another process generated it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root

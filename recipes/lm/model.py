@@ -1,0 +1,101 @@
+"""The paper's GPT-2 decoder: fairseq ``transformer_lm_gpt`` with any attention from the registry.
+
+Pre-LayerNorm blocks with a final LayerNorm, GELU FFN, token embeddings scaled by sqrt(D), tied input/output
+embeddings, sinusoidal positions unless the attention encodes position itself (LAVO's EPE, rotary). Sizes come from
+:class:`ModelConfig`; the defaults are GPT-2 small (12 x 768, 12 heads, FFN 3072).
+
+The LM head never materialises all T x V logits: with targets the model returns per-token NLL computed by
+:func:`~lavo_zoo.nn.losses.chunked_cross_entropy`; without, only the last position's logits.
+Streaming: ``model(idx, state=s, return_state=True)`` carries every layer's attention state (LAVO's O(1)
+recurrent state, or the softmax attentions' KV cache) and the position offset across chunks.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from lavo_zoo.attention import build_attention
+from lavo_zoo.nn.losses import chunked_cross_entropy
+from lavo_zoo.nn.position import sinusoidal_positions
+from lavo_zoo.nn.transformer import PreLNDecoderBlock
+
+
+@dataclass
+class ModelConfig:
+    num_layers: int = 12
+    embed_dim: int = 768
+    num_heads: int = 12
+    ffn_dim: int = 3072
+    dropout: float = 0.1
+    attention: str = "lavo"  # any causal attention from `lavo-zoo list attentions`
+    attention_options: dict[str, Any] = field(default_factory=dict)  # e.g. {num_bases: 64, window_size: 16}
+    # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary)
+    positions: Literal["auto", "sinusoidal", "none"] = "auto"
+    ce_chunk_size: int = 0  # rows per cross-entropy chunk (0: as many as fit 32M fp32 logits)
+
+
+@dataclass
+class LMState:
+    """Streaming state: tokens consumed so far (the next position) and each layer's attention state."""
+
+    offset: int
+    layers: list[Any]
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_scale = math.sqrt(cfg.embed_dim)
+        self.embed_tokens = nn.Embedding(vocab_size, cfg.embed_dim)  # also the output projection (tied)
+        self.blocks = nn.ModuleList(
+            PreLNDecoderBlock(build_attention(cfg.attention, cfg.embed_dim, cfg.num_heads, "causal",
+                                              **cfg.attention_options), cfg.ffn_dim, cfg.dropout)
+            for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.embed_dim)
+        self.dropout = nn.Dropout(cfg.dropout)
+        encodes = any(b.attn.encodes_position for b in self.blocks)
+        self.use_positions = cfg.positions == "sinusoidal" or (cfg.positions == "auto" and not encodes)
+        self.streaming = all(b.attn.streaming for b in self.blocks)  # can carry LMState across chunks
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """fairseq's init for the embeddings (normal, std D^-0.5) and FFN (Xavier-uniform, zero bias)."""
+        nn.init.normal_(self.embed_tokens.weight, std=self.cfg.embed_dim ** -0.5)
+        for block in self.blocks:
+            for fc in (block.ffn.fc1, block.ffn.fc2):
+                nn.init.xavier_uniform_(fc.weight)
+                nn.init.zeros_(fc.bias)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, state: LMState | None = None,
+                return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, LMState]:
+        """idx [B, T] -> NLL [B, T] (fp32) with ``targets`` [B, T], else the last position's logits [B, V].
+
+        With ``return_state`` also returns the :class:`LMState` after these tokens; pass it back as ``state`` to
+        continue the sequence (requires a streaming attention).
+        """
+        B, T = idx.shape
+        offset = state.offset if state is not None else 0
+        x = self.embed_tokens(idx) * self.embed_scale  # [B, T, D]
+        if self.use_positions:
+            x = x + sinusoidal_positions(T, self.cfg.embed_dim, offset, x.dtype, x.device)  # [T, D] broadcast
+        x = self.dropout(x)
+        streaming = return_state or state is not None
+        new_layers = []
+        for i, block in enumerate(self.blocks):
+            if streaming:
+                x, layer_state = block(x, state=state.layers[i] if state else None, return_state=True)
+                new_layers.append(layer_state)
+            else:
+                x = block(x)
+        h = self.ln_f(x)  # [B, T, D]
+        if targets is not None:
+            out = chunked_cross_entropy(h, self.embed_tokens.weight, targets, chunk_size=self.cfg.ce_chunk_size or None,
+                                        reduction="none")  # [B, T]
+        else:
+            out = h[:, -1] @ self.embed_tokens.weight.t()  # [B, V]
+        return (out, LMState(offset + T, new_layers)) if return_state else out

@@ -1,0 +1,81 @@
+"""``sdpa`` and ``local``: fast path == dense reference (outputs and gradients), streaming == full, rotary, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.reference import local_reference, sdpa_reference
+from lavo_zoo.errors import UsageError
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize("T", [3, 8, 11])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("pattern, rope", [("causal", False), ("causal", True), ("noncausal", True), ("cross", False)])
+def test_sdpa_equals_reference(helpers, pattern, rope, padded, T):
+    helpers.compare(helpers.make("sdpa", pattern, rope=rope), sdpa_reference, T, padded)
+
+
+@pytest.mark.parametrize("T", [3, 8, 11])  # T < w, a multiple of w, not a multiple
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("pattern, relative_bias", [("causal", True), ("causal", False), ("noncausal", True)])
+def test_local_equals_reference(helpers, pattern, relative_bias, padded, T):
+    helpers.compare(helpers.make("local", pattern, window_size=4, relative_bias=relative_bias), local_reference,
+                    T, padded)
+
+
+@pytest.mark.parametrize("name, options", [("sdpa", {}), ("sdpa", {"rope": True}),
+                                           ("local", {"window_size": 4, "relative_bias": True})], ids=str)
+def test_streaming_equals_full(helpers, name, options):
+    attn = helpers.make(name, "causal", **options)
+    x = torch.randn(2, 19, 16, dtype=F64)
+    y = attn(x)
+    torch.testing.assert_close(helpers.stream(attn, x, [2, 1, 6, 3, 7]), y)
+    torch.testing.assert_close(helpers.stream(attn, x, [1] * 19), y)
+
+
+def test_state_sizes():
+    local = build_attention("local", 16, 2, "causal", window_size=4)
+    sdpa = build_attention("sdpa", 16, 2, "causal")
+    x = torch.randn(1, 30, 16)
+    _, ring = local(x, return_state=True)
+    _, cache = sdpa(x, return_state=True)
+    assert ring.keys.shape == (1, 2, 3, 8)                      # w - 1 keys, whatever the length
+    assert cache.keys.shape == (1, 2, 30, 8) and cache.position == 30
+
+
+def test_noncausal_padding_invariance(helpers):
+    for attn in (helpers.make("sdpa", "noncausal", rope=True), helpers.make("local", "noncausal", window_size=4)):
+        x = torch.randn(1, 9, 16, dtype=F64)
+        padded = torch.cat([x, 100 * torch.randn(1, 4, 16, dtype=F64)], 1)
+        torch.testing.assert_close(attn(padded, torch.arange(13)[None] < 9)[:, :9], attn(x))
+
+
+def test_rope_makes_sdpa_position_aware():
+    plain, rope = build_attention("sdpa", 16, 2, "causal"), build_attention("sdpa", 16, 2, "causal", rope=True)
+    assert not plain.encodes_position and rope.encodes_position
+    rope.load_state_dict(plain.state_dict())
+    x = torch.randn(1, 6, 16)
+    assert not torch.allclose(rope(x), plain(x))
+    torch.testing.assert_close(rope(x)[:, 0], plain(x)[:, 0])   # position 0 is not rotated
+
+
+def test_local_window_is_exact():
+    """A key w positions back has no influence; one w-1 back does."""
+    attn = build_attention("local", 16, 2, "causal", window_size=4).to(F64)
+    x = torch.randn(1, 10, 16, dtype=F64)
+    x2 = x.clone()
+    x2[:, 2] += 1.0
+    d = (attn(x2) - attn(x)).abs().amax(-1)[0]
+    assert (d[[0, 1, 6, 7, 8, 9]] == 0).all() and (d[2:6] > 0).all()
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="rope=True needs self-attention"):
+        build_attention("sdpa", 16, 2, "cross", rope=True)
+    with pytest.raises(UsageError, match="does not support pattern 'cross'"):
+        build_attention("local", 16, 2, "cross")
+    with pytest.raises(ValueError, match="KVCache"):
+        build_attention("sdpa", 16, 2, "causal")(torch.randn(1, 3, 16), state=object(), return_state=True)

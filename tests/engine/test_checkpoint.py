@@ -1,0 +1,115 @@
+"""Loading refuses missing, corrupt, truncated and mismatched checkpoints, naming the file and the reason;
+``lavo-zoo eval`` writes the results JSON of DESIGN.md."""
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from helpers import TOY, run_cli
+from lavo_zoo.cli import main
+from lavo_zoo.config import resolve_config
+from lavo_zoo.engine.checkpoint import load_model, save_checkpoint
+from lavo_zoo.errors import CheckpointError
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    recipe, cfg = resolve_config(TOY)
+    torch.manual_seed(0)
+    model = recipe.build_model(cfg)
+    path = save_checkpoint(tmp_path / "ck", 3, model, cfg, recipe.name, metrics={"loss": 1.0})
+    return path, model
+
+
+def test_round_trip_rebuilds_the_model_from_its_config(checkpoint):
+    path, model = checkpoint
+    recipe, cfg, loaded, meta = load_model(path)
+    assert recipe.name == "toy" and meta["step"] == 3 and not loaded.training
+    for (k, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
+def test_resave_same_step_replaces_atomically(checkpoint):
+    path, model = checkpoint
+    recipe, cfg = resolve_config(TOY)
+    with torch.no_grad():
+        model[0].weight.add_(1)
+    save_checkpoint(path.parent, 3, model, cfg, recipe.name)
+    assert torch.equal(load_model(path)[2][0].weight, model[0].weight)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last", "step-3"]
+
+
+def test_corrupt_weights_refused_with_exit_1(checkpoint, capsys):
+    path, _ = checkpoint
+    data = bytearray((path / "model.safetensors").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (path / "model.safetensors").write_bytes(bytes(data))
+    assert main(["eval", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "model.safetensors is corrupt or truncated" in err and "sha256" in err and "Traceback" not in err
+
+
+def test_truncated_weights_refused(checkpoint):
+    path, _ = checkpoint
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[: len(data) // 3])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load_model(path)
+
+
+def test_unreadable_safetensors_with_matching_hash_refused(checkpoint):
+    """A garbage file whose hash was (wrongly) recorded still fails with a clear message."""
+    path, _ = checkpoint
+    (path / "model.safetensors").write_bytes(b"not a safetensors file")
+    meta = json.loads((path / "meta.json").read_text())
+    from lavo_zoo.engine.checkpoint import sha256_file
+    meta["weights_sha256"] = sha256_file(path / "model.safetensors")
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="model.safetensors is corrupt or truncated and cannot be read"):
+        load_model(path)
+
+
+def test_mismatched_config_refused(checkpoint):
+    path, _ = checkpoint
+    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    cfg["model"]["hidden"] = 32
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(CheckpointError, match="does not match the model built from .*config.yaml.*size mismatch"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("name, message", [("meta.json", "meta.json is missing"),
+                                           ("config.yaml", "config.yaml is missing")])
+def test_missing_files_refused(checkpoint, name, message):
+    path, _ = checkpoint
+    (path / name).unlink()
+    with pytest.raises(CheckpointError, match=message):
+        load_model(path)
+
+
+def test_bad_meta_and_unknown_config_key(checkpoint):
+    path, _ = checkpoint
+    shutil.copy(path / "config.yaml", path / "config.bak")
+    (path / "meta.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="meta.json is corrupt"):
+        load_model(path)
+
+
+def test_eval_writes_results_json(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("train", TOY, "train.max_steps=4", "train.save_every=4", "--out", str(out)).returncode == 0
+    result = run_cli("eval", str(out / "checkpoints" / "last"), "--split", "validation",
+                     "--out", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stderr
+    assert "loss" in result.stdout and "lower" in result.stdout  # the printed table
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert {"recipe", "checkpoint", "checkpoint_sha256", "split", "metrics", "num_samples", "config", "versions",
+            "device", "duration_s"} <= res.keys()
+    assert res["split"] == "validation" and res["num_samples"] == 10 and res["device"] == "cpu"
+    meta = json.loads((out / "checkpoints" / "last" / "meta.json").read_text())
+    assert res["checkpoint_sha256"] == meta["weights_sha256"]
+    assert res["metrics"]["loss"]["higher_is_better"] is False and res["metrics"]["loss"]["value"] > 0
+    bad_split = run_cli("eval", str(out / "checkpoints" / "last"), "--split", "dev")
+    assert bad_split.returncode == 2 and "no split 'dev'" in bad_split.stderr

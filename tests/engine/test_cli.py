@@ -1,0 +1,87 @@
+"""The command line: --help everywhere ends with examples, `list` output, exit codes and messages."""
+import json
+
+import click
+import pytest
+
+from lavo_zoo.cli import cli, main
+
+
+def _all_commands(group: click.Group, ctx: click.Context, prefix=()):
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        yield prefix + (name,), cmd
+        if isinstance(cmd, click.Group):
+            yield from _all_commands(cmd, click.Context(cmd, parent=ctx, info_name=name), prefix + (name,))
+
+
+COMMANDS = [path for path, _ in _all_commands(cli, click.Context(cli, info_name="lavo-zoo"))]
+
+
+@pytest.mark.parametrize("path", [()] + COMMANDS, ids=lambda p: " ".join(p) or "lavo-zoo")
+def test_every_help_ends_with_examples(path, capsys):
+    assert main([*path, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Examples:" in out, f"`lavo-zoo {' '.join(path)} --help` has no worked examples"
+    assert out.rstrip().splitlines()[-1].strip().startswith("lavo-zoo") or "torchrun" in out.splitlines()[-1]
+
+
+def test_list_json_and_glob(capsys):
+    assert main(["list", "recipes", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"name": "toy"} .items() <= next(r for r in rows if r["name"] == "toy").items()
+    assert main(["list", "evaluators", "mean_*", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == ["mean_loss"] and rows[0]["metrics"] == ["loss"]
+    assert main(["list", "attentions", "--json"]) == 0
+    for row in json.loads(capsys.readouterr().out):
+        assert set(row["patterns"]) <= {"causal", "noncausal", "cross"} and isinstance(row["streaming"], bool)
+
+
+def test_list_table(capsys):
+    assert main(["list", "evaluators"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("evaluators (") and "mean_loss" in out
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["train", "no/such-config"], 2, "no config named 'no/such-config'"),
+    (["list", "widgets"], 2, "Invalid value"),
+    (["train"], 2, "Missing argument"),
+    (["eval", "/nonexistent/dir"], 2, "is not a directory"),
+    (["train", "tests/engine/data/toy.yaml", "train.optimizer=sgd"], 2, "must be one of 'adamw', 'adam'"),
+    (["train", "tests/engine/data/toy.yaml", "--device", "cuda:7"], 2, "no CUDA GPU"),
+    (["nosuchcommand"], 2, "No such command"),
+])
+def test_usage_errors_exit_2_without_traceback(args, code, message, capsys):
+    assert main(args) == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_nan_loss_exits_1_and_debug_shows_traceback(tmp_path, capsys):
+    args = ["train", "tests/engine/data/toy.yaml", "data.nan_after=3", "--out", str(tmp_path / "r")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "training loss is nan at step 1" in err and "Traceback" not in err
+    assert not (tmp_path / "r" / "checkpoints").exists()
+    assert main(["--debug", *args]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_existing_run_is_not_overwritten(tmp_path, capsys):
+    args = ["train", "tests/engine/data/toy.yaml", "train.max_steps=2", "train.save_every=2", "train.eval_every=0",
+            "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    before = (tmp_path / "r" / "checkpoints" / "step-2" / "model.safetensors").read_bytes()
+    assert main(args) == 2
+    assert "--resume auto" in capsys.readouterr().err
+    assert (tmp_path / "r" / "checkpoints" / "step-2" / "model.safetensors").read_bytes() == before
+
+
+def test_non_terminal_progress_is_plain_lines(tmp_path, capsys):
+    args = ["train", "tests/engine/data/toy.yaml", "train.max_steps=4", "train.log_every=2", "train.eval_every=0",
+            "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "step 2/4 loss=" in err and "step 4/4 loss=" in err and "\r" not in err

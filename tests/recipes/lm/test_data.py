@@ -1,0 +1,84 @@
+import os
+
+import numpy as np
+import pytest
+
+from lavo_zoo.errors import DataError
+from lavo_zoo.recipes.lm.data import SPLITS, TokenBlocks, builtin_corpus, load_tokens, split_files
+from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
+
+
+def make_pg19(root, books=None):
+    books = books or {"train": {"10": "first book", "11": "second book"}, "validation": {"20": "valid"},
+                      "test": {"30": "test text"}}
+    for split, files in books.items():
+        (root / split).mkdir(parents=True, exist_ok=True)
+        for book_id, text in files.items():
+            (root / split / f"{book_id}.txt").write_text(text)
+    (root / "metadata.csv").write_text("10,First,1900,http://x/10.txt\n")
+    return root
+
+
+def test_reads_layout_in_book_order_with_separators(tmp_path):
+    root = make_pg19(tmp_path / "pg19")
+    tokens = load_tokens(root, "train", get_tokenizer("bytes"), tmp_path / "cache")
+    assert bytes(tokens.tolist()) == b"first book\0second book\0"
+
+
+def test_missing_or_empty_split_is_refused(tmp_path):
+    root = make_pg19(tmp_path / "pg19", {"train": {"1": "x"}})
+    with pytest.raises(DataError, match="split 'validation' is missing: expected a folder .*validation"):
+        split_files(root, "validation")
+    (root / "test").mkdir()
+    with pytest.raises(DataError, match="split 'test' is empty"):
+        split_files(root, "test")
+    with pytest.raises(DataError, match="does not exist"):
+        split_files(tmp_path / "nowhere", "train")
+
+
+def test_cache_is_rebuilt_when_sources_change(tmp_path):
+    root = make_pg19(tmp_path / "pg19")
+    cache = tmp_path / "cache"
+    tok = get_tokenizer("bytes")
+    assert bytes(load_tokens(root, "train", tok, cache).tolist()) == b"first book\0second book\0"
+    files = sorted(cache.rglob("train-*.bin"))
+    assert len(files) == 1
+    mtime = files[0].stat().st_mtime_ns
+    load_tokens(root, "train", tok, cache)  # unchanged sources: the cache is reused
+    assert files[0].stat().st_mtime_ns == mtime
+
+    (root / "train" / "11.txt").write_text("changed")
+    assert bytes(load_tokens(root, "train", tok, cache).tolist()) == b"first book\0changed\0"
+    (root / "train" / "12.txt").write_text("added")
+    assert bytes(load_tokens(root, "train", tok, cache).tolist()) == b"first book\0changed\0added\0"
+    assert len(list(cache.rglob("train-*.bin"))) == 1  # stale caches are removed
+
+
+def test_blocks_cover_every_target_once():
+    tokens = np.arange(23, dtype=np.uint16)
+    blocks = TokenBlocks(tokens, block_size=5)
+    assert len(blocks) == 4
+    items = [blocks[i] for i in range(len(blocks))]
+    assert all(item.shape == (6,) for item in items)
+    targets = np.concatenate([item[1:].numpy() for item in items])
+    assert targets.tolist() == list(range(1, 21))
+    with pytest.raises(DataError, match="no block"):
+        TokenBlocks(tokens, block_size=30)
+
+
+def test_builtin_corpus_has_every_split():
+    root = builtin_corpus()
+    for split in SPLITS:
+        assert len(split_files(root, split)) >= 3
+    assert (root / "metadata.csv").read_text().count("\n") == sum(len(split_files(root, s)) for s in SPLITS)
+
+
+def test_pg19_mini(shared_data, tmp_path):
+    root = shared_data / "pg19-mini"
+    if not root.is_dir():
+        pytest.skip(f"{root} is absent")
+    tok = get_tokenizer("gpt2")
+    tokens = load_tokens(root, "validation", tok, tmp_path / "cache")
+    first = sorted((root / "validation").glob("*.txt"))[0].read_text(encoding="utf-8")
+    assert tok.decode(tokens[:50].tolist()) == tok.decode(tok.encode(first)[:50])
+    assert (tokens == tok.eod).sum() == len(split_files(root, "validation"))

@@ -1,0 +1,32 @@
+"""Run ``lavo-zoo`` in a subprocess with the test-only toy recipe registered (also under torchrun).
+
+TOY_KILL_IN_SAVE_AT_STEP=N: while checkpoint step-N is being written, leave a half-written weights file in its
+temporary directory and SIGKILL the process (a crash in the middle of a save).
+"""
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import toy_recipe  # noqa: E402,F401  (registers the "toy" recipe)
+
+if os.environ.get("TOY_KILL_IN_SAVE_AT_STEP"):
+    import lavo_zoo.engine.checkpoint as checkpoint
+
+    target = f".tmp-step-{os.environ['TOY_KILL_IN_SAVE_AT_STEP']}-"
+    real_save = checkpoint.save_safetensors_model
+
+    def save_then_die(model, filename, *args, **kwargs):
+        real_save(model, filename, *args, **kwargs)
+        if target in str(filename):
+            size = os.path.getsize(filename)
+            with open(filename, "r+b") as f:
+                f.truncate(size // 2)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpoint.save_safetensors_model = save_then_die
+
+from lavo_zoo.cli import main  # noqa: E402
+
+sys.exit(main())

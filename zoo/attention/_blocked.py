@@ -1,0 +1,63 @@
+"""Exact sliding-window softmax attention, computed blockwise: the w queries of block j against the keys of blocks
+j-1 and j (causal) or j-1, j and j+1 (noncausal). No T x T tensor and no gather of a T x w x d tensor; scores and
+softmax in fp32 (or the input's wider dtype). Shared by LAVO's local branch and the ``local`` baseline.
+
+Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-1]. The optional relative bias
+``bias[h, s - t + w - 1]`` (shape [H, 2w-1]) is LAVO's embedded position encoding.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _blocks(t: torch.Tensor, w: int, n: int, num: int) -> torch.Tensor:
+    """[..., L, c] padded so that L = (n + num - 1) * w  ->  [..., n, num * w, c]: block j sees blocks j..j+num-1."""
+    b = t.unflatten(-2, (n + num - 1, w))  # [..., n+num-1, w, c]
+    return torch.cat([b[..., i:i + n, :, :] for i in range(num)], dim=-2)
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
+                     bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                     dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+    """Exact sliding-window attention; returns ``[B, H, Tq, d]`` in :func:`compute_dtype`.
+
+    q [B, H, Tq, d]; k, v [B, H, Tk, d] with Tk = P + Tq: the first P keys are a streaming prefix (the previous
+    chunk's last keys, causal only) and query i sits at key position P + i. key_mask [B, Tk] bool (True = real key).
+    A query whose window holds no real key (only possible for padded queries) gets finite garbage, never NaN.
+    """
+    B, H, Tq, d = q.shape
+    Tk, w = k.shape[2], window
+    P = Tk - Tq
+    if P < 0 or (P and not causal):
+        raise ValueError(f"window_attention: {Tk} keys for {Tq} queries (a key prefix is only valid when causal)")
+    ct = compute_dtype(q.dtype)
+    n = math.ceil(Tk / w)
+    end = n * w - Tk
+    after = end + (0 if causal else w)
+    num = 2 if causal else 3
+    qb = F.pad(q.to(ct), (0, 0, P, end)).unflatten(2, (n, w))          # [B, H, n, w, d]
+    kb = _blocks(F.pad(k.to(ct), (0, 0, w, after)), w, n, num)          # [B, H, n, K, d], K = num * w
+    vb = _blocks(F.pad(v.to(ct), (0, 0, w, after)), w, n, num)          # [B, H, n, K, d]
+    real = torch.ones(B, Tk, dtype=torch.bool, device=q.device) if key_mask is None else key_mask
+    real = _blocks(F.pad(real, (w, after))[..., None], w, n, num)[..., 0]  # [B, n, K]
+    K = num * w
+    rel = (torch.arange(K, device=q.device) - w)[None, :] - torch.arange(w, device=q.device)[:, None]  # [w, K]: s-t
+    in_window = (rel > -w) & ((rel <= 0) if causal else (rel < w))                                    # [w, K]
+    allowed = in_window[None, None] & real[:, :, None, :]                                             # [B, n, w, K]
+    scores = (qb @ kb.transpose(-1, -2)) * d ** -0.5                                                  # [B, H, n, w, K]
+    if bias is not None:
+        scores = scores + bias.to(ct)[:, (rel + w - 1).clamp(0, 2 * w - 2)][None, :, None]           # [1, H, 1, w, K]
+    scores = scores.masked_fill(~allowed[:, None], torch.finfo(ct).min)
+    p = torch.softmax(scores, dim=-1)
+    if dropout and training:
+        p = F.dropout(p, dropout, training=True)
+    out = (p @ vb).flatten(2, 3)                                                                      # [B, H, n*w, d]
+    return out[:, :, P:P + Tq]

@@ -1,0 +1,109 @@
+"""ABC: attention with bounded-memory control (Peng et al., ACL 2022, "ABC: Attention with Bounded-memory
+Control"), the learned-control (ABC_MLP) variant.
+
+Each head keeps n memory slots. Slot logits s_i = W_phi x_i (n per head); the memory is
+
+    K~ = sum_i alpha_i k_i^T,  V~ = sum_i alpha_i v_i^T,  alpha_ij = exp(s_ij) / sum_{i'} exp(s_i'j)   ([n, d])
+
+and a query reads it with softmax attention: o = softmax(scale * K~ q) V~.  In the causal form the memory of
+query t is built from tokens i <= t only (the cumulative slot memory; the paper's benchmark library forgot to
+accumulate). It is computed exactly chunk by chunk: a running (max-stabilised) sum of exp(s) k and exp(s) v over
+the previous chunks plus a small C x C quadratic term inside the chunk, so no T x n x d tensor is formed; the same
+running sums are the streaming state.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax
+
+
+@register_attention("abc")
+class ABCAttention(ProjectedAttention):
+    """ABC (Peng et al. 2022): bounded memory of ``num_slots`` slots per head; causal with cumulative memory.
+
+    Streaming state: ``(Sk, Sv, z, m)``: stabilised running sums of exp(s) k^T, exp(s) v^T [B, H, n, d], of exp(s)
+    [B, H, n], and the stabiliser m [B, H, n] (the running max of s).
+    """
+
+    patterns = ("causal", "noncausal", "cross")
+    streaming = True
+    description = "ABC bounded-memory control attention (learned slot control, cumulative causal memory)"
+
+    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_slots: int = 64,
+                 chunk_size: int = 64, bias: bool = True) -> None:
+        super().__init__(embed_dim, num_heads, pattern, bias)
+        if num_slots <= 0 or chunk_size <= 0:
+            raise ValueError(f"num_slots ({num_slots}) and chunk_size ({chunk_size}) must be positive")
+        self.num_slots = num_slots
+        self.chunk_size = chunk_size
+        self.slot_proj = nn.Linear(embed_dim, num_heads * num_slots, bias=False)  # W_phi, per head
+
+    def slot_logits(self, src: torch.Tensor) -> torch.Tensor:
+        """[B, S, D] -> slot logits s [B, H, S, n]."""
+        B, S, _ = src.shape
+        return self.slot_proj(src).view(B, S, self.num_heads, self.num_slots).transpose(1, 2)
+
+    def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+               context_mask: torch.Tensor | None, state: Any, return_state: bool
+               ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        q, k, v = self.qkv(x, context)  # [B, H, T, d], [B, H, S, d]
+        s = self.slot_logits(x if context is None else context)  # [B, H, S, n]
+        key_mask = context_mask if self.pattern == "cross" else padding_mask
+        if self.pattern == "causal":
+            o, state = self._causal(q, k, v, s, key_mask, state)
+            y = self.merge_heads(o)
+            return (y, state) if return_state else y
+        allowed = None if key_mask is None else key_mask[:, None, :, None]  # [B, 1, S, 1]
+        alpha = masked_softmax(s, allowed, dim=2)  # [B, H, S, n], normalised over tokens
+        k_mem = alpha.transpose(-1, -2) @ k  # [B, H, n, d]
+        v_mem = alpha.transpose(-1, -2) @ v  # [B, H, n, d]
+        p = torch.softmax((q @ k_mem.transpose(-1, -2)) * self.head_dim ** -0.5, dim=-1)  # [B, H, T, n]
+        return self.merge_heads(p @ v_mem)
+
+    def _causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor,
+                key_mask: torch.Tensor | None, state: Any) -> tuple[torch.Tensor, Any]:
+        B, H, T, d = q.shape
+        n = self.num_slots
+        if key_mask is not None:
+            s = s.masked_fill(~key_mask[:, None, :, None], float("-inf"))
+        if state is None:
+            sk = q.new_zeros(B, H, n, d)
+            sv = q.new_zeros(B, H, n, d)
+            z = q.new_zeros(B, H, n)
+            m = q.new_full((B, H, n), float("-inf"))
+        else:
+            sk, sv, z, m = state
+        scale = self.head_dim ** -0.5
+        outs = []
+        for a in range(0, T, self.chunk_size):
+            b = min(a + self.chunk_size, T)
+            L = b - a
+            qc, kc, vc, sc = q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], s[:, :, a:b]  # [B, H, L, .]
+            with torch.no_grad():  # the stabiliser is a constant shift (cancels exactly)
+                m_new = torch.maximum(m, sc.amax(2))  # [B, H, n]
+                m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+                decay = torch.exp(m - m_safe)  # [B, H, n]; 0 where m was -inf
+            sk = sk * decay[..., None]
+            sv = sv * decay[..., None]
+            z = z * decay
+            e = torch.exp(sc - m_safe[:, :, None])  # [B, H, L, n]; 0 for padded keys
+            zt = z[:, :, None] + e.cumsum(2)  # [B, H, L, n] normaliser of query t
+            zt = zt.masked_fill(zt == 0, 1.0)  # no key yet: numerator and memory are 0 as well
+            tril = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+            qk = (qc @ kc.transpose(-1, -2)).masked_fill(~tril, 0.0)  # [B, H, L, L]
+            num = qc @ sk.transpose(-1, -2) + qk @ e  # [B, H, L, n] = q_t . sum_{i<=t} e_i k_i
+            p = torch.softmax(num * scale / zt, dim=-1)  # [B, H, L, n]
+            w = p / zt  # [B, H, L, n]
+            intra = (w @ e.transpose(-1, -2)).masked_fill(~tril, 0.0)  # [B, H, L, L]
+            outs.append(w @ sv + intra @ vc)  # [B, H, L, d]
+            sk = sk + e.transpose(-1, -2) @ kc
+            sv = sv + e.transpose(-1, -2) @ vc
+            z = z + e.sum(2)
+            m = m_new
+        o = torch.cat(outs, 2) if outs else q.new_zeros(B, H, 0, d)
+        return o, (sk, sv, z, m)

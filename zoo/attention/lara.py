@@ -1,0 +1,71 @@
+"""LARA, linear randomized attention (Zheng, Wang, Kong; ICML 2022, "Linear complexity randomized self-attention
+mechanism").
+
+Softmax attention is an expectation over random features omega; LARA estimates it by self-normalised multiple
+importance sampling with C Gaussian proposals N(mu_c, I) whose means are landmarks, mu_c = q_bar_c + k_bar_c (means
+of C contiguous segments of the scaled queries and keys), one sample omega_c per proposal (omega_c = mu_c + noise in
+training, omega_c = mu_c in eval). With xi(x, w) = exp(w.x - |x|^2/2) (q, k scaled by d^(-1/4)):
+
+    V_bar_c = sum_m softmax_m(log xi(k_m, omega_c)) v_m                                    (landmark reads keys)
+    l_nc    = q_n.mu_c + log xi(q_n, omega_c) + logsumexp_m log xi(k_m, omega_c) - log xi(mu_c, omega_c)
+    o_n     = sum_c softmax_c(l_nc) V_bar_c
+
+(q_n.mu_c: query-specific mixture weights; the last term is the proposal density ratio N(w;0,I)/N(w;mu_c,I).)
+Cost O(T C d). The output is random in training mode and deterministic in eval mode.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax, segment_means
+
+
+@register_attention("lara")
+class LARAAttention(ProjectedAttention):
+    """LARA (Zheng et al. 2022): randomized attention with ``num_landmarks`` importance-sampling proposals."""
+
+    patterns = ("noncausal", "cross")
+    streaming = False
+    description = "LARA linear randomized attention (multiple importance sampling, segment-mean proposals)"
+
+    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
+                 bias: bool = True) -> None:
+        super().__init__(embed_dim, num_heads, pattern, bias)
+        if num_landmarks <= 0:
+            raise ValueError(f"num_landmarks must be positive, got {num_landmarks}")
+        self.num_landmarks = num_landmarks
+
+    def proposals(self, q: torch.Tensor, k: torch.Tensor, q_mask: torch.Tensor | None,
+                  k_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Scaled q [B,H,T,d], k [B,H,S,d] -> mu [B,H,C,d], omega [B,H,C,d], valid [B,C]."""
+        C = min(self.num_landmarks, q.shape[2], k.shape[2])
+        q_bar, q_ok = segment_means(q, q_mask, C)
+        k_bar, k_ok = segment_means(k, k_mask, C)
+        mu = q_bar + k_bar
+        omega = mu + torch.randn_like(mu) if self.training else mu
+        return mu, omega, q_ok | k_ok
+
+    def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+               context_mask: torch.Tensor | None, state: Any, return_state: bool) -> torch.Tensor:
+        q, k, v = self.qkv(x, context)  # [B, H, T, d], [B, H, S, d]
+        q = q * self.head_dim ** -0.25
+        k = k * self.head_dim ** -0.25
+        key_mask = context_mask if self.pattern == "cross" else padding_mask
+        if q.shape[2] == 0 or k.shape[2] == 0:
+            return self.merge_heads(q.new_zeros(q.shape))
+        mu, omega, ok = self.proposals(q, k, padding_mask, key_mask)  # [B, H, C, d], [B, C]
+        log_xk = k @ omega.transpose(-1, -2) - 0.5 * (k * k).sum(-1, keepdim=True)  # [B, H, S, C]
+        allowed = ok[:, None, None, :]  # [B, 1, 1, C]
+        if key_mask is not None:
+            # finite fill (not -inf) keeps logsumexp and its gradient finite even with no real key
+            log_xk = log_xk.masked_fill(~key_mask[:, None, :, None], torch.finfo(log_xk.dtype).min)
+            allowed = allowed & key_mask.any(1)[:, None, None, None]
+        v_bar = torch.softmax(log_xk, dim=2).transpose(-1, -2) @ v  # [B, H, C, d]
+        log_z = torch.logsumexp(log_xk, dim=2)  # [B, H, C]
+        log_xmu = (omega * mu).sum(-1) - 0.5 * (mu * mu).sum(-1)  # [B, H, C]
+        # log xi(q_n, omega_c) without -|q_n|^2/2, a per-query constant that cancels in the softmax over c
+        logits = q @ mu.transpose(-1, -2) + q @ omega.transpose(-1, -2) + (log_z - log_xmu)[:, :, None, :]
+        return self.merge_heads(masked_softmax(logits, allowed) @ v_bar)

@@ -1,0 +1,203 @@
+"""LAVO: linear attention via orthogonal memory, as specified in ``shared/LAVO.md``.
+
+Per head, r orthonormal bases B [r, d] compress a mean of features into r numbers H = B mean(f); a query reads them
+with a softmax over the r slots. Causal self-attention (context dissection): an exact w-key sliding window (local
+branch, with the embedded position encoding P [2w-1]) plus the memory of the local outputs of all complete windows
+before the query's window; output 0.5 * (local + global). Costs O((w + r) T d) time and O(T d) memory; the causal
+state (last w-1 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lavo_zoo.attention import register_attention
+from lavo_zoo.attention._blocked import compute_dtype, window_attention
+from lavo_zoo.attention.base import PATTERNS, Attention
+
+MEMORY_SOURCES = ("local_out", "value", "input")
+EMPTY_MEMORY = ("local", "half")
+
+
+@dataclass
+class LavoState:
+    """Causal streaming state of one layer (flash-linear-attention's initial_state / final_state convention).
+
+    Its size does not grow with the sequence: ``position`` is the only thing that does.
+    """
+
+    keys: torch.Tensor          # [B, H, L, d] the last L = min(w-1, position) keys (the local window's past)
+    values: torch.Tensor        # [B, H, L, d]
+    sum_complete: torch.Tensor  # [B, H, d] fp32+: memory features summed over complete windows (all tokens w/o cd)
+    sum_partial: torch.Tensor   # [B, H, d] fp32+: ... over the current, incomplete window (zeros w/o cd)
+    position: int               # tokens consumed so far
+
+    def detach(self) -> LavoState:
+        """The same state cut from the autograd graph (truncated backpropagation through time)."""
+        return LavoState(self.keys.detach(), self.values.detach(), self.sum_complete.detach(),
+                         self.sum_partial.detach(), self.position)
+
+
+@register_attention("lavo")
+class LavoAttention(Attention):
+    """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE."""
+
+    patterns = PATTERNS
+    streaming = True
+
+    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
+                 window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
+                 memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
+                 dropout: float = 0.0, bias: bool = True) -> None:
+        """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
+        and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE."""
+        super().__init__(embed_dim, num_heads, pattern)
+        d = self.head_dim
+        r = min(64, d) if num_bases is None else num_bases
+        if not 1 <= r <= d:
+            raise ValueError(f"num_bases ({r}) must be between 1 and the head dim {d} (embed_dim {embed_dim} / "
+                             f"num_heads {num_heads}): each head's {r} bases are orthonormal vectors in R^{d}")
+        if window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {window_size}")
+        if memory_source is None:
+            memory_source = "local_out" if context_dissection and pattern != "cross" else "value"
+        if memory_source not in MEMORY_SOURCES:
+            raise ValueError(f"memory_source must be one of {', '.join(MEMORY_SOURCES)}, got '{memory_source}'")
+        if pattern == "cross" and memory_source == "local_out":
+            raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
+        if empty_memory not in EMPTY_MEMORY:
+            raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.num_bases, self.window_size, self.dropout = r, window_size, dropout
+        self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
+        self.has_local = pattern != "cross"
+        D = embed_dim
+        self.q_proj = nn.Linear(D, D, bias=bias)
+        self.k_proj = nn.Linear(D, D, bias=bias) if self.has_local else None
+        self.v_proj = nn.Linear(D, D, bias=bias) if self.has_local or memory_source == "value" else None
+        self.out_proj = nn.Linear(D, D, bias=bias)
+        bases = torch.empty(num_heads, r, d)
+        for h in range(num_heads):  # per head: orthogonal_ on the 3-D tensor would orthogonalise the wrong axes
+            nn.init.orthogonal_(bases[h])
+        if bases_trainable:
+            self.bases = nn.Parameter(bases)                       # [H, r, d]
+        else:
+            self.register_buffer("bases", bases)
+        self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
+            else None                                               # [H, 2w-1]
+
+    @property
+    def encodes_position(self) -> bool:
+        return self.epe is not None
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, num_bases={self.num_bases}, window_size={self.window_size}, "
+                f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
+                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}")
+
+    # ------------------------------------------------------------------------------------------------ helpers
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
+
+    def _read(self, q: torch.Tensor, mem: torch.Tensor) -> torch.Tensor:
+        """Read the orthogonal memory. q [B, H, *, n, d], mem [B, H, *, 1 or n, d] (mean features) -> [B, H, *, n, d]."""
+        ct = compute_dtype(q.dtype)
+        b = self.bases.to(ct).view(self.num_heads, *[1] * (q.dim() - 4), self.num_bases, self.head_dim)  # [H,..,r,d]
+        h = mem.to(ct) @ b.transpose(-1, -2)                     # [B, H, *, 1|n, r]  H = B m
+        s = h * (q.to(ct) @ b.transpose(-1, -2)) * self.head_dim ** -0.5  # [B, H, *, n, r]  s_i = scale H_i (b_i . q)
+        p = torch.softmax(s, dim=-1)
+        if self.dropout and self.training:
+            p = F.dropout(p, self.dropout, training=True)
+        return (p * h) @ b                                       # [B, H, *, n, d]  B^T (p * H)
+
+    def _check_state(self, state: object, x: torch.Tensor) -> None:
+        if not isinstance(state, LavoState):
+            raise ValueError(f"state must be the LavoState returned by this attention, got {type(state).__name__}")
+        if state.keys.shape[:2] != (x.shape[0], self.num_heads) or state.keys.shape[-1] != self.head_dim:
+            raise ValueError(f"state is for batch/heads/head_dim {list(state.keys.shape[:2])}/{state.keys.shape[-1]},"
+                             f" input has batch {x.shape[0]} and this layer {self.num_heads} heads of {self.head_dim}")
+
+    # ------------------------------------------------------------------------------------------------ forward
+    def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+               context_mask: torch.Tensor | None, state: LavoState | None, return_state: bool
+               ) -> torch.Tensor | tuple[torch.Tensor, LavoState]:
+        B, T, D = x.shape
+        ct = compute_dtype(x.dtype)
+        if state is not None:
+            self._check_state(state, x)
+        if T == 0:
+            return (x.clone(), state) if return_state else x.clone()
+        q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
+        new_state = None
+        if self.pattern == "cross":
+            src = self._heads(self.v_proj(context) if self.v_proj is not None else context)  # [B, H, S, d]
+            valid = torch.ones(B, 1, src.shape[2], dtype=ct, device=x.device) if context_mask is None \
+                else context_mask[:, None].to(ct)                                    # [B, 1, S]
+            mem = (src.to(ct) * valid[..., None]).sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
+            out = self._read(q, mem)                                                 # [B, H, T, d]
+        else:
+            k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))          # [B, H, T, d]
+            if state is not None:
+                k, v = torch.cat([state.keys, k], 2), torch.cat([state.values, v], 2)  # [B, H, L+T, d]
+            local = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.epe,
+                                     key_mask=padding_mask, dropout=self.dropout, training=self.training)
+            valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
+                else padding_mask[:, None].to(ct)                                    # [B, 1, T]
+            feats = {"local_out": lambda: local, "value": lambda: v[:, :, -T:].to(ct),
+                     "input": lambda: self._heads(x).to(ct)}[self.memory_source]() * valid[..., None]  # [B, H, T, d]
+            if self.pattern == "noncausal":
+                mem = feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]      # [B, H, 1, d]
+                out = 0.5 * (local + self._read(q, mem))
+            elif self.context_dissection:
+                out, sums = self._dissected(q, local, feats, valid, state)
+            else:
+                out, sums = self._running(q, local, feats, valid, state)
+            if return_state:
+                keep = max(0, k.shape[2] - (self.window_size - 1))
+                new_state = LavoState(k[:, :, keep:], v[:, :, keep:], *sums, (state.position if state else 0) + T)
+        if padding_mask is not None:
+            out = out * padding_mask[:, None, :, None]
+        y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))
+        return (y, new_state) if return_state else y
+
+    def _dissected(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
+                   state: LavoState | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums
+        over windows, O(T r d)). Returns the output [B, H, T, d] and the state's (sum_complete, sum_partial)."""
+        B, H, T, d = feats.shape
+        w = self.window_size
+        pos = state.position if state is not None else 0
+        a = pos % w                                   # the chunk starts a tokens into its first window
+        n = math.ceil((a + T) / w)
+        end = n * w - a - T
+        sums = F.pad(feats, (0, 0, a, end)).unflatten(2, (n, w)).sum(3)            # [B, H, n, d] per window
+        counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
+        prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
+        if state is not None:
+            sums = torch.cat([sums[:, :, :1] + state.sum_partial[:, :, None], sums[:, :, 1:]], 2)
+            counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
+        before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
+        count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
+        mem = (before / count.clamp(min=1)[..., None])[:, :, :, None]               # [B, H, n, 1, d]
+        qb = F.pad(q, (0, 0, a, end)).unflatten(2, (n, w))                          # [B, H, n, w, d]
+        glob = self._read(qb, mem).flatten(2, 3)[:, :, a:a + T]                     # [B, H, T, d]
+        empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
+        out = torch.where(empty, local if self.empty_memory == "local" else 0.5 * local, 0.5 * (local + glob))
+        if (pos + T) % w == 0:
+            return out, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
+        return out, (before[:, :, -1], sums[:, :, -1])
+
+    def _running(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
+                 state: LavoState | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t."""
+        B, H, T, d = feats.shape
+        prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
+        cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
+        count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
+        out = 0.5 * (local + self._read(q, cum / count.clamp(min=1)[..., None]))
+        return out, (cum[:, :, -1], torch.zeros_like(prev))

@@ -1,0 +1,110 @@
+"""Transformer-LS, long-short attention (Zhu et al., NeurIPS 2021, "Long-Short Transformer: Efficient
+Transformers for Language and Vision").
+
+Each query attends, with ONE softmax, to the union of
+- short-term keys: a segment-wise sliding window (queries of segment j = [jw, (j+1)w) see the keys of that
+  segment and w/2 on each side; causal: the keys of segments j-1 and j up to the query), and
+- long-term keys: a dynamic low-rank projection of all keys, K_bar = P^T K with P = softmax_over_tokens(K W_P)
+  ([r, d] per head); causal: every segment of w tokens is projected to ``segment_rank`` keys on its own and a query
+  in segment j sees the projections of the complete segments < j only.
+Both key sets (and value sets) go through their own LayerNorm ("DualLN") before the softmax.
+Cost: O(T (w + r) d) noncausal; causal O(T (w + T r / w) d).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax
+
+
+@register_attention("longshort")
+class LongShortAttention(ProjectedAttention):
+    """Transformer-LS (Zhu et al. 2021): sliding window (``window_size``) + dynamic projection (``num_landmarks``)."""
+
+    patterns = ("causal", "noncausal")
+    streaming = False
+    description = "Transformer-LS long-short attention (segment window + dynamic projection, DualLN)"
+
+    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", window_size: int = 16,
+                 num_landmarks: int = 64, segment_rank: int = 1, bias: bool = True) -> None:
+        super().__init__(embed_dim, num_heads, pattern, bias)
+        if window_size <= 0 or num_landmarks <= 0 or segment_rank <= 0:
+            raise ValueError("window_size, num_landmarks and segment_rank must be positive")
+        self.window_size = window_size
+        self.num_landmarks = num_landmarks
+        self.segment_rank = segment_rank
+        r = segment_rank if pattern == "causal" else num_landmarks
+        self.dyn_proj = nn.Parameter(torch.randn(num_heads, self.head_dim, r) * self.head_dim ** -0.5)  # W_P
+        self.ln_short = nn.LayerNorm(self.head_dim)
+        self.ln_long = nn.LayerNorm(self.head_dim)
+
+    def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+               context_mask: torch.Tensor | None, state: Any, return_state: bool) -> torch.Tensor:
+        q, k, v = self.qkv(x, None)  # [B, H, T, d]
+        B, H, T, d = q.shape
+        w = self.window_size
+        mask = padding_mask if padding_mask is not None else torch.ones(B, T, dtype=torch.bool, device=x.device)
+        nseg = math.ceil(T / w)
+        Tp = nseg * w
+        scale = d ** -0.5
+        logits = torch.einsum("bhtd,hdr->bhtr", k, self.dyn_proj)  # [B, H, T, r]
+        ks, vs = self.ln_short(k), self.ln_short(v)
+        q_seg = F.pad(q, (0, 0, 0, Tp - T)).view(B, H, nseg, w, d)  # [B, H, nseg, w, d]
+        if self.pattern == "noncausal":
+            half = w // 2
+            W2 = w + 2 * half
+            # long: one projection of all real tokens
+            p = masked_softmax(logits, mask[:, None, :, None], dim=2)  # [B, H, T, r]
+            k_long = self.ln_long(p.transpose(-1, -2) @ k)  # [B, H, r, d]
+            v_long = self.ln_long(p.transpose(-1, -2) @ v)
+            scores_long = (q_seg @ k_long.transpose(-1, -2)[:, :, None]) * scale  # [B, H, nseg, w, r]
+            allowed_long = None
+            # short: segment j sees keys [jw - w/2, (j+1)w + w/2)
+            k_win = F.pad(ks, (0, 0, half, Tp - T + half)).unfold(2, W2, w).transpose(-1, -2)  # [B,H,nseg,W2,d]
+            v_win = F.pad(vs, (0, 0, half, Tp - T + half)).unfold(2, W2, w).transpose(-1, -2)
+            allowed_short = F.pad(mask, (half, Tp - T + half), value=False).unfold(1, W2, w)  # [B, nseg, W2]
+            allowed_short = allowed_short[:, None, :, None, :]  # [B, 1, nseg, 1, W2]
+        else:
+            rk = self.segment_rank
+            # long: each complete segment is projected on its own; segment j reads segments < j
+            valid_seg = F.pad(mask, (0, Tp - T), value=False).view(B, nseg, w)  # [B, nseg, w]
+            p = masked_softmax(F.pad(logits, (0, 0, 0, Tp - T)).view(B, H, nseg, w, rk),
+                               valid_seg[:, None, :, :, None], dim=3)  # [B, H, nseg, w, rk]
+            k_long = self.ln_long(torch.einsum("bhjwr,bhjwd->bhjrd", p, F.pad(k, (0, 0, 0, Tp - T)).view(
+                B, H, nseg, w, d))).reshape(B, H, nseg * rk, d)  # [B, H, nseg*rk, d]
+            v_long = self.ln_long(torch.einsum("bhjwr,bhjwd->bhjrd", p, F.pad(v, (0, 0, 0, Tp - T)).view(
+                B, H, nseg, w, d))).reshape(B, H, nseg * rk, d)
+            scores_long = torch.einsum("bhjwd,bhld->bhjwl", q_seg, k_long) * scale  # [B, H, nseg, w, nseg*rk]
+            seg_idx = torch.arange(nseg, device=x.device)
+            earlier = (seg_idx[None, :] < seg_idx[:, None]).repeat_interleave(rk, dim=1)  # [nseg, nseg*rk]
+            land_valid = valid_seg.any(-1).repeat_interleave(rk, dim=1)  # [B, nseg*rk]
+            allowed_long = earlier[None, None, :, None, :] & land_valid[:, None, None, None, :]
+            # short: segment j sees keys of segments j-1 and j up to the query
+            W2 = 2 * w
+            k_win = F.pad(ks, (0, 0, w, Tp - T)).unfold(2, W2, w).transpose(-1, -2)  # [B, H, nseg, 2w, d]
+            v_win = F.pad(vs, (0, 0, w, Tp - T)).unfold(2, W2, w).transpose(-1, -2)
+            key_valid = F.pad(mask, (w, Tp - T), value=False).unfold(1, W2, w)  # [B, nseg, 2w]
+            qi = torch.arange(w, device=x.device)[:, None]
+            ki = torch.arange(W2, device=x.device)[None, :]
+            causal = ki <= qi + w  # key (j-1)w + ki <= query jw + qi
+            allowed_short = key_valid[:, None, :, None, :] & causal  # [B, 1, nseg, w, 2w]
+        scores_short = (q_seg @ k_win.transpose(-1, -2)) * scale  # [B, H, nseg, w, W2]
+        scores = torch.cat([scores_short, scores_long], -1)
+        ones_long = torch.ones(scores_long.shape[-1], dtype=torch.bool, device=x.device)
+        allowed = torch.cat([allowed_short.expand(B, 1, nseg, w, W2),
+                             (ones_long if allowed_long is None else allowed_long).expand(
+                                 B, 1, nseg, w, scores_long.shape[-1])], -1)
+        attn = masked_softmax(scores, allowed)
+        o = attn[..., :W2] @ v_win
+        if self.pattern == "noncausal":
+            o = o + attn[..., W2:] @ v_long[:, :, None]
+        else:
+            o = o + torch.einsum("bhjwl,bhld->bhjwd", attn[..., W2:], v_long)
+        o = o.reshape(B, H, Tp, d)[:, :, :T]
+        return self.merge_heads(o)

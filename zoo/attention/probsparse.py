@@ -1,0 +1,149 @@
+"""Informer's ProbSparse attention (Zhou et al., AAAI 2021): only the u = c*ceil(ln L_Q) "active" queries with the
+largest sparsity score attend to every key; the other ("lazy") queries output the mean of the values.
+
+Sparsity score of query i (the paper's max-mean measurement, estimated on U = c*ceil(ln L_K) sampled keys):
+    M_i = max_j s_ij - mean_j s_ij,   s_ij = q_i . k_j   over the sampled j.
+Patterns:
+- ``noncausal`` / ``cross``: the top-u queries are active; lazy queries output mean(V) over the (valid) keys.
+- ``causal`` (Informer's masked decoder variant): keys are sampled from the query's own past, a query is active when
+  its score is among the u largest of queries 0..t (so that no future token decides it), active queries attend
+  causally and lazy ones output the running mean of V. Informer's reference picks the global top-u (a later query can
+  change whether an earlier one is active) and uses the running *sum* of V; both would break causality or scale.
+When u >= L_Q every query is active and the result is exactly full softmax attention.
+
+Sampling uses the global torch RNG in training and a fixed-seed generator in eval mode, so evaluation is
+reproducible and a fixed function of the valid tokens. Padded batches are computed per sequence on its valid tokens.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.base import Attention
+
+_CHUNK_ELEMENTS = 1 << 24  # bound on the [B, H, chunk, L] intermediates of the sampled scores and the causal rank
+
+
+def _chunk(B: int, H: int, L: int) -> int:
+    return max(1, _CHUNK_ELEMENTS // max(1, B * H * L))
+
+
+def _budget(factor: int, length: int) -> int:
+    """min(L, factor * ceil(ln L)), at least 1: Informer's sample / top-query count."""
+    return min(length, max(1, factor * math.ceil(math.log(length))))
+
+
+def _causal_rank(score: torch.Tensor) -> torch.Tensor:
+    """[B, H, L] -> [B, H, L]: how many earlier queries (s < t) have a strictly larger score than query t."""
+    B, H, L = score.shape
+    chunk, ranks = _chunk(B, H, L), []
+    for start in range(0, L, chunk):
+        stop = min(L, start + chunk)
+        larger = score[..., None, :stop] > score[..., start:stop, None]  # [B, H, c, stop]: only keys before stop
+        larger[..., start:] &= torch.ones(stop - start, stop - start, dtype=torch.bool, device=score.device).tril(-1)
+        ranks.append(torch.count_nonzero(larger, dim=-1))
+    return torch.cat(ranks, dim=-1)
+
+
+@register_attention("probsparse")
+class ProbSparseAttention(Attention):
+    """Informer's ProbSparse attention: top-u queries by max-mean score attend fully, lazy queries take mean(V)."""
+
+    patterns = ("causal", "noncausal", "cross")
+    streaming = False
+    deterministic = True  # eval mode samples with a fixed seed and pads per sequence: a fixed function of valid tokens
+
+    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", factor: int = 5,
+                 eval_seed: int = 0) -> None:
+        super().__init__(embed_dim, num_heads, pattern)
+        if factor < 1:
+            raise ValueError(f"probsparse factor must be >= 1, got {factor}")
+        self.factor = factor
+        self.eval_seed = eval_seed
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, factor={self.factor}"
+
+    def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+               context_mask: torch.Tensor | None, state: Any, return_state: bool) -> torch.Tensor:
+        source, source_mask = (x, padding_mask) if context is None else (context, context_mask)
+        if (padding_mask is None or bool(padding_mask.all())) and (source_mask is None or bool(source_mask.all())):
+            return self._dense(x, source)
+        outputs = []
+        for b in range(x.shape[0]):  # padded batches: each sequence on its own valid tokens
+            q_idx = torch.arange(x.shape[1], device=x.device) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
+            s_idx = (torch.arange(source.shape[1], device=x.device) if source_mask is None
+                     else source_mask[b].nonzero()[:, 0])
+            y = x.new_zeros(x.shape[1:])  # [T, D], zeros at padded queries
+            if len(q_idx) and len(s_idx):
+                y = y.index_copy(0, q_idx, self._dense(x[b, q_idx][None], source[b, s_idx][None])[0].to(y.dtype))
+            outputs.append(y)
+        return torch.stack(outputs)
+
+    def _dense(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """x [B, Lq, D], source [B, Lk, D] (no padding) -> [B, Lq, D]."""
+        B, Lq, _ = x.shape
+        heads = lambda t: t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2).contiguous()  # noqa: E731
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(source)), heads(self.v_proj(source))  # [B, H, L, d]
+        out = self._probsparse(q, k, v)  # [B, H, Lq, d]
+        return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.embed_dim).to(x.dtype))
+
+    def _sample_keys(self, Lq: int, Lk: int, n: int, device: torch.device) -> torch.Tensor:
+        """[Lq, n] key indices per query (shared over batch and heads, as Informer); causal: from the query's past."""
+        gen = None if self.training else torch.Generator().manual_seed(self.eval_seed)
+        if self.pattern == "causal":
+            upper = torch.arange(1, Lq + 1)[:, None]  # [Lq, 1]: query t samples from [0, t]
+            idx = (torch.rand(Lq, n, generator=gen) * upper).long().minimum(upper - 1)
+        else:
+            idx = torch.randint(Lk, (Lq, n), generator=gen)
+        return idx.to(device)
+
+    @staticmethod
+    def _sparsity(q: torch.Tensor, k: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """max - mean of q_i . k_j over the sampled keys idx [Lq, U] -> [B, H, Lq]. Blocks of queries against all keys
+        then a gather: on CPU a matmul beats gathering a [B, H, Lq, U, d] key tensor several times over."""
+        B, H, Lq, _ = q.shape
+        chunk, scores = _chunk(B, H, k.shape[2]), []
+        for start in range(0, Lq, chunk):
+            full = q[:, :, start:start + chunk] @ k.transpose(-2, -1)  # [B, H, c, Lk]
+            scores.append(full.gather(-1, idx[start:start + chunk].expand(B, H, -1, -1)))  # [B, H, c, U]
+        sampled = torch.cat(scores, dim=2)  # [B, H, Lq, U]
+        return sampled.amax(-1) - sampled.mean(-1)
+
+    def _probsparse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [B, H, Lq, d], k/v [B, H, Lk, d] -> [B, H, Lq, d] in fp32 (fp64 for fp64 inputs)."""
+        causal = self.pattern == "causal"
+        Lq, Lk, d = q.shape[2], k.shape[2], q.shape[3]
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        n_top = _budget(self.factor, Lq)
+        with torch.no_grad():  # the selection is not differentiable
+            idx = self._sample_keys(Lq, Lk, _budget(self.factor, Lk), q.device)
+            score = self._sparsity(q, k, idx)  # [B, H, Lq]
+            if causal:
+                active = _causal_rank(score) < n_top  # [B, H, Lq]
+                n_sel = int(active.sum(-1).max())
+                sel = torch.argsort((~active).to(torch.int8), dim=-1, stable=True)[..., :n_sel]  # active first
+                sel_active = active.gather(-1, sel)  # [B, H, n]
+            else:
+                sel = score.topk(n_top, dim=-1, sorted=False).indices  # [B, H, n]
+        if causal:
+            lazy = v.cumsum(2) / torch.arange(1, Lk + 1, device=v.device, dtype=dtype)[:, None]  # running mean
+        else:
+            lazy = v.mean(2, keepdim=True).expand(-1, -1, Lq, -1)
+        sel_d = sel[..., None].expand(-1, -1, -1, d)  # [B, H, n, d]
+        scores = q.gather(2, sel_d) @ k.transpose(-2, -1) / math.sqrt(d)  # [B, H, n, Lk]
+        if causal:
+            scores = scores.masked_fill(torch.arange(Lk, device=q.device) > sel[..., None], float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, n, d]
+        if causal:
+            out = torch.where(sel_active[..., None], out, lazy.gather(2, sel_d))
+        return lazy.scatter(2, sel_d, out)

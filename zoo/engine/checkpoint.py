@@ -1,0 +1,216 @@
+"""Checkpoints on disk (DESIGN.md): a directory with ``model.safetensors`` (weights only), ``config.yaml`` (resolved
+config), ``meta.json`` (recipe, step, metrics, versions, git revision, sha256 of the weights) and, for resuming,
+``train_state.pt`` (optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``).
+
+Saves are atomic: everything is written into a temporary sibling directory, flushed, then renamed into place, and
+``last`` is a symlink swapped with ``os.replace``. A crash mid-save leaves the previous checkpoint intact. Loading
+refuses a missing, corrupt, truncated or mismatched checkpoint with a message naming the file and the reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors import SafetensorError
+from safetensors.torch import load_model as load_safetensors_model
+from safetensors.torch import save_model as save_safetensors_model
+from torch import nn
+
+from lavo_zoo.config import config_from_dict, to_dict
+from lavo_zoo.engine.env import git_revision, versions
+from lavo_zoo.errors import CheckpointError, ConfigError
+
+WEIGHTS, CONFIG, META, TRAIN_STATE = "model.safetensors", "config.yaml", "meta.json", "train_state.pt"
+LAST = "last"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain module inside DistributedDataParallel and/or torch.compile wrappers."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, nn.Module):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for f in path.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    _fsync_dir(path)
+
+
+def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_name: str, *,
+                    metrics: dict[str, float] | None = None, train_state: dict[str, Any] | None = None,
+                    keep_last: int = 0) -> Path:
+    """Write ``root/step-<step>`` atomically, point ``root/last`` at it and keep only the newest ``keep_last``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    model = unwrap(model)
+    save_safetensors_model(model, str(tmp / WEIGHTS))
+    (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    meta = {
+        "recipe": recipe_name,
+        "step": step,
+        "metrics": metrics or {},
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "weights_sha256": sha256_file(tmp / WEIGHTS),
+        "versions": versions(),
+        "git_revision": git_revision(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+    if train_state is not None:
+        torch.save(train_state, tmp / TRAIN_STATE)
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving a step (e.g. the end of a resumed run): swap without a gap
+        old = root / f".old-step-{step}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    link_tmp = root / f".{LAST}-{os.getpid()}"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(final.name, link_tmp)
+    os.replace(link_tmp, root / LAST)
+    _fsync_dir(root)
+    if keep_last > 0:
+        for old_dir in step_dirs(root)[:-keep_last]:
+            shutil.rmtree(old_dir, ignore_errors=True)
+    return final
+
+
+def step_dirs(root: Path) -> list[Path]:
+    """Complete checkpoint directories under ``root``, oldest first (temporary ones are ignored)."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The newest complete checkpoint under ``root`` (``last`` if valid, else the highest step-N), or None."""
+    last = root / LAST
+    if last.is_dir() and (last / META).is_file():
+        return last.resolve()
+    dirs = [d for d in step_dirs(root) if (d / META).is_file() and (d / WEIGHTS).is_file()]
+    return dirs[-1] if dirs else None
+
+
+# ------------------------------------------------------------------------------------------------------ loading
+def read_meta(path: Path) -> dict[str, Any]:
+    """``meta.json`` of checkpoint ``path`` after checking the directory and its files exist."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist or is not a directory")
+    for name in (WEIGHTS, CONFIG, META):
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing "
+                                  f"(a checkpoint directory holds {WEIGHTS}, {CONFIG} and {META})")
+    try:
+        meta = json.loads((path / META).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path / META} is corrupt: not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or "weights_sha256" not in meta or "recipe" not in meta:
+        raise CheckpointError(f"{path / META} is not a lavo-zoo checkpoint meta file "
+                              "(it needs 'recipe' and 'weights_sha256')")
+    return meta
+
+
+def verify_weights(path: Path, meta: dict[str, Any]) -> None:
+    actual = sha256_file(path / WEIGHTS)
+    if actual != meta["weights_sha256"]:
+        size = (path / WEIGHTS).stat().st_size
+        raise CheckpointError(f"{path / WEIGHTS} is corrupt or truncated: its sha256 is {actual} ({size} bytes) "
+                              f"but {META} records {meta['weights_sha256']}; restore or re-download the checkpoint")
+
+
+def read_config(path: Path, overrides: list[str] = ()) -> tuple[Any, Any]:
+    """(recipe, validated config) from the checkpoint's own ``config.yaml`` plus overrides."""
+    try:
+        data = yaml.safe_load((path / CONFIG).read_text())
+    except yaml.YAMLError as e:
+        raise CheckpointError(f"{path / CONFIG} is corrupt: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path / CONFIG} is corrupt: expected a mapping, got {type(data).__name__}")
+    try:
+        return config_from_dict(data, list(overrides), source=str(path / CONFIG))
+    except ConfigError as e:
+        if overrides:
+            raise
+        raise CheckpointError(f"{path / CONFIG} does not match this version of its recipe: {e}") from None
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    """Load ``path/model.safetensors`` into ``model`` strictly, explaining any mismatch."""
+    file = path / WEIGHTS
+    try:
+        missing, unexpected = load_safetensors_model(unwrap(model), str(file), strict=False)
+    except SafetensorError as e:
+        raise CheckpointError(f"{file} is corrupt or truncated and cannot be read ({e})") from None
+    except RuntimeError as e:  # shape mismatches from load_state_dict
+        detail = "; ".join(line.strip() for line in str(e).splitlines()[1:] if line.strip())[:800]
+        raise CheckpointError(f"{file} does not match the model built from {path / CONFIG}: {detail}") from None
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(sorted(missing)[:4])})")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} tensors (e.g. {', '.join(sorted(unexpected)[:4])})")
+        raise CheckpointError(f"{file} does not match the model built from {path / CONFIG}: {'; '.join(parts)}")
+
+
+def load_model(path: Path | str, device: torch.device | str = "cpu", overrides: list[str] = ()
+               ) -> tuple[Any, Any, nn.Module, dict[str, Any]]:
+    """(recipe, cfg, model in eval mode on ``device``, meta) rebuilt from checkpoint directory ``path``."""
+    path = Path(path).resolve()
+    meta = read_meta(path)
+    verify_weights(path, meta)
+    recipe, cfg = read_config(path, overrides)
+    model = recipe.build_model(cfg)
+    load_weights(model, path)
+    return recipe, cfg, model.to(device).eval(), meta
+
+
+def load_train_state(path: Path) -> dict[str, Any]:
+    file = Path(path) / TRAIN_STATE
+    if not file.is_file():
+        raise CheckpointError(f"cannot resume from {path}: {TRAIN_STATE} is missing (release checkpoints carry "
+                              "weights only; resume needs a checkpoint written by `lavo-zoo train`)")
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is unusable
+        raise CheckpointError(f"{file} is corrupt or truncated and cannot be loaded ({type(e).__name__}: {e})") from None

@@ -1,0 +1,89 @@
+"""Run logging: ``metrics.jsonl`` (one JSON object per logged step or evaluation), optional TensorBoard, and
+progress shown as a bar on a terminal or as plain periodic lines otherwise (CI, files)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from lavo_zoo.errors import ZooError
+
+
+class MetricsLog:
+    """Appends records to ``DIR/metrics.jsonl``; writes nothing when ``enabled`` is False (non-zero ranks)."""
+
+    def __init__(self, out_dir: Path, enabled: bool, tensorboard: bool = False) -> None:
+        self.path = out_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self.writer = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ZooError("train.tensorboard=true needs the tensorboard package: "
+                               "pip install 'lavo-zoo[tensorboard]'") from None
+            self.writer = SummaryWriter(str(out_dir / "tensorboard"))
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records beyond ``step`` (a resumed run replays them)."""
+        if not (self.enabled and self.path.is_file()):
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(clean) + "\n")
+        if self.writer is not None:
+            split = record.get("split", "train")
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("step", "epoch"):
+                    self.writer.add_scalar(f"{split}/{key}", value, record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class Progress:
+    """tqdm bar when ``stream`` is a terminal, else one plain line every ``every`` steps (and at the end)."""
+
+    def __init__(self, total: int, initial: int, enabled: bool, every: int, desc: str = "train",
+                 stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.total, self.every, self.enabled = total, max(1, every), enabled
+        self.start, self.start_step = time.time(), initial
+        self.bar = None
+        if enabled and self.stream.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, initial=initial, desc=desc, file=self.stream, dynamic_ncols=True)
+
+    def update(self, step: int, values: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        text = " ".join(f"{k}={v:.4g}" for k, v in values.items())
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix_str(text, refresh=False)
+        elif step % self.every == 0 or step == self.total:
+            rate = (step - self.start_step) / max(1e-9, time.time() - self.start)
+            print(f"step {step}/{self.total} {text} ({rate:.2f} steps/s)", file=self.stream, flush=True)
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,54 @@
+"""Optimisers and the learning-rate schedules the paper's recipes use, built from ``TrainConfig``."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from lavo_zoo.config import TrainConfig
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW (decoupled decay) or Adam; weight decay skips biases, norms and other 1-D parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+
+
+def lr_factor(cfg: TrainConfig, steps_per_epoch: int) -> Callable[[int], float]:
+    """step -> multiplier of ``cfg.lr`` (``step`` counts completed optimiser steps, from 0)."""
+    base, warm = cfg.lr, cfg.warmup_steps
+
+    def warmup(step: int) -> float | None:
+        if warm > 0 and step < warm:
+            return (cfg.warmup_init_lr + (base - cfg.warmup_init_lr) * (step + 1) / warm) / base
+        return None
+
+    def factor(step: int) -> float:
+        w = warmup(step)
+        if w is not None:
+            return w
+        if cfg.schedule == "constant":
+            return 1.0
+        if cfg.schedule == "inverse_sqrt":  # fairseq: lr * sqrt(warmup) / sqrt(step) after warmup
+            return math.sqrt(max(warm, 1)) / math.sqrt(max(step + 1, 1)) if warm else 1.0 / math.sqrt(step + 1)
+        if cfg.schedule == "cosine":
+            progress = min(1.0, (step - warm) / max(1, cfg.max_steps - warm))
+            return (cfg.min_lr + (base - cfg.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))) / base
+        if cfg.schedule == "exponential":  # per epoch, as Informer's "type1" (halve every epoch with gamma 0.5)
+            return cfg.decay_gamma ** (step // max(1, steps_per_epoch))
+        if cfg.schedule == "step":
+            return cfg.decay_gamma ** (step // max(1, cfg.decay_steps))
+        raise ValueError(f"unknown schedule {cfg.schedule}")
+
+    return factor
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+                    steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg, steps_per_epoch))

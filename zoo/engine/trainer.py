@@ -1,0 +1,330 @@
+"""The training loop every recipe shares.
+
+One optimiser step = ``train.grad_accum`` micro-batches from :class:`EpochBatches`; AdamW/Adam with the configured
+schedule; gradient clipping; bf16 autocast on CUDA (fp32 on CPU); optional ``torch.compile``; periodic validation
+(mean loss + the recipe's evaluator) with early stopping; atomic checkpoints every ``save_every`` steps keeping the
+newest ``keep_last``. ``--resume auto`` restores weights, optimiser, scheduler, every rank's RNG and the exact data
+position, so a killed run finishes with the same weights as an uninterrupted one. Under ``torchrun`` the model is
+wrapped in DistributedDataParallel and only rank 0 writes files.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+
+from lavo_zoo.config import save_config, to_dict
+from lavo_zoo.engine.checkpoint import (latest_checkpoint, load_train_state, load_weights, read_config, read_meta,
+                                        save_checkpoint, verify_weights)
+from lavo_zoo.engine.data import EpochBatches
+from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
+from lavo_zoo.engine.env import pick_device
+from lavo_zoo.engine.logging import MetricsLog, Progress
+from lavo_zoo.engine.optim import build_optimizer, build_scheduler
+from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
+from lavo_zoo.recipes.base import Recipe, to_device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's RNG states in types ``torch.load(weights_only=True)`` accepts."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
+    return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} -> {b!r}"]
+
+
+class Trainer:
+    """Trains ``recipe``'s model with config ``cfg`` into ``out_dir`` (see the module docstring)."""
+
+    def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
+                 resume: str | None = None) -> None:
+        self.recipe, self.cfg, self.tc, self.out = recipe, cfg, cfg.train, Path(out_dir)
+        self.ckpt_root = self.out / "checkpoints"
+        base = pick_device(device)
+        self.dist = init_distributed(base)
+        self.device = local_device(base, self.dist)
+        self.resume = resume
+        if self.tc.grad_accum < 1 or self.tc.batch_size < 1 or self.tc.max_steps < 0:
+            raise UsageError("train.batch_size and train.grad_accum must be >= 1 and train.max_steps >= 0")
+        precision = self.tc.precision
+        self.autocast_dtype = torch.bfloat16 if precision == "bf16" or (
+            precision == "auto" and self.device.type == "cuda") else None
+        self._val_loader: DataLoader | None = None
+        self._val_missing = False
+
+    # ------------------------------------------------------------------------------------------------ resume
+    def _resume_path(self) -> Path | None:
+        if self.resume is None:
+            if latest_checkpoint(self.ckpt_root) is not None:
+                raise UsageError(f"{self.out} already holds checkpoints from an earlier run "
+                                 f"(newest: {latest_checkpoint(self.ckpt_root).name}); pass --resume auto to "
+                                 "continue it, or choose another --out")
+            return None
+        if self.resume == "auto":
+            return latest_checkpoint(self.ckpt_root)
+        path = Path(self.resume)
+        if not path.is_dir():
+            raise UsageError(f"--resume {self.resume}: no such checkpoint directory (use 'auto' or a step-N dir)")
+        return path.resolve()
+
+    def _recover_interrupted_save(self) -> None:
+        """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
+        if not self.ckpt_root.is_dir():
+            return
+        for p in self.ckpt_root.glob(".old-step-*"):
+            final = self.ckpt_root / p.name.split("-", 1)[1].rsplit("-", 1)[0]
+            if final.exists():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.rename(final)
+        for p in self.ckpt_root.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+        for p in self.ckpt_root.glob(".last-*"):
+            p.unlink()
+
+    def _check_same_run(self, path: Path) -> None:
+        _, saved = read_config(path)
+        saved_d, now_d = to_dict(saved), to_dict(self.cfg)
+        changed = [d for key in ("recipe", "model", "data") for d in _diff(saved_d.get(key), now_d.get(key), key + ".")]
+        if changed:
+            raise UsageError(f"cannot resume from {path}: its config differs from this run's in "
+                             f"{'; '.join(changed[:5])}; resume with the same config or start a new --out")
+
+    # -------------------------------------------------------------------------------------------------- data
+    def _train_batches(self, ds: Dataset, plan: EpochBatches, epoch: int, offset: int
+                       ) -> Iterator[tuple[int, int, Any]]:
+        """(epoch, batches consumed in that epoch, batch) from position (epoch, offset) on, epoch after epoch."""
+        while self.tc.max_epochs is None or epoch < self.tc.max_epochs:
+            remaining = plan.epoch(epoch)[offset:]
+            # Its own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
+            # would make the RNG stream depend on when an epoch's loader was created (and break exact resume).
+            loader = DataLoader(ds, batch_sampler=remaining, collate_fn=self.recipe.collate,
+                                num_workers=self.tc.num_workers,
+                                generator=torch.Generator().manual_seed(self.tc.seed * 1_000_003 + epoch + 1))
+            for batch in loader:
+                offset += 1
+                yield epoch, offset, batch
+            epoch, offset = epoch + 1, 0
+
+    def _validation_loader(self) -> DataLoader | None:
+        if self._val_loader is None and not self._val_missing:
+            try:
+                ds = self.recipe.build_dataset(self.cfg, "validation")
+            except DataError as e:
+                self._val_missing = True
+                self.progress.message(f"no validation split, periodic validation is off: {e}")
+                return None
+            self._val_loader = DataLoader(ds, batch_size=self.recipe.eval_batch_size(self.cfg), shuffle=False,
+                                          collate_fn=self.recipe.collate, num_workers=self.tc.num_workers)
+        return self._val_loader
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    @torch.no_grad()
+    def validate(self, model: torch.nn.Module) -> dict[str, float]:
+        """Mean training loss and the evaluator's metrics over up to ``eval_batches`` validation batches."""
+        loader = self._validation_loader()
+        if loader is None:
+            return {}
+        limit = self.tc.eval_batches or None
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            model.eval()
+            losses = []
+            with self._autocast():
+                for i, batch in enumerate(loader):
+                    if limit and i >= limit:
+                        break
+                    losses.append(float(self.recipe.training_loss(model, to_device(batch, self.device))[0]))
+                evaluator = self.recipe.evaluate(model, self.cfg, "validation", self.device, max_batches=limit,
+                                                 batches=iter(loader))
+            model.train()
+        metrics = {"loss": sum(losses) / max(1, len(losses))}
+        for name, value in evaluator.compute().items():  # the evaluator's metrics, kept apart from the loss
+            metrics[f"eval_{name}" if name in metrics else name] = float(value)
+        return {k: mean_across(v, self.dist) for k, v in metrics.items()}
+
+    # --------------------------------------------------------------------------------------------------- fit
+    def fit(self) -> dict[str, float]:
+        """Train until ``max_steps``, ``max_epochs`` or early stopping; returns the last validation metrics."""
+        try:
+            return self._fit()
+        finally:
+            shutdown(self.dist)
+
+    def _fit(self) -> dict[str, float]:
+        tc, main = self.tc, self.dist.is_main
+        self.progress = Progress(tc.max_steps, 0, main, tc.log_every)
+        if main:
+            self._recover_interrupted_save()
+        barrier(self.dist)
+        resume_from = self._resume_path()
+
+        seed_everything(tc.seed)
+        model = self.recipe.build_model(self.cfg).to(self.device)
+        if self.dist.enabled:
+            torch.manual_seed(tc.seed + 7919 * self.dist.rank)  # distinct dropout per rank; init came from rank 0
+        train_ds = self.recipe.build_dataset(self.cfg, "train")
+        plan = EpochBatches(len(train_ds), tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
+        steps_per_epoch = max(1, len(plan) // tc.grad_accum)
+        optimizer = build_optimizer(model, tc)
+        scheduler = build_scheduler(optimizer, tc, steps_per_epoch)
+        pos = {"step": 0, "epoch": 0, "offset": 0, "best_val_loss": math.inf, "bad_evals": 0}
+        self._saved_step = 0
+
+        if resume_from is not None:
+            self._check_same_run(resume_from)
+            verify_weights(resume_from, read_meta(resume_from))
+            load_weights(model, resume_from)
+            state = load_train_state(resume_from)
+            if state.get("world_size", 1) != self.dist.world_size:
+                raise CheckpointError(f"{resume_from} was written by {state.get('world_size')} process(es); "
+                                      f"resume it with the same number (now {self.dist.world_size})")
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            restore_rng(state["rng"][self.dist.rank])
+            pos.update({k: state[k] for k in pos})
+            self._saved_step = pos["step"]
+            self.progress.message(f"resumed from {resume_from} at step {pos['step']}")
+        elif self.resume == "auto":
+            self.progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
+
+        log = MetricsLog(self.out, main, tc.tensorboard)
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            save_config(self.cfg, self.out / "config.yaml")
+            log.truncate_after(pos["step"])
+        train_model: torch.nn.Module = model
+        if self.dist.enabled:
+            train_model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda"
+                                                  else None)
+        if tc.compile:
+            train_model = torch.compile(train_model)
+
+        self.progress = Progress(tc.max_steps, pos["step"], main, tc.log_every)
+        stream = self._train_batches(train_ds, plan, pos["epoch"], pos["offset"])
+        window: list[float] = []
+        val_metrics: dict[str, float] = {}
+        t0 = time.time()
+        model.train()
+        while pos["step"] < tc.max_steps:
+            optimizer.zero_grad(set_to_none=True)
+            losses, extras = [], {}
+            for micro in range(tc.grad_accum):
+                try:
+                    epoch, offset, batch = next(stream)
+                except StopIteration:
+                    break
+                sync = (train_model.no_sync() if self.dist.enabled and micro < tc.grad_accum - 1
+                        else contextlib.nullcontext())
+                with sync:
+                    with self._autocast():
+                        loss, logs = self.recipe.training_loss(train_model, to_device(batch, self.device))
+                    if not torch.isfinite(loss):
+                        last = latest_checkpoint(self.ckpt_root)
+                        raise ZooError(f"the training loss is {float(loss.detach())} at step {pos['step'] + 1} (epoch {epoch}); "
+                                       f"stopped without saving. Last good checkpoint: {last or 'none'}. Lower "
+                                       "train.lr, set train.clip_grad_norm, or check the data for bad values")
+                    (loss / tc.grad_accum).backward()
+                losses.append(float(loss.detach()))
+                for k, v in logs.items():
+                    extras[k] = extras.get(k, 0.0) + float(v) / tc.grad_accum
+                pos["epoch"], pos["offset"] = epoch, offset
+            if len(losses) < tc.grad_accum:  # the last epoch ran out: a partial step is not taken
+                break
+            grad_norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
+                         if tc.clip_grad_norm > 0 else None)
+            optimizer.step()
+            scheduler.step()
+            pos["step"] += 1
+            step = pos["step"]
+            window.append(sum(losses) / len(losses))
+            self.progress.update(step, {"loss": window[-1], "lr": scheduler.get_last_lr()[0]})
+
+            if step % tc.log_every == 0 or step == tc.max_steps:
+                record = {"step": step, "split": "train", "epoch": pos["epoch"],
+                          "loss": mean_across(sum(window) / len(window), self.dist),
+                          "lr": scheduler.get_last_lr()[0], "time": round(time.time() - t0, 3), **extras}
+                if grad_norm is not None:
+                    record["grad_norm"] = float(grad_norm)
+                log.log(record)
+                window = []
+
+            stop = False
+            if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
+                val_metrics = self.validate(model)
+                if val_metrics:
+                    log.log({"step": step, "split": "validation", "epoch": pos["epoch"], **val_metrics})
+                    self.progress.message(f"step {step} validation: " +
+                                          " ".join(f"{k}={v:.4g}" for k, v in val_metrics.items()))
+                    if val_metrics["loss"] < pos["best_val_loss"]:
+                        pos["best_val_loss"], pos["bad_evals"] = val_metrics["loss"], 0
+                    else:
+                        pos["bad_evals"] += 1
+                        stop = 0 < tc.early_stopping_patience <= pos["bad_evals"]
+                        if stop:
+                            self.progress.message(f"early stopping: no better validation loss in "
+                                                  f"{pos['bad_evals']} evaluations")
+            if step % tc.save_every == 0 or step == tc.max_steps or stop:
+                self._save(model, optimizer, scheduler, pos, val_metrics)
+            if stop:
+                break
+        if pos["step"] != self._saved_step:  # the epochs ran out before max_steps
+            self._save(model, optimizer, scheduler, pos, val_metrics)
+        self.progress.close()
+        log.close()
+        return val_metrics
+
+    def _save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, pos: dict[str, Any],
+              metrics: dict[str, float]) -> None:
+        rng = capture_rng()
+        if self.dist.enabled:
+            gathered: list[Any] = [None] * self.dist.world_size
+            dist.all_gather_object(gathered, rng)
+        else:
+            gathered = [rng]
+        if self.dist.is_main:
+            state = {**pos, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                     "rng": gathered, "world_size": self.dist.world_size}
+            path = save_checkpoint(self.ckpt_root, pos["step"], model, self.cfg, self.recipe.name, metrics=metrics,
+                                   train_state=state, keep_last=self.tc.keep_last)
+            self.progress.message(f"saved {path}")
+        self._saved_step = pos["step"]
+        barrier(self.dist)
