@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import TOY, run_cli
+from engine_testing import TOY, run_cli
 from lavo_zoo.cli import main
 from lavo_zoo.config import resolve_config
 from lavo_zoo.engine.checkpoint import load_model, save_checkpoint

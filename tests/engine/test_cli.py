@@ -85,3 +85,13 @@ def test_non_terminal_progress_is_plain_lines(tmp_path, capsys):
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "step 2/4 loss=" in err and "step 4/4 loss=" in err and "\r" not in err
+
+
+def test_tensorboard_logging_writes_event_files(tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "r"
+    args = ["train", "tests/engine/data/toy.yaml", "train.max_steps=2", "train.log_every=1", "train.eval_every=0",
+            "train.tensorboard=true", "--out", str(out)]
+    assert main(args) == 0
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0

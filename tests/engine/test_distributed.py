@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RUNNER, TOY, weights
+from engine_testing import RUNNER, TOY, weights
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import TOY, run_cli, same_weights
+from engine_testing import TOY, run_cli, same_weights
 
 pytestmark = pytest.mark.slow
 
