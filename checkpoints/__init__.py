@@ -2,16 +2,16 @@
 
     list_checkpoints("lm/*")              index entries as rows for `lavo-zoo list checkpoints`
     resolve_checkpoint("lm/tiny-lavo@v1") a local checkpoint directory (downloaded, verified, unpacked as needed)
-    download("https://.../x.tar.gz#sha256=...")   the verified cached file
+    fetch_reference("https://.../x.tar.gz#sha256=...")   the verified cached file
 """
 from __future__ import annotations
 
 from typing import Any
 
 from lavo_zoo.checkpoints.index import IndexEntry, load_index
-from lavo_zoo.checkpoints.resolve import download, parse_reference, resolve_checkpoint
+from lavo_zoo.checkpoints.resolve import fetch_reference, parse_reference, resolve_checkpoint
 
-__all__ = ["IndexEntry", "download", "list_checkpoints", "load_index", "parse_reference", "resolve_checkpoint"]
+__all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "parse_reference", "resolve_checkpoint"]
 
 
 def list_checkpoints(pattern: str | None = None) -> list[dict[str, Any]]:

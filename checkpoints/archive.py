@@ -5,14 +5,13 @@ device files and FIFOs are refused (tar through the standard library's ``data`` 
 """
 from __future__ import annotations
 
-import json
 import re
 import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from lavo_zoo.checkpoints.cache import sha256_file
 from lavo_zoo.errors import CheckpointError
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -89,22 +88,12 @@ def find_checkpoint_dir(root: Path) -> Path:
     return found[0]
 
 
-def check_checkpoint_dir(path: Path) -> dict:
-    """meta.json of a checkpoint directory whose weights hash to its recorded weights_sha256 (else CheckpointError)."""
-    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
-    if missing:
-        raise CheckpointError(f"{path} is not a checkpoint directory: missing {', '.join(missing)}")
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{path / 'meta.json'} is not valid JSON: {e}") from e
-    expected = meta.get("weights_sha256") if isinstance(meta, dict) else None
-    if not expected:
-        raise CheckpointError(f"{path / 'meta.json'} has no weights_sha256")
-    actual = sha256_file(path / "model.safetensors")
-    if actual != expected:
-        raise CheckpointError(f"{path / 'model.safetensors'} does not match meta.json: weights_sha256 is "
-                              f"{expected}, the file hashes to {actual}")
+def check_checkpoint_dir(path: Path) -> dict[str, Any]:
+    """meta.json of a complete checkpoint directory whose weights match its weights_sha256 (else CheckpointError)."""
+    from lavo_zoo.engine.checkpoint import read_meta, verify_weights  # imports torch: only when checking
+
+    meta = read_meta(path)
+    verify_weights(path, meta)
     return meta
 
 

@@ -10,9 +10,9 @@ import yaml
 
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import check_checkpoint_dir, pack_checkpoint
-from lavo_zoo.checkpoints.index import NAME_RE, load_index, validate_entry
-from lavo_zoo.checkpoints.resolve import download as download_ref
-from lavo_zoo.checkpoints.resolve import unpack_checkpoint
+from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
+from lavo_zoo.checkpoints.download import folder_lock
+from lavo_zoo.checkpoints.resolve import fetch_reference, unpack_checkpoint
 from lavo_zoo.errors import CheckpointError, UsageError
 
 cache_dir_option = click.option(
@@ -47,7 +47,7 @@ def download(name_or_url: str, sha256: str | None, cache_dir: Path | None, unpac
     Interrupted transfers resume; a file that fails verification is deleted (exit 1). With LAVO_ZOO_OFFLINE=1 (or
     HF_HUB_OFFLINE=1) only the cache is used.
     """
-    path = download_ref(name_or_url, sha256, cache_dir)
+    path = fetch_reference(name_or_url, sha256, cache_dir)
     click.echo(unpack_checkpoint(path, name_or_url) if unpack else path)
 
 
@@ -121,8 +121,10 @@ def cache_rm(patterns: tuple[str, ...], remove_all: bool, cache_dir: Path | None
     if not chosen and not remove_all:
         raise UsageError(f"nothing in the cache {cache_mod.cache_root(cache_dir)} matches {' '.join(patterns)}")
     for entry in chosen:
-        cache_mod.remove_entry(entry)
-        click.echo(f"removed {entry.record.get('name') or entry.record.get('source') or entry.key}")
+        label = entry.record.get("name") or entry.record.get("source") or entry.key
+        with folder_lock(entry.folder, label):  # not while another process writes it
+            cache_mod.remove_entry(entry)
+        click.echo(f"removed {label}")
 
 
 # ----------------------------------------------------------------------------------------------------------- info
@@ -147,10 +149,18 @@ def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
         if key == "size":
             value = f"{value} ({human_size(value)})"
         elif key == "metrics":
-            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+            value = ", ".join(f"{k}={v}" for k, v in _flatten(value).items()) or "-"
         elif key == "cached":
             value = value or f"no (lavo-zoo download {name})"
         click.echo(f"{key + ':':<13}{value}")
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"val": {"ppl": 3}} -> {"val/ppl": 3}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
 
 
 # --------------------------------------------------------------------------------------------------------- export
@@ -182,16 +192,16 @@ def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None
     name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
     if not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    if source and not source.startswith(SOURCE_SCHEMES):
+        raise UsageError(f"--source must be an https:// URL or hf://org/repo@revision/path, got '{source}'")
     metrics, command = _release_metrics(meta, results, name)
     out.parent.mkdir(parents=True, exist_ok=True)
     pack_checkpoint(checkpoint.resolve(), out, with_train_state)
     digest, size = cache_mod.sha256_file(out), out.stat().st_size
     entry = {"name": name, "recipe": recipe, "config": name.split("@")[0],
              "source": source or f"<publish {out.name}, then put its https:// or hf:// address here>",
-             "sha256": digest, "size": size, "license": license_, **({"description": description} if description else {}),
-             "metrics": metrics, "command": command}
-    if source:
-        validate_entry(entry, where="the exported entry")
+             "sha256": digest, "size": size, "license": license_,
+             **({"description": description} if description else {}), "metrics": metrics, "command": command}
     click.echo(f"wrote {out}\nsha256 {digest}\nsize   {size} ({human_size(size)})\n\n"
                "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
     click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())

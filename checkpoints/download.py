@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -22,13 +23,14 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from lavo_zoo.checkpoints.cache import (PART_SUFFIX, RECORD, entry_dir, lock_path, offline, offline_variable,
+from lavo_zoo.checkpoints.cache import (PART_SUFFIX, RECORD, UNPACKED, entry_dir, lock_path, offline, offline_variable,
                                         read_record, sha256_file, write_json_atomic)
 from lavo_zoo.errors import CheckpointError, UsageError
 
 CHUNK = 1 << 20
 TIMEOUT = (10.0, 60.0)  # seconds: connect, and between bytes
 ATTEMPTS = 3            # transfers per download: the first and resumptions after a cut-off connection
+LOG_EVERY_S = 10.0      # progress lines when stderr is not a terminal (CI, files)
 HF_RE = re.compile(r"^hf://(?P<repo>[^/@]+/[^/@]+)(?:@(?P<revision>[^/]+))?/(?P<path>.+)$")
 
 
@@ -45,6 +47,8 @@ def fetch(source: str, sha256: str | None = None, *, name: str | None = None, ca
     """The cached, verified copy of ``source`` (http(s):// URL or hf://org/repo@revision/path), downloading it
     when needed. ``sha256`` is the expected hex digest; ``name`` the index name, kept in the cache record."""
     label = name or source
+    if not source.startswith(("https://", "http://", "hf://")):
+        raise UsageError(f"cannot download '{source}': give an http(s):// URL or hf://org/repo@revision/path")
     folder = entry_dir(source, cache_dir)
     if offline():
         cached = cached_file(folder, sha256)
@@ -58,11 +62,12 @@ def fetch(source: str, sha256: str | None = None, *, name: str | None = None, ca
         if cached is not None:
             return cached
         folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(folder / RECORD, {**read_record(folder), "source": source, "name": name})
         try:
             return _download_into(folder, source, sha256, name, timeout)
         finally:
-            if not any(folder.iterdir()):
-                folder.rmdir()  # nothing worth keeping (no finished file, no .part to resume)
+            if all(p.name == RECORD for p in folder.iterdir()):
+                shutil.rmtree(folder)  # nothing worth keeping: no verified file, no .part to resume
 
 
 def _download_into(folder: Path, source: str, sha256: str | None, name: str | None,
@@ -73,35 +78,34 @@ def _download_into(folder: Path, source: str, sha256: str | None, name: str | No
     part = target.with_name(target.name + PART_SUFFIX)
     if source.startswith("hf://"):
         _hf_download(source, part)
-    elif source.startswith(("https://", "http://")):
-        _http_download(source, part, timeout, label)
     else:
-        raise UsageError(f"cannot download '{source}': give an https:// URL or hf://org/repo@revision/path")
+        _http_download(source, part, timeout, label)
     actual = sha256_file(part)
     if sha256 is not None and actual != sha256:
         part.unlink()
         raise CheckpointError(f"sha256 mismatch for {label}: expected {sha256}, got {actual}. The download was "
-                              "deleted; the file at the source is not the one that was published.")
+                              "deleted; if this repeats, the file at the source is not the one that was published.")
     if sha256 is None:
         click.echo(f"warning: no sha256 given for {label}, so its integrity is not checked; it hashed to "
                    f"{actual} (pass --sha256 or append #sha256=HEX to the URL)", err=True)
     write_json_atomic(folder / RECORD, {
         "source": source, "name": name, "file": target.name, "sha256": actual, "pinned": sha256 is not None,
         "size": part.stat().st_size, "downloaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    shutil.rmtree(folder / UNPACKED, ignore_errors=True)  # unpacked from the file being replaced
     os.replace(part, target)
     return target
 
 
 @contextmanager
 def folder_lock(folder: Path, label: str) -> Iterator[None]:
-    """Hold the cache folder's file lock, saying so when another process has it."""
+    """Hold the cache folder's file lock (downloads, unpacking, removal), saying so when another process has it."""
     path = lock_path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path))
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
-        click.echo(f"waiting for another process that is downloading {label} ...", err=True)
+        click.echo(f"waiting for another process to finish with {label} ...", err=True)
         lock.acquire()
     try:
         yield
@@ -177,12 +181,16 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
         received = offset
         with open(part, mode) as f, tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
                                          desc=label, file=sys.stderr, disable=None, leave=False) as bar:
+            logged = time.monotonic()
             try:  # raw bytes (no content decoding), keeping whatever arrived before a connection broke
                 for chunk in response.raw.stream(CHUNK, decode_content=False):
                     f.write(chunk)
                     received += len(chunk)
                     bar.update(len(chunk))
-            except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as e:
+                    if bar.disable and time.monotonic() - logged > LOG_EVERY_S:  # no terminal: plain log lines
+                        logged = time.monotonic()
+                        click.echo(f"{label}: {received}{f' of {total}' if total else ''} bytes", err=True)
+            except (urllib3.exceptions.HTTPError, requests.RequestException, ConnectionError, TimeoutError) as e:
                 raise _Interrupted(received, total, _reason(e)) from e
     if total is not None and received < total:
         raise _Interrupted(received, total, "connection closed early")

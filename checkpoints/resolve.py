@@ -25,10 +25,6 @@ class Reference:
     sha256: str | None
     name: str | None = None
 
-    @property
-    def label(self) -> str:
-        return self.name or self.source
-
 
 def parse_reference(ref: str, sha256: str | None = None) -> Reference:
     """An index name (``lm/tiny-lavo@v1``), an http(s) URL (optionally ``#sha256=HEX``) or ``hf://org/repo@rev/path``;
@@ -47,7 +43,7 @@ def parse_reference(ref: str, sha256: str | None = None) -> Reference:
                      "nor a URL (https://... or hf://org/repo@revision/path)")
 
 
-def download(ref: str, sha256: str | None = None, cache_dir: Path | str | None = None) -> Path:
+def fetch_reference(ref: str, sha256: str | None = None, cache_dir: Path | str | None = None) -> Path:
     """The verified cached file for ``ref``, downloaded when needed."""
     reference = parse_reference(ref, sha256)
     return fetch(reference.source, reference.sha256, name=reference.name, cache_dir=cache_dir)
@@ -55,7 +51,7 @@ def download(ref: str, sha256: str | None = None, cache_dir: Path | str | None =
 
 def resolve_checkpoint(ref: str, cache_dir: Path | str | None = None) -> Path:
     """A local checkpoint directory for ``ref``: downloaded, verified and unpacked into the cache as needed."""
-    return unpack_checkpoint(download(ref, cache_dir=cache_dir), ref)
+    return unpack_checkpoint(fetch_reference(ref, cache_dir=cache_dir), ref)
 
 
 def unpack_checkpoint(archive: Path, label: str) -> Path:

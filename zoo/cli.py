@@ -7,9 +7,11 @@ recipe) are imported only when used, so ``lavo-zoo --help`` stays fast.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,7 @@ Examples:
   lavo-zoo eval runs/tiny/checkpoints/last
   lavo-zoo eval runs/tiny/checkpoints/last --split validation --out val.json
   lavo-zoo eval runs/tiny/checkpoints/last eval.batch_size=4 --device cpu
+  lavo-zoo eval release/tiny-lavo.tar.gz         # a packed checkpoint (lavo-zoo export)
   lavo-zoo eval lm/tiny-lavo@v1                 # a name from the checkpoint index (downloads once)""")
 @click.argument("checkpoint")
 @click.argument("overrides", nargs=-1)
@@ -181,15 +184,17 @@ Examples:
 @click.option("--max-batches", type=int, default=None, help="Score only the first N batches (quick checks).")
 def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: Path | None, device: str | None,
              max_batches: int | None) -> None:
-    """Score CHECKPOINT (a directory, an index name, a URL or an hf:// reference) on a split.
+    """Score CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) on a split.
 
     The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation settings), its
     recipe's evaluator runs, the metrics print as a table and, with --out, go to a results JSON.
     """
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
 
-    path = _resolve_checkpoint(checkpoint)
-    results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches)
+    with contextlib.ExitStack() as stack:
+        path = _resolve_checkpoint(checkpoint, stack)
+        results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches)
+    results["checkpoint"] = checkpoint
     click.echo(format_table(results))
     if out_file is not None:
         out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -197,14 +202,21 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
         click.echo(f"wrote {out_file}")
 
 
-def _resolve_checkpoint(ref: str) -> Path:
+def _resolve_checkpoint(ref: str, stack: contextlib.ExitStack) -> Path:
+    """A checkpoint directory for ``ref``: a directory as is; a local archive unpacked (safely) into a temporary
+    directory that ``stack`` removes; an index name, URL or hf:// reference through the download cache."""
     path = Path(ref)
     if path.is_dir():
         return path
-    looks_remote = "://" in ref or "@" in ref
-    if not looks_remote:
-        raise UsageError(f"checkpoint '{ref}' is not a directory; give a checkpoint directory "
-                         "(e.g. runs/x/checkpoints/last), an index name (lavo-zoo list checkpoints), a URL or hf://...")
+    from lavo_zoo.checkpoints.archive import find_checkpoint_dir, is_archive, safe_extract
+    if path.is_file() and is_archive(path):
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lavo-zoo-eval-")))
+        safe_extract(path, tmp)
+        return find_checkpoint_dir(tmp)
+    if "://" not in ref and "@" not in ref:
+        raise UsageError(f"checkpoint '{ref}' is neither a directory nor a .tar.gz/.zip archive; give a checkpoint "
+                         "directory (e.g. runs/x/checkpoints/last), an archive, an index name "
+                         "(lavo-zoo list checkpoints), a URL or hf://...")
     from lavo_zoo.checkpoints import resolve_checkpoint
     return resolve_checkpoint(ref)
 

@@ -14,6 +14,7 @@ own keys are merged over the parent's, mappings recursively.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import dataclasses
 import re
 import types
@@ -26,7 +27,13 @@ import yaml
 
 from lavo_zoo.errors import ConfigError, did_you_mean
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+def recipes_dir() -> Path:
+    """Where ``lavo_zoo.recipes`` lives (the repository's recipes/ in an editable install, else site-packages)."""
+    spec = importlib.util.find_spec("lavo_zoo.recipes")
+    return Path(next(iter(spec.submodule_search_locations)))
+
 # PyYAML follows YAML 1.1, which reads 3e-4 (no dot) as a string; numbers like that are floats here.
 _SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -77,7 +84,7 @@ class RunConfig:
 # ----------------------------------------------------------------------------------------------- finding & loading
 def available_configs() -> list[str]:
     """Every built-in config name, ``<domain>/<name>``."""
-    return sorted(f"{p.parent.parent.name}/{p.stem}" for p in RECIPES_DIR.glob("*/configs/*.yaml"))
+    return sorted(f"{p.parent.parent.name}/{p.stem}" for p in recipes_dir().glob("*/configs/*.yaml"))
 
 
 def find_config(name_or_path: str | Path) -> Path:
@@ -88,7 +95,7 @@ def find_config(name_or_path: str | Path) -> Path:
             raise ConfigError(f"config file {path} does not exist")
         return path
     domain, _, name = str(name_or_path).partition("/")
-    candidate = RECIPES_DIR / domain / "configs" / f"{name}.yaml"
+    candidate = recipes_dir() / domain / "configs" / f"{name}.yaml"
     if name and candidate.is_file():
         return candidate
     names = available_configs()

@@ -34,6 +34,7 @@ from lavo_zoo.recipes.lm.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
+CACHE_FORMAT = 1  # bump when the token file layout changes, so that old caches are rebuilt
 
 
 def cache_root() -> Path:
@@ -63,7 +64,8 @@ def split_files(root: Path, split: str) -> list[Path]:
 
 def _fingerprint(files: list[Path], tokenizer: Tokenizer) -> str:
     stats = [(f.name, (s := f.stat()).st_size, s.st_mtime_ns) for f in files]
-    payload = json.dumps({"tokenizer": tokenizer.name, "vocab": tokenizer.vocab_size, "files": stats})
+    payload = json.dumps({"format": CACHE_FORMAT, "tokenizer": tokenizer.name, "vocab": tokenizer.vocab_size,
+                          "dtype": token_dtype(tokenizer.vocab_size).str, "files": stats})
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -90,13 +90,16 @@ class LanguageModelling(Recipe):
         tokens = split_tokens(cfg, split)
         L, batch_size = cfg.data.block_size, self.eval_batch_size(cfg)
         lengths = [round(L * f) for f in cfg.eval.length_factors]
-        if not lengths or min(lengths) < 1:
-            raise UsageError(f"eval.length_factors must be positive numbers, got {cfg.eval.length_factors}")
-        budget = min(x for x in (tokens.size - 1, cfg.eval.max_tokens, (max_batches or 0) * batch_size * L) if x)
-        scored = budget // max(lengths) * max(lengths)
-        if scored == 0:
-            raise DataError(f"split '{split}' has {tokens.size} tokens (limit {budget}), fewer than one block of the "
-                            f"longest evaluation length {max(lengths)}; lower eval.length_factors or data.block_size")
+        if (not lengths and not cfg.eval.stream) or min(lengths, default=1) < 1:
+            raise UsageError(f"eval.length_factors must be positive numbers (or empty with eval.stream=true), "
+                             f"got {cfg.eval.length_factors}")
+        if lengths:
+            budget = min(x for x in (tokens.size - 1, cfg.eval.max_tokens, (max_batches or 0) * batch_size * L) if x)
+            scored = budget // max(lengths) * max(lengths)
+            if scored == 0:
+                raise DataError(f"split '{split}' has {tokens.size} tokens (limit {budget}), fewer than one block of "
+                                f"the longest evaluation length {max(lengths)}; lower eval.length_factors or "
+                                "data.block_size")
         for length in lengths:
             blocks = TokenBlocks(tokens, length, max_tokens=scored)
             for batch in DataLoader(blocks, batch_size=max(1, batch_size * L // length)):

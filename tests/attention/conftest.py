@@ -46,7 +46,7 @@ def compare(attn: Attention, reference: Callable, T: int, padded: bool) -> None:
     grads_ref = torch.autograd.grad((y_ref * g).sum(), inputs + params, materialize_grads=True)
     names = ["x", "context"][:len(inputs)] + [n for n, _ in attn.named_parameters()]
     for name, a, b in zip(names, grads, grads_ref):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=lambda m: f"grad of {name}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=lambda m, name=name: f"grad of {name}: {m}")
 
 
 def stream(attn: Attention, x: torch.Tensor, sizes: list[int]) -> torch.Tensor:

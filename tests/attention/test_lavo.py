@@ -139,7 +139,7 @@ def test_bad_inputs_refused():
     attn = build_attention("lavo", 32, 4, "causal", num_bases=4)
     with pytest.raises(ValueError, match=r"shape \[B, T, 32\]"):
         attn(torch.randn(1, 5, 24))
-    with pytest.raises(ValueError, match="LavoState"):
+    with pytest.raises(TypeError, match="LavoState"):
         attn(torch.randn(1, 5, 32), state=("not", "a", "state"), return_state=True)
 
 

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
+from lavo_zoo.attention._blocked import window_attention
+from lavo_zoo.attention._flex import flex_window_attention
 from lavo_zoo.attention.reference import local_reference, sdpa_reference
 from lavo_zoo.errors import UsageError
 
@@ -77,5 +79,18 @@ def test_errors():
         build_attention("sdpa", 16, 2, "cross", rope=True)
     with pytest.raises(UsageError, match="does not support pattern 'cross'"):
         build_attention("local", 16, 2, "cross")
-    with pytest.raises(ValueError, match="KVCache"):
+    with pytest.raises(TypeError, match="KVCache"):
         build_attention("sdpa", 16, 2, "causal")(torch.randn(1, 3, 16), state=object(), return_state=True)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("causal, prefix", [(True, 0), (True, 3), (False, 0)])
+def test_cuda_flex_window_logic_matches_blocked(causal, prefix):
+    """The fused CUDA path's mask_mod / score_mod, run by flex_attention's eager forward on CPU."""
+    B, H, T, d, w = 2, 2, 37, 8, 4
+    q, k, v = torch.randn(B, H, T, d), torch.randn(B, H, prefix + T, d), torch.randn(B, H, prefix + T, d)
+    bias, key_mask = torch.randn(H, 2 * w - 1), torch.rand(B, prefix + T) > 0.2
+    out = flex_window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask, compiled=False)
+    ref = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask)
+    real = key_mask[:, None, prefix:, None]  # rows of real queries (rows without any real key may differ)
+    torch.testing.assert_close(out * real, ref * real, rtol=1e-5, atol=1e-5)

@@ -43,6 +43,18 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+        """What huggingface_hub asks first: size, commit and ETag (the sha256, as the Hub gives for LFS files)."""
+        data = self.server.state.files.get(self.path)  # type: ignore[attr-defined]
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Repo-Commit", "0" * 40)
+        self.send_header("ETag", f'"{sha256(data)}"')
+        self.end_headers()
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         state: FileServer = self.server.state  # type: ignore[attr-defined]
         wanted = self.headers.get("Range")

@@ -5,7 +5,7 @@ import socket
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from ckpt_testing import FileServer, Handler, make_checkpoint

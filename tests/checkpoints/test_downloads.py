@@ -46,6 +46,7 @@ def test_repeated_cut_offs_keep_the_part_file_for_the_next_run(server: FileServe
         fetch(server.url("/a.bin"), DIGEST)
     part = entry_dir(server.url("/a.bin")) / "a.bin.part"
     assert part.stat().st_size == 9000
+    assert [(e.state, e.record["source"]) for e in list_entries()] == [("partial", server.url("/a.bin"))]
     assert fetch(server.url("/a.bin"), DIGEST).read_bytes() == DATA
     assert server.requests[-1] == ("/a.bin", "bytes=9000-")
 
@@ -93,7 +94,7 @@ def test_download_without_hash_warns_and_records_the_hash(server: FileServer,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     server.files["/a.bin"] = DATA
     path = fetch(server.url("/a.bin"))
-    assert f"no sha256 given" in capsys.readouterr().err
+    assert "no sha256 given" in capsys.readouterr().err
     assert read_record(path.parent)["sha256"] == DIGEST and read_record(path.parent)["pinned"] is False
 
 
@@ -175,6 +176,20 @@ def test_hf_reference_goes_through_huggingface_hub_and_is_verified(monkeypatch: 
     assert sorted(p.name for p in path.parent.iterdir()) == ["a.tar.gz", "record.json"]
     with pytest.raises(CheckpointError, match="sha256 mismatch"):
         fetch("hf://org/repo@abc123/ckpts/b.tar.gz", "1" * 64)
+
+
+def test_hf_reference_through_the_real_huggingface_hub(server: FileServer, isolated_cache: Path) -> None:
+    """The installed huggingface_hub against the loopback server as its endpoint (skipped without the hf extra)."""
+    pytest.importorskip("huggingface_hub")
+    server.files["/org/repo/resolve/abc123/ckpts/a.tar.gz"] = DATA
+    env = {**os.environ, "HF_ENDPOINT": server.base, "LAVO_ZOO_CACHE": str(isolated_cache),
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(isolated_cache / "hf-home")}
+    script = "import sys; from lavo_zoo.checkpoints.download import fetch; print(fetch(sys.argv[1], sys.argv[2]))"
+    ok = subprocess.run([sys.executable, "-c", script, "hf://org/repo@abc123/ckpts/a.tar.gz", DIGEST], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert Path(ok.stdout.strip()).read_bytes() == DATA
+    assert sorted(p.name for p in Path(ok.stdout.strip()).parent.iterdir()) == ["a.tar.gz", "record.json"]
 
 
 def test_hf_without_huggingface_hub_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,3 +113,11 @@ def test_eval_writes_results_json(tmp_path):
     assert res["metrics"]["loss"]["higher_is_better"] is False and res["metrics"]["loss"]["value"] > 0
     bad_split = run_cli("eval", str(out / "checkpoints" / "last"), "--split", "dev")
     assert bad_split.returncode == 2 and "no split 'dev'" in bad_split.stderr
+
+    # a checkpoint packed for release scores the same from its archive
+    archive = tmp_path / "toy.tar.gz"
+    assert run_cli("export", str(out / "checkpoints" / "last"), str(archive)).returncode == 0
+    packed = run_cli("eval", str(archive), "--split", "validation", "--out", str(tmp_path / "p.json"))
+    assert packed.returncode == 0, packed.stderr
+    from_archive = json.loads((tmp_path / "p.json").read_text())
+    assert from_archive["metrics"] == res["metrics"] and from_archive["checkpoint"] == str(archive)

@@ -48,7 +48,7 @@ def test_list_table(capsys):
     (["train", "no/such-config"], 2, "no config named 'no/such-config'"),
     (["list", "widgets"], 2, "Invalid value"),
     (["train"], 2, "Missing argument"),
-    (["eval", "/nonexistent/dir"], 2, "is not a directory"),
+    (["eval", "/nonexistent/dir"], 2, "is neither a directory nor"),
     (["train", "tests/engine/data/toy.yaml", "train.optimizer=sgd"], 2, "must be one of 'adamw', 'adam'"),
     (["train", "tests/engine/data/toy.yaml", "--device", "cuda:7"], 2, "no CUDA GPU"),
     (["nosuchcommand"], 2, "No such command"),

@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from lavo_zoo.attention import _flex
+
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax."""
@@ -32,13 +34,16 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     q [B, H, Tq, d]; k, v [B, H, Tk, d] with Tk = P + Tq: the first P keys are a streaming prefix (the previous
     chunk's last keys, causal only) and query i sits at key position P + i. key_mask [B, Tk] bool (True = real key).
     A query whose window holds no real key (only possible for padded queries) gets finite garbage, never NaN.
+    On CUDA, long chunks go through the fused flex_attention kernel of :mod:`lavo_zoo.attention._flex`.
     """
-    B, H, Tq, d = q.shape
+    ct = compute_dtype(q.dtype)
+    if _flex.enabled(q, dropout, training):
+        return _flex.flex_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask).to(ct)
+    B, _, Tq, d = q.shape
     Tk, w = k.shape[2], window
     P = Tk - Tq
     if P < 0 or (P and not causal):
         raise ValueError(f"window_attention: {Tk} keys for {Tq} queries (a key prefix is only valid when causal)")
-    ct = compute_dtype(q.dtype)
     n = math.ceil(Tk / w)
     end = n * w - Tk
     after = end + (0 if causal else w)

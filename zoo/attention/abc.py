@@ -13,6 +13,7 @@ running sums are the streaming state.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,12 +23,21 @@ from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax
 
 
+@dataclass
+class ABCState:
+    """Streaming state of causal ABC: stabilised running sums over all past tokens."""
+
+    k_sum: torch.Tensor  # [B, H, n, d] sum_i exp(s_i - m) k_i^T
+    v_sum: torch.Tensor  # [B, H, n, d] sum_i exp(s_i - m) v_i^T
+    z: torch.Tensor  # [B, H, n] sum_i exp(s_i - m)
+    m: torch.Tensor  # [B, H, n] running max of the slot logits (the stabiliser)
+
+
 @register_attention("abc")
 class ABCAttention(ProjectedAttention):
     """ABC (Peng et al. 2022): bounded memory of ``num_slots`` slots per head; causal with cumulative memory.
 
-    Streaming state: ``(Sk, Sv, z, m)``: stabilised running sums of exp(s) k^T, exp(s) v^T [B, H, n, d], of exp(s)
-    [B, H, n], and the stabiliser m [B, H, n] (the running max of s).
+    Streaming state: :class:`ABCState` (fixed size, n x d per head).
     """
 
     patterns = ("causal", "noncausal", "cross")
@@ -77,7 +87,7 @@ class ABCAttention(ProjectedAttention):
             z = q.new_zeros(B, H, n)
             m = q.new_full((B, H, n), float("-inf"))
         else:
-            sk, sv, z, m = state
+            sk, sv, z, m = state.k_sum, state.v_sum, state.z, state.m
         scale = self.head_dim ** -0.5
         outs = []
         for a in range(0, T, self.chunk_size):
@@ -106,4 +116,4 @@ class ABCAttention(ProjectedAttention):
             z = z + e.sum(2)
             m = m_new
         o = torch.cat(outs, 2) if outs else q.new_zeros(B, H, 0, d)
-        return o, (sk, sv, z, m)
+        return o, ABCState(sk, sv, z, m)

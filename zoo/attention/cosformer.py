@@ -23,6 +23,7 @@ How M (the length-dependent reweighting) is chosen:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,12 +32,22 @@ from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.vanilla import ProjectedAttention
 
 
+@dataclass
+class CosFormerState:
+    """Streaming state of causal cosFormer: cos/sin-weighted prefix sums and the number of tokens seen."""
+
+    s_cos: torch.Tensor  # [B, H, d, d] sum_j relu(k_j) cos(a_j) v_j^T
+    s_sin: torch.Tensor  # [B, H, d, d]
+    z_cos: torch.Tensor  # [B, H, d] sum_j relu(k_j) cos(a_j)
+    z_sin: torch.Tensor  # [B, H, d]
+    n: int  # tokens seen
+
+
 @register_attention("cosformer")
 class CosFormerAttention(ProjectedAttention):
     """cosFormer (Qin et al. 2022): ReLU linear attention with cos re-weighting; causal via prefix sums.
 
-    Streaming state (causal): ``(S_cos, S_sin, z_cos, z_sin, n)``: S [B, H, d, d], z [B, H, d], n the number of
-    tokens seen (int).
+    Streaming state (causal): :class:`CosFormerState` (fixed size, d x d per head).
     """
 
     patterns = ("causal", "noncausal", "cross")
@@ -99,7 +110,7 @@ class CosFormerAttention(ProjectedAttention):
             z_cos, z_sin = fq.new_zeros(B, H, d), fq.new_zeros(B, H, d)
             n = 0
         else:
-            s_cos, s_sin, z_cos, z_sin, n = state
+            s_cos, s_sin, z_cos, z_sin, n = state.s_cos, state.s_sin, state.z_cos, state.z_sin, state.n
         pos = n + self.positions(mask, B, T, fq.device)  # [B, T]
         if T and n + T > self.max_length and int(pos.max()) > self.max_length:  # cheap check first
             raise ValueError(f"cosformer (causal) reweights distances up to max_length={self.max_length} "
@@ -121,4 +132,4 @@ class CosFormerAttention(ProjectedAttention):
             z_cos = z_cos + kcc.sum(2)
             z_sin = z_sin + ksc.sum(2)
         o = torch.cat(outs, 2) if outs else v.new_zeros(B, H, 0, d)
-        return o, (s_cos, s_sin, z_cos, z_sin, n + T)  # (streaming takes no padding mask)
+        return o, CosFormerState(s_cos, s_sin, z_cos, z_sin, n + T)  # (streaming takes no padding mask)

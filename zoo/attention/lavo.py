@@ -107,17 +107,18 @@ class LavoAttention(Attention):
     def _read(self, q: torch.Tensor, mem: torch.Tensor) -> torch.Tensor:
         """Read the orthogonal memory. q [B, H, *, n, d], mem [B, H, *, 1 or n, d] (mean features) -> [B, H, *, n, d]."""
         ct = compute_dtype(q.dtype)
-        b = self.bases.to(ct).view(self.num_heads, *[1] * (q.dim() - 4), self.num_bases, self.head_dim)  # [H,..,r,d]
-        h = mem.to(ct) @ b.transpose(-1, -2)                     # [B, H, *, 1|n, r]  H = B m
-        s = h * (q.to(ct) @ b.transpose(-1, -2)) * self.head_dim ** -0.5  # [B, H, *, n, r]  s_i = scale H_i (b_i . q)
-        p = torch.softmax(s, dim=-1)
+        B, H, d, r = q.shape[0], self.num_heads, self.head_dim, self.num_bases
+        b = self.bases.to(ct)                                    # [H, r, d]; matmuls on [B, H, N, d] broadcast it
+        h = (mem.to(ct).reshape(B, H, -1, d) @ b.mT).view(*mem.shape[:-1], r)  # [B, H, *, 1|n, r]  H = B m
+        s = h * (q.to(ct).reshape(B, H, -1, d) @ b.mT).view(*q.shape[:-1], r) * d ** -0.5  # s_i = scale H_i (b_i.q)
+        p = torch.softmax(s, dim=-1)                             # [B, H, *, n, r]
         if self.dropout and self.training:
             p = F.dropout(p, self.dropout, training=True)
-        return (p * h) @ b                                       # [B, H, *, n, d]  B^T (p * H)
+        return ((p * h).reshape(B, H, -1, r) @ b).view(q.shape)  # [B, H, *, n, d]  B^T (p * H)
 
     def _check_state(self, state: object, x: torch.Tensor) -> None:
         if not isinstance(state, LavoState):
-            raise ValueError(f"state must be the LavoState returned by this attention, got {type(state).__name__}")
+            raise TypeError(f"state must be the LavoState returned by this attention, got {type(state).__name__}")
         if state.keys.shape[:2] != (x.shape[0], self.num_heads) or state.keys.shape[-1] != self.head_dim:
             raise ValueError(f"state is for batch/heads/head_dim {list(state.keys.shape[:2])}/{state.keys.shape[-1]},"
                              f" input has batch {x.shape[0]} and this layer {self.num_heads} heads of {self.head_dim}")
@@ -195,7 +196,7 @@ class LavoAttention(Attention):
     def _running(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
                  state: LavoState | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t."""
-        B, H, T, d = feats.shape
+        B, H, _, d = feats.shape
         prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
         cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
         count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]

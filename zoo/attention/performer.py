@@ -15,6 +15,7 @@ new ones), so the module is deterministic in eval and train mode.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,12 +37,20 @@ def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.
     return (w * norms).to(dtype)
 
 
+@dataclass
+class PerformerState:
+    """Streaming state of causal Performer: key-feature prefix sums scaled by exp(-m)."""
+
+    kv: torch.Tensor  # [B, H, m, d] sum_s phi(k_s) v_s^T
+    z: torch.Tensor  # [B, H, m] sum_s phi(k_s)
+    m: torch.Tensor  # [B, H] running stabiliser (max log-feature)
+
+
 @register_attention("performer")
 class PerformerAttention(ProjectedAttention):
     """Performer FAVOR+ (Choromanski et al. 2021) with ``num_features`` positive orthogonal random features.
 
-    Streaming state (causal): ``(S, z, m)``: S [B, H, m, d] and z [B, H, m] the key-feature prefix sums scaled by
-    exp(-m), m [B, H] the running stabiliser.
+    Streaming state (causal): :class:`PerformerState` (fixed size, m x d per head).
     """
 
     patterns = ("causal", "noncausal", "cross")
@@ -103,7 +112,7 @@ class PerformerAttention(ProjectedAttention):
             z = v.new_zeros(B, H, mf)
             m = v.new_full((B, H), float("-inf"))
         else:
-            kv, z, m = state
+            kv, z, m = state.kv, state.z, state.m
         outs = []
         for a in range(0, T, self.chunk_size):
             b = min(a + self.chunk_size, T)
@@ -126,4 +135,4 @@ class PerformerAttention(ProjectedAttention):
             z = z + pk.sum(2)
             m = m_new
         o = torch.cat(outs, 2) if outs else v.new_zeros(B, H, 0, d)
-        return o, (kv, z, m)
+        return o, PerformerState(kv, z, m)

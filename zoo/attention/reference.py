@@ -59,7 +59,7 @@ def _key_mask(mask: torch.Tensor | None, B: int, T: int) -> torch.Tensor:
 def local_window(attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
                  padding_mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Exact w-key window attention with a dense [T, T] mask and optional relative-bias table."""
-    B, H, T, d = q.shape
+    B, _, T, _ = q.shape
     w = attn.window_size
     allowed = window_mask(T, w, causal)[None, None] & _key_mask(padding_mask, B, T)
     return dense_attention(q, k, v, allowed, None if table is None else relative_bias(table, T, w))

@@ -206,6 +206,12 @@ def s4d_reference(m, x, padding_mask=None, context=None, context_mask=None, stat
     return (y, h_last) if return_state else y
 
 
+def s4d_kernel_reference(dtA: torch.Tensor, cb: torch.Tensor, L: int) -> torch.Tensor:
+    """The direct Vandermonde form K_l = 2 Re(sum_n C'_n exp(dtA_n l)): [..., N2] -> [..., L]."""
+    pos = torch.arange(L).to(dtA.dtype)
+    return 2 * (cb[..., None] * torch.exp(dtA[..., None] * pos)).sum(-2).real
+
+
 def lara_reference(m, x, padding_mask=None, context=None, context_mask=None):
     """LARA in its importance-sampling form (eval mode, omega_c = mu_c): for each query n,
     o_n = sum_c w_nc S_c / sum_c w_nc z_c, S_c = sum_m xi(k_m, w_c) v_m, z_c = sum_m xi(k_m, w_c),

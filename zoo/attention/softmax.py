@@ -55,7 +55,7 @@ def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
 
 def _check_state(state: object, cls: type, x: torch.Tensor, num_heads: int) -> None:
     if not isinstance(state, cls):
-        raise ValueError(f"state must be the {cls.__name__} returned by this attention, got {type(state).__name__}")
+        raise TypeError(f"state must be the {cls.__name__} returned by this attention, got {type(state).__name__}")
     if state.keys.shape[:2] != (x.shape[0], num_heads):
         raise ValueError(f"state is for batch/heads {list(state.keys.shape[:2])}, input has batch {x.shape[0]}")
 
@@ -100,8 +100,7 @@ class SDPAttention(_Projected):
     def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
                context_mask: torch.Tensor | None, state: KVCache | None, return_state: bool
                ) -> torch.Tensor | tuple[torch.Tensor, KVCache]:
-        B, T, _ = x.shape
-        H = self.num_heads
+        T, H = x.shape[1], self.num_heads
         src = x if context is None else context
         q, k, v = (split_heads(p(t), H) for p, t in ((self.q_proj, x), (self.k_proj, src), (self.v_proj, src)))
         if state is not None:

@@ -6,6 +6,7 @@ W_q, W_k, W_v, W_o projections, :func:`masked_softmax`, :func:`segment_means`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -73,11 +74,19 @@ class ProjectedAttention(Attention):
                 self.split_heads(self.v_proj(src)))
 
 
+@dataclass
+class KVCache:
+    """Streaming state of :class:`VanillaAttention`: all past keys and values [B, H, S, d]."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+
 @register_attention("vanilla")
 class VanillaAttention(ProjectedAttention):
     """Plain softmax attention, score matrix materialised (the paper's 1.0x reference); KV-cache streaming.
 
-    Streaming state: ``(k, v)`` caches [B, H, S, d] of all past keys and values (grows with the sequence).
+    Streaming state: :class:`KVCache` of all past keys and values (grows with the sequence).
     """
 
     patterns = ("causal", "noncausal", "cross")
@@ -94,9 +103,8 @@ class VanillaAttention(ProjectedAttention):
         key_mask = context_mask if self.pattern == "cross" else padding_mask  # [B, S] or None
         offset = 0
         if state is not None:
-            k_past, v_past = state
-            offset = k_past.shape[2]
-            k, v = torch.cat([k_past, k], 2), torch.cat([v_past, v], 2)
+            offset = state.k.shape[2]
+            k, v = torch.cat([state.k, k], 2), torch.cat([state.v, v], 2)
         T, S = q.shape[2], k.shape[2]
         scores = (q @ k.transpose(-1, -2)) * self.head_dim ** -0.5  # [B, H, T, S]
         allowed = None if key_mask is None else key_mask[:, None, None, :]  # [B, 1, 1, S]
@@ -104,4 +112,4 @@ class VanillaAttention(ProjectedAttention):
             causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(offset)  # key s <= offset + t
             allowed = causal if allowed is None else allowed & causal
         y = self.merge_heads(masked_softmax(scores, allowed) @ v)
-        return (y, (k, v)) if return_state else y
+        return (y, KVCache(k, v)) if return_state else y

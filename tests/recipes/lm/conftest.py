@@ -1,36 +1,8 @@
-"""Helpers for the LM recipe tests: tiny configs, an isolated token cache, attentions that may still be missing."""
-from __future__ import annotations
-
-from typing import Any
-
+"""Every LM test writes its token cache and built-in corpus under one session temp dir, never the user cache."""
 import pytest
-
-from lavo_zoo.attention import ATTENTIONS
-from lavo_zoo.config import config_from_dict
-
-# (attention, options) pairs the streaming/generation tests cover, where registered
-CAUSAL_ATTENTIONS = [("vanilla", {}), ("lavo", {"num_bases": 8, "window_size": 4}), ("sdpa", {}),
-                     ("sdpa", {"rope": True}), ("local", {"window_size": 4})]
 
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test writes its token cache and built-in corpus under one session temp dir, never the user cache."""
+    """$LAVO_ZOO_CACHE for this test: a directory shared by the session's tests (built once, then reused)."""
     monkeypatch.setenv("LAVO_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "lavo-zoo-cache"))
-
-
-def require_attention(name: str) -> None:
-    if name not in ATTENTIONS.names():
-        pytest.skip(f"attention '{name}' is not registered in this tree yet")
-
-
-def tiny_config(attention: str = "vanilla", options: dict[str, Any] | None = None, **sections: Any):
-    """(recipe, config) for a 2-layer, 32-wide byte-level model on the built-in corpus."""
-    data = {"recipe": "lm",
-            "model": {"num_layers": 2, "embed_dim": 32, "num_heads": 4, "ffn_dim": 64, "dropout": 0.0,
-                      "attention": attention, "attention_options": options or {}},
-            "data": {"tokenizer": "bytes", "block_size": 32},
-            "train": {"batch_size": 4}}
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value}
-    return config_from_dict(data)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CAUSAL_ATTENTIONS, require_attention, tiny_config
+from lm_testing import CAUSAL_ATTENTIONS, require_attention, tiny_config
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.recipes.lm.generate import generate_ids
 from lavo_zoo.recipes.lm.recipe import stream_perplexity
@@ -19,13 +19,13 @@ def tiny_model(attention, options):
     return recipe, cfg, recipe.build_model(cfg).eval()
 
 
-def test_gpt2_small_shape_and_tied_embeddings():
+def test_gpt2_small_width_and_tied_embeddings():
     require_attention("lavo")
-    recipe, cfg = tiny_config("lavo", {"num_bases": 64, "window_size": 16},
-                              model={"num_layers": 12, "embed_dim": 768, "num_heads": 12, "ffn_dim": 3072},
+    recipe, cfg = tiny_config("lavo", {"num_bases": 64, "window_size": 16},  # 2 of GPT-2 small's 12 layers
+                              model={"num_layers": 2, "embed_dim": 768, "num_heads": 12, "ffn_dim": 3072},
                               data={"tokenizer": "gpt2"})
     model = recipe.build_model(cfg)
-    V, D, F, L, H, r, w = 50257, 768, 3072, 12, 12, 64, 16
+    V, D, F, L, H, r, w = 50257, 768, 3072, 2, 12, 64, 16
     layer = (4 * D * D + 4 * D) + (2 * D * F + F + D) + 4 * D  # attention, FFN, two LayerNorms
     lavo = r * D + H * (2 * w - 1)  # orthogonal bases + EPE bias per layer (LAVO.md: +0.59M over 12 layers)
     assert sum(p.numel() for p in model.parameters()) == V * D + 2 * D + L * (layer + lavo)  # tied: no output matrix

@@ -1,0 +1,247 @@
+"""Forecasting data as Informer's ``data/data_loader.py``: ETT (hourly / 15-minute), Weather and custom CSVs with a
+``date`` column, feature modes M / S / MS, Informer's split borders, a standard scaler fit on the training rows only,
+and ``timeF`` time features. Without ``data.path`` a built-in table in the ETT column layout is generated.
+
+Splits (``border1s`` / ``border2s`` exactly as the reference; validation and test start ``seq_len`` rows early so
+that their first window's input reaches back into the previous split):
+- ``ett_hour``: 12 / 4 / 4 months of 30 days (8640 / 2880 / 2880 rows); ``ett_minute``: the same x4.
+- ``ratio``: 70% / 10% / 20% of the rows (Informer's ``Dataset_Custom``: Weather and any other CSV).
+- ``auto``: ``ett_hour`` for files named ETTh*, ``ett_minute`` for ETTm*, ``ratio`` otherwise (built-in data too).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+
+from lavo_zoo.errors import ConfigError, DataError, did_you_mean
+
+ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass
+class ForecastDataConfig:
+    """Where the series comes from and how windows are cut (Informer's data arguments)."""
+
+    path: str | None = None  # CSV with a 'date' column; None = the built-in generated ETT-like table
+    split: Literal["auto", "ett_hour", "ett_minute", "ratio"] = "auto"
+    features: Literal["M", "S", "MS"] = "M"  # M: all -> all, S: target -> target, MS: all -> target
+    target: str = "OT"
+    freq: str = "h"  # timeF granularity: s, t (minutes), h, d, b, w, m, optionally with a multiple (15min, 3h)
+    seq_len: int = 96  # encoder input length
+    label_len: int = 48  # decoder start-token length (the last label_len input steps)
+    pred_len: int = 24  # forecast horizon
+    builtin_rows: int = 17420  # built-in table length (ETTh1 has 17420 rows)
+    builtin_seed: int = 0
+
+
+# ------------------------------------------------------------------------------------------------ time features
+def _features_for(freq: str) -> tuple[str, ...]:
+    """Informer's timeF features (``time_features_from_frequency_str``) for a frequency string."""
+    match = re.fullmatch(r"\s*\d*\s*(s|t|min|h|d|b|w|m)\s*", freq.lower())
+    if not match:
+        raise ConfigError(f"data.freq '{freq}' is not a supported frequency; use s, t (minutely), h, d, b, w or m, "
+                          "optionally with a multiple such as 15min or 3h")
+    unit = "t" if match.group(1) == "min" else match.group(1)
+    return {"s": ("second", "minute", "hour", "dayofweek", "day", "dayofyear"),
+            "t": ("minute", "hour", "dayofweek", "day", "dayofyear"),
+            "h": ("hour", "dayofweek", "day", "dayofyear"),
+            "d": ("dayofweek", "day", "dayofyear"), "b": ("dayofweek", "day", "dayofyear"),
+            "w": ("day", "week"), "m": ("month",)}[unit]
+
+
+def num_time_features(freq: str) -> int:
+    return len(_features_for(freq))
+
+
+def time_features(dates: pd.DatetimeIndex, freq: str) -> np.ndarray:
+    """[N, F] float32 calendar features, each scaled to [-0.5, 0.5] as Informer's ``timeenc=1``."""
+    scaled = {"second": lambda d: d.second / 59.0, "minute": lambda d: d.minute / 59.0,
+              "hour": lambda d: d.hour / 23.0, "dayofweek": lambda d: d.dayofweek / 6.0,
+              "day": lambda d: (d.day - 1) / 30.0, "dayofyear": lambda d: (d.dayofyear - 1) / 365.0,
+              "month": lambda d: (d.month - 1) / 11.0,
+              "week": lambda d: (d.isocalendar().week.to_numpy() - 1) / 52.0}
+    return np.stack([np.asarray(scaled[f](dates), dtype=np.float64) - 0.5
+                     for f in _features_for(freq)], axis=1).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------- built-in table
+def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
+    """An ETT-layout table (date, HUFL, HULL, MUFL, MULL, LUFL, LULL, OT) of synthetic transformer loads: daily,
+    weekly and yearly cycles, a slow trend and AR(1) noise; the oil temperature OT follows a smoothed load plus
+    the season. Deterministic for a given ``seed``."""
+    step = pd.Timedelta(pd.tseries.frequencies.to_offset({"t": "15min"}.get(freq, freq)))
+    dates = pd.date_range("2016-07-01", periods=rows, freq=step)
+    rng = np.random.default_rng(seed)
+    hours = np.arange(rows) * (step / pd.Timedelta(hours=1))  # [N]
+    day, week, year = (np.sin(2 * np.pi * hours / p) for p in (24.0, 168.0, 8766.0))
+    day2 = np.cos(4 * np.pi * hours / 24.0)
+    trend = hours / max(hours[-1], 1.0) + np.cumsum(rng.normal(0, 0.02, rows))
+    noise = np.zeros((rows, 6))
+    shocks = rng.normal(0, 0.3, (rows, 6))
+    for t in range(1, rows):  # AR(1) noise per load channel
+        noise[t] = 0.9 * noise[t - 1] + shocks[t]
+    base = np.array([8.0, 2.5, 5.0, 1.5, 3.0, 1.0])  # HUFL HULL MUFL MULL LUFL LULL
+    amp = np.array([2.5, 0.6, 1.8, 0.4, 1.2, 0.3])
+    loads = (base + amp * (day[:, None] + 0.3 * day2[:, None]) + 0.5 * amp * week[:, None]
+             + amp * trend[:, None] + noise * amp / 2.5)  # [N, 6]
+    useful = loads[:, [0, 2, 4]].sum(1)
+    smooth = pd.Series(useful).ewm(halflife=12.0 / max(hours[1] - hours[0], 1e-9)).mean().to_numpy()
+    oil = 15.0 + 10.0 * year + 0.8 * (smooth - smooth.mean()) + rng.normal(0, 0.5, rows)
+    table = pd.DataFrame(np.column_stack([loads, oil]), columns=list(ETT_COLUMNS))
+    table.insert(0, "date", dates)
+    return table
+
+
+# --------------------------------------------------------------------------------------------------- reading
+def _read_csv(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"data.path {path} does not exist (give a CSV with a 'date' column, or leave data.path "
+                        "unset for the built-in data)")
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is not a readable CSV file: {e}") from None
+    if "date" not in table.columns:
+        raise DataError(f"{path} has no 'date' column (columns: {', '.join(map(str, table.columns))}); "
+                        "a forecasting CSV needs a 'date' column followed by numeric series")
+    dates = pd.to_datetime(table["date"], errors="coerce")
+    if dates.isna().any():
+        row = int(np.flatnonzero(dates.isna().to_numpy())[0])
+        raise DataError(f"{path}: the 'date' value {table['date'].iloc[row]!r} on line {row + 2} is not a "
+                        "parseable date (expected e.g. 2016-07-01 00:00:00, the same format on every line)")
+    table["date"] = dates
+    return table
+
+
+def _select(table: pd.DataFrame, cfg: ForecastDataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
+    """The value columns in Informer's order (others, then the target) for the feature mode."""
+    columns = [c for c in table.columns if c != "date"]
+    if cfg.target not in columns:
+        if cfg.features != "M":
+            raise DataError(f"{source} has no target column '{cfg.target}'{did_you_mean(cfg.target, map(str, columns))}"
+                            f"; its columns: {', '.join(map(str, columns))} (set data.target=NAME)")
+    else:
+        columns = [c for c in columns if c != cfg.target] + [cfg.target]
+    if cfg.features == "S":
+        columns = [cfg.target]
+    values = table[columns].apply(pd.to_numeric, errors="coerce")
+    bad = values.isna().to_numpy()
+    if bad.any():
+        row, col = map(int, np.argwhere(bad)[0])
+        raise DataError(f"{source}: column '{columns[col]}' has a missing or non-numeric value "
+                        f"{table[columns[col]].iloc[row]!r} on line {row + 2}")
+    return values, [str(c) for c in columns]
+
+
+def split_borders(rows: int, split: str, seq_len: int) -> dict[str, tuple[int, int]]:
+    """Informer's [border1, border2) row range per split (inputs included)."""
+    if split in ("ett_hour", "ett_minute"):
+        month = 30 * 24 * (4 if split == "ett_minute" else 1)
+        ends = [12 * month, 16 * month, 20 * month]
+        if rows < ends[-1]:
+            raise DataError(f"the {split} split (12/4/4 months) needs at least {ends[-1]} rows, the data has {rows}; "
+                            "use data.split=ratio for a shorter series")
+    else:
+        num_train, num_test = int(rows * 0.7), int(rows * 0.2)
+        ends = [num_train, rows - num_test, rows]
+    starts = [0, ends[0] - seq_len, ends[1] - seq_len]
+    return {name: (b1, b2) for name, b1, b2 in zip(SPLITS, starts, ends)}
+
+
+# -------------------------------------------------------------------------------------------------- prepared
+@dataclass(frozen=True)
+class PreparedSeries:
+    """The whole series standardised with training-split statistics, its time features and split borders."""
+
+    values: np.ndarray  # [N, C] float32, standardised
+    stamps: np.ndarray  # [N, F] float32 timeF features
+    dates: pd.DatetimeIndex  # [N]
+    columns: tuple[str, ...]  # C names, the target last for M/MS
+    mean: np.ndarray  # [C] training-split mean (float64)
+    std: np.ndarray  # [C] training-split std (ddof=0; 1 for constant columns, as scikit-learn)
+    borders: dict[str, tuple[int, int]]
+
+    def inverse(self, values: np.ndarray, channels: slice = slice(None)) -> np.ndarray:
+        """Back to the original units (``channels`` selects the columns ``values`` holds)."""
+        return values * self.std[channels] + self.mean[channels]
+
+
+_CACHE: dict[tuple, PreparedSeries] = {}
+
+
+def resolve_split(cfg: ForecastDataConfig) -> str:
+    if cfg.split != "auto":
+        return cfg.split
+    name = Path(cfg.path).name.lower() if cfg.path else ""
+    return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
+
+
+def prepare(cfg: ForecastDataConfig) -> PreparedSeries:
+    """Read (or generate), select, check and standardise the series; cached per config and file version."""
+    for key in ("seq_len", "label_len", "pred_len"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"data.{key} must be >= 1, got {getattr(cfg, key)}")
+    if cfg.label_len > cfg.seq_len:
+        raise ConfigError(f"data.label_len ({cfg.label_len}) must not exceed data.seq_len ({cfg.seq_len}): the "
+                          "decoder's start token is the end of the encoder input")
+    _features_for(cfg.freq)
+    path = Path(cfg.path).expanduser() if cfg.path else None
+    stat = path.stat() if path is not None and path.is_file() else None
+    key = (astuple(cfg), stat and (stat.st_mtime_ns, stat.st_size))
+    if key not in _CACHE:
+        if len(_CACHE) >= 4:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = _prepare(cfg, path)
+    return _CACHE[key]
+
+
+def _prepare(cfg: ForecastDataConfig, path: Path | None) -> PreparedSeries:
+    source = str(path) if path else "the built-in data"
+    table = _read_csv(path) if path else generate_ett(cfg.builtin_rows, cfg.freq, cfg.builtin_seed)
+    values, columns = _select(table, cfg, source)
+    borders = split_borders(len(table), resolve_split(cfg), cfg.seq_len)
+    window = cfg.seq_len + cfg.pred_len
+    for name, (b1, b2) in borders.items():
+        if b1 < 0 or b2 - b1 < window:
+            raise DataError(f"{source} has {len(table)} rows: its {name} split (rows {max(b1, 0)}-{b2}) is too short "
+                            f"for one window of seq_len + pred_len = {window} rows")
+    raw = values.to_numpy(np.float64)  # [N, C]
+    train = raw[borders["train"][0]:borders["train"][1]]
+    mean, std = train.mean(0), train.std(0)
+    std = np.where(std == 0, 1.0, std)
+    dates = pd.DatetimeIndex(table["date"])
+    return PreparedSeries(((raw - mean) / std).astype(np.float32), time_features(dates, cfg.freq), dates,
+                          tuple(columns), mean, std, borders)
+
+
+class ForecastWindows(Dataset):
+    """Sliding windows of one split: index i -> encoder rows [i, i+seq_len), decoder rows
+    [i+seq_len-label_len, i+seq_len+pred_len) (start token + horizon), as Informer's ``__getitem__``."""
+
+    def __init__(self, series: PreparedSeries, split: str, seq_len: int, label_len: int, pred_len: int) -> None:
+        if split not in series.borders:
+            raise ValueError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
+        b1, b2 = series.borders[split]
+        self.values = torch.from_numpy(series.values[b1:b2])  # [n, C]
+        self.stamps = torch.from_numpy(series.stamps[b1:b2])  # [n, F]
+        self.start = b1
+        self.seq_len, self.label_len, self.pred_len = seq_len, label_len, pred_len
+
+    def __len__(self) -> int:
+        return len(self.values) - self.seq_len - self.pred_len + 1
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"window {index} out of range for {len(self)} windows")
+        s_end = index + self.seq_len
+        r_begin, r_end = s_end - self.label_len, s_end + self.pred_len
+        return {"x": self.values[index:s_end], "x_mark": self.stamps[index:s_end],  # [seq_len, C], [seq_len, F]
+                "y": self.values[r_begin:r_end], "y_mark": self.stamps[r_begin:r_end]}  # [label+pred, C], [.., F]

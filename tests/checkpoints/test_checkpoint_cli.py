@@ -1,0 +1,195 @@
+"""The commands through ``lavo_zoo.cli.main``: download, cache ls|verify|rm, info, export, and eval's resolution."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from ckpt_testing import DATA, FileServer, sha256
+
+from lavo_zoo.checkpoints import resolve_checkpoint
+from lavo_zoo.checkpoints.archive import pack_checkpoint
+from lavo_zoo.checkpoints.cache import list_entries
+from lavo_zoo.checkpoints.index import validate_entry
+from lavo_zoo.cli import main
+from lavo_zoo.errors import CheckpointError
+
+DIGEST = sha256(DATA)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def export_and_publish(capsys: pytest.CaptureFixture[str], server: FileServer, checkpoint: Path, tmp_path: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Export ``checkpoint``, serve the archive, and put the printed entry into an index used by the test."""
+    out = tmp_path / "dist" / "lm-tiny-v1.tar.gz"
+    code, text, err = run(capsys, "export", str(checkpoint), str(out), "--name", "lm/tiny@v1",
+                          "--source", server.url("/lm-tiny-v1.tar.gz"))
+    assert code == 0, err
+    entry = yaml.safe_load(text.split("checkpoints/index.yaml once published):")[1])[0]
+    server.files["/lm-tiny-v1.tar.gz"] = out.read_bytes()
+    index = tmp_path / "index.yaml"
+    index.write_text(yaml.safe_dump({"version": 1, "checkpoints": [entry]}))
+    monkeypatch.setenv("LAVO_ZOO_INDEX", str(index))
+    return entry
+
+
+def test_download_command_prints_the_verified_path(server: FileServer, capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    server.files["/a.bin"] = DATA
+    code, out, _ = run(capsys, "download", server.url("/a.bin"), "--sha256", DIGEST, "--cache-dir", str(tmp_path / "c"))
+    assert code == 0 and Path(out.strip()).read_bytes() == DATA and out.startswith(str(tmp_path / "c"))
+
+
+def test_download_command_failures_exit_1_with_clear_messages(server: FileServer, closed_port: int,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    server.files["/a.bin"] = DATA
+    code, _, err = run(capsys, "download", server.url("/a.bin"), "--sha256", "0" * 64)
+    assert code == 1 and "0" * 64 in err and DIGEST in err and "Traceback" not in err
+    code, _, err = run(capsys, "download", server.url("/nope.bin"))
+    assert code == 1 and "not found (HTTP 404" in err
+    code, _, err = run(capsys, "download", f"http://127.0.0.1:{closed_port}/a.bin")
+    assert code == 1 and "Connection refused" in err
+    code, _, err = run(capsys, "download", "lm/unknown@v1")
+    assert code == 2 and "no checkpoint 'lm/unknown@v1'" in err
+
+
+def test_offline_download_names_what_is_missing(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")
+    code, _, err = run(capsys, "download", "https://example.org/x.tar.gz")
+    assert code == 1 and "offline mode (LAVO_ZOO_OFFLINE=1): https://example.org/x.tar.gz is not in the cache" in err
+
+
+def test_cache_ls_verify_rm(server: FileServer, capsys: pytest.CaptureFixture[str]) -> None:
+    server.files["/a.bin"] = DATA
+    server.files["/b.bin"] = DATA[:100]
+    assert run(capsys, "download", server.url("/a.bin"), "--sha256", DIGEST)[0] == 0
+    assert run(capsys, "download", server.url("/b.bin"), "--sha256", sha256(DATA[:100]))[0] == 0
+    code, out, _ = run(capsys, "cache", "ls")
+    assert code == 0 and "2 entries" in out and server.url("/a.bin") in out and "complete" in out
+    rows = json.loads(run(capsys, "cache", "ls", "*a.bin*", "--json")[1])
+    assert [(r["state"], r["sha256"]) for r in rows] == [("complete", DIGEST)]
+
+    code, out, _ = run(capsys, "cache", "verify")
+    assert code == 0 and "2 cached file(s) verified" in out
+    Path(rows[0]["path"]).write_bytes(b"tampered")
+    code, out, err = run(capsys, "cache", "verify")
+    assert code == 1 and "BAD" in out and "sha256 mismatch" in out and "1 of 2 cached files failed" in err
+
+    code, out, _ = run(capsys, "cache", "rm", "*a.bin")
+    assert code == 0 and "removed" in out
+    assert "1 entry" in run(capsys, "cache", "ls")[1]
+    assert run(capsys, "cache", "rm", "nothing-like-this")[0] == 2
+    assert run(capsys, "cache", "rm")[0] == 2
+    assert run(capsys, "cache", "rm", "--all")[0] == 0
+    assert "0 entries" in run(capsys, "cache", "ls")[1]
+
+
+def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dist" / "lm-tiny-v1.tar.gz"
+    code, text, err = run(capsys, "export", str(checkpoint_dir), str(out), "--name", "lm/tiny@v1",
+                          "--source", "https://example.org/lm-tiny-v1.tar.gz")
+    assert code == 0, err
+    digest, size = sha256(out.read_bytes()), out.stat().st_size
+    assert f"sha256 {digest}" in text and f"size   {size}" in text
+    entry = validate_entry(yaml.safe_load(text.split("published):")[1])[0], where="printed")
+    assert (entry.sha256, entry.size, entry.recipe, entry.config) == (digest, size, "lm", "lm/tiny")
+    assert entry.metrics == {"val": {"perplexity": 41.5}} and "step 200" in entry.command
+    with tarfile.open(out) as tar:
+        assert sorted(tar.getnames()) == ["lm-tiny-v1/config.yaml", "lm-tiny-v1/meta.json",
+                                          "lm-tiny-v1/model.safetensors"]
+
+    with_state = tmp_path / "dist" / "resumable.tar.gz"
+    assert run(capsys, "export", str(checkpoint_dir), str(with_state), "--with-train-state")[0] == 0
+    with tarfile.open(with_state) as tar:
+        assert "resumable/train_state.pt" in tar.getnames()
+
+
+def test_export_uses_eval_results_for_metrics(checkpoint_dir: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "test.json"
+    results.write_text(json.dumps({"split": "test", "metrics": {"perplexity": {"value": 38.0,
+                                                                              "higher_is_better": False}}}))
+    code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.tar.gz"), "--results", str(results))
+    entry = yaml.safe_load(text.split("published):")[1])[0]
+    assert code == 0 and entry["name"] == "lm/x@v1" and entry["metrics"] == {"perplexity": 38.0}
+    assert entry["command"] == "lavo-zoo eval lm/x@v1 --split test" and entry["source"].startswith("<publish")
+
+
+def test_export_refuses_weights_that_do_not_match_meta(checkpoint_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (checkpoint_dir / "model.safetensors").write_bytes(b"truncated")
+    code, _, err = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.tar.gz"))
+    assert code == 1 and "model.safetensors is corrupt or truncated" in err
+    assert not (tmp_path / "x.tar.gz").exists()
+    assert run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.zip"))[0] == 2
+
+
+def test_exported_checkpoint_round_trips_through_index_download_and_eval_resolution(
+        server: FileServer, checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = export_and_publish(capsys, server, checkpoint_dir, tmp_path, monkeypatch)
+    code, out, _ = run(capsys, "list", "checkpoints")
+    assert code == 0 and "lm/tiny@v1" in out
+    code, out, _ = run(capsys, "info", "lm/tiny@v1")
+    assert code == 0 and f"sha256:      {entry['sha256']}" in out and "cached:      no" in out
+
+    code, out, _ = run(capsys, "download", "lm/tiny@v1", "--unpack")
+    assert code == 0
+    unpacked = Path(out.strip())
+    assert (unpacked / "model.safetensors").read_bytes() == (checkpoint_dir / "model.safetensors").read_bytes()
+    assert not (unpacked / "train_state.pt").exists()
+    info = json.loads(run(capsys, "info", "lm/tiny@v1", "--json")[1])
+    assert info["cached"] and info["metrics"] == {"val": {"perplexity": 41.5}}
+
+    monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")  # eval later, without network: served from the cache
+    assert resolve_checkpoint("lm/tiny@v1") == unpacked
+    assert resolve_checkpoint(f"{server.url('/lm-tiny-v1.tar.gz')}#sha256={entry['sha256']}") == unpacked
+    assert len(server.requests) == 1
+
+
+def test_new_file_at_a_url_replaces_what_was_unpacked(server: FileServer, checkpoint_dir: Path,
+                                                       tmp_path: Path) -> None:
+    first, second = tmp_path / "first.tar.gz", tmp_path / "second.tar.gz"
+    pack_checkpoint(checkpoint_dir, first)
+    (checkpoint_dir / "config.yaml").write_text("recipe: lm\nmodel:\n  num_layers: 2\n")
+    pack_checkpoint(checkpoint_dir, second)
+    url = server.url("/ckpt.tar.gz")
+    for archive, layers in ((first, "1"), (second, "2")):
+        server.files["/ckpt.tar.gz"] = archive.read_bytes()
+        unpacked = resolve_checkpoint(f"{url}#sha256={sha256(archive.read_bytes())}")
+        assert (unpacked / "config.yaml").read_text().endswith(f"num_layers: {layers}\n")
+
+
+def test_downloaded_archive_with_an_escaping_member_is_not_unpacked(server: FileServer, tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(__file__, arcname="../../../escaped.py")
+    server.files["/evil.tar.gz"] = archive.read_bytes()
+    with pytest.raises(CheckpointError, match=r"refusing to unpack .*'../../../escaped.py'"):
+        resolve_checkpoint(f"{server.url('/evil.tar.gz')}#sha256={sha256(archive.read_bytes())}")
+    folder = list_entries()[0].folder
+    assert sorted(p.name for p in folder.iterdir()) == ["evil.tar.gz", "record.json"]
+    assert not list(tmp_path.rglob("escaped.py"))
+
+
+def test_eval_of_a_url_that_is_not_an_archive_is_refused(server: FileServer,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    server.files["/weights.bin"] = DATA
+    with pytest.raises(CheckpointError, match="not a checkpoint archive"):
+        resolve_checkpoint(f"{server.url('/weights.bin')}#sha256={DIGEST}")
+
+
+def test_help_ends_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["download"], ["cache"], ["cache", "ls"], ["cache", "verify"], ["cache", "rm"], ["info"],
+                    ["export"]):
+        code, out, _ = run(capsys, *command, "--help")
+        assert code == 0 and "Examples:" in out.split("Options:")[-1], command

@@ -1,0 +1,352 @@
+"""Attention benchmarks behind ``lavo-zoo bench``: median time after warm-up, peak memory and tokens/s against length.
+
+Timing: ``time.perf_counter`` around each run, ``torch.cuda.synchronize()`` before reading the clock on CUDA; the
+median of ``--repeats`` runs after ``--warmup`` untimed ones.
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the runs. On CPU every
+measurement runs in a fresh subprocess (``--isolate``, the default there) that, once the model, inputs and any
+streaming prefill exist, resets the kernel's resident-set high-water mark (``/proc/self/clear_refs``) and reports
+VmHWM - VmRSS: the real peak of every allocation torch made during the runs. glibc is told to return large frees at
+once (``MALLOC_MMAP_THRESHOLD_``) so that reused heap pages do not hide allocations. Where clear_refs is not
+available, ru_maxrss - RSS at the start is used (it then also counts set-up peaks).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from lavo_zoo.errors import UsageError, ZooError
+
+MODES = ("fwd", "fwdbwd", "decode", "stream")
+DTYPES = ("float32", "bfloat16", "float16")
+DECODE_STEPS = 16  # tokens per timed decode run; the reported time is per token
+
+
+# ------------------------------------------------------------------------------------------------- measurement
+def _memory_now() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in bytes."""
+    status = Path("/proc/self/status").read_text()
+    kb = [int(re.search(rf"{k}:\s+(\d+)", status).group(1)) for k in ("VmRSS", "VmHWM")]
+    return kb[0] * 1024, kb[1] * 1024
+
+
+def _reset_peak() -> str:
+    """Reset the resident-set high-water mark; returns the memory method used."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return "VmHWM-reset"
+    except OSError:
+        return "ru_maxrss"
+
+
+def _state_bytes(state: Any) -> int:
+    import torch
+    tensors = [v for v in vars(state).values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one (attention, length, mode) measurement described by ``spec``; returns the result record."""
+    import torch
+    from lavo_zoo.attention import build_attention
+
+    torch.manual_seed(0)
+    device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
+    B, T, D = spec["batch"], spec["length"], spec["embed_dim"]
+    attn = build_attention(spec["attention"], D, spec["heads"], spec["pattern"], **spec["options"])
+    attn = attn.to(device=device, dtype=dtype)
+    extra: dict[str, Any] = {}
+    if spec["mode"] in ("fwd", "fwdbwd"):
+        attn.train(spec["mode"] == "fwdbwd")
+        x = torch.randn(B, T, D, device=device, dtype=dtype, requires_grad=spec["mode"] == "fwdbwd")
+        g = torch.randn(B, T, D, device=device, dtype=dtype)
+        tokens = B * T
+
+        def run() -> None:
+            if spec["mode"] == "fwd":
+                with torch.no_grad():
+                    attn(x)
+                return
+            attn.zero_grad(set_to_none=True)
+            x.grad = None
+            attn(x).backward(g)
+    else:
+        attn.eval()
+        chunk = spec["chunk_size"]
+        if spec["mode"] == "decode":  # prefill to position T, then time DECODE_STEPS single tokens per run
+            state = None
+            with torch.no_grad():
+                for start in range(0, T, chunk):
+                    _, state = attn(torch.randn(B, min(chunk, T - start), D, device=device, dtype=dtype),
+                                    state=state, return_state=True)
+            step = torch.randn(B, 1, D, device=device, dtype=dtype)
+            extra["state_bytes"] = _state_bytes(state)
+            tokens = B * DECODE_STEPS
+            box = [state]
+
+            def run() -> None:
+                with torch.no_grad():
+                    for _ in range(DECODE_STEPS):
+                        _, box[0] = attn(step, state=box[0], return_state=True)
+        else:  # stream T tokens in chunks from an empty state
+            x = torch.randn(B, min(chunk, T), D, device=device, dtype=dtype)
+            tokens = B * T
+
+            def run() -> None:
+                state = None
+                with torch.no_grad():
+                    for start in range(0, T, chunk):
+                        _, state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)
+                extra["state_bytes"] = _state_bytes(state)
+    record = _time(run, spec, device)
+    median = statistics.median(record["times_s"])
+    per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
+    return {"time_s": median / per, **record, **extra, "tokens_per_s": tokens / median}
+
+
+def _time(run: Callable[[], None], spec: dict[str, Any], device: Any) -> dict[str, Any]:
+    """Warm up, then time ``spec['repeats']`` runs; peak memory of the whole timed phase above its start."""
+    import resource
+
+    import torch
+
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(spec["warmup"]):
+        run()
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        base, method = torch.cuda.memory_allocated(device), "cuda.max_memory_allocated"
+    else:
+        method = _reset_peak()
+        base = _memory_now()[0]
+    times = []
+    for _ in range(spec["repeats"]):
+        start = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - start)
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(device) - base
+    elif method == "VmHWM-reset":
+        peak = _memory_now()[1] - base
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    return {"times_s": times, "peak_memory_bytes": max(peak, 0), "memory_method": method}
+
+
+def _worker() -> None:
+    """Subprocess entry: one JSON spec on stdin, one JSON result line on stdout."""
+    spec = json.loads(sys.stdin.read())
+    try:
+        result = measure(spec)
+    except Exception as e:  # noqa: BLE001 - reported in the record (e.g. out of memory), the sweep goes on
+        result = {"error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(result))
+
+
+def _run_isolated(spec: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    cmd = [sys.executable, "-c", "from lavo_zoo.bench import _worker; _worker()"]
+    try:
+        proc = subprocess.run(cmd, input=json.dumps(spec), capture_output=True, text=True, env=env,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:g} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        return {"error": f"worker exited with {proc.returncode}: {proc.stderr.strip()[-500:]}"}
+    return json.loads(lines[-1])
+
+
+# ------------------------------------------------------------------------------------------------- CLI helpers
+def _parse_lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--lengths must be comma-separated positive integers, got '{text}'") from None
+    if not lengths or min(lengths) < 1:
+        raise UsageError(f"--lengths must be comma-separated positive integers, got '{text}'")
+    return lengths
+
+
+def _parse_options(items: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
+    """``-o key=value`` (every attention that has the option) or ``-o name.key=value`` -> per-attention options."""
+    from lavo_zoo.attention import attention_info
+
+    known = {n: attention_info(n).options for n in names}
+    per: dict[str, dict[str, Any]] = {n: {} for n in names}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-o/--option takes [ATTENTION.]KEY=VALUE, got '{item}'")
+        value = yaml.safe_load(raw)
+        target, _, key = key.rpartition(".")
+        if target and target not in names:
+            raise UsageError(f"-o {item}: attention '{target}' is not in --attentions ({', '.join(names)})")
+        takers = [n for n in ([target] if target else names) if key in known[n]]
+        if not takers:
+            valid = sorted({k for n in ([target] if target else names) for k in known[n]})
+            raise UsageError(f"-o {item}: no selected attention has option '{key}'; options: {', '.join(valid)}")
+        for n in takers:
+            per[n][key] = value
+    return per
+
+
+def _resolve_device(device: str | None) -> str:
+    import torch
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: CUDA is not available on this machine")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise UsageError(f"--device must be cpu, cuda or cuda:N, got '{device}'")
+    return device
+
+
+def _format(r: dict[str, Any]) -> str:
+    head = f"{r['attention']:<12} {r['mode']:<7} T={r['length']:<9}"
+    if "error" in r:
+        return f"{head} {r['error']}"
+    unit = "per token" if r["mode"] == "decode" else ""
+    state = f"  state {r['state_bytes'] / 2**10:.1f} KiB" if "state_bytes" in r else ""
+    return (f"{head} {r['time_s'] * 1e3:10.3f} ms {unit:<9} {r['tokens_per_s']:12.0f} tok/s  "
+            f"peak {r['peak_memory_bytes'] / 2**20:9.1f} MiB{state}")
+
+
+def plot_results(results: list[dict[str, Any]], path: Path) -> None:
+    """Time and peak memory against length (log-log), one line per attention."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r["attention"] for r in results):
+        ok = [r for r in results if r["attention"] == name and "error" not in r]
+        if ok:
+            lengths = [r["length"] for r in ok]
+            axes[0].plot(lengths, [r["time_s"] for r in ok], "o-", label=name)
+            axes[1].plot(lengths, [max(r["peak_memory_bytes"], 1) / 2**20 for r in ok], "o-", label=name)
+    mode = results[0]["mode"] if results else ""
+    for ax, label in zip(axes, ("time per token (s)" if mode == "decode" else "time (s)", "peak memory (MiB)")):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length" if mode != "decode" else "context position",
+               ylabel=label, title=f"{label.split(' (')[0]} ({mode})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------- commands
+@click.group("bench")
+def bench() -> None:
+    """Benchmark attentions: time and peak memory against length."""
+
+
+@bench.command("attention", epilog="""\b
+Examples:
+  lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096,16384 --mode fwdbwd
+  lavo-zoo bench attention --attentions lavo --lengths 1024,65536 --mode decode
+  lavo-zoo bench attention --attentions lavo --lengths 16384,1048576 --mode stream --chunk-size 16384
+  lavo-zoo bench attention --attentions lavo,local -o window_size=64 -o lavo.num_bases=32 --lengths 4096
+  lavo-zoo bench attention --device cuda --dtype bfloat16 --lengths 8192,32768 --json r.json --plot r.png""")
+@click.option("--attentions", default="lavo,sdpa,local", show_default=True,
+              help="Comma-separated registered attentions (see `lavo-zoo list attentions`).")
+@click.option("--lengths", default="1024,4096,16384", show_default=True,
+              help="Comma-separated sequence lengths (decode: context positions; stream: total tokens).")
+@click.option("--mode", type=click.Choice(MODES), default="fwdbwd", show_default=True,
+              help="fwd (no grad), fwdbwd (forward + backward), decode (per-token latency at a context position, "
+                   "after a streamed prefill), stream (LENGTH tokens in --chunk-size chunks, carrying the state).")
+@click.option("--pattern", type=click.Choice(["causal", "noncausal"]), default="causal", show_default=True)
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--embed-dim", type=click.IntRange(1), default=768, show_default=True)
+@click.option("--heads", type=click.IntRange(1), default=12, show_default=True)
+@click.option("--batch", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--repeats", type=click.IntRange(1), default=5, show_default=True, help="Timed runs (median).")
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True, help="Untimed runs first.")
+@click.option("--chunk-size", type=click.IntRange(1), default=16384, show_default=True,
+              help="Chunk length for stream mode and for the decode prefill.")
+@click.option("-o", "--option", "options", multiple=True, metavar="[ATTN.]KEY=VALUE",
+              help="Attention option, for every selected attention that has it or only ATTN (repeatable).")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Run each measurement in a fresh subprocess (default on CPU: needed for exact peak memory).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds per isolated measurement before it is recorded as a timeout.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write all records (and the settings) as JSON.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG of time and peak memory against length (log-log), one line per attention.")
+def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device: str | None, dtype: str,
+                  embed_dim: int, heads: int, batch: int, repeats: int, warmup: int, chunk_size: int,
+                  options: tuple[str, ...], isolate: bool | None, timeout: float | None, json_file: Path | None,
+                  plot_file: Path | None) -> None:
+    """Time attention layers (projections included) against sequence length: median of the timed runs,
+    tokens/s and peak memory of each (attention, length), printed as they finish."""
+    from lavo_zoo.attention import attention_info, build_attention
+
+    names = [n.strip() for n in attentions.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--attentions needs at least one attention name")
+    infos = {n: attention_info(n) for n in names}  # unknown names: UsageError with a did-you-mean
+    for n, info in infos.items():
+        if pattern not in info.patterns:
+            raise UsageError(f"attention '{n}' does not support pattern '{pattern}' (it supports "
+                             f"{', '.join(info.patterns)})")
+        if mode in ("decode", "stream") and not info.streaming:
+            raise UsageError(f"--mode {mode} needs a streaming attention; '{n}' has no streaming state")
+    if mode in ("decode", "stream") and pattern != "causal":
+        raise UsageError(f"--mode {mode} needs --pattern causal")
+    if embed_dim % heads:
+        raise UsageError(f"--embed-dim {embed_dim} must be a multiple of --heads {heads}")
+    if plot_file is not None and plot_file.suffix.lower() != ".png":
+        raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
+    length_list = _parse_lengths(lengths)
+    per_options = _parse_options(options, names)
+    device = _resolve_device(device)
+    isolate = device == "cpu" if isolate is None else isolate
+    settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "embed_dim": embed_dim,
+                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size}
+    for n in names:  # build each once so that a bad option fails now, as a usage error
+        try:
+            build_attention(n, embed_dim, heads, pattern, **per_options[n])
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"attention '{n}' with options {per_options[n]}: {e}") from None
+    results = []
+    click.echo(f"# {mode} {pattern} D={embed_dim} H={heads} B={batch} {dtype} on {device}; median of {repeats} "
+               f"after {warmup} warm-up; {'isolated processes' if isolate else 'in process'}")
+    for n in names:
+        for T in length_list:
+            spec = {**settings, "attention": n, "length": T, "options": per_options[n]}
+            if isolate:
+                record = _run_isolated(spec, timeout)
+            else:
+                try:
+                    record = measure(spec)
+                except Exception as e:  # noqa: BLE001 - e.g. out of memory: recorded, the sweep goes on
+                    record = {"error": f"{type(e).__name__}: {e}"}
+            record = {"attention": n, "mode": mode, "length": T, "options": per_options[n], **record}
+            results.append(record)
+            click.echo(_format(record))
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
+        click.echo(f"wrote {json_file}")
+    if plot_file is not None:
+        plot_results(results, plot_file)
+        click.echo(f"wrote {plot_file}")
+    if all("error" in r for r in results):
+        raise ZooError("every measurement failed (see the lines above)")
