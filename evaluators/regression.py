@@ -14,7 +14,7 @@ from lavo_zoo.evaluators.base import Evaluator
 class ForecastEvaluator(Evaluator):
     """MSE, MAE, RMSE, MAPE, MSPE of forecasts ``[N, horizon, C]`` against truth; ``num_samples`` counts windows.
 
-    MAPE and MSPE divide by the truth as Informer does (a truth of exactly 0 makes them infinite).
+    MAPE and MSPE divide by the truth as Informer does (a truth of exactly 0 makes them inf or NaN).
     """
 
     higher_is_better = {"mse": False, "mae": False, "rmse": False, "mape": False, "mspe": False}
@@ -27,16 +27,15 @@ class ForecastEvaluator(Evaluator):
     def update(self, predictions: torch.Tensor, targets: torch.Tensor) -> None:
         if predictions.shape != targets.shape:
             raise ValueError(f"forecast shape {list(predictions.shape)} != target shape {list(targets.shape)}")
-        pred, true = predictions.detach().double(), targets.detach().double()
-        err = pred - true
-        with torch.no_grad():
-            pct = err / true  # Informer's MAPE/MSPE divide by the truth itself
-            self.sums["se"] += float(err.square().sum())
-            self.sums["ae"] += float(err.abs().sum())
-            self.sums["ape"] += float(pct.abs().sum())
-            self.sums["spe"] += float(pct.square().sum())
+        true = targets.detach().double()
+        err = predictions.detach().double() - true
+        pct = err / true  # Informer's MAPE/MSPE divide by the truth itself
+        self.sums["se"] += float(err.square().sum())
+        self.sums["ae"] += float(err.abs().sum())
+        self.sums["ape"] += float(pct.abs().sum())
+        self.sums["spe"] += float(pct.square().sum())
         self.count += err.numel()
-        self.num_samples += err.shape[0] if err.dim() else 1
+        self.num_samples += err.shape[0]
 
     def compute(self) -> dict[str, float]:
         if self.count == 0:

@@ -50,68 +50,77 @@ def _reset_peak() -> str:
 
 
 def _state_bytes(state: Any) -> int:
+    """Bytes of the storage the state's tensors keep alive (a view of a larger tensor counts in full)."""
     import torch
-    tensors = [v for v in vars(state).values() if isinstance(v, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in vars(state).values() if isinstance(t, torch.Tensor)}
+    return sum(storages.values())
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one (attention, length, mode) measurement described by ``spec``; returns the result record."""
     import torch
+
     from lavo_zoo.attention import build_attention
 
     torch.manual_seed(0)
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
-    B, T, D = spec["batch"], spec["length"], spec["embed_dim"]
-    attn = build_attention(spec["attention"], D, spec["heads"], spec["pattern"], **spec["options"])
+    attn = build_attention(spec["attention"], spec["embed_dim"], spec["heads"], spec["pattern"], **spec["options"])
     attn = attn.to(device=device, dtype=dtype)
+    run, tokens, extra = _workload(attn, spec, device, dtype)
+    record = _time(run, spec, device)
+    median = statistics.median(record["times_s"])
+    per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
+    return {"time_s": median / per, **record, **extra, "tokens_per_s": tokens / median,
+            "threads": torch.get_num_threads()}
+
+
+def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
+              ) -> tuple[Callable[[], None], int, dict[str, Any]]:
+    """The function one timed run calls, the tokens it processes, and a dict it may fill (state size)."""
+    import torch
+
+    B, T, D, mode = spec["batch"], spec["length"], spec["embed_dim"], spec["mode"]
     extra: dict[str, Any] = {}
-    if spec["mode"] in ("fwd", "fwdbwd"):
-        attn.train(spec["mode"] == "fwdbwd")
-        x = torch.randn(B, T, D, device=device, dtype=dtype, requires_grad=spec["mode"] == "fwdbwd")
+    if mode in ("fwd", "fwdbwd"):
+        attn.train(mode == "fwdbwd")
+        x = torch.randn(B, T, D, device=device, dtype=dtype, requires_grad=mode == "fwdbwd")
         g = torch.randn(B, T, D, device=device, dtype=dtype)
-        tokens = B * T
 
         def run() -> None:
-            if spec["mode"] == "fwd":
+            if mode == "fwd":
                 with torch.no_grad():
                     attn(x)
                 return
             attn.zero_grad(set_to_none=True)
             x.grad = None
             attn(x).backward(g)
-    else:
-        attn.eval()
-        chunk = spec["chunk_size"]
-        if spec["mode"] == "decode":  # prefill to position T, then time DECODE_STEPS single tokens per run
+        return run, B * T, extra
+    attn.eval()
+    chunk = spec["chunk_size"]
+    if mode == "stream":  # T tokens in chunks from an empty state
+        x = torch.randn(B, min(chunk, T), D, device=device, dtype=dtype)
+
+        def run() -> None:
             state = None
             with torch.no_grad():
                 for start in range(0, T, chunk):
-                    _, state = attn(torch.randn(B, min(chunk, T - start), D, device=device, dtype=dtype),
-                                    state=state, return_state=True)
-            step = torch.randn(B, 1, D, device=device, dtype=dtype)
+                    _, state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)
             extra["state_bytes"] = _state_bytes(state)
-            tokens = B * DECODE_STEPS
-            box = [state]
+        return run, B * T, extra
+    box = [None]  # decode: prefill to position T, then each run decodes DECODE_STEPS single tokens
+    with torch.no_grad():
+        for start in range(0, T, chunk):
+            x = torch.randn(B, min(chunk, T - start), D, device=device, dtype=dtype)
+            _, box[0] = attn(x, state=box[0], return_state=True)
+    extra["state_bytes"] = _state_bytes(box[0])
+    step = torch.randn(B, 1, D, device=device, dtype=dtype)
 
-            def run() -> None:
-                with torch.no_grad():
-                    for _ in range(DECODE_STEPS):
-                        _, box[0] = attn(step, state=box[0], return_state=True)
-        else:  # stream T tokens in chunks from an empty state
-            x = torch.randn(B, min(chunk, T), D, device=device, dtype=dtype)
-            tokens = B * T
-
-            def run() -> None:
-                state = None
-                with torch.no_grad():
-                    for start in range(0, T, chunk):
-                        _, state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)
-                extra["state_bytes"] = _state_bytes(state)
-    record = _time(run, spec, device)
-    median = statistics.median(record["times_s"])
-    per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
-    return {"time_s": median / per, **record, **extra, "tokens_per_s": tokens / median}
+    def run() -> None:
+        with torch.no_grad():
+            for _ in range(DECODE_STEPS):
+                _, box[0] = attn(step, state=box[0], return_state=True)
+    return run, B * DECODE_STEPS, extra
 
 
 def _time(run: Callable[[], None], spec: dict[str, Any], device: Any) -> dict[str, Any]:

@@ -4,12 +4,13 @@ Layout (as DeepMind's PG-19 release)::
 
     DIR/train/<book_id>.txt  DIR/validation/<book_id>.txt  DIR/test/<book_id>.txt  [DIR/metadata.csv]
 
-Each split is tokenized once (progress bar on a terminal) into ``<cache>/lm/tokens/<dir>-<hash>/<split>-<tok>-<key>.bin``,
-one flat array of token ids (books in file-name order, each ended by the tokenizer's ``eod``), memory-mapped on
-use. ``key`` hashes the tokenizer and every source file's name, size and modification time, so editing, adding or
-removing a book rebuilds the cache (and the stale file is removed). ``<cache>`` is ``$LAVO_ZOO_CACHE`` or the user's
-cache directory. Without ``data.path`` the recipe uses a built-in corpus in the same layout, generated once from
-the Python standard library's module sources, so every command works offline on any machine.
+Each split is tokenized once (progress bar on a terminal) into one flat array of token ids (books in file-name
+order, each ended by the tokenizer's ``eod``), ``<cache>/lm/tokens/<dir>-<hash>/<split>-<tokenizer>-<key>.bin``,
+memory-mapped on use. ``key`` hashes the tokenizer, the token type and every source file's name, size and
+modification time, so editing, adding or removing a book rebuilds the cache (and the stale file is removed).
+``<cache>`` is ``$LAVO_ZOO_CACHE`` or the user's cache directory. Without ``data.path`` the recipe uses a built-in
+corpus in the same layout, generated once from the Python standard library's module sources, so every command
+works offline on any machine.
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path | 
     """The token ids of ``root/split`` as a read-only memory map, tokenizing into the cache first if needed."""
     root = Path(root).resolve()
     files = split_files(root, split)
-    folder = (cache_dir or cache_root() / "tokens") / f"{root.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+    root_hash = hashlib.sha256(str(root).encode()).hexdigest()[:8]
+    folder = (cache_dir or cache_root() / "tokens") / f"{root.name}-{root_hash}"
     stem = f"{split}-{tokenizer.name}-"
     path = folder / f"{stem}{_fingerprint(files, tokenizer)}.bin"
     if not path.is_file():
@@ -103,7 +105,8 @@ def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path) -> None:
     with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=f"tokenizing {files[0].parent.name}",
                                       disable=None, file=sys.stderr) as bar:
         for f in files:
-            out.write(tokenizer.encode_document(f.read_text(encoding="utf-8", errors="replace")).astype(dtype).tobytes())
+            ids = tokenizer.encode_document(f.read_text(encoding="utf-8", errors="replace"))
+            out.write(ids.astype(dtype).tobytes())
             bar.update(f.stat().st_size)
     os.replace(tmp, path)
     log.info("tokenized %s: %d tokens", files[0].parent.name, path.stat().st_size // dtype.itemsize)

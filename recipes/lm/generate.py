@@ -5,6 +5,7 @@ With a streaming attention the prompt is consumed once and every new token costs
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import click
@@ -83,14 +84,16 @@ Examples:
               help="Decode with the recurrent state / KV cache (when the attention streams) or full re-runs.")
 def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
              seed: int | None, device: str | None, stream_state: bool) -> None:
-    """Continue PROMPT with the language model in CHECKPOINT (a directory, an index name, a URL or hf://...)."""
+    """Continue PROMPT with the language model in CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or
+    an hf:// reference)."""
     from lavo_zoo.cli import _resolve_checkpoint
     from lavo_zoo.engine.checkpoint import load_model
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.errors import UsageError
     from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
 
-    recipe, cfg, model, _ = load_model(_resolve_checkpoint(checkpoint), pick_device(device))
+    with contextlib.ExitStack() as stack:  # removes an unpacked archive once the model is loaded
+        recipe, cfg, model, _ = load_model(_resolve_checkpoint(checkpoint, stack), pick_device(device))
     if recipe.name != "lm":
         raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; generate needs a language model ('lm')")
     tokenizer = get_tokenizer(cfg.data.tokenizer)

@@ -47,6 +47,8 @@ class LMState:
 
 
 class TransformerLM(nn.Module):
+    """Token embedding (x sqrt(D), + sinusoidal positions) -> num_layers pre-LN blocks -> LayerNorm -> tied head."""
+
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
         self.cfg = cfg
@@ -78,7 +80,7 @@ class TransformerLM(nn.Module):
         With ``return_state`` also returns the :class:`LMState` after these tokens; pass it back as ``state`` to
         continue the sequence (requires a streaming attention).
         """
-        B, T = idx.shape
+        T = idx.shape[1]
         offset = state.offset if state is not None else 0
         x = self.embed_tokens(idx) * self.embed_scale  # [B, T, D]
         if self.use_positions:

@@ -1,6 +1,7 @@
 """The ``lm`` recipe: GPT-2 on PG-19 (or the built-in corpus), perplexity at several lengths and streaming."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -9,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
 
 from lavo_zoo.config import RunConfig
 from lavo_zoo.errors import DataError, UsageError
@@ -25,7 +27,7 @@ class DataConfig:
     path: str | None = None  # a PG-19-layout folder; unset: the built-in corpus (Python standard library sources)
     tokenizer: Literal["gpt2", "bytes"] = "gpt2"
     block_size: int = 8192  # training context length L
-    cache_dir: str | None = None  # token cache (default: $LAVO_ZOO_CACHE/lm/tokens or the user cache)
+    cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
 
 
 @dataclass
@@ -49,9 +51,9 @@ class LMRunConfig(RunConfig):
 
 def split_tokens(cfg: LMRunConfig, split: str) -> np.ndarray:
     """The token stream of ``split`` (memory-mapped), from ``data.path`` or the built-in corpus."""
-    cache = Path(cfg.data.cache_dir) if cfg.data.cache_dir else None
-    root = Path(cfg.data.path).expanduser() if cfg.data.path else builtin_corpus(cache and cache / "builtin")
-    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache and cache / "tokens")
+    cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else None
+    root = Path(cfg.data.path).expanduser() if cfg.data.path else builtin_corpus(cache / "builtin" if cache else None)
+    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None)
 
 
 @register_recipe("lm")
@@ -94,16 +96,9 @@ class LanguageModelling(Recipe):
             raise UsageError(f"eval.length_factors must be positive numbers (or empty with eval.stream=true), "
                              f"got {cfg.eval.length_factors}")
         if lengths:
-            budget = min(x for x in (tokens.size - 1, cfg.eval.max_tokens, (max_batches or 0) * batch_size * L) if x)
-            scored = budget // max(lengths) * max(lengths)
-            if scored == 0:
-                raise DataError(f"split '{split}' has {tokens.size} tokens (limit {budget}), fewer than one block of "
-                                f"the longest evaluation length {max(lengths)}; lower eval.length_factors or "
-                                "data.block_size")
-        for length in lengths:
-            blocks = TokenBlocks(tokens, length, max_tokens=scored)
-            for batch in DataLoader(blocks, batch_size=max(1, batch_size * L // length)):
-                table.update(self.predict(model, batch.to(device))[0], str(length))
+            limits = (tokens.size - 1, cfg.eval.max_tokens, (max_batches or 0) * batch_size * L)
+            length_perplexity(model, tokens, table, lengths, tokens_per_batch=batch_size * L,
+                              max_tokens=min(x for x in limits if x), device=device)
         if cfg.eval.stream:
             stream_perplexity(model, tokens, table, chunk=cfg.eval.stream_chunk or L, bucket_start=L,
                               max_tokens=cfg.eval.stream_tokens or None, device=device)
@@ -111,6 +106,22 @@ class LanguageModelling(Recipe):
             plot_perplexity(table.compute(), Path(cfg.eval.plot))
         model.train(was_training)
         return table
+
+
+@torch.no_grad()
+def length_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTable, lengths: list[int], *,
+                      tokens_per_batch: int, max_tokens: int, device: torch.device | str = "cpu") -> None:
+    """Score non-overlapping blocks of each length into group ``<length>`` of ``table``, every length over the same
+    first ``max_tokens`` targets rounded down to a multiple of the longest length."""
+    scored = max_tokens // max(lengths) * max(lengths)
+    if scored == 0:
+        raise DataError(f"the split has {tokens.size} tokens (limit {max_tokens}), fewer than one block of the "
+                        f"longest evaluation length {max(lengths)}; lower eval.length_factors or data.block_size")
+    for length in lengths:
+        blocks = TokenBlocks(tokens, length, max_tokens=scored)
+        for batch in DataLoader(blocks, batch_size=max(1, tokens_per_batch // length)):
+            batch = batch.to(device)  # [b, length + 1]
+            table.update(model(batch[:, :-1], batch[:, 1:]), str(length))
 
 
 def bucket_edges(first: int, total: int) -> list[int]:
@@ -137,7 +148,7 @@ def stream_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTab
     edges = torch.tensor(bucket_edges(bucket_start, n))
     names = [f"ctx:{lo + 1}-{hi}" for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist())]
     state = None
-    for start in range(0, n, chunk):
+    for start in tqdm(range(0, n, chunk), desc="streaming", unit="chunk", disable=None, file=sys.stderr):
         block = torch.from_numpy(tokens[start:min(start + chunk, n) + 1].astype(np.int64))[None].to(device)  # [1, t+1]
         nll, state = model(block[:, :-1], block[:, 1:], state=state, return_state=True)  # [1, t]
         table.update(nll, "stream")

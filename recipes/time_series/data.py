@@ -64,8 +64,8 @@ def num_time_features(freq: str) -> int:
 def time_features(dates: pd.DatetimeIndex, freq: str) -> np.ndarray:
     """[N, F] float32 calendar features, each scaled to [-0.5, 0.5] as Informer's ``timeenc=1``."""
     scaled = {"second": lambda d: d.second / 59.0, "minute": lambda d: d.minute / 59.0,
-              "hour": lambda d: d.hour / 23.0, "dayofweek": lambda d: d.dayofweek / 6.0,
-              "day": lambda d: (d.day - 1) / 30.0, "dayofyear": lambda d: (d.dayofyear - 1) / 365.0,
+              "hour": lambda d: d.hour / 23.0, "dayofweek": lambda d: d.day_of_week / 6.0,
+              "day": lambda d: (d.day - 1) / 30.0, "dayofyear": lambda d: (d.day_of_year - 1) / 365.0,
               "month": lambda d: (d.month - 1) / 11.0,
               "week": lambda d: (d.isocalendar().week.to_numpy() - 1) / 52.0}
     return np.stack([np.asarray(scaled[f](dates), dtype=np.float64) - 0.5
@@ -77,13 +77,17 @@ def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
     """An ETT-layout table (date, HUFL, HULL, MUFL, MULL, LUFL, LULL, OT) of synthetic transformer loads: daily,
     weekly and yearly cycles, a slow trend and AR(1) noise; the oil temperature OT follows a smoothed load plus
     the season. Deterministic for a given ``seed``."""
-    step = pd.Timedelta(pd.tseries.frequencies.to_offset({"t": "15min"}.get(freq, freq)))
+    try:
+        step = pd.Timedelta(pd.tseries.frequencies.to_offset({"t": "15min"}.get(freq, freq)))
+    except ValueError:
+        raise ConfigError(f"the built-in data is generated at a fixed step; data.freq '{freq}' is not one "
+                          "(use s, t, h, d or a multiple such as 15min), or give data.path=FILE") from None
     dates = pd.date_range("2016-07-01", periods=rows, freq=step)
     rng = np.random.default_rng(seed)
     hours = np.arange(rows) * (step / pd.Timedelta(hours=1))  # [N]
     day, week, year = (np.sin(2 * np.pi * hours / p) for p in (24.0, 168.0, 8766.0))
     day2 = np.cos(4 * np.pi * hours / 24.0)
-    trend = hours / max(hours[-1], 1.0) + np.cumsum(rng.normal(0, 0.02, rows))
+    trend = 0.3 * hours / max(hours[-1], 1.0) + np.cumsum(rng.normal(0, 0.01, rows))
     noise = np.zeros((rows, 6))
     shocks = rng.normal(0, 0.3, (rows, 6))
     for t in range(1, rows):  # AR(1) noise per load channel
@@ -94,7 +98,7 @@ def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
              + amp * trend[:, None] + noise * amp / 2.5)  # [N, 6]
     useful = loads[:, [0, 2, 4]].sum(1)
     smooth = pd.Series(useful).ewm(halflife=12.0 / max(hours[1] - hours[0], 1e-9)).mean().to_numpy()
-    oil = 15.0 + 10.0 * year + 0.8 * (smooth - smooth.mean()) + rng.normal(0, 0.5, rows)
+    oil = 15.0 + 4.0 * year + 0.8 * (smooth - smooth.mean()) + rng.normal(0, 0.5, rows)
     table = pd.DataFrame(np.column_stack([loads, oil]), columns=list(ETT_COLUMNS))
     table.insert(0, "date", dates)
     return table
@@ -163,15 +167,10 @@ class PreparedSeries:
 
     values: np.ndarray  # [N, C] float32, standardised
     stamps: np.ndarray  # [N, F] float32 timeF features
-    dates: pd.DatetimeIndex  # [N]
     columns: tuple[str, ...]  # C names, the target last for M/MS
     mean: np.ndarray  # [C] training-split mean (float64)
     std: np.ndarray  # [C] training-split std (ddof=0; 1 for constant columns, as scikit-learn)
     borders: dict[str, tuple[int, int]]
-
-    def inverse(self, values: np.ndarray, channels: slice = slice(None)) -> np.ndarray:
-        """Back to the original units (``channels`` selects the columns ``values`` holds)."""
-        return values * self.std[channels] + self.mean[channels]
 
 
 _CACHE: dict[tuple, PreparedSeries] = {}
@@ -217,9 +216,8 @@ def _prepare(cfg: ForecastDataConfig, path: Path | None) -> PreparedSeries:
     train = raw[borders["train"][0]:borders["train"][1]]
     mean, std = train.mean(0), train.std(0)
     std = np.where(std == 0, 1.0, std)
-    dates = pd.DatetimeIndex(table["date"])
-    return PreparedSeries(((raw - mean) / std).astype(np.float32), time_features(dates, cfg.freq), dates,
-                          tuple(columns), mean, std, borders)
+    stamps = time_features(pd.DatetimeIndex(table["date"]), cfg.freq)
+    return PreparedSeries(((raw - mean) / std).astype(np.float32), stamps, tuple(columns), mean, std, borders)
 
 
 class ForecastWindows(Dataset):
@@ -232,7 +230,6 @@ class ForecastWindows(Dataset):
         b1, b2 = series.borders[split]
         self.values = torch.from_numpy(series.values[b1:b2])  # [n, C]
         self.stamps = torch.from_numpy(series.stamps[b1:b2])  # [n, F]
-        self.start = b1
         self.seq_len, self.label_len, self.pred_len = seq_len, label_len, pred_len
 
     def __len__(self) -> int:

@@ -11,7 +11,13 @@ import torch
 from lavo_zoo.attention import attention_class, build_attention
 from lavo_zoo.attention.nystromformer import iterative_pinv
 from lavo_zoo.attention.performer import orthogonal_gaussian
-from lavo_zoo.attention.reference_baselines import REFERENCES, s4d_kernel_reference, softmax_attention
+from lavo_zoo.attention.reference_baselines import (
+
+
+    REFERENCES,
+    s4d_kernel_reference,
+    softmax_attention,
+)
 
 D, H = 32, 4
 ATOL, RTOL = 1e-10, 1e-8
@@ -19,13 +25,13 @@ ATOL, RTOL = 1e-10, 1e-8
 # small options that force several chunks / segments / landmarks at T = 37
 SMALL = {
     "vanilla": {},
-    "abc": dict(num_slots=5, chunk_size=8),
-    "performer": dict(num_features=12, chunk_size=8),
-    "cosformer": dict(chunk_size=8, max_length=64),
-    "longshort": dict(window_size=6, num_landmarks=5, segment_rank=2),
-    "s4d": dict(state_size=8),
-    "lara": dict(num_landmarks=6),
-    "nystromformer": dict(num_landmarks=6, pinv_iterations=0),
+    "abc": {"num_slots": 5, "chunk_size": 8},
+    "performer": {"num_features": 12, "chunk_size": 8},
+    "cosformer": {"chunk_size": 8, "max_length": 64},
+    "longshort": {"window_size": 6, "num_landmarks": 5, "segment_rank": 2},
+    "s4d": {"state_size": 8},
+    "lara": {"num_landmarks": 6},
+    "nystromformer": {"num_landmarks": 6, "pinv_iterations": 0},
 }
 CASES = [(n, p, opts) for n in REFERENCES for p in attention_class(n).patterns
          for opts in (SMALL[n], {})]  # small options, and the paper defaults
@@ -48,7 +54,7 @@ def _build(name: str, pattern: str, **opts) -> torch.nn.Module:
 @pytest.mark.parametrize("name,pattern,opts", CASES, ids=IDS)
 def test_fast_form_matches_reference(name: str, pattern: str, opts: dict, request) -> None:
     if name == "nystromformer" and not opts:
-        opts = dict(pinv_iterations=0)  # the reference uses the exact pseudo-inverse
+        opts = {"pinv_iterations": 0}  # the reference uses the exact pseudo-inverse
     g = _gen(request)
     attn = _build(name, pattern, **opts)
     ref = REFERENCES[name]
@@ -58,8 +64,8 @@ def test_fast_form_matches_reference(name: str, pattern: str, opts: dict, reques
     kw, kwm = {}, {}
     if pattern == "cross":
         ctx = _randn(g, B, S, D)
-        kw = dict(context=ctx)
-        kwm = dict(context=ctx, context_mask=torch.arange(S)[None] < torch.tensor([[11], [S]]))
+        kw = {"context": ctx}
+        kwm = {"context": ctx, "context_mask": torch.arange(S)[None] < torch.tensor([[11], [S]])}
     torch.testing.assert_close(attn(x, **kw), ref(attn, x, **kw), atol=ATOL, rtol=RTOL)
     torch.testing.assert_close(attn(x, pm, **kwm)[pm], ref(attn, x, pm, **kwm)[pm], atol=ATOL, rtol=RTOL)
 

@@ -45,6 +45,7 @@ def test_state_sizes():
     _, ring = local(x, return_state=True)
     _, cache = sdpa(x, return_state=True)
     assert ring.keys.shape == (1, 2, 3, 8)                      # w - 1 keys, whatever the length
+    assert ring.keys.untyped_storage().nbytes() == 3 * 16 * 4   # not a view that keeps the whole chunk alive
     assert cache.keys.shape == (1, 2, 30, 8) and cache.position == 30
 
 

@@ -26,6 +26,11 @@ def _blocks(t: torch.Tensor, w: int, n: int, num: int) -> torch.Tensor:
     return torch.cat([b[..., i:i + n, :, :] for i in range(num)], dim=-2)
 
 
+def pad_time(t: torch.Tensor, before: int, after: int) -> torch.Tensor:
+    """Zero-pad the time axis (-2) of t; no copy when there is nothing to pad."""
+    return t if before == after == 0 else F.pad(t, (0, 0, before, after))
+
+
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                      bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                      dropout: float = 0.0, training: bool = False) -> torch.Tensor:
@@ -48,7 +53,7 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     end = n * w - Tk
     after = end + (0 if causal else w)
     num = 2 if causal else 3
-    qb = F.pad(q.to(ct), (0, 0, P, end)).unflatten(2, (n, w))          # [B, H, n, w, d]
+    qb = pad_time(q.to(ct), P, end).unflatten(2, (n, w))               # [B, H, n, w, d]
     kb = _blocks(F.pad(k.to(ct), (0, 0, w, after)), w, n, num)          # [B, H, n, K, d], K = num * w
     vb = _blocks(F.pad(v.to(ct), (0, 0, w, after)), w, n, num)          # [B, H, n, K, d]
     real = torch.ones(B, Tk, dtype=torch.bool, device=q.device) if key_mask is None else key_mask

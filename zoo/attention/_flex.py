@@ -34,7 +34,7 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
     dtype (softmax in fp32 inside the kernel). Rows with no real key give zeros."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    B, H, Tq, _ = q.shape
+    B, _, Tq, _ = q.shape
     Tk, w = k.shape[2], window
     P = Tk - Tq
 

@@ -77,7 +77,7 @@ class ABCAttention(ProjectedAttention):
 
     def _causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor,
                 key_mask: torch.Tensor | None, state: Any) -> tuple[torch.Tensor, Any]:
-        B, H, T, d = q.shape
+        B, H, _, d = q.shape
         n = self.num_slots
         if key_mask is not None:
             s = s.masked_fill(~key_mask[:, None, :, None], float("-inf"))
@@ -90,10 +90,9 @@ class ABCAttention(ProjectedAttention):
             sk, sv, z, m = state.k_sum, state.v_sum, state.z, state.m
         scale = self.head_dim ** -0.5
         outs = []
-        for a in range(0, T, self.chunk_size):
-            b = min(a + self.chunk_size, T)
-            L = b - a
-            qc, kc, vc, sc = q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], s[:, :, a:b]  # [B, H, L, .]
+        # split (not slice) so that backward is one concatenation, not a full-size zero tensor per chunk
+        for qc, kc, vc, sc in zip(*(t.split(self.chunk_size, 2) for t in (q, k, v, s))):  # [B, H, L, .]
+            L = qc.shape[2]
             with torch.no_grad():  # the stabiliser is a constant shift (cancels exactly)
                 m_new = torch.maximum(m, sc.amax(2))  # [B, H, n]
                 m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))

@@ -118,10 +118,9 @@ class CosFormerAttention(ProjectedAttention):
         qc, qs = self.cos_sin(fq, pos, float(self.max_length))
         kc, ks = self.cos_sin(fk, pos, float(self.max_length))
         outs = []
-        for a in range(0, T, self.chunk_size):
-            b = min(a + self.chunk_size, T)
-            L = b - a
-            qcc, qsc, kcc, ksc, vc = qc[:, :, a:b], qs[:, :, a:b], kc[:, :, a:b], ks[:, :, a:b], v[:, :, a:b]
+        # split (not slice) so that backward is one concatenation, not a full-size zero tensor per chunk
+        for qcc, qsc, kcc, ksc, vc in zip(*(t.split(self.chunk_size, 2) for t in (qc, qs, kc, ks, v))):
+            L = qcc.shape[2]
             tril = torch.ones(L, L, dtype=torch.bool, device=fq.device).tril()
             a_in = (qcc @ kcc.transpose(-1, -2) + qsc @ ksc.transpose(-1, -2)).masked_fill(~tril, 0.0)  # [B,H,L,L]
             num = qcc @ s_cos + qsc @ s_sin + a_in @ vc  # [B, H, L, d]

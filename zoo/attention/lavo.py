@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention._blocked import compute_dtype, window_attention
+from lavo_zoo.attention._blocked import compute_dtype, pad_time, window_attention
 from lavo_zoo.attention.base import PATTERNS, Attention
 
 MEMORY_SOURCES = ("local_out", "value", "input")
@@ -27,7 +27,8 @@ EMPTY_MEMORY = ("local", "half")
 class LavoState:
     """Causal streaming state of one layer (flash-linear-attention's initial_state / final_state convention).
 
-    Its size does not grow with the sequence: ``position`` is the only thing that does.
+    Its size does not grow with the sequence: ``position`` is the only thing that does. The memory H = B M is
+    recomputed from ``sum_complete`` when read (r*d multiply-adds per head), so it is not stored.
     """
 
     keys: torch.Tensor          # [B, H, L, d] the last L = min(w-1, position) keys (the local window's past)
@@ -44,7 +45,7 @@ class LavoState:
 
 @register_attention("lavo")
 class LavoAttention(Attention):
-    """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE."""
+    """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
 
     patterns = PATTERNS
     streaming = True
@@ -54,7 +55,9 @@ class LavoAttention(Attention):
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
                  dropout: float = 0.0, bias: bool = True) -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
-        and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE."""
+        and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
+        noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
+        picks the default source). ``dropout`` applies to both branches' attention probabilities in training."""
         super().__init__(embed_dim, num_heads, pattern)
         d = self.head_dim
         r = min(64, d) if num_bases is None else num_bases
@@ -110,7 +113,7 @@ class LavoAttention(Attention):
         B, H, d, r = q.shape[0], self.num_heads, self.head_dim, self.num_bases
         b = self.bases.to(ct)                                    # [H, r, d]; matmuls on [B, H, N, d] broadcast it
         h = (mem.to(ct).reshape(B, H, -1, d) @ b.mT).view(*mem.shape[:-1], r)  # [B, H, *, 1|n, r]  H = B m
-        s = h * (q.to(ct).reshape(B, H, -1, d) @ b.mT).view(*q.shape[:-1], r) * d ** -0.5  # s_i = scale H_i (b_i.q)
+        s = h * d ** -0.5 * (q.to(ct).reshape(B, H, -1, d) @ b.mT).view(*q.shape[:-1], r)  # s_i = scale H_i (b_i.q)
         p = torch.softmax(s, dim=-1)                             # [B, H, *, n, r]
         if self.dropout and self.training:
             p = F.dropout(p, self.dropout, training=True)
@@ -132,7 +135,8 @@ class LavoAttention(Attention):
         if state is not None:
             self._check_state(state, x)
         if T == 0:
-            return (x.clone(), state) if return_state else x.clone()
+            y = x.new_empty(B, 0, D)
+            return (y, state) if return_state else y
         q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
         new_state = None
         if self.pattern == "cross":
@@ -149,8 +153,9 @@ class LavoAttention(Attention):
                                      key_mask=padding_mask, dropout=self.dropout, training=self.training)
             valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
                 else padding_mask[:, None].to(ct)                                    # [B, 1, T]
-            feats = {"local_out": lambda: local, "value": lambda: v[:, :, -T:].to(ct),
-                     "input": lambda: self._heads(x).to(ct)}[self.memory_source]() * valid[..., None]  # [B, H, T, d]
+            feats = self._features(x, v[:, :, -T:], local)                           # [B, H, T, d]
+            if padding_mask is not None:
+                feats = feats * valid[..., None]
             if self.pattern == "noncausal":
                 mem = feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]      # [B, H, 1, d]
                 out = 0.5 * (local + self._read(q, mem))
@@ -160,11 +165,19 @@ class LavoAttention(Attention):
                 out, sums = self._running(q, local, feats, valid, state)
             if return_state:
                 keep = max(0, k.shape[2] - (self.window_size - 1))
-                new_state = LavoState(k[:, :, keep:], v[:, :, keep:], *sums, (state.position if state else 0) + T)
+                # clones: views would keep the whole chunk's tensors alive inside the constant-size state
+                new_state = LavoState(k[:, :, keep:].clone(), v[:, :, keep:].clone(), *(s.clone() for s in sums),
+                                      (state.position if state else 0) + T)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))
         return (y, new_state) if return_state else y
+
+    def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""
+        if self.memory_source == "local_out":
+            return local
+        return (v if self.memory_source == "value" else self._heads(x)).to(local.dtype)
 
     def _dissected(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
                    state: LavoState | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -185,7 +198,7 @@ class LavoAttention(Attention):
         before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
         count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
         mem = (before / count.clamp(min=1)[..., None])[:, :, :, None]               # [B, H, n, 1, d]
-        qb = F.pad(q, (0, 0, a, end)).unflatten(2, (n, w))                          # [B, H, n, w, d]
+        qb = pad_time(q, a, end).unflatten(2, (n, w))                               # [B, H, n, w, d]
         glob = self._read(qb, mem).flatten(2, 3)[:, :, a:a + T]                     # [B, H, T, d]
         empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
         out = torch.where(empty, local if self.empty_memory == "local" else 0.5 * local, 0.5 * (local + glob))

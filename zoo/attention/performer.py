@@ -105,7 +105,7 @@ class PerformerAttention(ProjectedAttention):
 
     def _causal(self, phi_q: torch.Tensor, lk: torch.Tensor, v: torch.Tensor, state: Any
                 ) -> tuple[torch.Tensor, Any]:
-        B, H, T, mf = phi_q.shape
+        B, H, _, mf = phi_q.shape
         d = v.shape[-1]
         if state is None:
             kv = v.new_zeros(B, H, mf, d)
@@ -114,10 +114,9 @@ class PerformerAttention(ProjectedAttention):
         else:
             kv, z, m = state.kv, state.z, state.m
         outs = []
-        for a in range(0, T, self.chunk_size):
-            b = min(a + self.chunk_size, T)
-            L = b - a
-            pq, lkc, vc = phi_q[:, :, a:b], lk[:, :, a:b], v[:, :, a:b]
+        # split (not slice) so that backward is one concatenation, not a full-size zero tensor per chunk
+        for pq, lkc, vc in zip(*(t.split(self.chunk_size, 2) for t in (phi_q, lk, v))):  # [B, H, L, .]
+            L = pq.shape[2]
             with torch.no_grad():  # running stabiliser: a constant factor on every key feature, cancels
                 m_new = torch.maximum(m, lkc.amax((2, 3)))  # [B, H]
                 m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))

@@ -25,7 +25,7 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import Attention
 
-_CHUNK_ELEMENTS = 1 << 24  # bound on the [B, H, chunk, L] intermediates of the sampled scores and the causal rank
+_CHUNK_ELEMENTS = 1 << 24  # bound on the [B, H, chunk, L] scores of a block of queries in the sparsity measurement
 
 
 def _chunk(B: int, H: int, L: int) -> int:
@@ -37,16 +37,18 @@ def _budget(factor: int, length: int) -> int:
     return min(length, max(1, factor * math.ceil(math.log(length))))
 
 
-def _causal_rank(score: torch.Tensor) -> torch.Tensor:
-    """[B, H, L] -> [B, H, L]: how many earlier queries (s < t) have a strictly larger score than query t."""
+def _causal_active(score: torch.Tensor, n_top: int) -> torch.Tensor:
+    """[B, H, L] -> bool [B, H, L]: query t is active when fewer than ``n_top`` earlier queries have a strictly larger
+    score, i.e. score_t >= the n_top-th largest of scores 0..t-1 (kept in a running top-n_top buffer)."""
     B, H, L = score.shape
-    chunk, ranks = _chunk(B, H, L), []
-    for start in range(0, L, chunk):
-        stop = min(L, start + chunk)
-        larger = score[..., None, :stop] > score[..., start:stop, None]  # [B, H, c, stop]: only keys before stop
-        larger[..., start:] &= torch.ones(stop - start, stop - start, dtype=torch.bool, device=score.device).tril(-1)
-        ranks.append(torch.count_nonzero(larger, dim=-1))
-    return torch.cat(ranks, dim=-1)
+    top = score.new_full((B, H, n_top), float("-inf"))  # the n_top largest scores so far
+    active = []
+    for t in range(L):
+        s = score[..., t]  # [B, H]
+        smallest, where = top.min(-1)  # [B, H]
+        active.append(s >= smallest)
+        top = top.scatter(-1, where[..., None], torch.maximum(s, smallest)[..., None])
+    return torch.stack(active, dim=-1)
 
 
 @register_attention("probsparse")
@@ -79,7 +81,8 @@ class ProbSparseAttention(Attention):
             return self._dense(x, source)
         outputs = []
         for b in range(x.shape[0]):  # padded batches: each sequence on its own valid tokens
-            q_idx = torch.arange(x.shape[1], device=x.device) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
+            q_idx = (torch.arange(x.shape[1], device=x.device) if padding_mask is None
+                     else padding_mask[b].nonzero()[:, 0])
             s_idx = (torch.arange(source.shape[1], device=x.device) if source_mask is None
                      else source_mask[b].nonzero()[:, 0])
             y = x.new_zeros(x.shape[1:])  # [T, D], zeros at padded queries
@@ -91,10 +94,13 @@ class ProbSparseAttention(Attention):
     def _dense(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """x [B, Lq, D], source [B, Lk, D] (no padding) -> [B, Lq, D]."""
         B, Lq, _ = x.shape
-        heads = lambda t: t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2).contiguous()  # noqa: E731
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(source)), heads(self.v_proj(source))  # [B, H, L, d]
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
         out = self._probsparse(q, k, v)  # [B, H, Lq, d]
         return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.embed_dim).to(x.dtype))
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        """[B, L, D] -> contiguous [B, H, L, d]."""
+        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2).contiguous()
 
     def _sample_keys(self, Lq: int, Lk: int, n: int, device: torch.device) -> torch.Tensor:
         """[Lq, n] key indices per query (shared over batch and heads, as Informer); causal: from the query's past."""
@@ -129,7 +135,7 @@ class ProbSparseAttention(Attention):
             idx = self._sample_keys(Lq, Lk, _budget(self.factor, Lk), q.device)
             score = self._sparsity(q, k, idx)  # [B, H, Lq]
             if causal:
-                active = _causal_rank(score) < n_top  # [B, H, Lq]
+                active = _causal_active(score, n_top)  # [B, H, Lq]
                 n_sel = int(active.sum(-1).max())
                 sel = torch.argsort((~active).to(torch.int8), dim=-1, stable=True)[..., :n_sel]  # active first
                 sel_active = active.gather(-1, sel)  # [B, H, n]

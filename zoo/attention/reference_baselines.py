@@ -53,7 +53,7 @@ def _seg_means(x: torch.Tensor, mask_b: torch.Tensor, C: int) -> tuple[torch.Ten
 def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None,
                       causal: bool = False) -> torch.Tensor:
     """Per-query loop softmax attention: q [B,H,T,d], k, v [B,H,S,d] -> [B,H,T,d] (scale d^-1/2)."""
-    B, H, T, d = q.shape
+    B, _, T, d = q.shape
     S = k.shape[2]
     out = torch.zeros_like(q)
     for b in range(B):
@@ -99,7 +99,7 @@ def performer_reference(m, x, padding_mask=None, context=None, context_mask=None
     """FAVOR+ quadratic form with the module's random features: A = phi(Q) phi(K)^T (causally masked),
     o = A V / A 1, phi(x) = exp(W x' - |x'|^2/2), x' = d^(-1/4) x (no stabilisation)."""
     q, k, v = _qkv(m, x, context)
-    B, H, T, d = q.shape
+    _, _, T, d = q.shape
     S = k.shape[2]
     w = m.features.to(q.dtype)  # [H, mf, d]
 
@@ -120,7 +120,7 @@ def performer_reference(m, x, padding_mask=None, context=None, context_mask=None
 def cosformer_reference(m, x, padding_mask=None, context=None, context_mask=None):
     """cosFormer quadratic form: sim_ij = relu(q_i).relu(k_j) cos(pi/2 (i-j)/M), positions counting real tokens."""
     q, k, v = _qkv(m, x, context)
-    B, H, T, d = q.shape
+    B, _, T, _ = q.shape
     S = k.shape[2]
     key_mask = context_mask if m.pattern == "cross" else padding_mask
     qm = _ones(B, T) if padding_mask is None else padding_mask

@@ -115,7 +115,7 @@ class S4DAttention(Attention):
         if padding_mask is not None:
             x = x * padding_mask[..., None].to(x.dtype)
         u = x.transpose(1, 2)  # [B, D, T]
-        B, D, T = u.shape
+        T = u.shape[-1]
         dtA, cb = self.discretize()  # [ndir, D, N2]
         if T == 0:
             y = u

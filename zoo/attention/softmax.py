@@ -74,7 +74,7 @@ class _Projected(Attention):
 
 @register_attention("sdpa")
 class SDPAttention(_Projected):
-    """Full softmax attention (torch scaled_dot_product_attention; FlashAttention on CUDA), optional rotary."""
+    """Full softmax attention (torch scaled_dot_product_attention; FlashAttention on CUDA), optional rotary"""
 
     patterns = PATTERNS
     streaming = True
@@ -133,7 +133,7 @@ class SDPAttention(_Projected):
 
 @register_attention("local")
 class LocalAttention(_Projected):
-    """Exact sliding-window softmax attention over w keys (blocked, no T x T), optional learned relative bias."""
+    """Exact sliding-window softmax attention over w keys (blocked, no T x T), optional learned relative bias"""
 
     patterns = ("causal", "noncausal")
     streaming = True
@@ -169,4 +169,4 @@ class LocalAttention(_Projected):
         if not return_state:
             return y
         keep = max(0, k.shape[2] - (self.window_size - 1))
-        return y, WindowCache(k[:, :, keep:], v[:, :, keep:])
+        return y, WindowCache(k[:, :, keep:].clone(), v[:, :, keep:].clone())  # no views of the whole chunk

@@ -36,7 +36,7 @@ def segment_means(x: torch.Tensor, mask: torch.Tensor | None, num_segments: int
     C = min(num_segments, T), so segments differ in length by at most one and C = T gives the tokens themselves.
     Padded tokens are left out of the means. Returns means [B, H, C, d] and valid [B, C] (segment has a real token).
     """
-    B, H, T, d = x.shape
+    B, _, T, _ = x.shape
     C = min(num_segments, T)
     seg = torch.arange(T, device=x.device) * C // T  # [T]
     onehot = F.one_hot(seg, C).to(x.dtype)  # [T, C]

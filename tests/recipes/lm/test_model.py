@@ -9,7 +9,7 @@ from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.recipes.lm.generate import generate_ids
 from lavo_zoo.recipes.lm.recipe import stream_perplexity
 
-IDS = [f"{name}{'-' + '-'.join(f'{k}={v}' for k, v in opts.items()) if opts else ''}" for name, opts in CAUSAL_ATTENTIONS]
+IDS = ["-".join([name, *(f"{k}={v}" for k, v in opts.items())]) for name, opts in CAUSAL_ATTENTIONS]
 
 
 def tiny_model(attention, options):
@@ -52,8 +52,9 @@ def test_streaming_evaluation_equals_parallel_evaluation(attention, options):
     tokens = np.random.default_rng(0).integers(0, 256, 301).astype(np.uint8)
     table = PerplexityTable()
     stream_perplexity(model, tokens, table, chunk=37, bucket_start=32)
+    ids = torch.from_numpy(tokens.astype(np.int64))[None]  # [1, 301]
     with torch.no_grad():
-        nll = model(torch.from_numpy(tokens[:-1].astype(np.int64))[None], torch.from_numpy(tokens[1:].astype(np.int64))[None])[0]
+        nll = model(ids[:, :-1], ids[:, 1:])[0]  # [300]
     metrics = table.compute()
     assert table.num_samples == 300
     assert metrics["ppl@stream"] == pytest.approx(math.exp(nll.double().mean()), rel=1e-5)

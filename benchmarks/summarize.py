@@ -1,0 +1,52 @@
+"""Print the performance-goal table of RESULTS.md from the JSON files that run_cpu.sh writes.
+
+    python benchmarks/summarize.py [benchmarks/results]
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _records(path: Path) -> dict[tuple[str, int], dict]:
+    return {(r["attention"], r["length"]): r for r in json.loads(path.read_text())["results"]}
+
+
+def _short_long(path: Path) -> tuple[dict, dict]:
+    """LAVO's records at the shortest and the longest length of one file."""
+    r = _records(path)
+    lengths = sorted(n for a, n in r if a == "lavo")
+    return r["lavo", lengths[0]], r["lavo", lengths[-1]]
+
+
+def main(folder: Path) -> None:
+    mib = 2**20
+    rows = []
+    r = _records(folder / "fwdbwd_16k.json")
+    lavo, sdpa = r["lavo", 16384], r["sdpa", 16384]
+    rows.append(("causal fwd+bwd 16K: sdpa time / LAVO time", sdpa["time_s"] / lavo["time_s"], ">= 4",
+                 (f"LAVO {lavo['time_s']:.2f} s, {lavo['peak_memory_bytes'] / mib:.0f} MiB; "
+                  f"sdpa {sdpa['time_s']:.2f} s, {sdpa['peak_memory_bytes'] / mib:.0f} MiB")))
+    a, b = _short_long(folder / "scaling.json")
+    rows.append(("LAVO fwd+bwd time(32K) / time(16K)", b["time_s"] / a["time_s"], "<= 2.3",
+                 f"{a['time_s']:.2f} s -> {b['time_s']:.2f} s"))
+    rows.append(("LAVO fwd+bwd peak memory(32K) / (16K)", b["peak_memory_bytes"] / a["peak_memory_bytes"], "<= 2.3",
+                 f"{a['peak_memory_bytes'] / mib:.0f} MiB -> {b['peak_memory_bytes'] / mib:.0f} MiB"))
+    a, b = _short_long(folder / "stream_1m.json")
+    rows.append(("LAVO stream peak memory: whole stream / one chunk", b["peak_memory_bytes"] / a["peak_memory_bytes"],
+                 "<= 1.25", (f"{a['peak_memory_bytes'] / mib:.0f} MiB vs {b['peak_memory_bytes'] / mib:.0f} MiB; "
+                             f"{b['length']:,} tokens in {b['time_s']:.0f} s ({b['tokens_per_s']:.0f} tok/s); "
+                             f"state {b['state_bytes'] / 2**10:.0f} KiB")))
+    a, b = _short_long(folder / "decode.json")
+    rows.append(("LAVO decode time/token at 65,536 / at 1,024", b["time_s"] / a["time_s"], "<= 1.25",
+                 f"{a['time_s'] * 1e3:.2f} ms vs {b['time_s'] * 1e3:.2f} ms; state {b['state_bytes'] / 2**10:.0f} KiB"))
+    print("| goal | measured | target | met | figures |\n|---|---|---|---|---|")
+    for name, value, target, detail in rows:
+        op, bound = target.split()
+        met = value >= float(bound) if op == ">=" else value <= float(bound)
+        print(f"| {name} | {value:.2f} | {target} | {'yes' if met else 'NO'} | {detail} |")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"))

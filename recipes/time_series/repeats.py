@@ -1,0 +1,81 @@
+"""Repeated runs (Informer's ``--itr``): train and test one config with N seeds, report mean and spread::
+
+    python -m lavo_zoo.recipes.time_series.repeats time_series/etth1-lavo --repeats 3 --out runs/etth1-lavo \\
+        data.path=../shared/data/ETT-small/ETTh1.csv
+
+Writes ``OUT/seed-S/`` (each training run), ``OUT/seed-S.test.json`` (its results JSON) and ``OUT/summary.json``:
+per metric the mean, the sample standard deviation and the values, plus training seconds per step and per epoch
+(from each run's metrics.jsonl: the time of the last training record, logged before that step's validation).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lavo_zoo.cli import main as cli_main
+from lavo_zoo.errors import ZooError
+
+
+def training_time(run_dir: Path, steps_per_epoch: int) -> dict[str, float]:
+    """Seconds per optimiser step and per epoch of a finished run, from its metrics.jsonl."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    last = [r for r in records if r.get("split") == "train"][-1]
+    per_step = last["time"] / last["step"]
+    return {"s_per_step": per_step, "s_per_epoch": per_step * steps_per_epoch}
+
+
+def summarize(results: list[dict[str, Any]], times: list[dict[str, float]]) -> dict[str, Any]:
+    """{name: {mean, std, values}} over the runs' test metrics and training times (std 0 for a single run)."""
+    columns: dict[str, list[float]] = {}
+    for res, t in zip(results, times):
+        for name, metric in res["metrics"].items():
+            columns.setdefault(name, []).append(metric["value"])
+        for name, value in t.items():
+            columns.setdefault(name, []).append(value)
+    return {name: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0, "values": v}
+            for name, v in columns.items()}
+
+
+def run_repeats(config: str, repeats: int, out: Path, overrides: list[str], seed: int = 1,
+                max_test_batches: int | None = None) -> dict[str, Any]:
+    from lavo_zoo.config import resolve_config
+
+    recipe, cfg = resolve_config(config, overrides)
+    steps_per_epoch = len(recipe.build_dataset(cfg, "train")) // cfg.train.batch_size
+    results, times = [], []
+    for s in range(seed, seed + repeats):
+        run_dir, test_json = out / f"seed-{s}", out / f"seed-{s}.test.json"
+        if cli_main(["train", config, *overrides, f"train.seed={s}", "--out", str(run_dir)]):
+            raise ZooError(f"training seed {s} failed (see above)")
+        extra = ["--max-batches", str(max_test_batches)] if max_test_batches else []
+        if cli_main(["eval", str(run_dir / "checkpoints" / "last"), "--split", "test", *extra, "--out",
+                     str(test_json)]):
+            raise ZooError(f"evaluating seed {s} failed (see above)")
+        results.append(json.loads(test_json.read_text()))
+        times.append(training_time(run_dir, steps_per_epoch))
+    summary = {"config": config, "overrides": overrides, "seeds": list(range(seed, seed + repeats)),
+               "steps_per_epoch": steps_per_epoch, "test": summarize(results, times)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description="Train and test a time_series config with several seeds.")
+    parser.add_argument("config", help="a <domain>/<name> config or a YAML path")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value config overrides")
+    parser.add_argument("--repeats", type=int, default=3, help="number of seeds (Informer's --itr)")
+    parser.add_argument("--seed", type=int, default=1, help="first seed; run i uses seed + i")
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--max-test-batches", type=int, default=None, help="score only the first N test batches")
+    args = parser.parse_intermixed_args(argv)
+    summary = run_repeats(args.config, args.repeats, args.out, args.overrides, args.seed, args.max_test_batches)
+    for name, s in summary["test"].items():
+        print(f"{name:<12} {s['mean']:.4f} +- {s['std']:.4f}  ({len(s['values'])} runs)")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
