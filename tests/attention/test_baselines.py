@@ -104,6 +104,14 @@ def test_s4d_streaming_matches_recurrence(request) -> None:
     y_ref, h_ref = REFERENCES["s4d"](attn, x, return_state=True)
     torch.testing.assert_close(torch.cat([y1, y2], 1), y_ref, atol=ATOL, rtol=RTOL)
     torch.testing.assert_close(h2.h, h_ref, atol=ATOL, rtol=RTOL)
+    # decoding: single recurrent steps from an empty state, then from the carried one
+    ys, state = [], None
+    for t in range(5):
+        y, state = attn(x[:, t:t + 1], state=state, return_state=True)
+        ys.append(y)
+    y_ref, h_ref = REFERENCES["s4d"](attn, x[:, :5], return_state=True)
+    torch.testing.assert_close(torch.cat(ys, 1), y_ref, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(state.h, h_ref, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("L", [1, 2, 5, 16, 17, 50])

@@ -117,15 +117,25 @@ class S4DAttention(Attention):
         u = x.transpose(1, 2)  # [B, D, T]
         T = u.shape[-1]
         dtA, cb = self.discretize()  # [ndir, D, N2]
-        if T == 0:
+        new_state = None
+        if self.pattern == "causal" and T == 1 and (state is not None or return_state):
+            # decoding: one recurrent step h = A_bar h + u_t, y_t = 2 Re(C' h)
+            h = u.to(dtA.dtype).expand(-1, -1, dtA.shape[-1])  # [B, D, N2]
+            if state is not None:
+                h = h + torch.exp(dtA[0]) * state.h
+            new_state = h if return_state else None
+            y = 2 * (cb[0] * h).sum(-1, keepdim=True).real  # [B, D, 1]
+        elif T == 0:
             y = u
+            if self.pattern == "causal" and return_state:
+                new_state = state.h if state is not None else u.new_zeros(
+                    u.shape[0], u.shape[1], dtA.shape[-1], dtype=dtA.dtype)
         else:
             kern = self.kernel(dtA, cb, T)  # [ndir, D, T]
             y = self.fft_conv(u, kern[0])
             if self.pattern == "noncausal":
                 y = y + self.fft_conv(u.flip(-1), kern[1]).flip(-1)
-        new_state = None
-        if self.pattern == "causal" and (state is not None or return_state):
+        if self.pattern == "causal" and T > 1 and (state is not None or return_state):
             dtA0, cb0 = dtA[0], cb[0]  # [D, N2]
             if state is not None:  # contribution of the carried state: 2 Re(sum_n C'_n A_bar_n^(l+1) h_n)
                 y = y + self.vandermonde(cb0 * torch.exp(dtA0) * state.h, dtA0, T)
