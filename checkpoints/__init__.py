@@ -2,6 +2,7 @@
 
     list_checkpoints("lm/*")              index entries as rows for `lavo-zoo list checkpoints`
     resolve_checkpoint("lm/tiny-lavo@v1") a local checkpoint directory (downloaded, verified, unpacked as needed)
+    with open_checkpoint(ref) as path:    any reference a user may type: directory, archive, index name, URL, hf://
     fetch_reference("https://.../x.tar.gz#sha256=...")   the verified cached file
 """
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from lavo_zoo.checkpoints.index import IndexEntry, load_index
-from lavo_zoo.checkpoints.resolve import fetch_reference, parse_reference, resolve_checkpoint
+from lavo_zoo.checkpoints.resolve import fetch_reference, open_checkpoint, parse_reference, resolve_checkpoint
 
-__all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "parse_reference", "resolve_checkpoint"]
+__all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "open_checkpoint", "parse_reference",
+           "resolve_checkpoint"]
 
 
 def list_checkpoints(pattern: str | None = None) -> list[dict[str, Any]]:

@@ -1,10 +1,12 @@
 """From what a user types (index name, URL, hf:// reference) to a verified file and an unpacked checkpoint."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +54,26 @@ def fetch_reference(ref: str, sha256: str | None = None, cache_dir: Path | str |
 def resolve_checkpoint(ref: str, cache_dir: Path | str | None = None) -> Path:
     """A local checkpoint directory for ``ref``: downloaded, verified and unpacked into the cache as needed."""
     return unpack_checkpoint(fetch_reference(ref, cache_dir=cache_dir), ref)
+
+
+@contextlib.contextmanager
+def open_checkpoint(ref: str) -> Iterator[Path]:
+    """A checkpoint directory for anything a user may type, valid inside the ``with`` block: a directory as is; a
+    local .tar.gz/.zip unpacked safely into a temporary directory (removed afterwards); an index name, URL or hf://
+    reference through the verified download cache."""
+    path = Path(ref)
+    if path.is_dir():
+        yield path
+    elif path.is_file() and is_archive(path):
+        with tempfile.TemporaryDirectory(prefix="lavo-zoo-ckpt-") as tmp:
+            safe_extract(path, Path(tmp))
+            yield find_checkpoint_dir(Path(tmp))
+    elif "://" in ref or "@" in ref:
+        yield resolve_checkpoint(ref)
+    else:
+        raise UsageError(f"checkpoint '{ref}' is neither a directory nor a .tar.gz/.zip archive; give a checkpoint "
+                         "directory (e.g. runs/x/checkpoints/last), an archive, an index name "
+                         "(lavo-zoo list checkpoints), a URL or hf://...")
 
 
 def unpack_checkpoint(archive: Path, label: str) -> Path:

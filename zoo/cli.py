@@ -7,11 +7,9 @@ recipe) are imported only when used, so ``lavo-zoo --help`` stays fast.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -189,10 +187,10 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
     The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation settings), its
     recipe's evaluator runs, the metrics print as a table and, with --out, go to a results JSON.
     """
+    from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
 
-    with contextlib.ExitStack() as stack:
-        path = _resolve_checkpoint(checkpoint, stack)
+    with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))
@@ -200,25 +198,6 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(json.dumps(results, indent=2) + "\n")
         click.echo(f"wrote {out_file}")
-
-
-def _resolve_checkpoint(ref: str, stack: contextlib.ExitStack) -> Path:
-    """A checkpoint directory for ``ref``: a directory as is; a local archive unpacked (safely) into a temporary
-    directory that ``stack`` removes; an index name, URL or hf:// reference through the download cache."""
-    path = Path(ref)
-    if path.is_dir():
-        return path
-    from lavo_zoo.checkpoints.archive import find_checkpoint_dir, is_archive, safe_extract
-    if path.is_file() and is_archive(path):
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lavo-zoo-eval-")))
-        safe_extract(path, tmp)
-        return find_checkpoint_dir(tmp)
-    if "://" not in ref and "@" not in ref:
-        raise UsageError(f"checkpoint '{ref}' is neither a directory nor a .tar.gz/.zip archive; give a checkpoint "
-                         "directory (e.g. runs/x/checkpoints/last), an archive, an index name "
-                         "(lavo-zoo list checkpoints), a URL or hf://...")
-    from lavo_zoo.checkpoints import resolve_checkpoint
-    return resolve_checkpoint(ref)
 
 
 # ---------------------------------------------------------------------------------------------------------- main

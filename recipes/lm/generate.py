@@ -5,7 +5,6 @@ With a streaming attention the prompt is consumed once and every new token costs
 """
 from __future__ import annotations
 
-import contextlib
 import time
 
 import click
@@ -86,14 +85,14 @@ def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: flo
              seed: int | None, device: str | None, stream_state: bool) -> None:
     """Continue PROMPT with the language model in CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or
     an hf:// reference)."""
-    from lavo_zoo.cli import _resolve_checkpoint
+    from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.checkpoint import load_model
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.errors import UsageError
     from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
 
-    with contextlib.ExitStack() as stack:  # removes an unpacked archive once the model is loaded
-        recipe, cfg, model, _ = load_model(_resolve_checkpoint(checkpoint, stack), pick_device(device))
+    with open_checkpoint(checkpoint) as path:  # an unpacked archive is removed once the model is loaded
+        recipe, cfg, model, _ = load_model(path, pick_device(device))
     if recipe.name != "lm":
         raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; generate needs a language model ('lm')")
     tokenizer = get_tokenizer(cfg.data.tokenizer)
