@@ -138,8 +138,8 @@ def list_cmd(kind: str | None, pattern: str | None, as_json: bool) -> None:
 Examples:
   lavo-zoo train lm/tiny-lavo --out runs/tiny                  # built-in data, CPU
   lavo-zoo train lm/tiny-lavo train.lr=1e-3 model.num_layers=2 --max-steps 100
-  lavo-zoo train my_config.yaml --out runs/x --resume auto      # continue where runs/x stopped
-  torchrun --nproc-per-node 2 -m lavo_zoo.cli train lm/tiny-lavo --out runs/ddp""")
+  torchrun --nproc-per-node 2 -m lavo_zoo.cli train lm/tiny-lavo --out runs/ddp   # DDP, 2 processes
+  lavo-zoo train my_config.yaml --out runs/x --resume auto      # continue where runs/x stopped""")
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,

@@ -64,9 +64,11 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
     compile: bool = False
     log_every: int = 10
-    eval_every: int = 500  # 0 disables periodic validation
+    eval_every: int = 500  # validate every N steps (0 = not by steps)
+    eval_per_epoch: bool = False  # also validate at the end of every epoch
     eval_batches: int = 20  # validation batches per periodic evaluation (0 = the whole split)
     early_stopping_patience: int = 0  # stop after this many evaluations without a lower validation loss (0 = off)
+    save_best: bool = True  # keep checkpoints/best: the weights with the lowest validation loss so far
     save_every: int = 500
     keep_last: int = 3
     tensorboard: bool = False

@@ -107,8 +107,8 @@ def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------------- reading
 def _read_csv(path: Path) -> pd.DataFrame:
     if not path.is_file():
-        raise DataError(f"data.path {path} does not exist (give a CSV with a 'date' column, or leave data.path "
-                        "unset for the built-in data)")
+        raise DataError(f"data.path {path} does not exist (relative paths start at the working directory); set "
+                        "data.path=FILE to a CSV with a 'date' column, or data.path=null for the built-in data")
     try:
         table = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:

@@ -51,7 +51,9 @@ def run_repeats(config: str, repeats: int, out: Path, overrides: list[str], seed
         if cli_main(["train", config, *overrides, f"train.seed={s}", "--out", str(run_dir)]):
             raise ZooError(f"training seed {s} failed (see above)")
         extra = ["--max-batches", str(max_test_batches)] if max_test_batches else []
-        if cli_main(["eval", str(run_dir / "checkpoints" / "last"), "--split", "test", *extra, "--out",
+        best = run_dir / "checkpoints" / "best"  # absent when validation was switched off
+        checkpoint = best if best.is_dir() else run_dir / "checkpoints" / "last"
+        if cli_main(["eval", str(checkpoint), "--split", "test", *extra, "--out",
                      str(test_json)]):
             raise ZooError(f"evaluating seed {s} failed (see above)")
         results.append(json.loads(test_json.read_text()))

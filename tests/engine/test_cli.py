@@ -23,7 +23,8 @@ def test_every_help_ends_with_examples(path, capsys):
     assert main([*path, "--help"]) == 0
     out = capsys.readouterr().out
     assert "Examples:" in out, f"`lavo-zoo {' '.join(path)} --help` has no worked examples"
-    assert out.rstrip().splitlines()[-1].strip().startswith("lavo-zoo") or "torchrun" in out.splitlines()[-1]
+    examples = out.split("Examples:")[-1]
+    assert "lavo-zoo" in examples and "lavo-zoo" in out.rstrip().splitlines()[-1]  # the help ends with them
 
 
 def test_list_json_and_glob(capsys):
@@ -95,3 +96,14 @@ def test_tensorboard_logging_writes_event_files(tmp_path):
     assert main(args) == 0
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
+
+
+def test_validation_per_epoch(tmp_path):
+    """40 samples, batch 4, 2 micro-batches a step: 5 steps per epoch, so validation at 5, 10 and the end."""
+    out = tmp_path / "r"
+    args = ["train", "tests/engine/data/toy.yaml", "train.eval_every=0", "train.eval_per_epoch=true",
+            "train.save_best=false", "--out", str(out)]
+    assert main(args) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "validation"] == [5, 10, 12]
+    assert not (out / "checkpoints" / "best").exists()

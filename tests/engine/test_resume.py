@@ -23,7 +23,7 @@ def reference_run(tmp_path_factory):
 def test_run_directory_layout(reference_run):
     out = reference_run
     ck = out / "checkpoints"
-    assert sorted(p.name for p in ck.iterdir()) == ["last", "step-12", "step-8"]  # keep_last=2
+    assert sorted(p.name for p in ck.iterdir()) == ["best", "last", "step-12", "step-8"]  # keep_last=2
     assert (ck / "last").is_symlink() and (ck / "last").resolve().name == "step-12"
     for name in ("model.safetensors", "config.yaml", "meta.json", "train_state.pt"):
         assert (ck / "step-12" / name).is_file()
@@ -37,6 +37,9 @@ def test_run_directory_layout(reference_run):
     assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6, 8, 10, 12]
     assert [r["step"] for r in records if r["split"] == "validation"] == [6, 12]
     assert all({"loss", "lr", "time", "epoch"} <= r.keys() for r in records if r["split"] == "train")
+    best_val = min((r for r in records if r["split"] == "validation"), key=lambda r: r["loss"])
+    best_meta = json.loads((ck / "best" / "meta.json").read_text())
+    assert best_meta["step"] == best_val["step"] and best_meta["metrics"]["loss"] == best_val["loss"]
 
 
 def _kill_then_resume(tmp_path, env):

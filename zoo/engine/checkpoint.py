@@ -69,11 +69,15 @@ def _fsync_tree(path: Path) -> None:
 
 def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_name: str, *,
                     metrics: dict[str, float] | None = None, train_state: dict[str, Any] | None = None,
-                    keep_last: int = 0) -> Path:
-    """Write ``root/step-<step>`` atomically, point ``root/last`` at it and keep only the newest ``keep_last``."""
+                    keep_last: int = 0, name: str | None = None) -> Path:
+    """Write ``root/step-<step>`` atomically, point ``root/last`` at it and keep only the newest ``keep_last``.
+
+    With ``name`` (e.g. ``"best"``) the checkpoint goes to ``root/<name>`` instead, replacing the previous one
+    atomically, and ``last`` and the step directories are left alone.
+    """
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step}"
-    tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    final = root / (name or f"step-{step}")
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -94,13 +98,16 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
     if train_state is not None:
         torch.save(train_state, tmp / TRAIN_STATE)
     _fsync_tree(tmp)
-    if final.exists():  # re-saving a step (e.g. the end of a resumed run): swap without a gap
-        old = root / f".old-step-{step}-{os.getpid()}"
+    if final.exists():  # re-saving (the end of a resumed run, a new best): swap without a gap
+        old = root / f".old-{final.name}-{os.getpid()}"
         os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old)
     else:
         os.replace(tmp, final)
+    if name is not None:
+        _fsync_dir(root)
+        return final
     link_tmp = root / f".{LAST}-{os.getpid()}"
     if link_tmp.is_symlink() or link_tmp.exists():
         link_tmp.unlink()

@@ -106,8 +106,8 @@ class Trainer:
         """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
         if not self.ckpt_root.is_dir():
             return
-        for p in self.ckpt_root.glob(".old-step-*"):
-            final = self.ckpt_root / p.name.split("-", 1)[1].rsplit("-", 1)[0]
+        for p in self.ckpt_root.glob(".old-*"):
+            final = self.ckpt_root / p.name[len(".old-"):].rsplit("-", 1)[0]
             if final.exists():
                 shutil.rmtree(p, ignore_errors=True)
             else:
@@ -288,7 +288,9 @@ class Trainer:
                 window = []
 
             stop = False
-            if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
+            end_of_epoch = tc.eval_per_epoch and step % steps_per_epoch == 0
+            if (tc.eval_every and step % tc.eval_every == 0) or end_of_epoch or (
+                    step == tc.max_steps and (tc.eval_every or tc.eval_per_epoch)):
                 val_metrics = self.validate(model)
                 if val_metrics:
                     log.log({"step": step, "split": "validation", "epoch": pos["epoch"], **val_metrics})
@@ -296,6 +298,9 @@ class Trainer:
                                           " ".join(f"{k}={v:.4g}" for k, v in val_metrics.items()))
                     if val_metrics["loss"] < pos["best_val_loss"]:
                         pos["best_val_loss"], pos["bad_evals"] = val_metrics["loss"], 0
+                        if tc.save_best and self.dist.is_main:
+                            save_checkpoint(self.ckpt_root, step, model, self.cfg, self.recipe.name,
+                                            metrics=val_metrics, name="best")
                     else:
                         pos["bad_evals"] += 1
                         stop = 0 < tc.early_stopping_patience <= pos["bad_evals"]
