@@ -1,6 +1,7 @@
-"""Print the performance-goal table of RESULTS.md from the JSON files that run_cpu.sh writes.
+"""Print the tables of RESULTS.md from the JSON files that ``lavo-zoo bench attention --json`` writes.
 
-    python benchmarks/summarize.py [benchmarks/results]
+    python benchmarks/summarize.py [benchmarks/results]              the performance-goal table (run_cpu.sh)
+    python benchmarks/summarize.py --zoo FILE.json [FILE.json ...]   time / peak memory per attention and length
 """
 from __future__ import annotations
 
@@ -48,5 +49,27 @@ def main(folder: Path) -> None:
         print(f"| {name} | {value:.2f} | {target} | {'yes' if met else 'NO'} | {detail} |")
 
 
+def zoo_table(files: list[Path]) -> None:
+    """One row per (attention, pattern), one column per length: median time / peak memory (or why it is absent)."""
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    lengths: set[int] = set()
+    for path in files:
+        data = json.loads(path.read_text())
+        pattern = data["settings"]["pattern"]
+        for r in data["results"]:
+            lengths.add(r["length"])
+            text = (f"{r['time_s']:.2f} s / {r['peak_memory_bytes'] / 2**20:.0f} MiB" if r.get("time_s") is not None
+                    else r.get("error", "failed"))
+            cells.setdefault((r["attention"], pattern), {})[r["length"]] = text
+    cols = sorted(lengths)
+    print("| attention | pattern | " + " | ".join(f"T={n // 1024}K" for n in cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
+    for (name, pattern), row in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        print(f"| {name} | {pattern} | " + " | ".join(row.get(n, "not run") for n in cols) + " |")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"))
+    if len(sys.argv) > 1 and sys.argv[1] == "--zoo":
+        zoo_table([Path(p) for p in sys.argv[2:]])
+    else:
+        main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"))

@@ -104,22 +104,22 @@ def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
         def run() -> None:
             state = None
             with torch.no_grad():
-                for start in range(0, T, chunk):
-                    _, state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)
+                for start in range(0, T, chunk):  # each chunk's output is dropped at once (consumed downstream)
+                    state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)[1]
             extra["state_bytes"] = _state_bytes(state)
         return run, B * T, extra
     box = [None]  # decode: prefill to position T, then each run decodes DECODE_STEPS single tokens
     with torch.no_grad():
         for start in range(0, T, chunk):
             x = torch.randn(B, min(chunk, T - start), D, device=device, dtype=dtype)
-            _, box[0] = attn(x, state=box[0], return_state=True)
+            box[0] = attn(x, state=box[0], return_state=True)[1]
     extra["state_bytes"] = _state_bytes(box[0])
     step = torch.randn(B, 1, D, device=device, dtype=dtype)
 
     def run() -> None:
         with torch.no_grad():
             for _ in range(DECODE_STEPS):
-                _, box[0] = attn(step, state=box[0], return_state=True)
+                box[0] = attn(step, state=box[0], return_state=True)[1]
     return run, B * DECODE_STEPS, extra
 
 
@@ -260,7 +260,10 @@ def plot_results(results: list[dict[str, Any]], path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- commands
-@click.group("bench")
+@click.group("bench", epilog="""\b
+Examples:
+  lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096,16384 --mode fwdbwd
+  lavo-zoo bench attention --attentions lavo --lengths 1024,65536 --mode decode""")
 def bench() -> None:
     """Benchmark attentions: time and peak memory against length."""
 

@@ -52,9 +52,12 @@ class ZooGroup(click.Group):
         try:
             return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
-            @click.command(name, help=LAZY_HELP[name] + " (unavailable in this installation)")
+            reason = str(e)  # `e` itself is unbound once the except block ends
+
+            @click.command(name, help=LAZY_HELP[name] + " (unavailable in this installation)",
+                           epilog=f"Examples:\n  lavo-zoo {name} --help   # shows why: {reason}")
             def unavailable() -> None:
-                raise ZooError(f"`lavo-zoo {name}` is not available: {e}")
+                raise ZooError(f"`lavo-zoo {name}` is not available: {reason}")
             return unavailable
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -90,8 +90,10 @@ def test_cuda_flex_window_logic_matches_blocked(causal, prefix):
     """The fused CUDA path's mask_mod / score_mod, run by flex_attention's eager forward on CPU."""
     B, H, T, d, w = 2, 2, 37, 8, 4
     q, k, v = torch.randn(B, H, T, d), torch.randn(B, H, prefix + T, d), torch.randn(B, H, prefix + T, d)
-    bias, key_mask = torch.randn(H, 2 * w - 1), torch.rand(B, prefix + T) > 0.2
+    bias = torch.randn(H, 2 * w - 1)
+    key_mask = None if prefix else torch.rand(B, T) > 0.2  # streaming (a prefix) has no padding
     out = flex_window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask, compiled=False)
-    ref = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask)
-    real = key_mask[:, None, prefix:, None]  # rows of real queries (rows without any real key may differ)
+    ref = window_attention(q, k[:, :, prefix:], v[:, :, prefix:], w, causal=causal, bias=bias, key_mask=key_mask,
+                           prefix=(k[:, :, :prefix], v[:, :, :prefix]) if prefix else None)
+    real = torch.ones(B, 1, T, 1) if key_mask is None else key_mask[:, None, :, None]  # rows with a real key
     torch.testing.assert_close(out * real, ref * real, rtol=1e-5, atol=1e-5)

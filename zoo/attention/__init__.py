@@ -83,7 +83,10 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
         if key not in valid and not has_var_kw:
             raise UsageError(f"attention '{name}' has no option '{key}'{did_you_mean(key, valid)}; "
                              f"its options: {', '.join(valid) or 'none'}")
-    return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
+    try:
+        return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
+    except ValueError as e:  # an option value the mechanism refuses (e.g. num_bases > head_dim): a usage error
+        raise UsageError(f"attention '{name}': {e}") from None
 
 
 def info_dict(info: AttentionInfo) -> dict[str, Any]:

@@ -31,31 +31,51 @@ def pad_time(t: torch.Tensor, before: int, after: int) -> torch.Tensor:
     return t if before == after == 0 else F.pad(t, (0, 0, before, after))
 
 
+def last_positions(prefix: torch.Tensor | None, t: torch.Tensor, window: int) -> torch.Tensor:
+    """The last min(w-1, P+T) time steps of cat(prefix, t) as a fresh small tensor: the streaming ring of keys or
+    values (prefix [B, H, P, d] or None, t [B, H, T, d])."""
+    keep = window - 1
+    tail = torch.cat(([prefix] if prefix is not None else []) + [t[:, :, max(0, t.shape[2] - keep):]], 2)
+    return tail[:, :, max(0, tail.shape[2] - keep):].clone()
+
+
+def _pad_cat(prefix: torch.Tensor | None, t: torch.Tensor, before: int, after: int) -> torch.Tensor:
+    """[zeros(before), prefix, t, zeros(after)] along time, in one copy."""
+    zeros = t.new_zeros(*t.shape[:2], before + after, t.shape[3])
+    middle = [prefix.to(t.dtype), t] if prefix is not None else [t]
+    return torch.cat([zeros[:, :, :before], *middle, zeros[:, :, before:]], 2)
+
+
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                      bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                     prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
                      dropout: float = 0.0, training: bool = False) -> torch.Tensor:
-    """Exact sliding-window attention; returns ``[B, H, Tq, d]`` in :func:`compute_dtype`.
+    """Exact sliding-window attention; returns ``[B, H, T, d]`` in :func:`compute_dtype`.
 
-    q [B, H, Tq, d]; k, v [B, H, Tk, d] with Tk = P + Tq: the first P keys are a streaming prefix (the previous
-    chunk's last keys, causal only) and query i sits at key position P + i. key_mask [B, Tk] bool (True = real key).
+    q, k, v [B, H, T, d]; key_mask [B, T] bool (True = real key). ``prefix`` = (keys, values) [B, H, P, d], P < w:
+    the previous chunk's last keys and values (causal streaming; no key_mask then), sitting before position 0.
     A query whose window holds no real key (only possible for padded queries) gets finite garbage, never NaN.
     On CUDA, long chunks go through the fused flex_attention kernel of :mod:`lavo_zoo.attention._flex`.
     """
     ct = compute_dtype(q.dtype)
+    if prefix is not None and (not causal or key_mask is not None):
+        raise ValueError("window_attention: a key prefix needs causal=True and no key_mask")
     if _flex.enabled(q, dropout, training):
+        if prefix is not None:
+            k, v = torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)
         return _flex.flex_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask).to(ct)
     B, _, Tq, d = q.shape
-    Tk, w = k.shape[2], window
-    P = Tk - Tq
-    if P < 0 or (P and not causal):
-        raise ValueError(f"window_attention: {Tk} keys for {Tq} queries (a key prefix is only valid when causal)")
+    w = window
+    P = 0 if prefix is None else prefix[0].shape[2]
+    Tk = P + Tq
     n = math.ceil(Tk / w)
     end = n * w - Tk
     after = end + (0 if causal else w)
     num = 2 if causal else 3
     qb = pad_time(q.to(ct), P, end).unflatten(2, (n, w))               # [B, H, n, w, d]
-    kb = _blocks(F.pad(k.to(ct), (0, 0, w, after)), w, n, num)          # [B, H, n, K, d], K = num * w
-    vb = _blocks(F.pad(v.to(ct), (0, 0, w, after)), w, n, num)          # [B, H, n, K, d]
+    past_k, past_v = prefix if prefix is not None else (None, None)
+    kb = _blocks(_pad_cat(past_k, k.to(ct), w, after), w, n, num)     # [B, H, n, K, d], K = num * w
+    vb = _blocks(_pad_cat(past_v, v.to(ct), w, after), w, n, num)     # [B, H, n, K, d]
     real = torch.ones(B, Tk, dtype=torch.bool, device=q.device) if key_mask is None else key_mask
     real = _blocks(F.pad(real, (w, after))[..., None], w, n, num)[..., 0]  # [B, n, K]
     K = num * w

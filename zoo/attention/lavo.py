@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention._blocked import compute_dtype, pad_time, window_attention
+from lavo_zoo.attention._blocked import compute_dtype, last_positions, pad_time, window_attention
 from lavo_zoo.attention.base import PATTERNS, Attention
 
 MEMORY_SOURCES = ("local_out", "value", "input")
@@ -108,7 +108,7 @@ class LavoAttention(Attention):
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
     def _read(self, q: torch.Tensor, mem: torch.Tensor) -> torch.Tensor:
-        """Read the orthogonal memory. q [B, H, *, n, d], mem [B, H, *, 1 or n, d] (mean features) -> [B, H, *, n, d]."""
+        """Read the orthogonal memory: q [B, H, *, n, d], mem [B, H, *, 1|n, d] (mean features) -> [B, H, *, n, d]."""
         ct = compute_dtype(q.dtype)
         B, H, d, r = q.shape[0], self.num_heads, self.head_dim, self.num_bases
         b = self.bases.to(ct)                                    # [H, r, d]; matmuls on [B, H, N, d] broadcast it
@@ -147,13 +147,14 @@ class LavoAttention(Attention):
             out = self._read(q, mem)                                                 # [B, H, T, d]
         else:
             k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))          # [B, H, T, d]
-            if state is not None:
-                k, v = torch.cat([state.keys, k], 2), torch.cat([state.values, v], 2)  # [B, H, L+T, d]
+            past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
+            prefix = None if state is None else (past_k, past_v)
             local = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.epe,
-                                     key_mask=padding_mask, dropout=self.dropout, training=self.training)
+                                     key_mask=padding_mask, prefix=prefix, dropout=self.dropout,
+                                     training=self.training)                         # [B, H, T, d]
             valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
                 else padding_mask[:, None].to(ct)                                    # [B, 1, T]
-            feats = self._features(x, v[:, :, -T:], local)                           # [B, H, T, d]
+            feats = self._features(x, v, local)                                      # [B, H, T, d]
             if padding_mask is not None:
                 feats = feats * valid[..., None]
             if self.pattern == "noncausal":
@@ -164,10 +165,9 @@ class LavoAttention(Attention):
             else:
                 out, sums = self._running(q, local, feats, valid, state)
             if return_state:
-                keep = max(0, k.shape[2] - (self.window_size - 1))
-                # clones: views would keep the whole chunk's tensors alive inside the constant-size state
-                new_state = LavoState(k[:, :, keep:].clone(), v[:, :, keep:].clone(), *(s.clone() for s in sums),
-                                      (state.position if state else 0) + T)
+                w = self.window_size  # fresh tensors: views would keep whole-chunk tensors alive inside the state
+                new_state = LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w),
+                                      *(s.clone() for s in sums), (state.position if state else 0) + T)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))

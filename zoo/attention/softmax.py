@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention._blocked import compute_dtype, window_attention
+from lavo_zoo.attention._blocked import compute_dtype, last_positions, window_attention
 from lavo_zoo.attention.base import PATTERNS, Attention
 
 
@@ -160,13 +160,14 @@ class LocalAttention(_Projected):
         q, k, v = (split_heads(p(x), self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
         if state is not None:
             _check_state(state, WindowCache, x, self.num_heads)
-            k, v = torch.cat([state.keys, k], 2), torch.cat([state.values, v], 2)   # [B, H, L+T, d]
+        past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
+        prefix = None if state is None else (past_k, past_v)
         out = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.rel_bias,
-                               key_mask=padding_mask, dropout=self.dropout, training=self.training)
+                               key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(merge_heads(out).to(x.dtype))
         if not return_state:
             return y
-        keep = max(0, k.shape[2] - (self.window_size - 1))
-        return y, WindowCache(k[:, :, keep:].clone(), v[:, :, keep:].clone())  # no views of the whole chunk
+        w = self.window_size
+        return y, WindowCache(last_positions(past_k, k, w), last_positions(past_v, v, w))

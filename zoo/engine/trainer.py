@@ -238,7 +238,8 @@ class Trainer:
         if tc.compile:
             train_model = torch.compile(train_model)
 
-        self.progress = Progress(tc.max_steps, pos["step"], main, tc.log_every)
+        total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
+        self.progress = Progress(total, pos["step"], main, tc.log_every)
         stream = self._train_batches(train_ds, plan, pos["epoch"], pos["offset"])
         window: list[float] = []
         val_metrics: dict[str, float] = {}
