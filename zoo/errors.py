@@ -21,6 +21,11 @@ class ConfigError(UsageError):
     """A config file or override that does not match the recipe's schema."""
 
 
+class OptionError(UsageError, ValueError):
+    """An option value a component refuses (e.g. num_bases > head_dim): a usage error for the CLI (exit 2) that
+    library code can still catch as the ValueError the component raised."""
+
+
 class CheckpointError(ZooError):
     """A checkpoint that is missing, corrupt, truncated or does not match the model."""
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lavo_zoo.attention.base import PATTERNS, Attention
-from lavo_zoo.errors import UsageError, did_you_mean
+from lavo_zoo.errors import OptionError, UsageError, did_you_mean
 from lavo_zoo.registry import Registry
 
 def _is_mechanism_module(name: str) -> bool:
@@ -86,7 +86,7 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
     try:
         return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
     except ValueError as e:  # an option value the mechanism refuses (e.g. num_bases > head_dim): a usage error
-        raise UsageError(f"attention '{name}': {e}") from None
+        raise OptionError(f"attention '{name}': {e}") from None
 
 
 def info_dict(info: AttentionInfo) -> dict[str, Any]:
