@@ -22,21 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
+from lavo_zoo.engine.checkpoint import sha256_file
+from lavo_zoo.engine.env import cache_root
 
 RECORD = "record.json"
 UNPACKED = "checkpoint"
 PART_SUFFIX = ".part"
 _TRUE = {"1", "true", "yes", "on"}
-
-
-def cache_root(cache_dir: Path | str | None = None) -> Path:
-    """The cache root: the argument, else ``LAVO_ZOO_CACHE``, else the platform's user cache directory."""
-    if cache_dir:
-        return Path(cache_dir).expanduser()
-    if os.environ.get("LAVO_ZOO_CACHE"):
-        return Path(os.environ["LAVO_ZOO_CACHE"]).expanduser()
-    return Path(platformdirs.user_cache_dir("lavo-zoo"))
 
 
 def offline() -> bool:
@@ -48,15 +40,6 @@ def offline_variable() -> str:
     """The variable that switched offline mode on, for messages."""
     return next((v for v in ("LAVO_ZOO_OFFLINE", "HF_HUB_OFFLINE")
                  if os.environ.get(v, "").strip().lower() in _TRUE), "LAVO_ZOO_OFFLINE")
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def entry_dir(source: str, cache_dir: Path | str | None = None) -> Path:

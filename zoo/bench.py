@@ -213,17 +213,6 @@ def _parse_options(items: tuple[str, ...], names: list[str]) -> dict[str, dict[s
     return per
 
 
-def _resolve_device(device: str | None) -> str:
-    import torch
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: CUDA is not available on this machine")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-        raise UsageError(f"--device must be cpu, cuda or cuda:N, got '{device}'")
-    return device
-
-
 def _format(r: dict[str, Any]) -> str:
     head = f"{r['attention']:<12} {r['mode']:<7} T={r['length']:<9}"
     if "error" in r:
@@ -328,7 +317,9 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
         raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
     length_list = _parse_lengths(lengths)
     per_options = _parse_options(options, names)
-    device = _resolve_device(device)
+    from lavo_zoo.engine.env import pick_device
+
+    device = str(pick_device(device))
     isolate = device == "cpu" if isolate is None else isolate
     settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "embed_dim": embed_dim,
                 "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size}

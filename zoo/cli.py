@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.errors import ZooError
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",

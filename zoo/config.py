@@ -238,8 +238,6 @@ def save_config(cfg: Any, path: Path) -> None:
 
 def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Any, Any]:
     """(recipe, validated config) from a config name or path plus ``key=value`` overrides."""
-    from lavo_zoo.recipes import get_recipe
-
     path = find_config(name_or_path)
     return config_from_dict(load_yaml(path), list(overrides), source=str(path))
 

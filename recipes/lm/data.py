@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
 from lavo_zoo.recipes.lm.tokenizers import Tokenizer
 
@@ -40,10 +41,7 @@ CACHE_FORMAT = 1  # bump when the token file layout changes, so that old caches 
 
 def cache_root() -> Path:
     """``$LAVO_ZOO_CACHE/lm`` or ``<user cache dir>/lavo-zoo/lm``."""
-    import platformdirs
-
-    base = os.environ.get("LAVO_ZOO_CACHE") or platformdirs.user_cache_dir("lavo-zoo")
-    return Path(base) / "lm"
+    return project_cache_root() / "lm"
 
 
 # ------------------------------------------------------------------------------------------------ the PG-19 layout

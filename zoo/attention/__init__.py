@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import pkgutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from lavo_zoo.attention.base import PATTERNS, Attention
@@ -87,10 +87,6 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
         return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
     except ValueError as e:  # an option value the mechanism refuses (e.g. num_bases > head_dim): a usage error
         raise OptionError(f"attention '{name}': {e}") from None
-
-
-def info_dict(info: AttentionInfo) -> dict[str, Any]:
-    return asdict(info)
 
 
 __all__ = ["ATTENTIONS", "PATTERNS", "Attention", "AttentionInfo", "attention_class", "attention_info",

@@ -1,11 +1,14 @@
 """Facts about the running environment recorded with checkpoints and results: versions, git revision, device."""
 from __future__ import annotations
 
+import os
 import platform
+import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+import platformdirs
 import torch
 
 from lavo_zoo.errors import UsageError
@@ -34,14 +37,22 @@ def git_revision() -> str | None:
         return None
 
 
+def cache_root(cache_dir: Path | str | None = None) -> Path:
+    """The project's cache root: the argument, else ``LAVO_ZOO_CACHE``, else the platform's user cache directory."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if os.environ.get("LAVO_ZOO_CACHE"):
+        return Path(os.environ["LAVO_ZOO_CACHE"]).expanduser()
+    return Path(platformdirs.user_cache_dir("lavo-zoo"))
+
+
 def pick_device(name: str | None) -> torch.device:
     """``None`` -> cuda when available, else cpu; an explicit cuda without a GPU is a usage error."""
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"unknown device '{name}'; use cpu, cuda or cuda:N") from None
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise UsageError(f"--device must be cpu, cuda or cuda:N, got '{name}'")
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {name} was asked for but no CUDA GPU is available; use --device cpu")
     return device

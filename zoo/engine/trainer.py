@@ -90,10 +90,10 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------ resume
     def _resume_path(self) -> Path | None:
         if self.resume is None:
-            if latest_checkpoint(self.ckpt_root) is not None:
-                raise UsageError(f"{self.out} already holds checkpoints from an earlier run "
-                                 f"(newest: {latest_checkpoint(self.ckpt_root).name}); pass --resume auto to "
-                                 "continue it, or choose another --out")
+            existing = latest_checkpoint(self.ckpt_root)
+            if existing is not None:
+                raise UsageError(f"{self.out} already holds checkpoints from an earlier run (newest: {existing.name}); "
+                                 "pass --resume auto to continue it, or choose another --out")
             return None
         if self.resume == "auto":
             return latest_checkpoint(self.ckpt_root)
@@ -191,7 +191,6 @@ class Trainer:
 
     def _fit(self) -> dict[str, float]:
         tc, main = self.tc, self.dist.is_main
-        self.progress = Progress(tc.max_steps, 0, main, tc.log_every)
         if main:
             self._recover_interrupted_save()
         barrier(self.dist)
@@ -222,6 +221,9 @@ class Trainer:
             restore_rng(state["rng"][self.dist.rank])
             pos.update({k: state[k] for k in pos})
             self._saved_step = pos["step"]
+        total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
+        self.progress = Progress(total, pos["step"], main, tc.log_every)
+        if resume_from is not None:
             self.progress.message(f"resumed from {resume_from} at step {pos['step']}")
         elif self.resume == "auto":
             self.progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
@@ -238,8 +240,6 @@ class Trainer:
         if tc.compile:
             train_model = torch.compile(train_model)
 
-        total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
-        self.progress = Progress(total, pos["step"], main, tc.log_every)
         stream = self._train_batches(train_ds, plan, pos["epoch"], pos["offset"])
         window: list[float] = []
         val_metrics: dict[str, float] = {}
