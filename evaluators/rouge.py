@@ -1,0 +1,94 @@
+"""ROUGE as the paper reports it (official ROUGE-1.5.5 with Porter stemming), through the ``rouge-score`` package.
+
+Every summary is split into sentences by pysbd (an offline rule-based splitter; existing line breaks are kept as
+sentence breaks) and the sentences are joined by newlines, so that ``rougeLsum`` is ROUGE-1.5.5's summary-level
+LCS (the union LCS of each reference sentence against all candidate sentences). ``rouge1``, ``rouge2`` and
+``rougeL`` (LCS over the whole summary as one sequence) do not depend on the split. Each metric is the F1 of one
+example, x 100, averaged over the examples (the "Average_F" that ROUGE-1.5.5 prints).
+
+Known difference from the Perl script: ROUGE-1.5.5 keeps "-" as a token of its own ("well-known" -> "well - known")
+while rouge-score drops it, so hyphenated text scores slightly differently; everything else (lowercasing, the
+non-alphanumeric split, Porter stemming of tokens longer than 3 characters) is the same.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import ClassVar
+
+from lavo_zoo.evaluators import register_evaluator
+from lavo_zoo.evaluators.base import Evaluator
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+@lru_cache(maxsize=1)
+def _segmenter():
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (pysbd, English), each stripped; line breaks in ``text`` always end a sentence."""
+    segmenter = _segmenter()
+    sentences = []
+    for line in text.splitlines():
+        if line.strip():
+            sentences.extend(s.strip() for s in segmenter.segment(line) if s.strip())
+    return sentences
+
+
+def sentences_on_lines(text: str) -> str:
+    """``text`` with one sentence per line, as ``rougeLsum`` (and ROUGE-1.5.5's SPL input) wants it."""
+    return "\n".join(split_sentences(text))
+
+
+@lru_cache(maxsize=1)
+def _scorer():
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+
+
+def rouge_f1(hypothesis: str, reference: str) -> dict[str, float]:
+    """F1 x 100 of one hypothesis against one reference, for each of :data:`ROUGE_TYPES`."""
+    scores = _scorer().score(sentences_on_lines(reference), sentences_on_lines(hypothesis))  # (target, prediction)
+    return {name: 100.0 * scores[name].fmeasure for name in ROUGE_TYPES}
+
+
+@register_evaluator("rouge")
+class Rouge(Evaluator):
+    """ROUGE-1/2/L/Lsum F1 x 100 (rouge-score, Porter stemming, pysbd sentences), averaged over examples.
+
+    ``update(predictions, targets)``: generated summaries and reference summaries, two equally long sequences of
+    strings. ``num_samples`` counts examples.
+    """
+
+    higher_is_better: ClassVar[dict[str, bool]] = dict.fromkeys(ROUGE_TYPES, True)
+
+    def reset(self) -> None:
+        self.totals = dict.fromkeys(ROUGE_TYPES, 0.0)
+        self.num_samples = 0
+
+    def update(self, predictions: Sequence[str], targets: Sequence[str]) -> None:
+        if isinstance(predictions, str) or isinstance(targets, str):
+            raise TypeError("Rouge.update takes sequences of summaries, not one string")
+        if len(predictions) != len(targets):
+            raise ValueError(f"Rouge.update got {len(predictions)} predictions for {len(targets)} references")
+        for hypothesis, reference in zip(predictions, targets):
+            for name, value in rouge_f1(hypothesis, reference).items():
+                self.totals[name] += value
+            self.num_samples += 1
+
+    def compute(self) -> dict[str, float]:
+        if self.num_samples == 0:
+            raise ValueError("Rouge.compute() called before any summary was scored")
+        return {name: total / self.num_samples for name, total in self.totals.items()}
+
+
+def score_summaries(hypotheses: Iterable[str], references: Iterable[str]) -> dict[str, float]:
+    """Averaged ROUGE F1 x 100 of paired summaries (see :class:`Rouge`)."""
+    evaluator = Rouge()
+    evaluator.update(list(hypotheses), list(references))
+    return evaluator.compute()
