@@ -1,0 +1,452 @@
+"""Multi-document summarization data: the Multi-News layout, JSON lines, a built-in corpus, tokenized examples.
+
+Layouts of ``data.path`` (``data.format: auto`` tells them apart; ``multinews`` or ``jsonl`` forces one):
+
+- ``multinews`` (as released): ``{train,val,test}.src`` and ``.tgt``, line-aligned, one example per line. A source
+  line holds the articles separated by ``|||||``, newlines inside them written as ``NEWLINE_CHAR``; a target line
+  is the summary, starting with "– ".
+- ``jsonl`` (the Hugging Face export): ``{train,validation,test}.jsonl``, one JSON object per line with string
+  fields ``document`` (articles separated by ``|||||``) and ``summary``.
+
+The validation split is read from ``val.*`` or ``validation.*``. Bad input is refused with a :class:`DataError`
+naming the file and line: ``.src``/``.tgt`` line counts that differ, an empty split, a line that is not UTF-8, a
+JSON line that is not an object with both fields. Examples whose source or summary is empty are skipped and counted
+in the log.
+
+Without ``data.path`` the recipe uses a built-in corpus in the Multi-News layout, generated once from this Python's
+standard library (see :func:`stdlib_examples`), so that every command works offline.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch.utils.data import Dataset
+
+from lavo_zoo.engine.env import cache_root
+from lavo_zoo.errors import DataError
+from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
+
+log = logging.getLogger(__name__)
+
+ARTICLE_SEPARATOR = "|||||"
+NEWLINE_MARK = "NEWLINE_CHAR"
+SUMMARY_MARK = "– "  # Multi-News summaries start with an en dash and a space
+SPLIT_FILES = {"train": ("train",), "validation": ("val", "validation"), "test": ("test",)}
+FORMATS = ("multinews", "jsonl")
+BUILTIN_VERSION = 1  # bump when the built-in corpus changes, so that cached copies are regenerated
+
+
+@dataclass
+class DataConfig:
+    path: str | None = None  # a folder in the Multi-News or JSON-lines layout; unset: the built-in corpus
+    format: Literal["auto", "multinews", "jsonl"] = "auto"
+    tokenizer: Literal["gpt2"] = "gpt2"
+    max_source_tokens: int = 4096  # sources are truncated to this many tokens (articles joined, separators included)
+    max_target_tokens: int = 400  # summaries are truncated to this many tokens (before BOS/EOS)
+    cache_dir: str | None = None  # where the built-in corpus is generated (default: $LAVO_ZOO_CACHE/summarization)
+
+
+@dataclass
+class Example:
+    """One multi-document example: its id (``<file>:<line>`` or the built-in name), its articles and summary."""
+
+    id: str
+    articles: list[str]
+    summary: str
+
+
+@dataclass
+class SplitData:
+    """The usable examples of one split and how many were skipped as empty."""
+
+    examples: list[Example]
+    skipped: int = 0
+    files: list[Path] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ text helpers
+def decode_newlines(text: str) -> str:
+    """Multi-News ``NEWLINE_CHAR`` markers (with the spaces around them) back to line breaks."""
+    return re.sub(rf" *{NEWLINE_MARK} *", "\n", text)
+
+
+def encode_newlines(text: str) -> str:
+    """Line breaks as ``NEWLINE_CHAR`` (the inverse of :func:`decode_newlines` for text without spaces at ends of
+    lines), so that one example is one line."""
+    return re.sub(r" *\r?\n *", f" {NEWLINE_MARK} ", text.strip())
+
+
+def split_articles(document: str) -> list[str]:
+    """The non-empty articles of a ``|||||``-separated document, newlines decoded and whitespace trimmed."""
+    return [a for a in (decode_newlines(part).strip() for part in document.split(ARTICLE_SEPARATOR)) if a]
+
+
+def clean_summary(summary: str) -> str:
+    """A summary without Multi-News' leading "– " and with its newlines decoded."""
+    text = decode_newlines(summary).strip()
+    return text[len(SUMMARY_MARK.strip()):].strip() if text.startswith(SUMMARY_MARK.strip()) else text
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (without line ends); a line that is not UTF-8 is a DataError naming it."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(line.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}, line {number}: not UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1}); "
+                            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ loaders
+def detect_format(root: Path) -> str:
+    """``multinews`` when ``root`` holds ``*.src`` files, ``jsonl`` when it holds ``*.jsonl``; else a DataError."""
+    if not root.is_dir():
+        raise DataError(f"data.path {root} does not exist or is not a directory; it must hold the Multi-News layout "
+                        "({train,val,test}.src/.tgt) or JSON lines ({train,validation,test}.jsonl)")
+    if any(root.glob("*.src")):
+        return "multinews"
+    if any(root.glob("*.jsonl")):
+        return "jsonl"
+    raise DataError(f"{root} holds neither Multi-News files ({{train,val,test}}.src/.tgt) nor JSON lines "
+                    "({train,validation,test}.jsonl); point data.path at such a folder")
+
+
+def split_file(root: Path, split: str, suffix: str) -> Path:
+    """``root/<name><suffix>`` for the first existing name of ``split`` (validation: val or validation)."""
+    if split not in SPLIT_FILES:
+        raise DataError(f"unknown split '{split}'; choose one of {', '.join(SPLIT_FILES)}")
+    candidates = [root / f"{name}{suffix}" for name in SPLIT_FILES[split]]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise DataError(f"split '{split}' is missing: expected {' or '.join(map(str, candidates))}")
+
+
+def load_split(root: str | Path, split: str, data_format: str = "auto") -> SplitData:
+    """The examples of ``split`` under ``root`` in the detected (or forced) layout, empty ones skipped."""
+    root = Path(root).expanduser()
+    fmt = detect_format(root) if data_format == "auto" else data_format
+    if fmt not in FORMATS:
+        raise DataError(f"unknown data.format '{data_format}'; choose auto, {' or '.join(FORMATS)}")
+    if not root.is_dir():
+        raise DataError(f"data.path {root} does not exist or is not a directory")
+    if fmt == "multinews":
+        src, tgt = split_file(root, split, ".src"), split_file(root, split, ".tgt")
+        data = SplitData(*_skip_empty(read_multinews(src, tgt)), files=[src, tgt])
+    else:
+        path = split_file(root, split, ".jsonl")
+        data = SplitData(*_skip_empty(read_jsonl(path)), files=[path])
+    if data.skipped:
+        log.warning("%s: skipped %d example(s) with an empty source or summary", " + ".join(map(str, data.files)),
+                    data.skipped)
+    if not data.examples:
+        raise DataError(f"split '{split}' is empty: {' + '.join(map(str, data.files))} has no example with a "
+                        f"non-empty source and summary ({data.skipped} empty skipped)")
+    return data
+
+
+def read_multinews(src: Path, tgt: Path) -> Iterator[Example]:
+    """Examples of a line-aligned Multi-News ``.src``/``.tgt`` pair (ids ``<src name>:<line>``)."""
+    sources, targets = read_lines(src), read_lines(tgt)
+    if len(sources) != len(targets):
+        first = min(len(sources), len(targets)) + 1
+        longer = src if len(sources) > len(targets) else tgt
+        raise DataError(f"{src} has {len(sources)} lines but {tgt} has {len(targets)}: the files must be "
+                        f"line-aligned (line {first} of {longer} has no partner)")
+    if not sources:
+        raise DataError(f"split file {src} is empty (and so is {tgt}): it must hold one example per line")
+    for number, (source, target) in enumerate(zip(sources, targets), 1):
+        yield Example(f"{src.stem}:{number}", split_articles(source), clean_summary(target))
+
+
+def read_jsonl(path: Path) -> Iterator[Example]:
+    """Examples of a JSON-lines file with string fields ``document`` and ``summary`` (ids ``<name>:<line>``)."""
+    lines = read_lines(path)
+    if not any(line.strip() for line in lines):
+        raise DataError(f"split file {path} is empty: it must hold one JSON object per line with 'document' and "
+                        "'summary' fields")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, line {number}: expected a JSON object with 'document' and 'summary' fields, "
+                            f"got {type(row).__name__}")
+        missing = [key for key in ("document", "summary") if not isinstance(row.get(key), str)]
+        if missing:
+            raise DataError(f"{path}, line {number}: the object has no string field {' or '.join(map(repr, missing))}"
+                            f" (keys: {', '.join(map(str, row)) or 'none'}); every line needs 'document' and "
+                            "'summary'")
+        yield Example(f"{path.stem}:{number}", split_articles(row["document"]), clean_summary(row["summary"]))
+
+
+def _skip_empty(examples: Iterable[Example]) -> tuple[list[Example], int]:
+    kept, skipped = [], 0
+    for example in examples:
+        if example.articles and example.summary:
+            kept.append(example)
+        else:
+            skipped += 1
+    return kept, skipped
+
+
+def write_multinews(examples: Iterable[Example], out: Path, split_name: str) -> int:
+    """Write examples as ``out/<split_name>.src`` and ``.tgt`` (the released layout); returns how many."""
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with open(out / f"{split_name}.src", "w", encoding="utf-8", newline="\n") as src, \
+            open(out / f"{split_name}.tgt", "w", encoding="utf-8", newline="\n") as tgt:
+        for example in examples:
+            src.write(f" {ARTICLE_SEPARATOR} ".join(encode_newlines(a) for a in example.articles) + "\n")
+            tgt.write(SUMMARY_MARK + encode_newlines(example.summary) + "\n")
+            count += 1
+    return count
+
+
+# --------------------------------------------------------------------------------------------- built-in corpus
+def _first_paragraph(docstring: str | None) -> str:
+    """The first paragraph of a docstring on one line ('' if absent or shorter than 4 words)."""
+    if not docstring:
+        return ""
+    paragraph = " ".join(docstring.strip().split("\n\n")[0].split())
+    return paragraph if len(paragraph.split()) >= 4 and ">>>" not in paragraph else ""
+
+
+def _strip_docstrings(tree: ast.AST) -> None:
+    """Remove, in place, the docstring of ``tree`` and of every function or class inside (``pass`` where a body
+    would become empty)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+MAX_CALLEES = 4
+
+
+def _callees(function: ast.AST, scope: dict[str, ast.AST]) -> list[ast.AST]:
+    """Functions of ``scope`` that ``function`` calls by name (``f(...)`` or ``self.f(...)``), first calls first."""
+    found: list[ast.AST] = []
+    for sub in ast.walk(function):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) \
+                and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls") else None
+            target = scope.get(name) if name else None
+            if target is not None and target is not function and target not in found:
+                found.append(target)
+    return found[:MAX_CALLEES]
+
+
+def module_examples(name: str, text: str) -> list[Example]:
+    """The examples of one module's source: three kinds, each summarised by the first paragraph of a docstring.
+
+    - ``<module>``: articles = the module's top-level definitions; summary = the module docstring.
+    - ``<module>.<Class>``: articles = the class header with its attributes, then each method; summary = the class
+      docstring.
+    - ``<module>.<function>`` and ``<module>.<Class>.<method>``: articles = the function, then up to 4 functions of
+      the same module (or class) that it calls; summary = the function's docstring (functions of 3+ statements).
+
+    Every article is the code as ``ast.unparse`` prints it (comments and docstrings removed).
+    """
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    # (id, summary, article nodes) found before the docstrings are stripped, unparsed after
+    found: list[tuple[str, str, list[ast.AST]]] = []
+    definitions = [n for n in tree.body if isinstance(n, (*FUNCTIONS, ast.ClassDef))]
+    if (summary := _first_paragraph(ast.get_docstring(tree))) and definitions:
+        found.append((name, summary, definitions))
+
+    def functions(owner: str, body: list[ast.stmt], scope: dict[str, ast.AST]) -> None:
+        for node in body:
+            if isinstance(node, FUNCTIONS) and len(node.body) >= 3 \
+                    and (summary := _first_paragraph(ast.get_docstring(node))):
+                found.append((f"{owner}.{node.name}", summary, [node, *_callees(node, scope)]))
+
+    functions(name, tree.body, {n.name: n for n in tree.body if isinstance(n, FUNCTIONS)})
+    headers = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        methods = [n for n in cls.body if isinstance(n, FUNCTIONS)]
+        if (summary := _first_paragraph(ast.get_docstring(cls))) and methods:
+            headers[cls.name] = header = ast.ClassDef(
+                name=cls.name, bases=cls.bases, keywords=cls.keywords, decorator_list=cls.decorator_list,
+                body=[n for n in cls.body if not isinstance(n, FUNCTIONS)], type_params=[])
+            found.append((f"{name}.{cls.name}", summary, [header, *methods]))
+        functions(f"{name}.{cls.name}", cls.body, {m.name: m for m in methods})
+    _strip_docstrings(tree)
+    for header in headers.values():
+        _strip_docstrings(header)
+        header.body = header.body or [ast.Pass()]
+    sources: dict[int, str] = {}
+
+    def source(node: ast.AST) -> str:
+        if id(node) not in sources:
+            sources[id(node)] = ast.unparse(node)
+        return sources[id(node)]
+
+    return [Example(example_id, [source(n) for n in nodes], summary) for example_id, summary, nodes in found]
+
+
+def stdlib_sources(stdlib: Path | None = None) -> list[tuple[str, Path]]:
+    """(dotted module name, file) of every standard-library module outside tests and site-packages, sorted."""
+    stdlib = stdlib or Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "dist-packages", "idle_test", "lib2to3", "__pycache__"}
+    out = []
+    for path in sorted(stdlib.rglob("*.py")):
+        parts = path.relative_to(stdlib).with_suffix("").parts
+        if any(p in skip or p.startswith("test") for p in parts):
+            continue
+        out.append((".".join(p for p in parts if p != "__init__") or "__init__", path))
+    return out
+
+
+def builtin_split(module: str) -> str:
+    """The split of every example of ``module``, fixed by a hash of its name: ~90% train, 5% validation, 5% test
+    (whole modules, so that no module's code is in two splits)."""
+    return {0: "validation", 1: "test"}.get(zlib.crc32(module.encode()) % 20, "train")
+
+
+def stdlib_examples(sources: list[tuple[str, Path]] | None = None) -> dict[str, list[Example]]:
+    """The built-in corpus by split, from the standard library's modules (see :func:`module_examples`)."""
+    splits: dict[str, list[Example]] = {split: [] for split in SPLIT_FILES}
+    for module, path in sources if sources is not None else stdlib_sources():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        splits[builtin_split(module)].extend(module_examples(module, text))
+    return splits
+
+
+def write_builtin(out: Path, sources: list[tuple[str, Path]] | None = None) -> dict[str, int]:
+    """Write the built-in corpus to ``out`` in the Multi-News layout; returns the number of examples per split."""
+    split_names = {"train": "train", "validation": "val", "test": "test"}
+    return {split: write_multinews(examples, out, split_names[split])
+            for split, examples in stdlib_examples(sources).items()}
+
+
+def builtin_corpus(cache_dir: Path | None = None) -> Path:
+    """The built-in corpus folder (Multi-News layout), generated once, atomically, under the cache."""
+    version = "{}.{}.{}".format(*sys.version_info[:3])
+    key = hashlib.sha256(f"{BUILTIN_VERSION}:{sysconfig.get_paths()['stdlib']}".encode()).hexdigest()[:8]
+    root = (cache_dir or cache_root() / "summarization") / f"stdlib-py{version}-{key}"
+    if (root / "test.tgt").is_file():
+        return root
+    tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    counts = write_builtin(tmp)
+    log.info("generated the built-in summarization corpus in %s: %s", root, counts)
+    try:
+        os.replace(tmp, root)
+    except OSError:  # another process generated it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+# ------------------------------------------------------------------------------------------------ tokenization
+class Vocabulary:
+    """GPT-2 byte-level BPE (the LM recipe's offline tokenizer, 50,257 ids) plus BOS, EOS, PAD and a separator
+    between articles, appended after GPT-2's ids."""
+
+    def __init__(self, name: str = "gpt2") -> None:
+        self.tokenizer = get_tokenizer(name)
+        base = self.tokenizer.vocab_size
+        self.bos, self.eos, self.pad, self.sep = base, base + 1, base + 2, base + 3
+        self.size = base + 4
+        self.specials = {self.bos, self.eos, self.pad, self.sep}
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def encode_source(self, articles: list[str]) -> list[int]:
+        """The articles' ids, one separator id between consecutive articles."""
+        ids: list[int] = []
+        for i, article in enumerate(articles):
+            if i:
+                ids.append(self.sep)
+            ids.extend(self.encode(article))
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first EOS, special ids dropped."""
+        out = []
+        for i in ids:
+            if i == self.eos:
+                break
+            if i not in self.specials:
+                out.append(int(i))
+        return self.tokenizer.decode(out).strip()
+
+
+class SummarizationDataset(Dataset):
+    """Tokenized examples: item i is ``{"id", "source" [S] int64, "target" [T] int64, "reference"}``.
+
+    ``source`` = the articles' tokens joined by the document-separator id, truncated to ``max_source_tokens``;
+    ``target`` = BOS, the summary's tokens truncated to ``max_target_tokens``, EOS. ``reference`` is the full summary
+    text (ROUGE is scored against it, not against the truncated tokens).
+    """
+
+    def __init__(self, examples: list[Example], vocab: Vocabulary, max_source_tokens: int, max_target_tokens: int) -> None:
+        if max_source_tokens < 1 or max_target_tokens < 1:
+            raise DataError(f"data.max_source_tokens and data.max_target_tokens must be positive, got "
+                            f"{max_source_tokens} and {max_target_tokens}")
+        self.examples = examples
+        self.vocab = vocab
+        self.max_source_tokens = max_source_tokens
+        self.max_target_tokens = max_target_tokens
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict:
+        example = self.examples[index]
+        source = self.vocab.encode_source(example.articles)[:self.max_source_tokens]
+        summary = self.vocab.encode(example.summary)[:self.max_target_tokens]
+        return {"id": example.id, "source": torch.tensor(source, dtype=torch.long),
+                "target": torch.tensor([self.vocab.bos, *summary, self.vocab.eos], dtype=torch.long),
+                "reference": example.summary}
+
+
+def collate(samples: list[dict], pad: int) -> dict:
+    """A padded batch: ``source`` [B, S], ``source_mask`` [B, S] (True = real), ``target`` [B, T] (``pad`` after the
+    end), plus the ``ids`` and ``references`` lists."""
+    def pad_stack(seqs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad)
+
+    source = pad_stack([s["source"] for s in samples])  # [B, S]
+    lengths = torch.tensor([len(s["source"]) for s in samples])
+    return {"ids": [s["id"] for s in samples], "source": source,
+            "source_mask": torch.arange(source.shape[1])[None] < lengths[:, None],  # [B, S]
+            "target": pad_stack([s["target"] for s in samples]),  # [B, T]
+            "references": [s["reference"] for s in samples]}
