@@ -12,20 +12,21 @@ from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention._blocked import compute_dtype, last_positions, window_attention
-from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 
 
 @dataclass
-class KVCache:
+class KVCache(StreamingState):
     """Streaming state of ``sdpa``: every past key and value (grows with the sequence) and the position."""
 
     keys: torch.Tensor    # [B, H, S, d] (rotated when rope=True)
     values: torch.Tensor  # [B, H, S, d]
     position: int
+    key_mask: torch.Tensor | None = None  # [B, S] bool (cross attention's cache of a padded source)
 
 
 @dataclass
-class WindowCache:
+class WindowCache(StreamingState):
     """Streaming state of ``local``: the last min(w-1, position) keys and values (constant size)."""
 
     keys: torch.Tensor    # [B, H, L, d]
@@ -129,6 +130,26 @@ class SDPAttention(_Projected):
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(merge_heads(out))
         return (y, KVCache(k, v, pos + T)) if return_state else y
+
+
+    def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> KVCache:
+        """The source's projected keys and values, computed once: a decoding step does not re-project it."""
+        super().cross_cache(context, context_mask)  # validates
+        k, v = split_heads(self.k_proj(context), self.num_heads), split_heads(self.v_proj(context), self.num_heads)
+        return KVCache(k, v, 0, context_mask)
+
+    def cross_step(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        _check_state(cache, KVCache, x, self.num_heads)
+        q = split_heads(self.q_proj(x), self.num_heads)                               # [B, H, t, d]
+        mask = None if cache.key_mask is None else cache.key_mask[:, None, None, :]   # [B, 1, 1, S]
+        if mask is not None:
+            has_key = mask.any(-1, keepdim=True)                                      # [B, 1, 1, 1]
+            mask = mask | ~has_key
+        out = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask,
+                                             dropout_p=self.dropout if self.training else 0.0)  # [B, H, t, d]
+        if mask is not None:
+            out = out * has_key
+        return self.out_proj(merge_heads(out))
 
 
 @register_attention("local")

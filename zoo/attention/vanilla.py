@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.base import Attention
+from lavo_zoo.attention.base import Attention, StreamingState
 
 
 def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
@@ -75,7 +75,7 @@ class ProjectedAttention(Attention):
 
 
 @dataclass
-class KVCache:
+class KVCache(StreamingState):
     """Streaming state of :class:`VanillaAttention`: all past keys and values [B, H, S, d]."""
 
     k: torch.Tensor
