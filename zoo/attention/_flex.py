@@ -81,7 +81,9 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
         return flex_attention(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
     try:
         return _compiled_flex()(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
-    except Exception as e:  # inductor/triton compile failures surface as several exception types
+    except torch.OutOfMemoryError:  # out of device memory at run time: not a compile failure
+        raise
+    except RuntimeError as e:  # inductor/triton compile failures (InductorError, BackendCompilerFailed, ...)
         _failure = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
         warnings.warn(f"LAVO's fused flex_attention window kernel could not be compiled on this device ({_failure}); "
                       "using the blocked window path for the rest of this process (set LAVO_ZOO_FLEX=0 to skip the "
