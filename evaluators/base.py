@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar
 
 
@@ -35,6 +36,11 @@ class Evaluator(ABC):
         if metric not in self.higher_is_better:
             raise KeyError(f"{type(self).__name__} does not declare a direction for metric '{metric}'")
         return self.higher_is_better[metric]
+
+    def save_outputs(self, results_file: Path) -> list[Path]:
+        """Write what the evaluator keeps beyond its metrics (e.g. generated summaries) beside ``results_file``;
+        returns the files written (none by default). ``lavo-zoo eval --out FILE`` calls it."""
+        return []
 
     def results(self) -> dict[str, dict[str, Any]]:
         """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of DESIGN.md."""

@@ -12,8 +12,10 @@ non-alphanumeric split, Porter stemming of tokens longer than 3 characters) is t
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import ClassVar
 
 from lavo_zoo.evaluators import register_evaluator
@@ -61,25 +63,46 @@ def rouge_f1(hypothesis: str, reference: str) -> dict[str, float]:
 class Rouge(Evaluator):
     """ROUGE-1/2/L/Lsum F1 x 100 (rouge-score, Porter stemming, pysbd sentences), averaged over examples.
 
-    ``update(predictions, targets)``: generated summaries and reference summaries, two equally long sequences of
-    strings. ``num_samples`` counts examples.
+    ``update(predictions, targets, ids=None)``: generated summaries and reference summaries, two equally long
+    sequences of strings (``ids`` name the examples, default: their running number). ``num_samples`` counts
+    examples. With ``keep_summaries=True`` every (id, hypothesis, reference) is kept in ``summaries`` and
+    :meth:`save_outputs` writes them as JSON lines beside a results file.
     """
 
     higher_is_better: ClassVar[dict[str, bool]] = dict.fromkeys(ROUGE_TYPES, True)
 
+    def __init__(self, keep_summaries: bool = False) -> None:
+        self.keep_summaries = keep_summaries
+        super().__init__()
+
     def reset(self) -> None:
         self.totals = dict.fromkeys(ROUGE_TYPES, 0.0)
         self.num_samples = 0
+        self.summaries: list[dict[str, str]] = []
 
-    def update(self, predictions: Sequence[str], targets: Sequence[str]) -> None:
+    def update(self, predictions: Sequence[str], targets: Sequence[str], ids: Sequence[str] | None = None) -> None:
         if isinstance(predictions, str) or isinstance(targets, str):
             raise TypeError("Rouge.update takes sequences of summaries, not one string")
-        if len(predictions) != len(targets):
-            raise ValueError(f"Rouge.update got {len(predictions)} predictions for {len(targets)} references")
-        for hypothesis, reference in zip(predictions, targets):
+        if len(predictions) != len(targets) or (ids is not None and len(ids) != len(targets)):
+            raise ValueError(f"Rouge.update got {len(predictions)} predictions for {len(targets)} references"
+                             + (f" and {len(ids)} ids" if ids is not None else ""))
+        for i, (hypothesis, reference) in enumerate(zip(predictions, targets)):
             for name, value in rouge_f1(hypothesis, reference).items():
                 self.totals[name] += value
+            if self.keep_summaries:
+                example_id = str(ids[i]) if ids is not None else str(self.num_samples)
+                self.summaries.append({"id": example_id, "hypothesis": hypothesis, "reference": reference})
             self.num_samples += 1
+
+    def save_outputs(self, results_file: Path) -> list[Path]:
+        """Write the kept summaries to ``<results stem>.summaries.jsonl`` beside ``results_file``."""
+        if not self.keep_summaries:
+            return []
+        path = Path(results_file).with_name(Path(results_file).stem + ".summaries.jsonl")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in self.summaries)
+        return [path]
 
     def compute(self) -> dict[str, float]:
         if self.num_samples == 0:

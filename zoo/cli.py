@@ -194,13 +194,14 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
 
     with open_checkpoint(checkpoint) as path:
-        results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches)
+        results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
+                                      out_file=out_file)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))
     if out_file is not None:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(json.dumps(results, indent=2) + "\n")
-        click.echo(f"wrote {out_file}")
+        click.echo(f"wrote {out_file}" + "".join(f" and {p}" for p in results.get("outputs", [])))
 
 
 # ---------------------------------------------------------------------------------------------------------- main

@@ -13,14 +13,16 @@ from lavo_zoo.errors import UsageError
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
-                        max_batches: int | None = None) -> dict[str, Any]:
-    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``."""
+                        max_batches: int | None = None, out_file: Path | None = None) -> dict[str, Any]:
+    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``; with ``out_file`` (where the results
+    JSON will go) the evaluator's own outputs are written beside it and listed under ``outputs``."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
     if split not in recipe.splits:
         raise UsageError(f"recipe '{recipe.name}' has no split '{split}'; choose one of {', '.join(recipe.splits)}")
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
+    outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
     return {
         "recipe": recipe.name,
         "checkpoint": str(Path(path)),
@@ -32,6 +34,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         "versions": versions(),
         "device": str(dev),
         "duration_s": round(time.time() - start, 3),
+        **({"outputs": [str(p) for p in outputs]} if outputs else {}),
     }
 
 
