@@ -142,3 +142,23 @@ def test_step_refuses_bad_state() -> None:
     with pytest.raises(ValueError, match="noncausal"):
         _build("sdpa", "noncausal").step(torch.randn(2, 1, D, dtype=torch.float64))
     assert isinstance(cross.cross_cache(torch.randn(2, 5, D, dtype=torch.float64)), SourceCache)
+
+
+def test_list_attentions_by_pattern_or_site(capsys) -> None:
+    """`lavo-zoo list attentions --pattern cross` shows what can go where, and how each one decodes."""
+    import json
+
+    from lavo_zoo.cli import main
+
+    for flag, pattern in (("cross", "cross"), ("decoder_self", "causal"), ("noncausal", "noncausal")):
+        assert main(["list", "attentions", "--pattern", flag, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert {r["name"] for r in rows} == {n for n in NAMES if pattern in attention_class(n).patterns}
+    assert main(["list", "attentions", "--pattern", "cross", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert "cross:cache" in rows["lavo"]["decoding"] and "cross:prefix" in rows["nystromformer"]["decoding"]
+    assert main(["list", "attentions", "--pattern", "causal"]) == 0
+    out = capsys.readouterr().out
+    assert "causal:prefix" in out and "falls back to re-running the prefix" in out  # longshort, probsparse
+    assert main(["list", "attentions", "--pattern", "crosss"]) == 2
+    assert main(["list", "recipes", "--pattern", "cross"]) == 2

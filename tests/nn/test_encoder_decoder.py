@@ -201,8 +201,9 @@ def test_bad_input_is_refused_clearly() -> None:
         TransformerEncoder(1, D, H, F, activation="swish")
     dec, other = TransformerDecoder(1, D, H, F), TransformerDecoder(1, D, H, F)
     memory = torch.randn(2, 5, D)
-    with pytest.raises(InputError, match=r"memory_mask has no real token in batch row\(s\) \[1\]"):
+    with pytest.raises(InputError, match=r"memory_mask has no real token in batch row\(s\) \[1\]") as err:
         dec.init_cache(memory, _mask([5, 0], 5))
+    assert err.value.exit_code == 2  # a usage error: the CLI exits 2 with the message, no traceback
     with pytest.raises(InputError, match="no real token"):
         TransformerEncoder(1, D, H, F)(memory, _mask([0, 3], 5))
     with pytest.raises(ValueError, match="no real token"):  # library callers can catch a ValueError

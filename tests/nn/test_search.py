@@ -263,3 +263,12 @@ def test_bad_input() -> None:
         generate(model, src, mask | True, bos_id=BOS, eos_id=None)
     with pytest.raises(InputError, match="StopProbability"):
         EosStop(EOS)(StepOutput(0, frames=src))
+
+
+def test_impossible_source_gives_an_empty_hypothesis() -> None:
+    """4 tokens, each usable once (no_repeat_ngram_size=1), EOS not before 10: every hypothesis dies at step 3."""
+    table = torch.zeros(2, 12, 4, 4, 4, dtype=torch.float64)
+    src, mask = _sources([0, 1], [2, 9])
+    out = generate(TableModel(table), src, mask, bos_id=BOS, eos_id=EOS, beam_size=2, max_len_b=12,
+                   min_len_a=1.0, min_len_b=1, no_repeat_ngram_size=1)
+    assert out.lengths.tolist() == [4, 0] and out.scores[1] == float("-inf")  # source 0: min_len 3, then EOS

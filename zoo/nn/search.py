@@ -292,8 +292,8 @@ def _beam(model: TokenModel, cache: Any, B: int, K: int, bos_id: int, eos_id: in
             cache = reorder_batch(cache, keep_rows)
         t += 1
     seqs, scores = [], []
-    for fin in finished:
-        best = max(fin, key=lambda f: f[0])
+    for fin in finished:  # a source whose every hypothesis became impossible (-inf) gets an empty one
+        best = max(fin, key=lambda f: f[0]) if fin else (float("-inf"), hyps.new_zeros(0))
         seqs.append(best[1])
         scores.append(best[0])
     return seqs, scores
