@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -15,6 +14,7 @@ from lavo_zoo.config import RunConfig
 from lavo_zoo.errors import ConfigError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.evaluators.rouge import Rouge
+from lavo_zoo.nn.losses import label_smoothed_cross_entropy
 from lavo_zoo.recipes import Recipe, register_recipe, to_device
 from lavo_zoo.recipes.summarization.data import (
     DataConfig,
@@ -110,16 +110,14 @@ class SummarizationRecipe(Recipe):
         return collate(samples, pad=Vocabulary().pad)
 
     def training_loss(self, model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        """Label-smoothed cross-entropy of the summary tokens (padding ignored); also logs the plain NLL."""
+        """Label-smoothed cross-entropy of the summary tokens (fairseq's, padding ignored, the tied output head's
+        logits computed in chunks); also logs the plain NLL."""
         core = _unwrap(model)
         pad = core.cfg.pad_id
         target_in, target_out = batch["target"][:, :-1], batch["target"][:, 1:]  # [B, T]
         hidden = model(batch["source"], batch["source_mask"], target_in, target_in != pad)  # [B, T, D]
-        logits = core.logits(hidden).float().flatten(0, 1)  # [B*T, V]
-        loss = F.cross_entropy(logits, target_out.flatten(), ignore_index=pad,
-                               label_smoothing=core.cfg.label_smoothing)
-        with torch.no_grad():
-            nll = F.cross_entropy(logits, target_out.flatten(), ignore_index=pad)
+        loss, nll = label_smoothed_cross_entropy(hidden, target_out, core.cfg.label_smoothing,
+                                                 weight=core.embed_tokens.weight, ignore_index=pad)  # tied head
         return loss, {"nll": float(nll)}
 
     @torch.no_grad()

@@ -26,7 +26,7 @@ def small_model(config: str, extra=()):
 def batch_of(recipe, n=3):
     vocab = Vocabulary()
     examples = [Example(str(i), [f"def add(x):\n    return x + {i}" * (i + 1), "class Box:\n    pass"][: 1 + i % 2],
-                        f"Add {i} to x.") for i in range(n)]
+                        f"Add {i} to x." + " Then return it." * i) for i in range(n)]
     return recipe.collate([SummarizationDataset(examples, vocab, 64, 16)[i] for i in range(n)])  # uneven lengths
 
 
@@ -97,3 +97,19 @@ def test_every_site_takes_the_configured_attention():
     assert type(model.encoder.layers[0].attn).__name__ == "LavoAttention"
     assert type(model.decoder.layers[0].self_attn).__name__ == "SDPAttention"
     assert type(model.decoder.layers[0].cross_attn).__name__ == "LavoAttention"
+
+
+def test_training_loss_is_label_smoothed_cross_entropy_over_real_tokens():
+    recipe, cfg, model = small_model("sdpa")
+    batch = batch_of(recipe)
+    loss, logs = recipe.training_loss(model, batch)
+    target_in, target_out = batch["target"][:, :-1], batch["target"][:, 1:]
+    logp = model.logits(model(batch["source"], batch["source_mask"], target_in, target_in != cfg.model.pad_id))
+    logp = logp.log_softmax(-1)  # [B, T, V]
+    eps, V = cfg.model.label_smoothing, logp.shape[-1]
+    q = torch.full_like(logp, eps / (V - 1)).scatter(-1, target_out[..., None], 1 - eps)  # smoothed targets
+    real = target_out != cfg.model.pad_id
+    assert not real.all()  # padding present, and ignored below
+    expected = -(q * logp).sum(-1)[real].mean()
+    torch.testing.assert_close(loss, expected)
+    assert logs["nll"] == pytest.approx(float(-logp.gather(-1, target_out[..., None])[..., 0][real].mean()))
