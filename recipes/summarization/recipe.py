@@ -118,7 +118,7 @@ class SummarizationRecipe(Recipe):
         hidden = model(batch["source"], batch["source_mask"], target_in, target_in != pad)  # [B, T, D]
         loss, nll = label_smoothed_cross_entropy(hidden, target_out, core.cfg.label_smoothing,
                                                  weight=core.embed_tokens.weight, ignore_index=pad)  # tied head
-        return loss, {"nll": float(nll)}
+        return loss, {"nll": float(nll.detach())}
 
     @torch.no_grad()
     def generate(self, model: nn.Module, cfg: SummarizationConfig, source: torch.Tensor, source_mask: torch.Tensor,
