@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -16,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lavo_zoo.config import RunConfig
+from lavo_zoo.errors import UsageError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 
 
@@ -30,14 +32,41 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     return batch
 
 
+def check_dataset(recipe: str, dataset: str | None, names: tuple[str, ...]) -> str:
+    """``dataset`` (default: the first of ``names``) if it is one of ``names``, else a :class:`UsageError`."""
+    dataset = dataset or names[0]
+    if dataset not in names:
+        raise UsageError(f"recipe '{recipe}' has no built-in dataset '{dataset}'{did_you_mean(dataset, names)}; "
+                         f"choose one of {', '.join(names)} (lavo-zoo data {recipe}/<dataset>)")
+    return dataset
+
+
 class Recipe(ABC):
-    """One domain. Subclasses set ``name``, ``config_class`` and ``evaluator`` and implement the abstract methods."""
+    """One domain. Subclasses set ``name``, ``config_class`` and ``evaluator`` and implement the abstract methods.
+
+    Hooks (docs/architecture.md): ``resolve`` fills the data-derived model sizes once before the model is built;
+    ``write_data`` writes the built-in data in the real on-disk layout (``lavo-zoo data``); ``commands`` and
+    ``score_commands`` name the recipe's own click commands as lazy ``"module:attr"`` strings, mounted as
+    ``lavo-zoo <name>`` and ``lavo-zoo score <name>``.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     config_class: ClassVar[type[RunConfig]] = RunConfig
     evaluator: ClassVar[str] = "mean_loss"  # evaluator registry name
     splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
+    commands: ClassVar[dict[str, str]] = {}  # {"generate": "lavo_zoo.recipes.lm.cli:generate"} -> lavo-zoo generate
+    score_commands: ClassVar[dict[str, str]] = {}  # {"forecast": "...:score_forecast"} -> lavo-zoo score forecast
+
+    def resolve(self, cfg: Any) -> Any:
+        """Fill the sizes that come from the data (vocabulary, channels, classes) into ``cfg.model``; called once
+        before training, so that the run's config.yaml and checkpoints hold them and ``eval`` needs no data."""
+        return cfg
+
+    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
+        """Write the built-in data of ``dataset`` into folder ``out`` in the real dataset's on-disk layout (``size``:
+        a smaller or larger instance, in the recipe's unit); returns the path to give as ``data.path``."""
+        raise UsageError(f"recipe '{self.name}' cannot write its built-in data to disk")
 
     @abstractmethod
     def build_model(self, cfg: Any) -> nn.Module:
@@ -62,7 +91,8 @@ class Recipe(ABC):
         return build_evaluator(self.evaluator)
 
     def eval_batch_size(self, cfg: Any) -> int:
-        return cfg.train.batch_size
+        """``eval.batch_size``, or ``train.batch_size`` when it is 0."""
+        return cfg.eval.batch_size or cfg.train.batch_size
 
     def eval_loader(self, cfg: Any, split: str) -> DataLoader:
         return DataLoader(self.build_dataset(cfg, split), batch_size=self.eval_batch_size(cfg), shuffle=False,

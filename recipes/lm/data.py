@@ -23,7 +23,9 @@ import shutil
 import sys
 import sysconfig
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -37,6 +39,14 @@ from lavo_zoo.recipes.lm.tokenizers import Tokenizer
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 CACHE_FORMAT = 1  # bump when the token file layout changes, so that old caches are rebuilt
+
+
+@dataclass
+class DataConfig:
+    path: str | None = None  # a PG-19-layout folder; unset: the built-in corpus (Python standard library sources)
+    tokenizer: Literal["gpt2", "bytes"] = "gpt2"
+    block_size: int = 8192  # training context length L
+    cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
 
 
 def cache_root() -> Path:
@@ -144,27 +154,38 @@ def builtin_corpus(cache_dir: Path | None = None) -> Path:
     Generated once (atomically) under the cache; the split of each module is fixed by a hash of its name (about
     90% train, 5% validation, 5% test).
     """
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
     version = "{}.{}.{}".format(*sys.version_info[:3])
     root = (cache_dir or cache_root() / "builtin") / f"stdlib-py{version}"
     if root.is_dir():
         return root
     tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    for split in SPLITS:
-        (tmp / split).mkdir(parents=True)
-    rows = []
-    for source in sorted(stdlib.glob("*.py")):
-        book_id = source.stem
-        split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
-        title = f"The {book_id} module of the Python {version} standard library"
-        text = source.read_text(encoding="utf-8", errors="replace")
-        (tmp / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
-        rows.append([book_id, title, version, source.as_uri()])
-    with open(tmp / "metadata.csv", "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
+    write_builtin_corpus(tmp)
     try:
         os.replace(tmp, root)
     except OSError:  # another process generated it first
         shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+def write_builtin_corpus(out: Path, max_books: int | None = None) -> Path:
+    """Write the built-in corpus into ``out`` in the PG-19 layout (``lavo-zoo data lm --out DIR``); returns ``out``.
+
+    ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
+    """
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    version = "{}.{}.{}".format(*sys.version_info[:3])
+    out = Path(out)
+    for split in SPLITS:
+        (out / split).mkdir(parents=True, exist_ok=True)
+    rows = []
+    for source in sorted(stdlib.glob("*.py"))[:max_books]:
+        book_id = source.stem
+        split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
+        title = f"The {book_id} module of the Python {version} standard library"
+        text = source.read_text(encoding="utf-8", errors="replace")
+        (out / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
+        rows.append([book_id, title, version, source.as_uri()])
+    with open(out / "metadata.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    return out

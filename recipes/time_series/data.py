@@ -24,10 +24,12 @@ from lavo_zoo.errors import ConfigError, DataError, did_you_mean
 
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
 SPLITS = ("train", "validation", "test")
+# `lavo-zoo data time_series/<name>`: (freq, file name, rows of the real file)
+BUILTIN_DATASETS = {"etth1": ("h", "ETTh1.csv", 17420), "ettm1": ("t", "ETTm1.csv", 69680)}
 
 
 @dataclass
-class ForecastDataConfig:
+class DataConfig:
     """Where the series comes from and how windows are cut (Informer's data arguments)."""
 
     path: str | None = None  # CSV with a 'date' column; None = the built-in generated ETT-like table
@@ -125,7 +127,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     return table
 
 
-def _select(table: pd.DataFrame, cfg: ForecastDataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
+def _select(table: pd.DataFrame, cfg: DataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
     """The value columns in Informer's order (others, then the target) for the feature mode."""
     columns = [c for c in table.columns if c != "date"]
     if cfg.target not in columns:
@@ -176,14 +178,14 @@ class PreparedSeries:
 _CACHE: dict[tuple, PreparedSeries] = {}
 
 
-def resolve_split(cfg: ForecastDataConfig) -> str:
+def resolve_split(cfg: DataConfig) -> str:
     if cfg.split != "auto":
         return cfg.split
     name = Path(cfg.path).name.lower() if cfg.path else ""
     return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
 
 
-def prepare(cfg: ForecastDataConfig) -> PreparedSeries:
+def prepare(cfg: DataConfig) -> PreparedSeries:
     """Read (or generate), select, check and standardise the series; cached per config and file version."""
     for key in ("seq_len", "label_len", "pred_len"):
         if getattr(cfg, key) < 1:
@@ -202,7 +204,7 @@ def prepare(cfg: ForecastDataConfig) -> PreparedSeries:
     return _CACHE[key]
 
 
-def _prepare(cfg: ForecastDataConfig, path: Path | None) -> PreparedSeries:
+def _prepare(cfg: DataConfig, path: Path | None) -> PreparedSeries:
     source = str(path) if path else "the built-in data"
     table = _read_csv(path) if path else generate_ett(cfg.builtin_rows, cfg.freq, cfg.builtin_seed)
     values, columns = _select(table, cfg, source)

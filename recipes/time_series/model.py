@@ -10,45 +10,52 @@ the decoder self-attention's heads (it lets later positions leak into earlier on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import Attention, build_attention
+from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
 from lavo_zoo.nn.position import sinusoidal_positions
 
 
-@dataclass
-class InformerConfig:
-    """Informer's model arguments (defaults: the reference's ``main_informer.py``)."""
+def informer_attention() -> SiteAttention:
+    """Informer's attention: ProbSparse (factor 5) self-attention in encoder and decoder, full cross attention."""
+    return SiteAttention(encoder_self=AttentionSpec("probsparse", {"factor": 5}),
+                         decoder_self=AttentionSpec("probsparse", {"factor": 5}), cross=AttentionSpec("sdpa"))
 
-    d_model: int = 512
-    n_heads: int = 8
-    e_layers: int = 2
-    d_layers: int = 1
-    d_ff: int = 2048
+
+@dataclass
+class ModelConfig:
+    """Informer's model arguments (defaults: the reference's ``main_informer.py``; its d_model, n_heads, e_layers,
+    d_layers, ffn_dim are embed_dim, num_heads, encoder_layers, decoder_layers, ffn_dim here)."""
+
+    embed_dim: int = 512
+    num_heads: int = 8
+    encoder_layers: int = 2
+    decoder_layers: int = 1
+    ffn_dim: int = 2048
     dropout: float = 0.05
     activation: Literal["gelu", "relu"] = "gelu"
     distil: bool = True
-    # encoder self-attention (noncausal) and decoder masked self-attention (causal); "sdpa" = Informer's attn=full
-    self_attention: str = "probsparse"
-    self_attention_options: dict[str, Any] = field(default_factory=lambda: {"factor": 5})
-    # decoder cross attention over the encoder output: any registry attention supporting pattern "cross"
-    cross_attention: str = "sdpa"
-    cross_attention_options: dict[str, Any] = field(default_factory=dict)
+    # per site: encoder_self (noncausal), decoder_self (causal), cross; "sdpa" is Informer's attn=full
+    attention: SiteAttention = field(default_factory=informer_attention)
+    # sizes from the data (TimeSeriesRecipe.resolve), saved with the run so eval needs no CSV; 0 = unresolved
+    channels: int = 0  # input series (Informer's enc_in / dec_in)
+    out_channels: int = 0  # forecast series (c_out: 1 for features=MS, else channels)
+    time_features: int = 0  # timeF calendar features of data.freq
 
 
 class DataEmbedding(nn.Module):
     """Value (circular conv, kernel 3) + timeF (linear) + sinusoidal position embedding, then dropout."""
 
-    def __init__(self, channels: int, time_features: int, d_model: int, max_len: int, dropout: float) -> None:
+    def __init__(self, channels: int, time_features: int, embed_dim: int, max_len: int, dropout: float) -> None:
         super().__init__()
-        self.value = nn.Conv1d(channels, d_model, kernel_size=3, padding=1, padding_mode="circular")
+        self.value = nn.Conv1d(channels, embed_dim, kernel_size=3, padding=1, padding_mode="circular")
         nn.init.kaiming_normal_(self.value.weight, mode="fan_in", nonlinearity="leaky_relu")
-        self.time = nn.Linear(time_features, d_model)
-        self.register_buffer("positions", sinusoidal_positions(max_len, d_model), persistent=False)  # [max_len, D]
+        self.time = nn.Linear(time_features, embed_dim)
+        self.register_buffer("positions", sinusoidal_positions(max_len, embed_dim), persistent=False)  # [max_len, D]
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, x_mark: torch.Tensor) -> torch.Tensor:
@@ -60,9 +67,9 @@ class DataEmbedding(nn.Module):
 class FeedForward(nn.Module):
     """Informer's position-wise feed-forward (its two kernel-1 convolutions are linear layers)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+    def __init__(self, embed_dim: int, ffn_dim: int, dropout: float, activation: str) -> None:
         super().__init__()
-        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.up, self.down = nn.Linear(embed_dim, ffn_dim), nn.Linear(ffn_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
         self.activation = F.gelu if activation == "gelu" else F.relu
 
@@ -71,11 +78,11 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, attention: Attention, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+    def __init__(self, attention: Attention, embed_dim: int, ffn_dim: int, dropout: float, activation: str) -> None:
         super().__init__()
         self.attention = attention
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ff = FeedForward(embed_dim, ffn_dim, dropout, activation)
+        self.norm1, self.norm2 = nn.LayerNorm(embed_dim), nn.LayerNorm(embed_dim)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,10 +94,10 @@ class EncoderLayer(nn.Module):
 class DistilLayer(nn.Module):
     """Self-attention distilling: circular conv (kernel 3), batch norm, ELU, max-pool (stride 2) halves the length."""
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, embed_dim: int) -> None:
         super().__init__()
-        self.conv = nn.Conv1d(d_model, d_model, kernel_size=3, padding=1, padding_mode="circular")
-        self.norm = nn.BatchNorm1d(d_model)
+        self.conv = nn.Conv1d(embed_dim, embed_dim, kernel_size=3, padding=1, padding_mode="circular")
+        self.norm = nn.BatchNorm1d(embed_dim)
         self.pool = nn.MaxPool1d(kernel_size=3, stride=2, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,12 +106,12 @@ class DistilLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, self_attention: Attention, cross_attention: Attention, d_model: int, d_ff: int,
+    def __init__(self, self_attention: Attention, cross_attention: Attention, embed_dim: int, ffn_dim: int,
                  dropout: float, activation: str) -> None:
         super().__init__()
         self.self_attention, self.cross_attention = self_attention, cross_attention
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.ff = FeedForward(embed_dim, ffn_dim, dropout, activation)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(embed_dim) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
@@ -117,27 +124,27 @@ class DecoderLayer(nn.Module):
 class Informer(nn.Module):
     """Encoder-decoder forecaster: (history, its time features, start token, decoder time features) -> horizon."""
 
-    def __init__(self, cfg: InformerConfig, enc_in: int, c_out: int, time_features: int, seq_len: int,
-                 label_len: int, pred_len: int) -> None:
+    def __init__(self, cfg: ModelConfig, seq_len: int, label_len: int, pred_len: int) -> None:
         super().__init__()
-        self.label_len, self.pred_len, self.c_out = label_len, pred_len, c_out
-        d, drop, act = cfg.d_model, cfg.dropout, cfg.activation
+        if min(cfg.channels, cfg.out_channels, cfg.time_features) < 1:
+            raise ValueError("model.channels / out_channels / time_features are unset: resolve the config first "
+                             "(TimeSeriesRecipe.resolve(cfg))")
+        self.label_len, self.pred_len, self.c_out = label_len, pred_len, cfg.out_channels
+        d, drop, act, ffn = cfg.embed_dim, cfg.dropout, cfg.activation, cfg.ffn_dim
 
-        def attention(pattern: str) -> Attention:
-            name, options = ((cfg.cross_attention, cfg.cross_attention_options) if pattern == "cross"
-                             else (cfg.self_attention, cfg.self_attention_options))
-            return build_attention(name, d, cfg.n_heads, pattern, **options)
+        def attention(site: str) -> Attention:
+            return cfg.attention.build(site, d, cfg.num_heads)
 
-        self.enc_embedding = DataEmbedding(enc_in, time_features, d, seq_len, drop)
-        self.dec_embedding = DataEmbedding(enc_in, time_features, d, label_len + pred_len, drop)
-        self.encoder = nn.ModuleList(EncoderLayer(attention("noncausal"), d, cfg.d_ff, drop, act)
-                                     for _ in range(cfg.e_layers))
-        self.distil = nn.ModuleList(DistilLayer(d) for _ in range(cfg.e_layers - 1)) if cfg.distil else None
+        self.enc_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, seq_len, drop)
+        self.dec_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, label_len + pred_len, drop)
+        self.encoder = nn.ModuleList(EncoderLayer(attention("encoder_self"), d, ffn, drop, act)
+                                     for _ in range(cfg.encoder_layers))
+        self.distil = nn.ModuleList(DistilLayer(d) for _ in range(cfg.encoder_layers - 1)) if cfg.distil else None
         self.enc_norm = nn.LayerNorm(d)
-        self.decoder = nn.ModuleList(DecoderLayer(attention("causal"), attention("cross"), d, cfg.d_ff, drop, act)
-                                     for _ in range(cfg.d_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(attention("decoder_self"), attention("cross"), d, ffn, drop, act)
+                                     for _ in range(cfg.decoder_layers))
         self.dec_norm = nn.LayerNorm(d)
-        self.projection = nn.Linear(d, c_out)
+        self.projection = nn.Linear(d, cfg.out_channels)
 
     def encode(self, x: torch.Tensor, x_mark: torch.Tensor) -> torch.Tensor:
         """x [B, seq_len, C], x_mark [B, seq_len, F] -> [B, Le, D] (Le = seq_len halved per distilling step)."""

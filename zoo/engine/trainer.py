@@ -73,7 +73,8 @@ class Trainer:
 
     def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
                  resume: str | None = None) -> None:
-        self.recipe, self.cfg, self.tc, self.out = recipe, cfg, cfg.train, Path(out_dir)
+        # data-derived model sizes, resolved once here so config.yaml and every checkpoint hold them
+        self.recipe, self.cfg, self.tc, self.out = recipe, recipe.resolve(cfg), cfg.train, Path(out_dir)
         self.ckpt_root = self.out / "checkpoints"
         base = pick_device(device)
         self.dist = init_distributed(base)

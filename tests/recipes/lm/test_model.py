@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from lm_testing import CAUSAL_ATTENTIONS, require_attention, tiny_config
+
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.recipes.lm.generate import generate_ids
 from lavo_zoo.recipes.lm.recipe import stream_perplexity
