@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 
@@ -17,7 +18,7 @@ class Perplexity(Evaluator):
     to score (True = scored).
     """
 
-    higher_is_better = {"ppl": False, "nll": False}
+    higher_is_better: ClassVar[dict[str, bool]] = {"ppl": False, "nll": False}
 
     def reset(self) -> None:
         self.total = 0.0

@@ -6,7 +6,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-import toy_recipe  # noqa: E402,F401  (registers the "toy" recipe)
+import toy_recipe  # noqa: F401  (registers the "toy" recipe)
 
 SHARED_DATA = TESTS.parent.parent / "shared" / "data"
 

@@ -6,7 +6,6 @@ import signal
 import pytest
 import torch
 import yaml
-
 from engine_testing import TOY, run_cli, same_weights
 
 pytestmark = pytest.mark.slow

@@ -77,10 +77,9 @@ class Attention(nn.Module):
         if t.dim() != 3 or t.shape[-1] != self.embed_dim:
             raise ValueError(f"{name} must have shape [B, T, {self.embed_dim}] (embed_dim={self.embed_dim}), "
                              f"got {list(t.shape)}")
-        if mask is not None:
-            if mask.dtype != torch.bool or mask.shape != t.shape[:2]:
-                raise ValueError(f"{mask_name} must be a bool tensor of shape {list(t.shape[:2])} "
-                                 f"(True = real token), got {mask.dtype} {list(mask.shape)}")
+        if mask is not None and (mask.dtype != torch.bool or mask.shape != t.shape[:2]):
+            raise ValueError(f"{mask_name} must be a bool tensor of shape {list(t.shape[:2])} "
+                             f"(True = real token), got {mask.dtype} {list(mask.shape)}")
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, pattern={self.pattern}"

@@ -220,4 +220,5 @@ def load_train_state(path: Path) -> dict[str, Any]:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is unusable
-        raise CheckpointError(f"{file} is corrupt or truncated and cannot be loaded ({type(e).__name__}: {e})") from None
+        raise CheckpointError(f"{file} is corrupt or truncated and cannot be loaded "
+                              f"({type(e).__name__}: {e})") from None

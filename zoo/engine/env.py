@@ -27,11 +27,12 @@ def git_revision() -> str | None:
     """The source tree's git commit (with ``-dirty`` for local changes), or None outside a checkout."""
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5,
+                             check=False)
         if rev.returncode != 0:
             return None
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+                               capture_output=True, text=True, timeout=5, check=False).stdout.strip()
         return rev.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None

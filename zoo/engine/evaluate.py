@@ -40,8 +40,9 @@ def format_table(results: dict[str, Any]) -> str:
     rows = [(name, f"{m['value']:.6g}", "higher" if m["higher_is_better"] else "lower")
             for name, m in results["metrics"].items()]
     w = max([len("metric")] + [len(r[0]) for r in rows])
-    lines = [f"{results['recipe']} | {results['checkpoint']} | split={results['split']} | "
-             f"samples={results['num_samples']} | {results['duration_s']:.1f}s",
+    header = (f"{results['recipe']} | {results['checkpoint']} | split={results['split']} | "
+              f"samples={results['num_samples']} | {results['duration_s']:.1f}s")
+    lines = [header,
              f"{'metric':<{w}}  {'value':>12}  better", f"{'-' * w}  {'-' * 12}  ------"]
     lines += [f"{n:<{w}}  {v:>12}  {b}" for n, v, b in rows]
     return "\n".join(lines)
