@@ -25,7 +25,9 @@ class Evaluator(ABC):
 
     @abstractmethod
     def update(self, predictions: Any, targets: Any) -> None:
-        """Add one batch."""
+        """Add one batch: ``predictions`` = what the model produced, ``targets`` = the ground truth (None when the
+        predictions already hold it, e.g. a per-token NLL). Grouping (lengths, categories) is an option of the
+        evaluator or part of these objects, never a separate argument."""
 
     @abstractmethod
     def compute(self) -> dict[str, float]:

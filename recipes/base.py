@@ -8,7 +8,6 @@ Every recipe must run on its built-in generated dataset when ``data.path`` is un
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -55,6 +54,8 @@ class Recipe(ABC):
     config_class: ClassVar[type[RunConfig]] = RunConfig
     evaluator: ClassVar[str] = "mean_loss"  # evaluator registry name
     splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
+    # the config the recipe contract test (tests/recipes/test_recipe_contract.py) trains for one step: seconds on a CPU
+    tiny_config: ClassVar[str | None] = None
     commands: ClassVar[dict[str, str]] = {}  # {"generate": "lavo_zoo.recipes.lm.cli:generate"} -> lavo-zoo generate
     score_commands: ClassVar[dict[str, str]] = {}  # {"forecast": "...:score_forecast"} -> lavo-zoo score forecast
 
@@ -85,7 +86,16 @@ class Recipe(ABC):
 
     @abstractmethod
     def predict(self, model: nn.Module, batch: Any) -> tuple[Any, Any]:
-        """(predictions, targets) for one batch, as the recipe's evaluator ``update`` takes them."""
+        """(predictions, targets) for one batch, as the recipe's evaluator ``update`` takes them: what the model
+        produced and the ground truth."""
+
+    def validation_step(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, Any, Any]:
+        """(loss, predictions, targets) for one validation batch: the trainer's periodic validation averages the
+        loss and feeds (predictions, targets) to the recipe's evaluator. The default runs ``training_loss`` and
+        ``predict`` (two forward passes); a recipe whose predictions give the loss overrides it to run once."""
+        loss, _ = self.training_loss(model, batch)
+        predictions, targets = self.predict(model, batch)
+        return loss, predictions, targets
 
     def build_evaluator(self, cfg: Any) -> Evaluator:
         return build_evaluator(self.evaluator)
@@ -100,16 +110,15 @@ class Recipe(ABC):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: Any, split: str, device: torch.device,
-                 max_batches: int | None = None, batches: Iterator[Any] | None = None) -> Evaluator:
-        """Run the evaluator over ``split`` (at most ``max_batches``) and return it, ready for ``results()``.
-
-        Recipes whose evaluation is not one pass of ``predict`` (several context lengths, streaming) override this.
+                 max_batches: int | None = None) -> Evaluator:
+        """The full evaluation ``lavo-zoo eval`` runs: the evaluator over ``split`` (at most ``max_batches``),
+        returned ready for ``results()``. Periodic validation during training uses :meth:`validation_step`
+        instead, so overriding this (several context lengths, streaming) never slows training down.
         """
         evaluator = self.build_evaluator(cfg)
         was_training = model.training
         model.eval()
-        loader = batches if batches is not None else self.eval_loader(cfg, split)
-        for i, batch in enumerate(loader):
+        for i, batch in enumerate(self.eval_loader(cfg, split)):
             if max_batches and i >= max_batches:
                 break
             predictions, targets = self.predict(model, to_device(batch, device))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -47,6 +48,7 @@ class ToyRecipe(Recipe):
     description = "test-only linear regression"
     config_class = ToyConfig
     evaluator = "mean_loss"
+    tiny_config = str(Path(__file__).parent / "engine" / "data" / "toy.yaml")
 
     def build_model(self, cfg: ToyConfig) -> nn.Module:
         d, h = cfg.data.dim, cfg.model.hidden

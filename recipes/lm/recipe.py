@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -53,7 +53,8 @@ def split_tokens(cfg: LMConfig, split: str) -> np.ndarray:
 class LMRecipe(Recipe):
     description = "GPT-2 decoder on PG-19: perplexity at and beyond the training length, streaming, generation"
     config_class = LMConfig
-    evaluator = "perplexity"
+    tiny_config = "lm/tiny-lavo"
+    evaluator = "perplexity_table"  # ppl@<length> (and ppl@stream, ppl@ctx:<lo>-<hi> with eval.stream)
     commands: ClassVar[dict[str, str]] = {"generate": "lavo_zoo.recipes.lm.cli:generate",
                                           "throughput": "lavo_zoo.recipes.lm.cli:throughput"}
 
@@ -77,20 +78,27 @@ class LMRecipe(Recipe):
         nll = model(batch[:, :-1], batch[:, 1:])  # batch [B, T+1] -> nll [B, T]
         return nll.mean(), {}
 
-    def predict(self, model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return model(batch[:, :-1], batch[:, 1:]), None  # per-token NLL [B, T]
+    def predict(self, model: nn.Module, batch: torch.Tensor) -> tuple[dict[str, torch.Tensor], None]:
+        """({"<T>": per-token NLL [B, T]}, None): the table's group is the context length."""
+        return {str(batch.shape[1] - 1): model(batch[:, :-1], batch[:, 1:])}, None
+
+    def validation_step(self, model: nn.Module, batch: torch.Tensor
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
+        """One forward pass: the mean NLL is the loss, the per-token NLL the perplexity's input."""
+        predictions, targets = self.predict(model, batch)
+        (nll,) = predictions.values()
+        return nll.mean(), predictions, targets
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: LMConfig, split: str, device: torch.device,
-                 max_batches: int | None = None, batches: Any = None) -> Evaluator:
+                 max_batches: int | None = None) -> Evaluator:
         """Perplexity at every length in ``eval.length_factors`` (``ppl@<length>``, the same tokens at each) and,
         with ``eval.stream``, over the streamed split (``ppl@stream`` and ``ppl@ctx:<lo>-<hi>`` per bucket of
-        context length). ``max_batches`` caps the blocks scored at length L to ``max_batches`` batches."""
-        if batches is not None:
-            return super().evaluate(model, cfg, split, device, max_batches, batches)
+        context length). ``max_batches`` caps the tokens scored at ``max_batches`` batches of length L (at least one
+        block of the longest length)."""
         was_training = model.training
         model.eval()
-        table = PerplexityTable()
+        table = self.build_evaluator(cfg)
         tokens = split_tokens(cfg, split)
         L, batch_size = cfg.data.block_size, self.eval_batch_size(cfg)
         lengths = [round(L * f) for f in cfg.eval.length_factors]
@@ -98,7 +106,8 @@ class LMRecipe(Recipe):
             raise UsageError(f"eval.length_factors must be positive numbers (or empty with eval.stream=true), "
                              f"got {cfg.eval.length_factors}")
         if lengths:
-            limits = (tokens.size - 1, cfg.eval.max_tokens, (max_batches or 0) * batch_size * L)
+            capped = max(max_batches * batch_size * L, max(lengths)) if max_batches else 0  # >= 1 longest block
+            limits = (tokens.size - 1, cfg.eval.max_tokens, capped)
             length_perplexity(model, tokens, table, lengths, tokens_per_batch=batch_size * L,
                               max_tokens=min(x for x in limits if x), device=device)
         if cfg.eval.stream:
@@ -123,7 +132,7 @@ def length_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTab
         blocks = TokenBlocks(tokens, length, max_tokens=scored)
         for batch in DataLoader(blocks, batch_size=max(1, tokens_per_batch // length)):
             batch = batch.to(device)  # [b, length + 1]
-            table.update(model(batch[:, :-1], batch[:, 1:]), str(length))
+            table.update({str(length): model(batch[:, :-1], batch[:, 1:])})
 
 
 def bucket_edges(first: int, total: int) -> list[int]:
@@ -153,11 +162,11 @@ def stream_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTab
     for start in tqdm(range(0, n, chunk), desc="streaming", unit="chunk", disable=None, file=sys.stderr):
         block = torch.from_numpy(tokens[start:min(start + chunk, n) + 1].astype(np.int64))[None].to(device)  # [1, t+1]
         nll, state = model(block[:, :-1], block[:, 1:], state=state, return_state=True)  # [1, t]
-        table.update(nll, "stream")
+        table.update({"stream": nll})
         context = torch.arange(start + 1, start + 1 + nll.shape[1])  # [t] tokens seen when predicting each target
         bucket = torch.bucketize(context, edges, right=False) - 1  # context in (edges[b], edges[b+1]]
         for b in bucket.unique().tolist():
-            table.update(nll[0, (bucket == b).to(nll.device)], names[b])
+            table.update({names[b]: nll[0, (bucket == b).to(nll.device)]})
 
 
 def plot_perplexity(metrics: dict[str, float], path: Path) -> None:

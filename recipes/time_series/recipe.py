@@ -47,6 +47,7 @@ class TimeSeriesRecipe(Recipe):
 
     description = "Informer forecasting on ETT / Weather / CSV (MSE, MAE on standardised values)"
     config_class = TimeSeriesConfig
+    tiny_config = "time_series/tiny-lavo"
     evaluator = "forecast"
     commands: ClassVar[dict[str, str]] = {"forecast-plot": "lavo_zoo.recipes.time_series.cli:forecast_plot",
                 "repeats": "lavo_zoo.recipes.time_series.cli:repeats"}
@@ -90,5 +91,11 @@ class TimeSeriesRecipe(Recipe):
         return forecast, batch["y"][:, -pred_len:, -c_out:]
 
     def training_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, _, _ = self.validation_step(model, batch)
+        return loss, {}
+
+    def validation_step(self, model: nn.Module, batch: dict[str, torch.Tensor]
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(MSE, forecast, truth) from one forward pass."""
         forecast, truth = self.predict(model, batch)
-        return F.mse_loss(forecast.float(), truth.float()), {}
+        return F.mse_loss(forecast.float(), truth.float()), forecast, truth

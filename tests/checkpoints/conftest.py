@@ -8,7 +8,8 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ckpt_testing import FileServer, Handler, make_checkpoint
+
+from tests.checkpoints.ckpt_testing import FileServer, Handler, make_checkpoint
 
 
 @pytest.fixture

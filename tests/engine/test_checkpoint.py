@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 import yaml
-from engine_testing import TOY, run_cli
 
 from lavo_zoo.cli import main
 from lavo_zoo.config import resolve_config
 from lavo_zoo.engine.checkpoint import load_model, save_checkpoint
 from lavo_zoo.errors import CheckpointError
+from tests.engine.engine_testing import TOY, run_cli
 
 
 @pytest.fixture

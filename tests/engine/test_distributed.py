@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_testing import RUNNER, TOY, weights
+
+from tests.engine.engine_testing import RUNNER, TOY, weights
 
 pytestmark = pytest.mark.slow
 

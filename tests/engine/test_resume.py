@@ -6,7 +6,8 @@ import signal
 import pytest
 import torch
 import yaml
-from engine_testing import TOY, run_cli, same_weights
+
+from tests.engine.engine_testing import TOY, run_cli, same_weights
 
 pytestmark = pytest.mark.slow
 

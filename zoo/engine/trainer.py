@@ -203,13 +203,14 @@ class Trainer:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             model.eval()
             losses = []
+            evaluator = self.recipe.build_evaluator(self.cfg)
             with self._autocast():
                 for i, batch in enumerate(loader):
                     if limit and i >= limit:
                         break
-                    losses.append(float(self.recipe.training_loss(model, to_device(batch, self.device))[0]))
-                evaluator = self.recipe.evaluate(model, self.cfg, "validation", self.device, max_batches=limit,
-                                                 batches=iter(loader))
+                    loss, predictions, targets = self.recipe.validation_step(model, to_device(batch, self.device))
+                    losses.append(float(loss))
+                    evaluator.update(predictions, targets)
             model.train()
         metrics = {"loss": sum(losses) / max(1, len(losses))}
         for name, value in evaluator.compute().items():  # the evaluator's metrics, kept apart from the loss

@@ -3,11 +3,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from lm_testing import CAUSAL_ATTENTIONS, require_attention, tiny_config
 
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.recipes.lm.generate import generate_ids
 from lavo_zoo.recipes.lm.recipe import stream_perplexity
+from tests.recipes.lm.lm_testing import CAUSAL_ATTENTIONS, require_attention, tiny_config
 
 IDS = ["-".join([name, *(f"{k}={v}" for k, v in opts.items())]) for name, opts in CAUSAL_ATTENTIONS]
 

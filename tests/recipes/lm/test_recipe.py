@@ -2,12 +2,12 @@ import math
 
 import pytest
 import torch
-from lm_testing import require_attention, tiny_config
 from torch.utils.data import DataLoader
 
 from lavo_zoo.config import available_configs, resolve_config
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.recipes.lm.recipe import bucket_edges
+from tests.recipes.lm.lm_testing import require_attention, tiny_config
 
 
 @pytest.mark.parametrize("name", [n for n in available_configs() if n.startswith("lm/")])
@@ -31,7 +31,8 @@ def test_paper_settings():
 
 def test_perplexity_evaluator_counts_tokens():
     ev = build_evaluator("perplexity")
-    ev.update(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([[True, True], [True, False]]))
+    nll, scored = torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([[True, True], [True, False]])
+    ev.update(nll[scored], None)
     assert ev.num_samples == 3 and ev.compute()["ppl"] == pytest.approx(math.exp(2.0))
     assert ev.results()["ppl"]["higher_is_better"] is False
 

@@ -1,4 +1,5 @@
-"""Every LM test writes its token cache and built-in corpus under one session temp dir, never the user cache."""
+"""Every recipe test writes its caches (token caches, built-in corpora) under one session temp dir, not the user
+cache."""
 import pytest
 
 
