@@ -31,6 +31,9 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     return batch
 
 
+SPLITS = ("train", "validation", "test")  # the default Recipe.splits, and the split folders / borders of the data
+
+
 def check_dataset(recipe: str, dataset: str | None, names: tuple[str, ...]) -> str:
     """``dataset`` (default: the first of ``names``) if it is one of ``names``, else a :class:`UsageError`."""
     dataset = dataset or names[0]
@@ -53,7 +56,7 @@ class Recipe(ABC):
     description: ClassVar[str] = ""
     config_class: ClassVar[type[RunConfig]] = RunConfig
     evaluator: ClassVar[str] = "mean_loss"  # evaluator registry name
-    splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
+    splits: ClassVar[tuple[str, ...]] = SPLITS
     # the config the recipe contract test (tests/recipes/test_recipe_contract.py) trains for one step: seconds on a CPU
     tiny_config: ClassVar[str | None] = None
     commands: ClassVar[dict[str, str]] = {}  # {"generate": "lavo_zoo.recipes.lm.cli:generate"} -> lavo-zoo generate
@@ -76,6 +79,13 @@ class Recipe(ABC):
     @abstractmethod
     def build_dataset(self, cfg: Any, split: str) -> Dataset:
         """A map-style dataset for ``split`` (one of ``splits``); raise DataError with a clear message on bad data."""
+
+    def check_split(self, split: str) -> str:
+        """``split`` if it is one of ``splits``; the one place split names are checked (a :class:`UsageError`)."""
+        if split not in self.splits:
+            raise UsageError(f"recipe '{self.name}' has no split '{split}'{did_you_mean(split, self.splits)}; "
+                             f"choose one of {', '.join(self.splits)}")
+        return split
 
     def collate(self, samples: list[Any]) -> Any:
         return default_collate(samples)

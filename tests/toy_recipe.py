@@ -16,7 +16,6 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from lavo_zoo.config import RunConfig
-from lavo_zoo.errors import DataError
 from lavo_zoo.recipes import Recipe, register_recipe
 
 
@@ -55,8 +54,7 @@ class ToyRecipe(Recipe):
         return nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Dropout(cfg.model.dropout), nn.Linear(h, 1))
 
     def build_dataset(self, cfg: ToyConfig, split: str) -> TensorDataset:
-        if split not in self.splits:
-            raise DataError(f"no split {split}")
+        self.check_split(split)
         g = torch.Generator().manual_seed({"train": 0, "validation": 1, "test": 2}[split])
         w = torch.randn(cfg.data.dim, 1, generator=torch.Generator().manual_seed(42))
         n = cfg.data.num_samples if split == "train" else max(8, cfg.data.num_samples // 4)

@@ -34,10 +34,10 @@ from tqdm import tqdm
 
 from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
+from lavo_zoo.recipes.base import SPLITS
 from lavo_zoo.recipes.lm.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "validation", "test")
 CACHE_FORMAT = 1  # bump when the token file layout changes, so that old caches are rebuilt
 
 
@@ -57,8 +57,6 @@ def cache_root() -> Path:
 # ------------------------------------------------------------------------------------------------ the PG-19 layout
 def split_files(root: Path, split: str) -> list[Path]:
     """The ``<book_id>.txt`` files of ``root/split``, sorted; a missing or empty split is a :class:`DataError`."""
-    if split not in SPLITS:
-        raise DataError(f"unknown split '{split}'; PG-19 has {', '.join(SPLITS)}")
     if not root.is_dir():
         raise DataError(f"data.path {root} does not exist or is not a directory; it must hold the PG-19 layout "
                         f"(train/, validation/, test/ folders of <book_id>.txt files)")

@@ -72,7 +72,7 @@ class LMRecipe(Recipe):
         return TransformerLM(cfg.model)
 
     def build_dataset(self, cfg: LMConfig, split: str) -> Dataset:
-        return TokenBlocks(split_tokens(cfg, split), cfg.data.block_size)
+        return TokenBlocks(split_tokens(cfg, self.check_split(split)), cfg.data.block_size)
 
     def training_loss(self, model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         nll = model(batch[:, :-1], batch[:, 1:])  # batch [B, T+1] -> nll [B, T]
@@ -99,7 +99,7 @@ class LMRecipe(Recipe):
         was_training = model.training
         model.eval()
         table = self.build_evaluator(cfg)
-        tokens = split_tokens(cfg, split)
+        tokens = split_tokens(cfg, self.check_split(split))
         L, batch_size = cfg.data.block_size, self.eval_batch_size(cfg)
         lengths = [round(L * f) for f in cfg.eval.length_factors]
         if (not lengths and not cfg.eval.stream) or min(lengths, default=1) < 1:

@@ -21,9 +21,9 @@ import torch
 from torch.utils.data import Dataset
 
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
+from lavo_zoo.recipes.base import SPLITS
 
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
-SPLITS = ("train", "validation", "test")
 # `lavo-zoo data time_series/<name>`: (freq, file name, rows of the real file)
 BUILTIN_DATASETS = {"etth1": ("h", "ETTh1.csv", 17420), "ettm1": ("t", "ETTm1.csv", 69680)}
 
@@ -227,8 +227,6 @@ class ForecastWindows(Dataset):
     [i+seq_len-label_len, i+seq_len+pred_len) (start token + horizon), as Informer's ``__getitem__``."""
 
     def __init__(self, series: PreparedSeries, split: str, seq_len: int, label_len: int, pred_len: int) -> None:
-        if split not in series.borders:
-            raise ValueError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
         b1, b2 = series.borders[split]
         self.values = torch.from_numpy(series.values[b1:b2])  # [n, C]
         self.stamps = torch.from_numpy(series.stamps[b1:b2])  # [n, F]

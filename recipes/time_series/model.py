@@ -18,6 +18,7 @@ from torch import nn
 
 from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
 from lavo_zoo.nn.position import sinusoidal_positions
+from lavo_zoo.nn.transformer import FeedForward
 
 
 def informer_attention() -> SiteAttention:
@@ -64,19 +65,6 @@ class DataEmbedding(nn.Module):
         return self.dropout(value + self.positions[:x.shape[1]] + self.time(x_mark))
 
 
-class FeedForward(nn.Module):
-    """Informer's position-wise feed-forward (its two kernel-1 convolutions are linear layers)."""
-
-    def __init__(self, embed_dim: int, ffn_dim: int, dropout: float, activation: str) -> None:
-        super().__init__()
-        self.up, self.down = nn.Linear(embed_dim, ffn_dim), nn.Linear(ffn_dim, embed_dim)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = F.gelu if activation == "gelu" else F.relu
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.down(self.dropout(self.activation(self.up(x)))))
-
-
 class EncoderLayer(nn.Module):
     def __init__(self, attention: Attention, embed_dim: int, ffn_dim: int, dropout: float, activation: str) -> None:
         super().__init__()
@@ -88,7 +76,7 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[B, L, D] -> [B, L, D] (post-norm, as the reference)."""
         x = self.norm1(x + self.dropout(self.attention(x)))
-        return self.norm2(x + self.ff(x))
+        return self.norm2(x + self.dropout(self.ff(x)))
 
 
 class DistilLayer(nn.Module):
@@ -118,7 +106,7 @@ class DecoderLayer(nn.Module):
         """x [B, Ld, D], memory (encoder output) [B, Le, D] -> [B, Ld, D]."""
         x = self.norm1(x + self.dropout(self.self_attention(x)))
         x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory)))
-        return self.norm3(x + self.ff(x))
+        return self.norm3(x + self.dropout(self.ff(x)))
 
 
 class Informer(nn.Module):

@@ -81,7 +81,7 @@ class TimeSeriesRecipe(Recipe):
 
     def build_dataset(self, cfg: TimeSeriesConfig, split: str) -> ForecastWindows:
         d = cfg.data
-        return ForecastWindows(prepare(d), split, d.seq_len, d.label_len, d.pred_len)
+        return ForecastWindows(prepare(d), self.check_split(split), d.seq_len, d.label_len, d.pred_len)
 
     def predict(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(forecast [B, pred_len, c_out], truth [B, pred_len, c_out]); MS forecasts the last (target) column."""

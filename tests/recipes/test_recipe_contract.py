@@ -8,6 +8,7 @@ import torch
 from lavo_zoo.config import available_configs, config_from_dict, resolve_config, to_dict
 from lavo_zoo.engine.checkpoint import latest_checkpoint, load_model
 from lavo_zoo.engine.trainer import Trainer
+from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators import EVALUATORS
 from lavo_zoo.recipes import RECIPES, get_recipe
 
@@ -50,6 +51,8 @@ def test_every_split_builds_and_the_loss_is_finite_with_gradients(tiny):
         assert loss.dim() == 0 and torch.isfinite(loss) and all(math.isfinite(v) for v in logs.values())
     loss.backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    with pytest.raises(UsageError, match=f"recipe '{recipe.name}' has no split 'dev'"):  # the one split check
+        recipe.build_dataset(cfg, "dev")
 
 
 def test_validation_step_agrees_with_training_loss_and_predict(tiny):

@@ -9,7 +9,6 @@ from typing import Any
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint import load_model
 from lavo_zoo.engine.env import pick_device, versions
-from lavo_zoo.errors import UsageError
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
@@ -18,8 +17,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
-    if split not in recipe.splits:
-        raise UsageError(f"recipe '{recipe.name}' has no split '{split}'; choose one of {', '.join(recipe.splits)}")
+    recipe.check_split(split)
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
     return {
         "recipe": recipe.name,

@@ -8,15 +8,20 @@ from torch import nn
 
 from lavo_zoo.attention.base import Attention
 
+ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
+
 
 class FeedForward(nn.Module):
-    """Linear(D -> F), GELU, dropout, Linear(F -> D): the transformer's position-wise MLP."""
+    """Linear(D -> F), activation, dropout, Linear(F -> D): the transformer's position-wise MLP (the dropout after
+    the second linear layer belongs to the residual connection around it, in the block)."""
 
-    def __init__(self, embed_dim: int, ffn_dim: int, dropout: float = 0.0) -> None:
+    def __init__(self, embed_dim: int, ffn_dim: int, dropout: float = 0.0, activation: str = "gelu") -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'")
         self.fc1 = nn.Linear(embed_dim, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, embed_dim)
-        self.act = nn.GELU()
+        self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, T, D]
