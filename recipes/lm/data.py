@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
 import sysconfig
 import zlib
@@ -32,6 +31,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
 from lavo_zoo.recipes.base import SPLITS
@@ -149,21 +149,12 @@ class TokenBlocks(Dataset):
 def builtin_corpus(cache_dir: Path | None = None) -> Path:
     """A PG-19-layout corpus of this Python's standard-library modules (one module source = one "book").
 
-    Generated once (atomically) under the cache; the split of each module is fixed by a hash of its name (about
+    Generated once into the project's built-in data cache (:func:`~lavo_zoo.engine.env.builtin_dataset`, keyed by
+    the Python version and the layout version); the split of each module is fixed by a hash of its name (about
     90% train, 5% validation, 5% test).
     """
-    version = "{}.{}.{}".format(*sys.version_info[:3])
-    root = (cache_dir or cache_root() / "builtin") / f"stdlib-py{version}"
-    if root.is_dir():
-        return root
-    tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write_builtin_corpus(tmp)
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another process generated it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    fingerprint = {"python": "{}.{}.{}".format(*sys.version_info[:3]), "format": CACHE_FORMAT}
+    return builtin_dataset("lm", "stdlib", fingerprint, write_builtin_corpus, cache_dir)
 
 
 def write_builtin_corpus(out: Path, max_books: int | None = None) -> Path:

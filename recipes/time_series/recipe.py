@@ -20,6 +20,7 @@ from lavo_zoo.recipes.time_series.data import (
     generate_ett,
     num_time_features,
     prepare,
+    write_table,
 )
 from lavo_zoo.recipes.time_series.model import Informer, ModelConfig
 
@@ -70,10 +71,7 @@ class TimeSeriesRecipe(Recipe):
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         path = out / file_name
-        table = generate_ett(size or rows, freq)
-        table["date"] = table["date"].dt.strftime("%Y-%m-%d %H:%M:%S")
-        table.to_csv(path, index=False, float_format="%.6g")
-        return path
+        return write_table(generate_ett(size or rows, freq), path)
 
     def build_model(self, cfg: TimeSeriesConfig) -> Informer:
         d = cfg.data

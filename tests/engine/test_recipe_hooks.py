@@ -174,3 +174,20 @@ def test_override_examples_in_the_readme_and_help_validate(where, config, overri
         except ConfigError as e:
             errors.append(str(e))
     pytest.fail(f"{where}: {' '.join(overrides)} does not validate: {errors}")
+
+
+def test_builtin_dataset_is_written_once_per_fingerprint(tmp_path):
+    from lavo_zoo.engine.env import builtin_dataset
+
+    calls = []
+
+    def write(out):
+        calls.append(out)
+        (out / "data.txt").write_text(str(len(calls)))
+
+    first = builtin_dataset("toy", "set", {"rows": 3}, write, tmp_path)
+    again = builtin_dataset("toy", "set", {"rows": 3}, write, tmp_path)
+    other = builtin_dataset("toy", "set", {"rows": 4}, write, tmp_path)
+    assert first == again != other and len(calls) == 2
+    assert (first / "data.txt").read_text() == "1" and (other / "data.txt").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, other.name])  # no temporary left
