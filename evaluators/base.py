@@ -39,5 +39,5 @@ class Evaluator(ABC):
         return self.higher_is_better[metric]
 
     def results(self) -> dict[str, dict[str, Any]]:
-        """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of DESIGN.md."""
+        """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of docs/architecture.md."""
         return {k: {"value": float(v), "higher_is_better": self.is_higher_better(k)} for k, v in self.compute().items()}

@@ -1,5 +1,5 @@
 """Loading refuses missing, corrupt, truncated and mismatched checkpoints, naming the file and the reason;
-``lavo-zoo eval`` writes the results JSON of DESIGN.md."""
+``lavo-zoo eval`` writes the results JSON of docs/architecture.md."""
 import json
 
 import pytest

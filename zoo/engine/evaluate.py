@@ -1,5 +1,5 @@
 """``lavo-zoo eval``: rebuild a model from a checkpoint's own config, run its recipe's evaluator on a split, and
-produce the results JSON of DESIGN.md (also printed as a table)."""
+produce the results JSON of docs/architecture.md (also printed as a table)."""
 from __future__ import annotations
 
 import time
