@@ -134,7 +134,7 @@ class ZooGroup(click.Group):
                 for n in sorted([*self.commands, *LAZY_COMMANDS])]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(60))
+        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(56 - len(recipe)))
                 for n, (recipe, _) in sorted(recipe_commands("commands").items())]
         with formatter.section("Recipe commands [recipe]"):
             formatter.write_dl(rows)
@@ -151,7 +151,7 @@ class ScoreGroup(click.Group):
         return _load_command(name, target, f"A metric of recipe '{recipe}'.") if recipe else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(60))
+        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(56 - len(recipe)))
                 for n, (recipe, _) in sorted(recipe_commands("score_commands").items())]
         with formatter.section("Metrics [recipe]"):
             formatter.write_dl(rows)
@@ -163,6 +163,8 @@ Examples:
   lavo-zoo list attentions
   lavo-zoo train lm/tiny-lavo --out runs/tiny --max-steps 200
   lavo-zoo eval runs/tiny/checkpoints/last --split test --out results.json
+  lavo-zoo generate runs/tiny/checkpoints/last --prompt "def main("
+  lavo-zoo data time_series/etth1 --out data/ETT-small
   lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096 --mode fwdbwd""")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(package_name="lavo-zoo")
@@ -184,8 +186,10 @@ def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
         return [asdict(i) for i in list_attentions(pattern)]
     if kind == "recipes":
         from lavo_zoo.recipes import RECIPES
-        return RECIPES.describe(pattern, lambda e: {"description": e.load().description,
-                                                    "evaluator": e.load().evaluator, "source": e.source})
+        return RECIPES.describe(pattern, lambda e: {
+            "description": e.load().description, "evaluator": e.load().evaluator,
+            "commands": sorted(e.load().commands) + [f"score {n}" for n in sorted(e.load().score_commands)],
+            "tiny_config": e.load().tiny_config, "source": e.source})
     if kind == "evaluators":
         from lavo_zoo.evaluators import EVALUATORS
         return EVALUATORS.describe(pattern, lambda e: {
