@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from lavo_zoo.config import RunConfig
+from lavo_zoo.config import PositiveInt, RunConfig
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.evaluators.perplexity import PerplexityTable
@@ -26,8 +26,9 @@ from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
 class DataConfig:
     path: str | None = None  # a PG-19-layout folder; unset: the built-in corpus (Python standard library sources)
     tokenizer: Literal["gpt2", "bytes"] = "gpt2"
-    block_size: int = 8192  # training context length L
+    block_size: PositiveInt = 8192  # training context length L
     cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
+    skip_bad_files: bool = False  # leave out (and name) books that are not UTF-8 text or hold NUL bytes; else refuse
 
 
 @dataclass
@@ -53,7 +54,8 @@ def split_tokens(cfg: LMRunConfig, split: str) -> np.ndarray:
     """The token stream of ``split`` (memory-mapped), from ``data.path`` or the built-in corpus."""
     cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else None
     root = Path(cfg.data.path).expanduser() if cfg.data.path else builtin_corpus(cache / "builtin" if cache else None)
-    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None)
+    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None,
+                       skip_bad_files=cfg.data.skip_bad_files)
 
 
 @register_recipe("lm")
