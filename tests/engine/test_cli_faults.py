@@ -67,3 +67,13 @@ def test_debug_message_does_not_suggest_debug(monkeypatch, capsys):
     assert main(["--debug", "train", TOY]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError: boom" in err and not re.search("run with --debug", err)
+
+
+def test_a_checkpoint_config_that_is_not_text_is_called_corrupt(run_dir, tmp_path, capsys):
+    import shutil
+    ckpt = tmp_path / "ck"
+    shutil.copytree(run_dir / "checkpoints" / "step-1", ckpt)
+    (ckpt / "config.yaml").write_bytes(b"recipe: toy\n\xff\xfe\n")
+    assert main(["eval", str(ckpt), "--max-batches", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "config.yaml is corrupt: not UTF-8 text (byte 12)" in err and "UnicodeDecodeError" not in err

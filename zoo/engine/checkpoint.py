@@ -168,9 +168,11 @@ def verify_weights(path: Path, meta: dict[str, Any]) -> None:
 def read_config(path: Path, overrides: list[str] = ()) -> tuple[Any, Any]:
     """(recipe, validated config) from the checkpoint's own ``config.yaml`` plus overrides."""
     try:
-        data = yaml.safe_load((path / CONFIG).read_text())
+        data = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise CheckpointError(f"{path / CONFIG} is corrupt: not valid YAML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path / CONFIG} is corrupt: not UTF-8 text (byte {e.start})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path / CONFIG} is corrupt: expected a mapping, got {type(data).__name__}")
     try:
