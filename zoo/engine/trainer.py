@@ -24,14 +24,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from lavo_zoo.config import save_config, to_dict
-from lavo_zoo.engine.checkpoint import (latest_checkpoint, load_train_state, load_weights, read_config, read_meta,
-                                        save_checkpoint, verify_weights)
+from lavo_zoo.config import save_config
+from lavo_zoo.engine.checkpoint import (load_train_state, load_weights, read_config, read_meta, save_checkpoint,
+                                        verify_weights)
 from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
 from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.logging import MetricsLog, Progress
-from lavo_zoo.engine.optim import build_optimizer, build_scheduler
+from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
+from lavo_zoo.engine.run_dir import last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
 from lavo_zoo.recipes.base import Recipe, to_device
 
@@ -62,12 +63,6 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
-    return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} -> {b!r}"]
-
-
 class Trainer:
     """Trains ``recipe``'s model with config ``cfg`` into ``out_dir`` (see the module docstring)."""
 
@@ -89,18 +84,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------------ resume
     def _resume_path(self) -> Path | None:
-        if self.resume is None:
-            existing = latest_checkpoint(self.ckpt_root)
-            if existing is not None:
-                raise UsageError(f"{self.out} already holds checkpoints from an earlier run (newest: {existing.name}); "
-                                 "pass --resume auto to continue it, or choose another --out")
-            return None
-        if self.resume == "auto":
-            return latest_checkpoint(self.ckpt_root)
-        path = Path(self.resume)
-        if not path.is_dir():
-            raise UsageError(f"--resume {self.resume}: no such checkpoint directory (use 'auto' or a step-N dir)")
-        return path.resolve()
+        return resume_source(self.out, self.resume)
 
     def _recover_interrupted_save(self) -> None:
         """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
@@ -118,12 +102,7 @@ class Trainer:
             p.unlink()
 
     def _check_same_run(self, path: Path) -> None:
-        _, saved = read_config(path)
-        saved_d, now_d = to_dict(saved), to_dict(self.cfg)
-        changed = [d for key in ("recipe", "model", "data") for d in _diff(saved_d.get(key), now_d.get(key), key + ".")]
-        if changed:
-            raise UsageError(f"cannot resume from {path}: its config differs from this run's in "
-                             f"{'; '.join(changed[:5])}; resume with the same config or start a new --out")
+        self._resume_changes = resume_changes(read_config(path)[1], self.cfg, path)
 
     # -------------------------------------------------------------------------------------------------- data
     def _train_batches(self, ds: Dataset, plan: EpochBatches, epoch: int, offset: int
@@ -218,6 +197,7 @@ class Trainer:
                                       f"resume it with the same number (now {self.dist.world_size})")
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
+            apply_schedule(optimizer, scheduler, tc)  # a changed lr / schedule takes effect from here
             restore_rng(state["rng"][self.dist.rank])
             pos.update({k: state[k] for k in pos})
             self._saved_step = pos["step"]
@@ -233,6 +213,12 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(self.cfg, self.out / "config.yaml")
             log.truncate_after(pos["step"])
+            if resume_from is not None and self._resume_changes:
+                log.log({"step": pos["step"], "split": "resume", "checkpoint": str(resume_from),
+                         "changed": self._resume_changes})
+        if resume_from is not None and self._resume_changes:
+            self.progress.message("changed on resume: " + "; ".join(
+                f"{k}: {c['from']!r} -> {c['to']!r}" for k, c in self._resume_changes.items()))
         train_model: torch.nn.Module = model
         if self.dist.enabled:
             train_model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda"
@@ -259,10 +245,13 @@ class Trainer:
                     with self._autocast():
                         loss, logs = self.recipe.training_loss(train_model, to_device(batch, self.device))
                     if not torch.isfinite(loss):
-                        last = latest_checkpoint(self.ckpt_root)
-                        raise ZooError(f"the training loss is {float(loss.detach())} at step {pos['step'] + 1} (epoch {epoch}); "
-                                       f"stopped without saving. Last good checkpoint: {last or 'none'}. Lower "
-                                       "train.lr, set train.clip_grad_norm, or check the data for bad values")
+                        last = last_good_checkpoint(self.ckpt_root, pos["step"] + 1)
+                        advice = (f" (resume from it with --resume {last} and a lower train.lr or a "
+                                  "train.clip_grad_norm)" if last else "")
+                        raise ZooError(f"the training loss is {float(loss.detach())} at step {pos['step'] + 1} (epoch "
+                                       f"{epoch}); stopped without saving. Last good checkpoint: {last or 'none'}"
+                                       f"{advice}. Lower train.lr, set train.clip_grad_norm, or check the data for "
+                                       "bad values")
                     (loss / tc.grad_accum).backward()
                 losses.append(float(loss.detach()))
                 for k, v in logs.items():
