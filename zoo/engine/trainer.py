@@ -174,6 +174,7 @@ class Trainer:
             self._recover_interrupted_save()
         barrier(self.dist)
         resume_from = self._resume_path()
+        barrier(self.dist)  # every rank checks the run directory before rank 0 writes config.yaml into it
 
         seed_everything(tc.seed)
         model = self.recipe.build_model(self.cfg).to(self.device)
