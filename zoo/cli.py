@@ -278,12 +278,14 @@ Examples:
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the results JSON here.")
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
-@click.option("--max-batches", type=int, default=None, help="Score only the first N batches (quick checks).")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help="Score only the first N batches, N >= 1 (quick checks).")
 def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: Path | None, device: str | None,
              max_batches: int | None) -> None:
     """Score CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) on a split.
 
-    The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation settings), its
+    The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation and data settings,
+    not model.* ones: the weights fix the model), its
     recipe's evaluator runs, the metrics print as a table and, with --out, go to a results JSON.
     """
     from lavo_zoo.checkpoints import open_checkpoint
@@ -337,9 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=args, prog_name="lavo-zoo", standalone_mode=False)
         return 0
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:  # click turns Ctrl-C into Abort; a declined confirmation is one too
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            click.echo("interrupted", err=True)
+            return 130
         click.echo("aborted", err=True)
         return 1
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.ClickException as e:
@@ -350,13 +358,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"error: {e}", err=True)
         return e.exit_code
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {type(e).__name__}: {e}\n(run with --debug for the traceback)", err=True)
+        hint = "" if debug else "\n(run with --debug for the traceback)"
+        click.echo(f"error: {type(e).__name__}: {e}{hint}", err=True)
         return 1
 
 

@@ -46,7 +46,8 @@ def split_tokens(cfg: LMConfig, split: str) -> np.ndarray:
     """The token stream of ``split`` (memory-mapped), from ``data.path`` or the built-in corpus."""
     cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else None
     root = Path(cfg.data.path).expanduser() if cfg.data.path else builtin_corpus(cache / "builtin" if cache else None)
-    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None)
+    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None,
+                       skip_bad_files=cfg.data.skip_bad_files)
 
 
 @register_recipe("lm")

@@ -114,6 +114,9 @@ def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------------------------------- reading
 def _read_csv(path: Path) -> pd.DataFrame:
+    if path.is_dir():
+        raise DataError(f"data.path {path} is a directory; set data.path=FILE to a CSV file with a 'date' column "
+                        "(e.g. a file inside it), or data.path=null for the built-in data")
     if not path.is_file():
         raise DataError(f"data.path {path} does not exist (relative paths start at the working directory); set "
                         "data.path=FILE to a CSV with a 'date' column, or data.path=null for the built-in data")
@@ -150,6 +153,11 @@ def _select(table: pd.DataFrame, cfg: DataConfig, source: str) -> tuple[pd.DataF
         row, col = map(int, np.argwhere(bad)[0])
         raise DataError(f"{source}: column '{columns[col]}' has a missing or non-numeric value "
                         f"{table[columns[col]].iloc[row]!r} on line {row + 2}")
+    infinite = ~np.isfinite(values.to_numpy(np.float64))
+    if infinite.any():
+        row, col = map(int, np.argwhere(infinite)[0])
+        raise DataError(f"{source}: column '{columns[col]}' has the non-finite value "
+                        f"{table[columns[col]].iloc[row]!r} on line {row + 2}; every value must be a finite number")
     return values, [str(c) for c in columns]
 
 

@@ -66,7 +66,7 @@ def test_nan_loss_exits_1_and_debug_shows_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "training loss is nan at step 1" in err and "Traceback" not in err
     assert not (tmp_path / "r" / "checkpoints").exists()
-    assert main(["--debug", *args]) == 1
+    assert main(["--debug", *args[:-1], str(tmp_path / "r2")]) == 1  # (r holds the first attempt's config.yaml)
     assert "Traceback" in capsys.readouterr().err
 
 

@@ -26,9 +26,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from lavo_zoo.config import save_config, to_dict
+from lavo_zoo.config import save_config
 from lavo_zoo.engine.checkpoint import (
-    latest_checkpoint,
     load_train_state,
     load_weights,
     read_config,
@@ -40,7 +39,8 @@ from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
 from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.logging import MetricsLog, Progress
-from lavo_zoo.engine.optim import build_optimizer, build_scheduler
+from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
+from lavo_zoo.engine.run_dir import last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
 from lavo_zoo.recipes.base import Recipe, to_device
 
@@ -96,12 +96,6 @@ class _Run:
     state: TrainingState
 
 
-def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
-    return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} -> {b!r}"]
-
-
 class Trainer:
     """Trains ``recipe``'s model with config ``cfg`` into ``out_dir`` (see the module docstring)."""
 
@@ -121,21 +115,11 @@ class Trainer:
             precision == "auto" and self.device.type == "cuda") else None
         self._val_loader: DataLoader | None = None
         self._val_missing = False
+        self._resume_changes: dict[str, dict[str, Any]] = {}  # changeable settings a resume changed
 
     # ------------------------------------------------------------------------------------------------ resume
     def _resume_path(self) -> Path | None:
-        if self.resume is None:
-            existing = latest_checkpoint(self.ckpt_root)
-            if existing is not None:
-                raise UsageError(f"{self.out} already holds checkpoints from an earlier run (newest: {existing.name}); "
-                                 "pass --resume auto to continue it, or choose another --out")
-            return None
-        if self.resume == "auto":
-            return latest_checkpoint(self.ckpt_root)
-        path = Path(self.resume)
-        if not path.is_dir():
-            raise UsageError(f"--resume {self.resume}: no such checkpoint directory (use 'auto' or a step-N dir)")
-        return path.resolve()
+        return resume_source(self.out, self.resume)
 
     def _recover_interrupted_save(self) -> None:
         """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
@@ -153,12 +137,8 @@ class Trainer:
             p.unlink()
 
     def _check_same_run(self, path: Path) -> None:
-        _, saved = read_config(path)
-        saved_d, now_d = to_dict(saved), to_dict(self.cfg)
-        changed = [d for key in ("recipe", "model", "data") for d in _diff(saved_d.get(key), now_d.get(key), key + ".")]
-        if changed:
-            raise UsageError(f"cannot resume from {path}: its config differs from this run's in "
-                             f"{'; '.join(changed[:5])}; resume with the same config or start a new --out")
+        """Refuse a resume whose model/data differ; remember the changeable settings that did change."""
+        self._resume_changes = resume_changes(read_config(path)[1], self.cfg, path)
 
     # -------------------------------------------------------------------------------------------------- data
     def _train_batches(self, ds: Dataset, plan: EpochBatches, epoch: int, offset: int
@@ -228,12 +208,16 @@ class Trainer:
     def _fit(self) -> dict[str, float]:
         """The run, step by step: set up (fresh or resumed), then optimiser steps with logging, validation and
         checkpoints until a stop condition, then a final checkpoint if the last step was not saved."""
-        run = self._set_up(self._prepare_run_dir())
+        resume_from = self._prepare_run_dir()
+        run = self._set_up(resume_from)
         tc, state = self.tc, run.state
         stream = self._train_batches(run.train_ds, run.plan, state.epoch, state.offset)
         log = MetricsLog(self.out, self.dist.is_main, tc.tensorboard)
         if self.dist.is_main:
             log.truncate_after(state.step)
+            if resume_from is not None and self._resume_changes:
+                log.log({"step": state.step, "split": "resume", "checkpoint": str(resume_from),
+                         "changed": self._resume_changes})
         window: list[float] = []
         val_metrics: dict[str, float] = {}
         t0 = time.time()
@@ -267,7 +251,9 @@ class Trainer:
         if self.dist.is_main:
             self._recover_interrupted_save()
         barrier(self.dist)
-        return self._resume_path()
+        resume_from = self._resume_path()
+        barrier(self.dist)  # every rank checks the run directory before rank 0 writes config.yaml into it
+        return resume_from
 
     def _set_up(self, resume_from: Path | None) -> _Run:
         """Model, data order, optimiser and schedule, restored from ``resume_from`` when given; the run's config
@@ -291,6 +277,9 @@ class Trainer:
         self.progress = Progress(total, state.step, self.dist.is_main, tc.log_every)
         if resume_from is not None:
             self.progress.message(f"resumed from {resume_from} at step {state.step}")
+            if self._resume_changes:
+                self.progress.message("changed on resume: " + "; ".join(
+                    f"{k}: {c['from']!r} -> {c['to']!r}" for k, c in self._resume_changes.items()))
         elif self.resume == "auto":
             self.progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
         if self.dist.is_main:
@@ -316,6 +305,7 @@ class Trainer:
                                   f"resume it with the same number (now {self.dist.world_size})")
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
+        apply_schedule(optimizer, scheduler, self.tc)  # a changed lr / schedule takes effect from here
         restore_rng(saved["rng"][self.dist.rank])
         return TrainingState(**{f.name: saved[f.name] for f in dataclasses.fields(TrainingState)})
 
@@ -354,9 +344,11 @@ class Trainer:
     def _check_finite(self, loss: torch.Tensor, step: int, epoch: int) -> None:
         """Stop, without saving, on a NaN or infinite training loss."""
         if not torch.isfinite(loss):
-            last = latest_checkpoint(self.ckpt_root)
+            last = last_good_checkpoint(self.ckpt_root, step)
+            advice = (f" (resume from it with --resume {last} and a lower train.lr or a train.clip_grad_norm)"
+                      if last else "")
             raise ZooError(f"the training loss is {float(loss.detach())} at step {step} (epoch {epoch}); "
-                           f"stopped without saving. Last good checkpoint: {last or 'none'}. Lower "
+                           f"stopped without saving. Last good checkpoint: {last or 'none'}{advice}. Lower "
                            "train.lr, set train.clip_grad_norm, or check the data for bad values")
 
     def _log_train(self, log: MetricsLog, run: _Run, window: list[float], extras: dict[str, float],

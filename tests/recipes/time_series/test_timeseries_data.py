@@ -132,3 +132,16 @@ def test_other_bad_files_are_refused(tmp_path: Path) -> None:
         prepare(DataConfig(path=_csv(tmp_path, "date,a,b\n" + "".join(rows)), features="M"))
     with pytest.raises(ConfigError, match="label_len"):
         prepare(DataConfig(seq_len=12, label_len=24))
+
+
+@pytest.mark.parametrize("cell", ["inf", "-inf", "1e999"])
+def test_non_finite_values_are_refused_with_line_and_column(tmp_path: Path, cell: str) -> None:
+    rows = [f"2016-07-01 {h:02d}:00:00,{h},{'X' if h == 4 else h * 2}" for h in range(24)]
+    (tmp_path / "d.csv").write_text("date,a,b\n" + "\n".join(rows).replace("X", cell) + "\n")
+    with pytest.raises(DataError, match=r"column 'b' has the non-finite value .* on line 6"):
+        prepare(DataConfig(path=str(tmp_path / "d.csv"), seq_len=4, label_len=2, pred_len=2))
+
+
+def test_a_directory_as_data_path_is_called_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="is a directory"):
+        prepare(DataConfig(path=str(tmp_path)))
