@@ -14,8 +14,8 @@ own keys are merged over the parent's, mappings recursively.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import dataclasses
+import importlib.util
 import re
 import types
 import typing
@@ -26,7 +26,6 @@ from typing import Any, Literal
 import yaml
 
 from lavo_zoo.errors import ConfigError, did_you_mean
-
 
 
 def recipes_dir() -> Path:
@@ -76,11 +75,19 @@ class TrainConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Evaluation settings every recipe shares (a recipe that needs more subclasses this)."""
+
+    batch_size: int = 0  # examples per evaluation batch (0: train.batch_size)
+
+
+@dataclass
 class RunConfig:
-    """The top level every recipe config shares: the recipe's name and the training settings."""
+    """The top level every recipe config shares: the recipe's name, the training and the evaluation settings."""
 
     recipe: str = ""
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 # ----------------------------------------------------------------------------------------------- finding & loading
@@ -152,17 +159,26 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A deep copy of ``data`` with each ``key.sub=value`` override applied (sections are created as needed)."""
+    """A deep copy of ``data`` with each ``key.sub=value`` override applied (sections are created as needed).
+
+    Overriding the ``name`` of a section that has one (an attention spec, ``model.attention.name=sdpa``) with a
+    different value switches the mechanism: the section's other keys (the old mechanism's options) are dropped, and
+    overrides after it add the new one's (``model.attention.name=performer model.attention.num_features=32``).
+    """
     out = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
         node = out
         for k in keys[:-1]:
+            if isinstance(node.get(k), str) and keys[-1] != k:  # a bare attention name: {name: ...} from here on
+                node[k] = {"name": node[k]}
             if not isinstance(node.get(k), dict):
                 node[k] = {} if node.get(k) is None else node[k]
                 if not isinstance(node[k], dict):
                     raise ConfigError(f"override '{text}': '{k}' is a value, not a section")
             node = node[k]
+        if keys[-1] == "name" and node.get("name") not in (None, value):
+            node.clear()  # a different mechanism: the previous one's options do not apply to it
         node[keys[-1]] = value
     return out
 
@@ -173,19 +189,44 @@ def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: s
     if not isinstance(data, dict):
         raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping, got {_show(data)}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
     kwargs = {}
     for key, value in data.items():
         if key not in names:
             full = [prefix + n for n in names]
             raise ConfigError(f"unknown config key '{prefix}{key}' in {source}{did_you_mean(prefix + str(key), full)}; "
                               f"valid keys here: {', '.join(full)}")
+        default = _field_default(fields[key])
+        if isinstance(value, dict) and dataclasses.is_dataclass(default):
+            value = _over_default(to_dict(default), value)  # a partial section keeps the field's own defaults
         kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}", source)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:  # a section's own check (__post_init__), e.g. an attention that cannot be causal
+        raise ConfigError(f"{e} (in {source})") from None
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _over_default(default: Any, value: Any) -> Any:
+    """``value`` merged over a field's default (as :func:`merge`), except that a mapping naming a different
+    mechanism (``name:``) than the default replaces it: the default's options belong to the default mechanism."""
+    if not (isinstance(default, dict) and isinstance(value, dict)):
+        return value
+    if "name" in value and "name" in default and value["name"] != default["name"]:
+        return value
+    return {**default, **{k: _over_default(default.get(k), v) for k, v in value.items()}}
 
 
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(tp, type) and hasattr(tp, "from_config"):  # a type with its own YAML form (AttentionSpec)
+        return tp.from_config(value, key, source)
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value if value is not None else {}, source, key + ".")
     if origin in (typing.Union, types.UnionType):
@@ -228,8 +269,17 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+def to_dict(cfg: Any) -> Any:
+    """A config as plain YAML-able data: dataclasses become mappings, types with ``to_config`` their own form."""
+    if hasattr(cfg, "to_config"):
+        return cfg.to_config()
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return copy.deepcopy(cfg)
 
 
 def save_config(cfg: Any, path: Path) -> None:

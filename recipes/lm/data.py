@@ -19,24 +19,34 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
 import sysconfig
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
+from lavo_zoo.recipes.base import SPLITS
 from lavo_zoo.recipes.lm.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "validation", "test")
 CACHE_FORMAT = 1  # bump when the token file layout changes, so that old caches are rebuilt
+
+
+@dataclass
+class DataConfig:
+    path: str | None = None  # a PG-19-layout folder; unset: the built-in corpus (Python standard library sources)
+    tokenizer: Literal["gpt2", "bytes"] = "gpt2"
+    block_size: int = 8192  # training context length L
+    cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
 
 
 def cache_root() -> Path:
@@ -47,8 +57,6 @@ def cache_root() -> Path:
 # ------------------------------------------------------------------------------------------------ the PG-19 layout
 def split_files(root: Path, split: str) -> list[Path]:
     """The ``<book_id>.txt`` files of ``root/split``, sorted; a missing or empty split is a :class:`DataError`."""
-    if split not in SPLITS:
-        raise DataError(f"unknown split '{split}'; PG-19 has {', '.join(SPLITS)}")
     if not root.is_dir():
         raise DataError(f"data.path {root} does not exist or is not a directory; it must hold the PG-19 layout "
                         f"(train/, validation/, test/ folders of <book_id>.txt files)")
@@ -141,30 +149,32 @@ class TokenBlocks(Dataset):
 def builtin_corpus(cache_dir: Path | None = None) -> Path:
     """A PG-19-layout corpus of this Python's standard-library modules (one module source = one "book").
 
-    Generated once (atomically) under the cache; the split of each module is fixed by a hash of its name (about
+    Generated once into the project's built-in data cache (:func:`~lavo_zoo.engine.env.builtin_dataset`, keyed by
+    the Python version and the layout version); the split of each module is fixed by a hash of its name (about
     90% train, 5% validation, 5% test).
+    """
+    fingerprint = {"python": "{}.{}.{}".format(*sys.version_info[:3]), "format": CACHE_FORMAT}
+    return builtin_dataset("lm", "stdlib", fingerprint, write_builtin_corpus, cache_dir)
+
+
+def write_builtin_corpus(out: Path, max_books: int | None = None) -> Path:
+    """Write the built-in corpus into ``out`` in the PG-19 layout (``lavo-zoo data lm --out DIR``); returns ``out``.
+
+    ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
     """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     version = "{}.{}.{}".format(*sys.version_info[:3])
-    root = (cache_dir or cache_root() / "builtin") / f"stdlib-py{version}"
-    if root.is_dir():
-        return root
-    tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    out = Path(out)
     for split in SPLITS:
-        (tmp / split).mkdir(parents=True)
+        (out / split).mkdir(parents=True, exist_ok=True)
     rows = []
-    for source in sorted(stdlib.glob("*.py")):
+    for source in sorted(stdlib.glob("*.py"))[:max_books]:
         book_id = source.stem
         split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
         title = f"The {book_id} module of the Python {version} standard library"
         text = source.read_text(encoding="utf-8", errors="replace")
-        (tmp / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
+        (out / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
         rows.append([book_id, title, version, source.as_uri()])
-    with open(tmp / "metadata.csv", "w", newline="", encoding="utf-8") as f:
+    with open(out / "metadata.csv", "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another process generated it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    return out

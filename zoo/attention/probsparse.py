@@ -24,6 +24,7 @@ from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import Attention
+from lavo_zoo.attention.common import merge_heads, split_heads
 
 _CHUNK_ELEMENTS = 1 << 24  # bound on the [B, H, chunk, L] scores of a block of queries in the sparsity measurement
 
@@ -94,14 +95,13 @@ class ProbSparseAttention(Attention):
 
     def _dense(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """x [B, Lq, D], source [B, Lk, D] (no padding) -> [B, Lq, D]."""
-        B, Lq, _ = x.shape
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
         out = self._probsparse(q, k, v)  # [B, H, Lq, d]
-        return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.embed_dim).to(x.dtype))
+        return self.out_proj(merge_heads(out).to(x.dtype))
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """[B, L, D] -> contiguous [B, H, L, d]."""
-        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2).contiguous()
+        return split_heads(t, self.num_heads).contiguous()
 
     def _sample_keys(self, Lq: int, Lk: int, n: int, device: torch.device) -> torch.Tensor:
         """[Lq, n] key indices per query (shared over batch and heads, as Informer); causal: from the query's past."""

@@ -1,6 +1,7 @@
-"""Checkpoints on disk (DESIGN.md): a directory with ``model.safetensors`` (weights only), ``config.yaml`` (resolved
-config), ``meta.json`` (recipe, step, metrics, versions, git revision, sha256 of the weights) and, for resuming,
-``train_state.pt`` (optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``).
+"""Checkpoints on disk (docs/architecture.md): a directory with ``model.safetensors`` (weights only),
+``config.yaml`` (resolved config), ``meta.json`` (recipe, step, metrics, versions, git revision, sha256 of the
+weights) and, for resuming, ``train_state.pt`` (optimiser, scheduler, RNG, data position;
+``torch.load(weights_only=True)``).
 
 Saves are atomic: everything is written into a temporary sibling directory, flushed, then renamed into place, and
 ``last`` is a symlink swapped with ``os.replace``. A crash mid-save leaves the previous checkpoint intact. Loading
@@ -220,4 +221,5 @@ def load_train_state(path: Path) -> dict[str, Any]:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is unusable
-        raise CheckpointError(f"{file} is corrupt or truncated and cannot be loaded ({type(e).__name__}: {e})") from None
+        raise CheckpointError(f"{file} is corrupt or truncated and cannot be loaded "
+                              f"({type(e).__name__}: {e})") from None
