@@ -178,12 +178,17 @@ def cli(debug: bool) -> None:
 LIST_KINDS = ("recipes", "attentions", "evaluators", "configs", "checkpoints")
 
 
-def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
+SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
+DECODING_LEGEND = ("decoding (step by step): state = streaming state, cache = source prepared once, "
+                   "source = source kept and re-projected each step, prefix = falls back to re-running the prefix")
+
+
+def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> list[dict[str, Any]]:
     if kind == "attentions":
         from dataclasses import asdict
 
         from lavo_zoo.attention import list_attentions
-        return [asdict(i) for i in list_attentions(pattern)]
+        return [asdict(i) for i in list_attentions(pattern, SITE_PATTERNS.get(supports, supports))]
     if kind == "recipes":
         from lavo_zoo.recipes import RECIPES
         return RECIPES.describe(pattern, lambda e: {
@@ -208,15 +213,22 @@ def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
 Examples:
   lavo-zoo list                       # everything
   lavo-zoo list attentions            # mechanisms, their patterns and streaming support
+  lavo-zoo list attentions --pattern cross   # what can sit at the cross-attention site
   lavo-zoo list configs 'lm/*'        # built-in configs matching a glob
   lavo-zoo list recipes --json""")
 @click.argument("kind", required=False, type=click.Choice(LIST_KINDS))
 @click.argument("pattern", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_cmd(kind: str | None, pattern: str | None, as_json: bool) -> None:
+@click.option("--pattern", "supports", default=None, metavar="PATTERN|SITE",
+              type=click.Choice(["causal", "noncausal", "cross", *SITE_PATTERNS]),
+              help="Attentions only: those supporting this attention pattern, or an encoder-decoder site "
+                   "(encoder_self = noncausal, decoder_self = causal, cross).")
+def list_cmd(kind: str | None, pattern: str | None, as_json: bool, supports: str | None) -> None:
     """List recipes, attentions, evaluators, configs or released checkpoints (PATTERN is a glob on the name)."""
+    if supports is not None and kind not in (None, "attentions"):
+        raise click.UsageError("--pattern filters attentions: use it with `lavo-zoo list attentions`")
     kinds = [kind] if kind else list(LIST_KINDS)
-    result = {k: _list_rows(k, pattern) for k in kinds}
+    result = {k: _list_rows(k, pattern, supports) for k in kinds}
     if as_json:
         click.echo(json.dumps(result if kind is None else result[kind], indent=2, default=str))
         return
@@ -228,6 +240,8 @@ def list_cmd(kind: str | None, pattern: str | None, as_json: bool) -> None:
                              for key, v in extra.items() if key != "description")
             text = row.get("description", "")
             click.echo(f"  {row['name']:<24} {desc}" + (f"  - {text}" if text else ""))
+        if k == "attentions":
+            click.echo(f"  ({DECODING_LEGEND})")
         if kind is None:
             click.echo()
 

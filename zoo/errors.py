@@ -26,6 +26,11 @@ class OptionError(UsageError, ValueError):
     library code can still catch as the ValueError the component raised."""
 
 
+class InputError(UsageError, ValueError):
+    """Arguments a library call cannot use (a mask with no real token, a cache from another model or batch): a
+    usage error for the CLI (exit 2) that library code can catch as a ValueError."""
+
+
 class CheckpointError(ZooError):
     """A checkpoint that is missing, corrupt, truncated or does not match the model."""
 

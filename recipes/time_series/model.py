@@ -6,6 +6,11 @@ followed by zero placeholders, and a linear projection to the output channels.
 Deliberate differences from the reference: the distilling convolution pads by 1 on every torch version (the
 reference's string compare of ``torch.__version__`` pads by 2 on torch >= 1.10), and there is no "mix" reshape of
 the decoder self-attention's heads (it lets later positions leak into earlier ones).
+
+Its layers are the shared post-LN blocks of :mod:`lavo_zoo.nn.transformer` (``EncoderBlock``; a
+``TransformerDecoder`` whose final LayerNorm is the decoder norm), which are Informer's layers: LN(x + Dropout(
+Attention(x))), then LN(x + Dropout(FFN(x))) with FFN = Linear, activation, dropout, Linear (its kernel-1
+convolutions). Only the distilling between encoder layers is Informer's own.
 """
 from __future__ import annotations
 
@@ -16,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
+from lavo_zoo.attention import AttentionSpec, SiteAttention
 from lavo_zoo.nn.position import sinusoidal_positions
-from lavo_zoo.nn.transformer import FeedForward
+from lavo_zoo.nn.transformer import EncoderBlock, TransformerDecoder
 
 
 def informer_attention() -> SiteAttention:
@@ -65,20 +70,6 @@ class DataEmbedding(nn.Module):
         return self.dropout(value + self.positions[:x.shape[1]] + self.time(x_mark))
 
 
-class EncoderLayer(nn.Module):
-    def __init__(self, attention: Attention, embed_dim: int, ffn_dim: int, dropout: float, activation: str) -> None:
-        super().__init__()
-        self.attention = attention
-        self.ff = FeedForward(embed_dim, ffn_dim, dropout, activation)
-        self.norm1, self.norm2 = nn.LayerNorm(embed_dim), nn.LayerNorm(embed_dim)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, L, D] -> [B, L, D] (post-norm, as the reference)."""
-        x = self.norm1(x + self.dropout(self.attention(x)))
-        return self.norm2(x + self.dropout(self.ff(x)))
-
-
 class DistilLayer(nn.Module):
     """Self-attention distilling: circular conv (kernel 3), batch norm, ELU, max-pool (stride 2) halves the length."""
 
@@ -93,22 +84,6 @@ class DistilLayer(nn.Module):
         return self.pool(F.elu(self.norm(self.conv(x.transpose(1, 2))))).transpose(1, 2)
 
 
-class DecoderLayer(nn.Module):
-    def __init__(self, self_attention: Attention, cross_attention: Attention, embed_dim: int, ffn_dim: int,
-                 dropout: float, activation: str) -> None:
-        super().__init__()
-        self.self_attention, self.cross_attention = self_attention, cross_attention
-        self.ff = FeedForward(embed_dim, ffn_dim, dropout, activation)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(embed_dim) for _ in range(3))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """x [B, Ld, D], memory (encoder output) [B, Le, D] -> [B, Ld, D]."""
-        x = self.norm1(x + self.dropout(self.self_attention(x)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory)))
-        return self.norm3(x + self.dropout(self.ff(x)))
-
-
 class Informer(nn.Module):
     """Encoder-decoder forecaster: (history, its time features, start token, decoder time features) -> horizon."""
 
@@ -119,19 +94,16 @@ class Informer(nn.Module):
                              "(TimeSeriesRecipe.resolve(cfg))")
         self.label_len, self.pred_len, self.c_out = label_len, pred_len, cfg.out_channels
         d, drop, act, ffn = cfg.embed_dim, cfg.dropout, cfg.activation, cfg.ffn_dim
-
-        def attention(site: str) -> Attention:
-            return cfg.attention.build(site, d, cfg.num_heads)
-
         self.enc_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, seq_len, drop)
         self.dec_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, label_len + pred_len, drop)
-        self.encoder = nn.ModuleList(EncoderLayer(attention("encoder_self"), d, ffn, drop, act)
-                                     for _ in range(cfg.encoder_layers))
+        self.encoder = nn.ModuleList(EncoderBlock(cfg.attention.build("encoder_self", d, cfg.num_heads), ffn, drop,
+                                                  act, norm_first=False) for _ in range(cfg.encoder_layers))
         self.distil = nn.ModuleList(DistilLayer(d) for _ in range(cfg.encoder_layers - 1)) if cfg.distil else None
         self.enc_norm = nn.LayerNorm(d)
-        self.decoder = nn.ModuleList(DecoderLayer(attention("decoder_self"), attention("cross"), d, ffn, drop, act)
-                                     for _ in range(cfg.decoder_layers))
-        self.dec_norm = nn.LayerNorm(d)
+        # post-LN decoder blocks; the stack's final LayerNorm is Informer's decoder norm
+        self.decoder = TransformerDecoder(cfg.decoder_layers, d, cfg.num_heads, ffn, cfg.attention.decoder_self,
+                                          cfg.attention.cross, drop, activation=act, norm_first=False,
+                                          final_norm=True)
         self.projection = nn.Linear(d, cfg.out_channels)
 
     def encode(self, x: torch.Tensor, x_mark: torch.Tensor) -> torch.Tensor:
@@ -150,6 +122,4 @@ class Informer(nn.Module):
         memory = self.encode(x, x_mark)
         placeholder = y_start.new_zeros(y_start.shape[0], self.pred_len, y_start.shape[2])  # [B, pred_len, C]
         h = self.dec_embedding(torch.cat([y_start, placeholder], dim=1), y_mark)  # [B, label+pred, D]
-        for layer in self.decoder:
-            h = layer(h, memory)
-        return self.projection(self.dec_norm(h))[:, -self.pred_len:]
+        return self.projection(self.decoder(h, memory))[:, -self.pred_len:]

@@ -47,6 +47,9 @@ class AttentionInfo:
     streaming: bool
     description: str
     options: dict[str, Any]  # constructor options beyond embed_dim/num_heads/pattern, with defaults
+    # how step-by-step decoding runs each decoder pattern, e.g. ("causal:state", "cross:prefix"); see
+    # Attention.decoding: state / cache / source, or prefix = falls back to re-running the prefix
+    decoding: tuple[str, ...] = ()
 
 
 def _options(cls: type[Attention]) -> dict[str, Any]:
@@ -65,12 +68,18 @@ def attention_class(name: str) -> type[Attention]:
 def attention_info(name: str) -> AttentionInfo:
     cls = attention_class(name)
     doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
-    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, _options(cls))
+    decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
+    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, _options(cls), decoding)
 
 
-def list_attentions(pattern: str | None = None) -> list[AttentionInfo]:
-    """Registered attentions (names matching the glob ``pattern``) with their patterns and streaming support."""
-    return [attention_info(n) for n in ATTENTIONS.names(pattern)]
+def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:
+    """Registered attentions (names matching the glob ``pattern``) with their patterns and streaming support;
+    ``supports``: only those that can do this attention pattern (causal, noncausal, cross)."""
+    if supports is not None and supports not in PATTERNS:
+        raise UsageError(f"unknown attention pattern '{supports}'{did_you_mean(supports, PATTERNS)}; "
+                         f"choose one of {', '.join(PATTERNS)}")
+    infos = [attention_info(n) for n in ATTENTIONS.names(pattern)]
+    return [i for i in infos if supports is None or supports in i.patterns]
 
 
 def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "causal", **options: Any) -> Attention:

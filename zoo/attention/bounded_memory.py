@@ -20,11 +20,12 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.base import StreamingState
 from lavo_zoo.attention.common import ProjectedAttention, masked_softmax
 
 
 @dataclass
-class ABCState:
+class ABCState(StreamingState):
     """Streaming state of causal ABC: stabilised running sums over all past tokens."""
 
     k_sum: torch.Tensor  # [B, H, n, d] sum_i exp(s_i - m) k_i^T

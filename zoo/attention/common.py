@@ -65,14 +65,16 @@ class KVCache:
     keys: torch.Tensor    # [B, H, S, d]
     values: torch.Tensor  # [B, H, S, d]
     position: int = 0     # tokens consumed so far (S when nothing was dropped)
+    key_mask: torch.Tensor | None = None  # [B, S] bool: a cross-attention cache of a padded source
 
     def reorder(self, index: torch.Tensor) -> KVCache:
         """The cache of batch rows ``index`` [B'] (long): row i of the result is row index[i] of this one."""
-        return KVCache(self.keys.index_select(0, index), self.values.index_select(0, index), self.position)
+        return KVCache(self.keys.index_select(0, index), self.values.index_select(0, index), self.position,
+                       None if self.key_mask is None else self.key_mask.index_select(0, index))
 
     def detach(self) -> KVCache:
         """The same cache cut from the autograd graph."""
-        return KVCache(self.keys.detach(), self.values.detach(), self.position)
+        return KVCache(self.keys.detach(), self.values.detach(), self.position, self.key_mask)
 
     def check(self, x: torch.Tensor, num_heads: int) -> None:
         """Refuse a cache from another batch size or layer shape than the input ``x`` [B, T, D]."""

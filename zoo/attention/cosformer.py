@@ -29,11 +29,12 @@ from typing import Any
 import torch
 
 from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.base import StreamingState
 from lavo_zoo.attention.common import ProjectedAttention
 
 
 @dataclass
-class CosFormerState:
+class CosFormerState(StreamingState):
     """Streaming state of causal cosFormer: cos/sin-weighted prefix sums and the number of tokens seen."""
 
     s_cos: torch.Tensor  # [B, H, d, d] sum_j relu(k_j) cos(a_j) v_j^T
@@ -52,6 +53,7 @@ class CosFormerAttention(ProjectedAttention):
 
     patterns = ("causal", "noncausal", "cross")
     streaming = True
+    mixes_queries = ("cross",)  # cross reweighting horizon M = max(#queries, #keys)
     description = "cosFormer (ReLU features, cos re-weighting; causal prefix sums with a fixed horizon)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", max_length: int = 32768,

@@ -29,6 +29,7 @@ class LARAAttention(ProjectedAttention):
 
     patterns = ("noncausal", "cross")
     streaming = False
+    mixes_queries = ("cross",)  # proposals are means of query segments
     description = "LARA linear randomized attention (multiple importance sampling, segment-mean proposals)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,

@@ -17,14 +17,14 @@ from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention._blocked import compute_dtype, last_positions, pad_time, window_attention
-from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 EMPTY_MEMORY = ("local", "half")
 
 
 @dataclass
-class LavoState:
+class LavoState(StreamingState):
     """Causal streaming state of one layer (flash-linear-attention's initial_state / final_state convention).
 
     Its size does not grow with the sequence: ``position`` is the only thing that does. The memory H = B M is
@@ -41,6 +41,13 @@ class LavoState:
         """The same state cut from the autograd graph (truncated backpropagation through time)."""
         return LavoState(self.keys.detach(), self.values.detach(), self.sum_complete.detach(),
                          self.sum_partial.detach(), self.position)
+
+
+@dataclass
+class LavoCrossCache(StreamingState):
+    """Cross-attention cache of one source: its orthogonal memory, r numbers per head (not the source tokens)."""
+
+    memory: torch.Tensor  # [B, H, 1, r] H = B mean(features) over the real source tokens (fp32+)
 
 
 @register_attention("lavo")
@@ -140,11 +147,7 @@ class LavoAttention(Attention):
         q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
         new_state = None
         if self.pattern == "cross":
-            src = self._heads(self.v_proj(context) if self.v_proj is not None else context)  # [B, H, S, d]
-            valid = torch.ones(B, 1, src.shape[2], dtype=ct, device=x.device) if context_mask is None \
-                else context_mask[:, None].to(ct)                                    # [B, 1, S]
-            mem = (src.to(ct) * valid[..., None]).sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
-            out = self._read(q, mem)                                                 # [B, H, T, d]
+            out = self._read_memory(q, self._cross_memory(context, context_mask))    # [B, H, T, d]
         else:
             k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))          # [B, H, T, d]
             past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
@@ -172,6 +175,36 @@ class LavoAttention(Attention):
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))
         return (y, new_state) if return_state else y
+
+    # ------------------------------------------------------------------------------------------ cross attention
+    def _cross_memory(self, context: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
+        """The source's orthogonal memory H = B mean(features) over its real tokens: [B, H, 1, r] (compute dtype)."""
+        ct = compute_dtype(context.dtype)
+        src = self._heads(self.v_proj(context) if self.v_proj is not None else context)  # [B, H, S, d]
+        valid = torch.ones(src.shape[0], 1, src.shape[2], dtype=ct, device=src.device) if context_mask is None \
+            else context_mask[:, None].to(ct)                                            # [B, 1, S]
+        mem = (src.to(ct) * valid[..., None]).sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
+        return mem @ self.bases.to(ct).mT                                                # [B, H, 1, r]
+
+    def _read_memory(self, q: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Read a source memory h [B, H, 1, r] with queries q [B, H, T, d] -> [B, H, T, d] (compute dtype)."""
+        ct = compute_dtype(q.dtype)
+        b = self.bases.to(ct)                                                            # [H, r, d]
+        p = torch.softmax(h * self.head_dim ** -0.5 * (q.to(ct) @ b.mT), dim=-1)         # [B, H, T, r]
+        if self.dropout and self.training:
+            p = F.dropout(p, self.dropout, training=True)
+        return (p * h) @ b                                                               # [B, H, T, d]
+
+    def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> LavoCrossCache:
+        """Only the [H, r] memory of the source is kept: a decoding step costs the same for any source length."""
+        super().cross_cache(context, context_mask)  # validates
+        return LavoCrossCache(self._cross_memory(context, context_mask))
+
+    def cross_step(self, x: torch.Tensor, cache: LavoCrossCache) -> torch.Tensor:
+        if not isinstance(cache, LavoCrossCache) or cache.memory.shape[1:] != (self.num_heads, 1, self.num_bases):
+            raise TypeError("cache must be the LavoCrossCache that this attention's cross_cache() returned")
+        out = self._read_memory(self._heads(self.q_proj(x)), cache.memory)               # [B, H, t, d]
+        return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

@@ -40,6 +40,7 @@ class NystromAttention(ProjectedAttention):
 
     patterns = ("noncausal", "cross")
     streaming = False
+    mixes_queries = ("cross",)  # query landmarks are segment means
     description = "Nystromformer (segment-mean landmarks, iterative pseudo-inverse)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.base import StreamingState
 from lavo_zoo.attention.common import ProjectedAttention
 
 
@@ -38,7 +39,7 @@ def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.
 
 
 @dataclass
-class PerformerState:
+class PerformerState(StreamingState):
     """Streaming state of causal Performer: key-feature prefix sums scaled by exp(-m)."""
 
     kv: torch.Tensor  # [B, H, m, d] sum_s phi(k_s) v_s^T

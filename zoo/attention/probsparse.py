@@ -65,6 +65,7 @@ class ProbSparseAttention(Attention):
 
     patterns = ("causal", "noncausal", "cross")
     streaming = False
+    mixes_queries = ("causal", "cross")  # the top-u active queries and the sample sizes depend on the number of queries
     deterministic = True  # eval mode samples with a fixed seed and pads per sequence: a fixed function of valid tokens
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", factor: int = 5,

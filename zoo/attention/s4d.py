@@ -24,11 +24,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.base import Attention
+from lavo_zoo.attention.base import Attention, StreamingState
 
 
 @dataclass
-class S4DState:
+class S4DState(StreamingState):
     """Streaming state of causal S4D: the SSM state after the last token."""
 
     h: torch.Tensor  # [B, D, N/2] complex

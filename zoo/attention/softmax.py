@@ -96,6 +96,26 @@ class SDPAttention(_Projected):
         return (y, KVCache(k, v, pos + T)) if return_state else y
 
 
+    def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> KVCache:
+        """The source's projected keys and values, computed once: a decoding step does not re-project it."""
+        super().cross_cache(context, context_mask)  # validates
+        k, v = split_heads(self.k_proj(context), self.num_heads), split_heads(self.v_proj(context), self.num_heads)
+        return KVCache(k, v, 0, context_mask)
+
+    def cross_step(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        check_cache(cache, x, self.num_heads)
+        q = split_heads(self.q_proj(x), self.num_heads)                               # [B, H, t, d]
+        mask = None if cache.key_mask is None else cache.key_mask[:, None, None, :]   # [B, 1, 1, S]
+        if mask is not None:
+            has_key = mask.any(-1, keepdim=True)                                      # [B, 1, 1, 1]
+            mask = mask | ~has_key
+        out = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask,
+                                             dropout_p=self.dropout if self.training else 0.0)  # [B, H, t, d]
+        if mask is not None:
+            out = out * has_key
+        return self.out_proj(merge_heads(out))
+
+
 @register_attention("local")
 class LocalAttention(_Projected):
     """Exact sliding-window softmax attention over w keys (blocked, no T x T), optional learned relative bias"""

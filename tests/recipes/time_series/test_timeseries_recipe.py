@@ -45,9 +45,9 @@ def test_forecast_does_not_see_the_horizon() -> None:
 
 def test_cross_attention_comes_from_the_registry() -> None:
     recipe, cfg = _tiny("model.attention.cross.name=sdpa")
-    layer = recipe.build_model(cfg).decoder[0]
-    assert type(layer.cross_attention).__name__ == "SDPAttention" and layer.cross_attention.pattern == "cross"
-    assert layer.self_attention.pattern == "causal"
+    layer = recipe.build_model(cfg).decoder.layers[0]
+    assert type(layer.cross_attn).__name__ == "SDPAttention" and layer.cross_attn.pattern == "cross"
+    assert layer.self_attn.pattern == "causal"
 
 
 def test_paper_configs_resolve() -> None:
