@@ -1,7 +1,8 @@
 """Transformer blocks and stacks around any registry attention (see :mod:`lavo_zoo.attention`).
 
     enc = TransformerEncoder(2, 256, 4, 1024, attention=AttentionSpec("lavo", {"num_bases": 32}))
-    dec = TransformerDecoder(2, 256, 4, 1024, self_attention=AttentionSpec("lavo"), cross_attention=AttentionSpec("sdpa"))
+    dec = TransformerDecoder(2, 256, 4, 1024, self_attention=AttentionSpec("lavo"),
+                             cross_attention=AttentionSpec("sdpa"))
     memory = enc(src, src_mask)                     # src [B, S, D], src_mask [B, S] bool (True = real token)
     y = dec(tgt, memory, src_mask, tgt_mask)        # teacher forcing: tgt [B, T, D] -> [B, T, D]
     cache = dec.init_cache(memory, src_mask)        # cross-attention caches, computed once per source
