@@ -50,6 +50,20 @@ class LavoState:
                          self.sum_partial.detach(), self.position)
 
 
+def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
+    """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
+    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d]. The whole windows
+    are summed through a view, so no padded copy of feats is made."""
+    T = feats.shape[2]
+    head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
+    whole = (T - head) // w * w
+    parts = [feats[:, :, :head].sum(2, keepdim=True)] if head else []
+    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3))
+    if head + whole < T:
+        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True))
+    return torch.cat(parts, 2)
+
+
 @register_attention("lavo")
 class LavoAttention(Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
@@ -208,11 +222,13 @@ class LavoAttention(Attention):
         if self.pattern == "noncausal":
             mem = feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]      # [B, H, 1, d]
             del feats
-            return 0.5 * (local + self._read(q, mem, read_kernel)), None
+            return self._combine(local, self._read(q, mem, read_kernel), None,
+                                 local_kernel == read_kernel == "recompute"), None
+        inplace = local_kernel == read_kernel == "recompute"  # fresh outputs: combine overwrites them (_combine)
         if self.context_dissection:
-            out, sums = self._dissected(q, local, feats, valid, state, read_kernel)
+            out, sums = self._dissected(q, local, feats, valid, state, read_kernel, inplace)
         else:
-            out, sums = self._running(q, local, feats, valid, state, read_kernel)
+            out, sums = self._running(q, local, feats, valid, state, read_kernel, inplace)
         if not return_state:
             return out, None
         w = self.window_size  # fresh tensors: views would keep whole-chunk tensors alive inside the state
@@ -225,15 +241,23 @@ class LavoAttention(Attention):
             return local
         return (v if self.memory_source == "value" else self._heads(x)).to(local.dtype)
 
-    def _combine(self, local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+    def _combine(self, local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, inplace: bool
+                 ) -> torch.Tensor:
         """0.5 * (local + glob) where the memory is non-empty; local (empty_memory 'local') or 0.5 * local ('half')
-        where it is empty (empty [B, 1, T, 1] bool). glob's gradient is zero at empty positions (it read zeros)."""
+        where it is empty (empty [B, 1, T, 1] bool or None). glob's gradient is zero at empty positions (it read
+        zeros). ``inplace``: overwrite local and glob (fresh outputs of the recompute Functions, saved by nobody)
+        instead of allocating three more [B, H, T, d] tensors."""
+        if empty is None:
+            return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
         keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]
         coef = 0.5 + 0.5 * (1 - keep) if self.empty_memory == "local" else torch.full_like(keep, 0.5)
+        if inplace:
+            return local.mul_(coef).add_(glob.mul_(0.5 * keep))
         return glob * (0.5 * keep) + local * coef
 
     def _dissected(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
-                   state: LavoState | None, kernel: str) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+                   state: LavoState | None, kernel: str, inplace: bool
+                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums
         over windows, O(T r d)). Returns the output [B, H, T, d] and the state's (sum_complete, sum_partial)."""
         B, H, T, d = feats.shape
@@ -242,7 +266,7 @@ class LavoAttention(Attention):
         a = pos % w                                   # the chunk starts a tokens into its first window
         n = math.ceil((a + T) / w)
         end = n * w - a - T
-        sums = F.pad(feats, (0, 0, a, end)).unflatten(2, (n, w)).sum(3)            # [B, H, n, d] per window
+        sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
         counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
         prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
         if state is not None:
@@ -253,18 +277,21 @@ class LavoAttention(Attention):
         mem = before / count.clamp(min=1)[..., None]                                # [B, H, n, d]
         glob = self._read(q, mem, kernel, offset=a, group=w)                        # [B, H, T, d]
         empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
-        out = self._combine(local, glob, empty)
+        out = self._combine(local, glob, empty, inplace)
         if (pos + T) % w == 0:
             return out, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
         return out, (before[:, :, -1], sums[:, :, -1])
 
     def _running(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
-                 state: LavoState | None, kernel: str) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+                 state: LavoState | None, kernel: str, inplace: bool
+                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t. The read saves
         these per-token means ([T, d]: this ablation's memory is one more [T, d] tensor than dissection's)."""
         B, H, _, d = feats.shape
         prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
         cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
         count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
-        out = 0.5 * (local + self._read(q, cum / count.clamp(min=1)[..., None], kernel))
-        return out, (cum[:, :, -1], torch.zeros_like(prev))
+        glob = self._read(q, cum / count.clamp(min=1)[..., None], kernel)
+        last = cum[:, :, -1]
+        del cum
+        return self._combine(local, glob, None, inplace), (last, torch.zeros_like(prev))
