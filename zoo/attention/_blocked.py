@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from lavo_zoo.attention import _flex
 
 BACKENDS = ("auto", "recompute", "autograd", "flex")
-CHUNK = 2048  # queries per block of the recompute backend: temporaries ~ H * CHUNK * (2w + 4d) numbers
+CHUNK = 256  # queries per recomputed block: temporaries ~ H * CHUNK * (2w + 4d) numbers; smaller costs time
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
