@@ -194,9 +194,11 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
         backend = "flex" if _flex.enabled(q, dropout, training) else "autograd" if dropout and training \
             else "recompute"
     if backend == "flex":
-        if prefix is not None:
-            k, v = torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)
-        return _flex.flex_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask).to(ct)
+        fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
+        out = _flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
+        if out is not None:  # None: the kernel cannot be compiled on this device (warned once); recompute below
+            return out.to(ct)
+        backend = "autograd" if dropout and training else "recompute"
     past_k, past_v = prefix if prefix is not None else (None, None)
     if backend == "recompute":
         if dropout and training:
