@@ -94,7 +94,7 @@ def test_cross_step_does_not_touch_the_source(name: str, request) -> None:
     cache = attn.cross_cache(ctx)
     ref = attn(x, context=ctx)
     if name == "lavo":
-        assert cache.memory.shape == (2, H, 1, attn.num_bases)  # not the 50 source tokens
+        assert cache.memory.shape == (2, H, 1, attn.head_dim)  # not the 50 source tokens
         attn.v_proj = _Refuse()
     else:
         assert cache.keys.shape == cache.values.shape == (2, H, 50, D // H)

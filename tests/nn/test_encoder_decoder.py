@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import ATTENTIONS, attention_class
-from lavo_zoo.errors import ConfigError, InputError
+from lavo_zoo.errors import ConfigError, InputError, OptionError
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder, build_site_attention
 
 D, H, F = 16, 2, 32
@@ -193,11 +193,11 @@ def test_options_reach_the_blocks() -> None:
 def test_bad_input_is_refused_clearly() -> None:
     with pytest.raises(ConfigError, match="unknown attention site 'encoder'.*did you mean 'encoder_self'"):
         build_site_attention("lavo", D, H, "encoder")
-    with pytest.raises(ConfigError, match="site 'cross' needs pattern 'cross'.*'local'.*lavo"):
+    with pytest.raises(ConfigError, match="'local' does not support pattern 'cross'.*mechanisms with 'cross':.*lavo"):
         TransformerDecoder(1, D, H, F, cross_attention="local")
-    with pytest.raises(ConfigError, match="site 'decoder_self' needs pattern 'causal'.*'lara'"):
+    with pytest.raises(ConfigError, match="'decoder_self': attention 'lara' does not support pattern 'causal'"):
         TransformerDecoder(1, D, H, F, self_attention="lara")
-    with pytest.raises(ConfigError, match="activation 'swish'"):
+    with pytest.raises(OptionError, match="activation must be one of gelu, relu, got 'swish'"):
         TransformerEncoder(1, D, H, F, activation="swish")
     dec, other = TransformerDecoder(1, D, H, F), TransformerDecoder(1, D, H, F)
     memory = torch.randn(2, 5, D)

@@ -1,8 +1,10 @@
 """The attention zoo: LAVO and the baselines behind one contract (see :mod:`lavo_zoo.attention.base`).
 
-Every module in this folder (except ``base``, ``reference*`` and ``_private`` ones) is imported on first use of the registry, so a new
-mechanism is one new file that decorates its class with :func:`register_attention`. Third-party packages add
-mechanisms through the ``lavo_zoo.attentions`` entry-point group.
+Every module in this folder (except ``base``, ``common``, ``spec``, ``reference*`` and ``_private`` ones) is
+imported on first use of the registry, so a new mechanism is one new file that decorates its class with
+:func:`register_attention`; the pieces mechanisms share are in ``common``.
+Third-party packages add mechanisms through the ``lavo_zoo.attentions`` entry-point group. Configs select a mechanism
+with :class:`AttentionSpec` (``lavo_zoo.attention.spec``).
 """
 from __future__ import annotations
 
@@ -12,18 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec, SiteAttention
 from lavo_zoo.errors import OptionError, UsageError, did_you_mean
 from lavo_zoo.registry import Registry
 
 
 def _is_mechanism_module(name: str) -> bool:
-    """Modules named base, reference* (test-only references) or _private are not mechanisms."""
-    return name != "base" and not name.startswith(("reference", "_"))
+    """Modules named base, common, spec, reference* (test-only references) or _private are not mechanisms."""
+    return name not in ("base", "common", "spec") and not name.startswith(("reference", "_"))
 
 
 ATTENTIONS = Registry(
     "attention", "lavo_zoo.attentions",
-    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if _is_mechanism_module(m.name)),
+    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
+                          if _is_mechanism_module(m.name)),
 )
 
 
@@ -99,5 +103,5 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
         raise OptionError(f"attention '{name}': {e}") from None
 
 
-__all__ = ["ATTENTIONS", "PATTERNS", "Attention", "AttentionInfo", "attention_class", "attention_info",
-           "build_attention", "list_attentions", "register_attention"]
+__all__ = ["ATTENTIONS", "PATTERNS", "SITE_PATTERNS", "Attention", "AttentionInfo", "AttentionSpec", "SiteAttention",
+           "attention_class", "attention_info", "build_attention", "list_attentions", "register_attention"]

@@ -1,4 +1,4 @@
-"""The one attention contract every mechanism (LAVO and the baselines) follows; see DESIGN.md.
+"""The one attention contract every mechanism (LAVO and the baselines) follows; see docs/architecture.md.
 
     attn = build_attention("lavo", embed_dim=256, num_heads=4, pattern="causal", num_bases=32, window_size=16)
     y = attn(x)                                          # x [B, T, D] -> y [B, T, D]

@@ -30,7 +30,7 @@ import torch
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import StreamingState
-from lavo_zoo.attention.vanilla import ProjectedAttention
+from lavo_zoo.attention.common import ProjectedAttention
 
 
 @dataclass
@@ -91,7 +91,7 @@ class CosFormerAttention(ProjectedAttention):
             fk = fk * key_mask[:, None, :, None].to(fk.dtype)
         if self.pattern == "causal":
             o, state = self._causal(fq, fk, v, padding_mask, state)
-            y = self.merge_heads(o)
+            y = self.output(o)
             return (y, state) if return_state else y
         pq = self.positions(padding_mask, B, T, x.device)
         pk = self.positions(key_mask, B, S, x.device)
@@ -102,7 +102,7 @@ class CosFormerAttention(ProjectedAttention):
         kc, ks = self.cos_sin(fk, pk, M)
         num = qc @ (kc.transpose(-1, -2) @ v) + qs @ (ks.transpose(-1, -2) @ v)  # [B, H, T, d]
         den = qc @ kc.sum(2)[..., None] + qs @ ks.sum(2)[..., None]  # [B, H, T, 1]
-        return self.merge_heads(num / den.clamp_min(self.eps))
+        return self.output(num / den.clamp_min(self.eps))
 
     def _causal(self, fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 state: Any) -> tuple[torch.Tensor, Any]:

@@ -1,7 +1,8 @@
 """Transformer blocks and stacks around any registry attention (see :mod:`lavo_zoo.attention`).
 
     enc = TransformerEncoder(2, 256, 4, 1024, attention=AttentionSpec("lavo", {"num_bases": 32}))
-    dec = TransformerDecoder(2, 256, 4, 1024, self_attention=AttentionSpec("lavo"), cross_attention=AttentionSpec("sdpa"))
+    dec = TransformerDecoder(2, 256, 4, 1024, self_attention=AttentionSpec("lavo"),
+                             cross_attention=AttentionSpec("sdpa"))
     memory = enc(src, src_mask)                     # src [B, S, D], src_mask [B, S] bool (True = real token)
     y = dec(tgt, memory, src_mask, tgt_mask)        # teacher forcing: tgt [B, T, D] -> [B, T, D]
     cache = dec.init_cache(memory, src_mask)        # cross-attention caches, computed once per source
@@ -12,7 +13,7 @@ Blocks are pre-LN by default (``norm_first=True``: x + Dropout(Sublayer(LN(x))),
 post-LN with ``norm_first=False`` (LN(x + Dropout(Sublayer(x))), Vaswani et al.; Informer). A pre-LN stack ends with
 a LayerNorm (``final_norm``, default: ``norm_first``).
 
-Attention sites take an ``AttentionSpec`` (``.name``, ``.options``; a bare name or a ``{name: ..., **options}``
+Attention sites take an ``AttentionSpec`` (``lavo_zoo.attention.spec``; a bare name or a ``{name: ..., **options}``
 mapping is accepted too), built for the site's pattern (``SITE_PATTERNS``): a mechanism that cannot do it is refused
 naming the site, the pattern and the mechanisms that can. ``attention_dropout`` becomes the mechanism's ``dropout``
 option where it has one and the spec does not set it (mechanisms without attention-probability dropout ignore it).
@@ -26,7 +27,7 @@ forward over the target so far at each step (``TransformerDecoder.reruns_prefix`
 depends on the target length, so step-by-step decoding equals the forward over each prefix, and a teacher-forced
 forward lets earlier positions see later ones.
 
-Close to the conventions' API, with these additions: sites also accept a name or a mapping; ``DecoderCache`` is
+The conventions' API, with these additions: sites also accept a name or a mapping; ``DecoderCache`` is
 immutable (``step`` and ``reorder`` return new caches) and ``reorder(index, cross=False)`` skips the per-source
 cross caches when rows only move between beams of the same source; ``DecoderCache.position`` is the next step's
 position offset (for position embeddings); ``final_norm`` (default ``norm_first``).
@@ -43,27 +44,17 @@ from torch import nn
 
 from lavo_zoo.attention import ATTENTIONS, attention_class, attention_info, build_attention
 from lavo_zoo.attention.base import Attention, SourceCache, reorder_batch
-from lavo_zoo.errors import ConfigError, InputError, did_you_mean
+from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec
+from lavo_zoo.errors import ConfigError, InputError, OptionError, did_you_mean
 
-SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 
 
-@dataclass
-class _NamedSpec:
-    """Stand-in for ``AttentionSpec`` when a site is given as a name or a mapping."""
-
-    name: str
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
 def _as_spec(spec: Any, site: str) -> Any:
-    if isinstance(spec, str):
-        return _NamedSpec(spec)
-    if isinstance(spec, Mapping):
-        if "name" not in spec:
-            raise ConfigError(f"attention site '{site}': a mapping needs a 'name' key, got keys {sorted(spec)}")
-        return _NamedSpec(spec["name"], {k: v for k, v in spec.items() if k != "name"})
+    """An ``AttentionSpec`` (or anything with ``.name`` and ``.options``) from a spec, a name or a mapping."""
+    if isinstance(spec, (str, Mapping)):
+        value = dict(spec) if isinstance(spec, Mapping) else spec
+        return AttentionSpec.from_config(value, site, "the model's arguments")
     if not (hasattr(spec, "name") and hasattr(spec, "options")):
         raise ConfigError(f"attention site '{site}': expected an AttentionSpec, a name or a mapping, "
                           f"got {type(spec).__name__}")
@@ -72,16 +63,14 @@ def _as_spec(spec: Any, site: str) -> Any:
 
 def build_site_attention(spec: Any, embed_dim: int, num_heads: int, site: str,
                          attention_dropout: float = 0.0) -> Attention:
-    """Build the attention of ``site`` (a key of ``SITE_PATTERNS``) from its spec, for the site's pattern."""
+    """Build the attention of ``site`` (a key of ``SITE_PATTERNS``) from its spec, for the site's pattern: a
+    mechanism that cannot do the pattern is a ConfigError naming the site, the pattern and the mechanisms that can."""
     if site not in SITE_PATTERNS:
         raise ConfigError(f"unknown attention site '{site}'{did_you_mean(site, SITE_PATTERNS)}; "
                           f"the sites are {', '.join(SITE_PATTERNS)}")
     spec, pattern = _as_spec(spec, site), SITE_PATTERNS[site]
     if spec.name in ATTENTIONS and pattern not in attention_class(spec.name).patterns:
-        able = [n for n in ATTENTIONS.names() if pattern in attention_class(n).patterns]
-        raise ConfigError(f"attention site '{site}' needs pattern '{pattern}', which '{spec.name}' does not support "
-                          f"(it supports {', '.join(attention_class(spec.name).patterns)}); mechanisms that do: "
-                          f"{', '.join(able)}")
+        AttentionSpec(spec.name, dict(spec.options)).check(pattern, site)  # raises, naming the site and pattern
     options = dict(spec.options)
     if attention_dropout and spec.name in ATTENTIONS and "dropout" in attention_info(spec.name).options:
         options.setdefault("dropout", attention_dropout)
@@ -89,13 +78,14 @@ def build_site_attention(spec: Any, embed_dim: int, num_heads: int, site: str,
 
 
 class FeedForward(nn.Module):
-    """Linear(D -> F), activation, dropout, Linear(F -> D): the transformer's position-wise MLP."""
+    """Linear(D -> F), activation, dropout, Linear(F -> D): the transformer's position-wise MLP (the dropout after
+    the second linear layer belongs to the residual connection around it, in the block)."""
 
     def __init__(self, embed_dim: int, ffn_dim: int, dropout: float = 0.0, activation: str = "gelu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ConfigError(f"unknown activation '{activation}'{did_you_mean(activation, ACTIVATIONS)}; "
-                              f"choose one of {', '.join(ACTIVATIONS)}")
+            raise OptionError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'"
+                              f"{did_you_mean(activation, ACTIVATIONS)}")
         self.fc1 = nn.Linear(embed_dim, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, embed_dim)
         self.act = ACTIVATIONS[activation]()
