@@ -10,19 +10,14 @@ self-attention's streaming state plus cross-attention caches computed once per s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
+from lavo_zoo.attention import SiteAttention
 from lavo_zoo.errors import InputError
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder
-
-SITES = ("encoder_self", "decoder_self", "cross")
-
-
-def default_sites() -> dict[str, Any]:
-    return {site: {"name": "sdpa"} for site in SITES}
 
 
 @dataclass
@@ -42,13 +37,8 @@ class ModelConfig:
     pad_id: int = -1  # resolved with vocab_size
     never_generate: list[int] = field(default_factory=list)  # ids search must not emit (BOS, PAD, separator)
     label_smoothing: float = 0.1
-    # one attention per site: {encoder_self: {name: lavo, num_bases: 64, window_size: 16}, decoder_self: ..., cross: ...}
-    attention: dict[str, Any] = field(default_factory=default_sites)
-
-
-def site_spec(attention: Any, site: str) -> Any:
-    """The spec of ``site`` from ``model.attention`` (a SiteAttention or a mapping of sites)."""
-    return attention[site] if isinstance(attention, dict) else getattr(attention, site)
+    # one attention per site (softmax by default): {encoder_self: {name: lavo, num_bases: 64, window_size: 16}}
+    attention: SiteAttention = field(default_factory=SiteAttention)
 
 
 class SummarizationTransformer(nn.Module):
@@ -63,10 +53,6 @@ class SummarizationTransformer(nn.Module):
         if cfg.vocab_size < 1 or not 0 <= cfg.pad_id < cfg.vocab_size:
             raise InputError(f"model.vocab_size ({cfg.vocab_size}) and model.pad_id ({cfg.pad_id}) must be resolved "
                              "from the tokenizer before the model is built (SummarizationRecipe.resolve)")
-        unknown = set(cfg.attention if isinstance(cfg.attention, dict) else ()) - set(SITES)
-        if unknown:
-            raise InputError(f"model.attention has unknown site(s) {', '.join(sorted(unknown))}; the sites are "
-                             f"{', '.join(SITES)}")
         self.cfg = cfg
         D = cfg.embed_dim
         self.embed_tokens = nn.Embedding(cfg.vocab_size, D, padding_idx=cfg.pad_id)
@@ -76,12 +62,12 @@ class SummarizationTransformer(nn.Module):
         self.target_norm = nn.LayerNorm(D)
         self.dropout = nn.Dropout(cfg.dropout)
         common = {"num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim, "dropout": cfg.dropout,
-                  "attention_dropout": cfg.attention_dropout, "activation": cfg.activation, "norm_first": cfg.norm_first}
-        self.encoder = TransformerEncoder(cfg.encoder_layers, D, attention=site_spec(cfg.attention, "encoder_self"),
-                                          **common)
+                  "attention_dropout": cfg.attention_dropout, "activation": cfg.activation,
+                  "norm_first": cfg.norm_first}
+        self.encoder = TransformerEncoder(cfg.encoder_layers, D, attention=cfg.attention.encoder_self, **common)
         self.decoder = TransformerDecoder(cfg.decoder_layers, D,
-                                          self_attention=site_spec(cfg.attention, "decoder_self"),
-                                          cross_attention=site_spec(cfg.attention, "cross"), **common)
+                                          self_attention=cfg.attention.decoder_self,
+                                          cross_attention=cfg.attention.cross, **common)
         for embedding in (self.embed_tokens, self.source_positions, self.target_positions):
             nn.init.normal_(embedding.weight, std=D ** -0.5)
         with torch.no_grad():

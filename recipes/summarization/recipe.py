@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -63,6 +63,7 @@ def data_root(cfg: SummarizationConfig) -> Path:
 class SummarizationRecipe(Recipe):
     description = "6+6 Transformer on Multi-News: any attention per site, greedy/beam decoding, ROUGE"
     config_class = SummarizationConfig
+    tiny_config = "summarization/tiny-lavo-noncausal"
     evaluator = "rouge"
     commands: ClassVar[dict[str, str]] = {"summarize": "lavo_zoo.recipes.summarization.cli:summarize"}
     score_commands: ClassVar[dict[str, str]] = {"rouge": "lavo_zoo.recipes.summarization.cli:score_rouge"}
@@ -92,7 +93,7 @@ class SummarizationRecipe(Recipe):
         return SummarizationTransformer(cfg.model)
 
     def build_dataset(self, cfg: SummarizationConfig, split: str) -> Dataset:
-        examples = load_split(data_root(cfg), split, cfg.data.format).examples
+        examples = load_split(data_root(cfg), self.check_split(split), cfg.data.format).examples
         return SummarizationDataset(examples, Vocabulary(cfg.data.tokenizer), cfg.data.max_source_tokens,
                                     cfg.data.max_target_tokens)
 
@@ -141,17 +142,16 @@ class SummarizationRecipe(Recipe):
         cfg = getattr(self, "cfg", None) or self.resolve(SummarizationConfig())
         return self.generate(model, cfg, batch["source"], batch["source_mask"]), batch["references"]
 
-    def build_evaluator(self, cfg: SummarizationConfig) -> Evaluator:
-        return Rouge(keep_summaries=True)
-
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: SummarizationConfig, split: str, device: torch.device,
-                 max_batches: int | None = None, batches: Any = None) -> Evaluator:
-        """Decode ``split`` (at most ``max_batches`` batches) and score the summaries against the full references."""
-        evaluator = self.build_evaluator(cfg)
+                 max_batches: int | None = None) -> Evaluator:
+        """Decode ``split`` (at most ``max_batches`` batches) and score the summaries against the full references,
+        keeping every (id, hypothesis, reference) for ``lavo-zoo eval --out`` to write beside the results. Periodic
+        validation during training goes through :meth:`validation_step` (loss, then the same decoding and ROUGE)."""
+        evaluator = Rouge(keep_summaries=True)
         was_training = model.training
         model.eval()
-        for i, batch in enumerate(batches if batches is not None else self.eval_loader(cfg, split)):
+        for i, batch in enumerate(self.eval_loader(cfg, split)):
             if max_batches and i >= max_batches:
                 break
             batch = to_device(batch, device)

@@ -13,6 +13,7 @@ import torch
 
 from lavo_zoo.cli import cli, main, recipe_commands
 from lavo_zoo.config import ConfigError, available_configs, resolve_config
+from lavo_zoo.recipes import RECIPES, get_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,9 +164,10 @@ def test_the_documentation_shows_override_examples():
 
 @pytest.mark.parametrize("where,config,overrides", EXAMPLES, ids=[f"{w}:{' '.join(o)}" for w, _, o in EXAMPLES])
 def test_override_examples_in_the_readme_and_help_validate(where, config, overrides, tmp_path):
-    """Each example applies to the config its line names, else to at least one recipe's tiny config."""
+    """Each example applies to the config its line names, else to at least one recipe's tiny config (an example on a
+    checkpoint, e.g. `lavo-zoo eval CKPT eval.beam=4`, names no config)."""
     overrides = [o.replace("$", "") for o in overrides if "${" not in o]
-    candidates = [config] if config else ["lm/tiny-lavo", "time_series/tiny-lavo"]
+    candidates = [config] if config else [get_recipe(name).tiny_config for name in RECIPES.names()]
     errors = []
     for name in candidates:
         try:

@@ -151,7 +151,8 @@ def test_module_examples_summarise_code_by_its_docstrings():
     assert set(examples) == {"greetings", "greetings.greet", "greetings.Greeter", "greetings.Greeter.run"}
     module = examples["greetings"]
     assert module.summary == "Tools for greeting people politely."
-    assert module.articles[0] == 'def greet(name):\n    text = \'hello \' + name\n    text = polish(text)\n    return text'
+    assert module.articles[0] == ("def greet(name):\n    text = 'hello ' + name\n    text = polish(text)\n"
+                                  "    return text")
     assert len(module.articles) == 3 and all('"""' not in a and "Capitalise" not in a for a in module.articles)
     cls = examples["greetings.Greeter"]
     assert cls.summary == "Greets a list of people one by one."

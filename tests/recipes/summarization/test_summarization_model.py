@@ -9,7 +9,8 @@ from lavo_zoo.recipes.summarization.data import Example, SummarizationDataset, V
 
 SMALL = ["model.embed_dim=32", "model.num_heads=2", "model.ffn_dim=64", "model.encoder_layers=2",
          "model.decoder_layers=2", "model.dropout=0", "model.attention_dropout=0", "model.max_target_positions=32",
-         "model.max_source_positions=128", "data.max_source_tokens=64", "data.max_target_tokens=16", "eval.max_len_b=16"]
+         "model.max_source_positions=128", "data.max_source_tokens=64", "data.max_target_tokens=16",
+         "eval.max_len_b=16"]
 SITES = {"sdpa": [], "lavo-noncausal": ["model.attention.encoder_self.num_bases=8"],
          "lavo-causal": ["model.attention.decoder_self.num_bases=8"], "local-noncausal": []}
 
@@ -93,7 +94,8 @@ def test_tied_embeddings_and_learned_positions():
 
 
 def test_every_site_takes_the_configured_attention():
-    _, _, model = small_model("lavo-noncausal", ["model.attention.cross.name=lavo", "model.attention.cross.num_bases=8"])
+    _, _, model = small_model("lavo-noncausal", ["model.attention.cross.name=lavo",
+                                                 "model.attention.cross.num_bases=8"])
     assert type(model.encoder.layers[0].attn).__name__ == "LavoAttention"
     assert type(model.decoder.layers[0].self_attn).__name__ == "SDPAttention"
     assert type(model.decoder.layers[0].cross_attn).__name__ == "LavoAttention"

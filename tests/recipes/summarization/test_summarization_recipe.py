@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.cli import main
 from lavo_zoo.config import available_configs, resolve_config
 from lavo_zoo.errors import ConfigError
@@ -61,9 +62,10 @@ def test_every_config_resolves():
         recipe.resolve(cfg)
         assert cfg.model.vocab_size == 50261 and cfg.model.pad_id == 50259
     _, cfg = resolve_config("summarization/multinews-lavo-noncausal-noepe-nocd")
-    assert cfg.model.attention["encoder_self"] == {"name": "lavo", "num_bases": 64, "window_size": 16,
-                                                   "position_encoding": False, "context_dissection": False}
-    assert cfg.model.attention["decoder_self"] == {"name": "sdpa"} and cfg.data.max_source_tokens == 4096
+    assert cfg.model.attention.encoder_self == AttentionSpec("lavo", {"num_bases": 64, "window_size": 16,
+                                                                      "position_encoding": False,
+                                                                      "context_dissection": False})
+    assert cfg.model.attention.decoder_self == AttentionSpec("sdpa") and cfg.data.max_source_tokens == 4096
 
 
 def test_lengths_that_outgrow_the_positions_are_refused():
