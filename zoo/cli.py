@@ -20,6 +20,7 @@ from lavo_zoo.errors import ZooError
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
+    "compare": "lavo_zoo.compare:compare",
     "download": "lavo_zoo.checkpoints.cli:download",
     "cache": "lavo_zoo.checkpoints.cli:cache",
     "info": "lavo_zoo.checkpoints.cli:info",
@@ -28,6 +29,7 @@ LAZY_COMMANDS = {
 }
 LAZY_HELP = {
     "bench": "Benchmark attentions: time and peak memory against length.",
+    "compare": "Train and score one config per attention and seed; a paper-style table.",
     "download": "Download a released checkpoint (verified, resumable, cached).",
     "cache": "List, verify or remove cached downloads.",
     "info": "Show one entry of the checkpoint index.",
