@@ -69,6 +69,22 @@ def attention_key(cfg: Any, site: str | None) -> str:
                      "no attention to compare")
 
 
+def _check_attention(cfg: Any, key: str) -> None:
+    """Refuse a cell whose attention is not registered or lacks an option given to it (a site-less recipe checks the
+    pattern itself when it builds the model; a :class:`SiteAttention` was checked when the config was read)."""
+    from lavo_zoo.attention import ATTENTIONS, attention_class
+
+    spec = cfg
+    for part in key.split("."):
+        spec = getattr(spec, part)
+    if spec.name not in ATTENTIONS.names():
+        from lavo_zoo.errors import did_you_mean
+
+        raise UsageError(f"--attentions: unknown attention '{spec.name}'{did_you_mean(spec.name, ATTENTIONS.names())}"
+                         "; `lavo-zoo list attentions` shows the registered ones")
+    spec.check(attention_class(spec.name).patterns[0], key)
+
+
 def cell_overrides(key: str, cell: Cell, options: dict[str, dict[str, Any]]) -> list[str]:
     """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``) and seed."""
     extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
@@ -127,7 +143,8 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
         raise UsageError(f"-o names {', '.join(unknown)}, which --attentions does not list")
     cells = [Cell(a, s) for a in attentions for s in seeds]
     for cell in cells:  # every cell's config is checked before the first one trains
-        resolve_config(config, overrides + cell_overrides(key, cell, options))
+        _, cell_cfg = resolve_config(config, overrides + cell_overrides(key, cell, options))
+        _check_attention(cell_cfg, key)
     records = []
     for i, cell in enumerate(cells, 1):
         cell_dir = out_dir / "cells" / cell.name

@@ -53,7 +53,8 @@ class _PermissivePatterns(_MeanMixer):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
         torch.nn.Module.__init__(self)
-        self.embed_dim, self.num_heads, self.head_dim, self.pattern = embed_dim, num_heads, embed_dim // num_heads, pattern
+        self.embed_dim, self.num_heads, self.pattern = embed_dim, num_heads, pattern
+        self.head_dim = embed_dim // num_heads
         self.proj = torch.nn.Linear(embed_dim, embed_dim)
 
 

@@ -192,6 +192,60 @@ def check_streaming_matches_full(name: str, seed: int = 0) -> None:
                                msg=lambda m: f"{name}: a full pass's state does not continue the sequence\n{m}")
 
 
+# ---------------------------------------------------------------------------------------------------- decoding
+DECODE_CHUNKS = [1, 4, 2, 7, 1, 1]  # 16 positions in uneven steps, single tokens included
+
+
+def _build_randomised(name: str, pattern: str) -> torch.nn.Module:
+    """float64, eval mode, with zero-initialised parameters (position biases) randomised so that misuse shows."""
+    attn = _build(name, pattern)
+    with torch.no_grad():
+        for p in attn.parameters():
+            if not p.any():
+                p.normal_()
+    return attn
+
+
+def _decode(attn: torch.nn.Module, x: torch.Tensor, state: object, sizes: list[int]) -> torch.Tensor:
+    ys, start = [], 0
+    for n in sizes:
+        y, state = attn.step(x[:, start:start + n], state)
+        ys.append(y)
+        start += n
+    return torch.cat(ys, 1)
+
+
+def _per_prefix(attn: torch.nn.Module, x: torch.Tensor, sizes: list[int], **kw: object) -> torch.Tensor:
+    """What a mechanism that mixes queries gives step by step: each step's rows of the forward over its prefix."""
+    ends = list(itertools.accumulate(sizes))
+    return torch.cat([attn(x[:, :e], **kw)[:, e - n:e] for e, n in zip(ends, sizes)], 1)
+
+
+def check_decoding_step(name: str, seed: int = 0) -> None:
+    """``step`` in uneven chunks from no state gives the forward pass (for a mechanism that mixes queries: the
+    forward over each prefix)."""
+    _exact_only(name, "step == forward")
+    g = torch.Generator().manual_seed(seed)
+    attn = _build_randomised(name, "causal")
+    x = _randn(g, 2, sum(DECODE_CHUNKS), D)
+    ref = _per_prefix(attn, x, DECODE_CHUNKS) if "causal" in attn.mixes_queries else attn(x)
+    torch.testing.assert_close(_decode(attn, x, None, DECODE_CHUNKS), ref, atol=ATOL, rtol=RTOL,
+                               msg=lambda m: f"{name}: step-by-step decoding differs from the forward pass\n{m}")
+
+
+def check_cross_cache(name: str, seed: int = 0) -> None:
+    """Steps reading ``cross_cache(source)`` (padded sources) give cross attention recomputed from the source."""
+    _exact_only(name, "cross cache == cross forward")
+    g = torch.Generator().manual_seed(seed)
+    attn = _build_randomised(name, "cross")
+    ctx, x = _randn(g, 3, 11, D), _randn(g, 3, sum(DECODE_CHUNKS), D)
+    mask = _right_padding(3, 11, [11, 6, 1])
+    kw = {"context": ctx, "context_mask": mask}
+    ref = _per_prefix(attn, x, DECODE_CHUNKS, **kw) if "cross" in attn.mixes_queries else attn(x, **kw)
+    torch.testing.assert_close(_decode(attn, x, attn.cross_cache(ctx, mask), DECODE_CHUNKS), ref, atol=ATOL,
+                               rtol=RTOL, msg=lambda m: f"{name}: decoding from the cross cache differs\n{m}")
+
+
 # --------------------------------------------------------------------------------------------------- gradients
 def check_finite_gradients(name: str, pattern: str, seed: int = 0) -> None:
     """Training mode, float32, with and without padding: every gradient is finite and the input gets one."""
@@ -232,8 +286,10 @@ def attention_checks(name: str, seed: int = 0) -> list[Callable[[], None]]:
                    (check_finite_gradients, (name, pattern, seed))]
         if pattern in ("noncausal", "cross"):
             checks.append((check_padding_invariance, (name, pattern, seed)))
+    if "cross" in cls.patterns:
+        checks.append((check_cross_cache, (name, seed)))
     if "causal" in cls.patterns:
-        checks.append((check_causality, (name, seed)))
+        checks += [(check_causality, (name, seed)), (check_decoding_step, (name, seed))]
         if cls.streaming:
             checks.append((check_streaming_matches_full, (name, seed)))
     out = []

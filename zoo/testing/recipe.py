@@ -60,12 +60,14 @@ def check_resumes_exactly(config: str, tmp_path: Path, overrides: list[str] = ()
         assert torch.equal(value, resumed[key]), f"{config}: weight {key} differs after a stop and resume"
 
 
-def check_evaluates(config: str, tmp_path: Path, overrides: list[str] = (), split: str = "test") -> dict:
-    """``eval`` of a trained checkpoint gives the results JSON: finite metrics, each with its direction."""
+def check_evaluates(config: str, tmp_path: Path, overrides: list[str] = (), split: str = "test",
+                    max_batches: int | None = None) -> dict:
+    """``eval`` of a trained checkpoint gives the results JSON: finite metrics, each with its direction
+    (``max_batches`` limits the evaluation, as ``lavo-zoo eval --max-batches`` does)."""
     from lavo_zoo.engine.evaluate import evaluate_checkpoint
 
     last = _train(config, tmp_path / "run", list(overrides))
-    results = evaluate_checkpoint(last, split=split, device="cpu")
+    results = evaluate_checkpoint(last, split=split, device="cpu", max_batches=max_batches)
     for key in ("recipe", "checkpoint", "checkpoint_sha256", "split", "metrics", "num_samples", "config", "versions",
                 "device", "duration_s"):
         assert key in results, f"{config}: the results JSON has no '{key}'"
@@ -91,11 +93,13 @@ def check_refuses_missing_data(config: str, tmp_path: Path, overrides: list[str]
         raise AssertionError(f"{config}: data.path={missing} (absent) was accepted")
 
 
-def recipe_checks(config: str, overrides: list[str] = ()) -> list[Callable[[Path], None]]:
+def recipe_checks(config: str, overrides: list[str] = (), max_eval_batches: int | None = None
+                  ) -> list[Callable[[Path], None]]:
     """Every recipe contract check for ``config`` as callables taking a fresh temporary folder (ids via ``repr``)."""
     out = []
     for fn in (check_trains, check_resumes_exactly, check_evaluates, check_refuses_missing_data):
-        out.append(_NamedCheck(functools.partial(fn, config, overrides=list(overrides)),
+        extra = {"max_batches": max_eval_batches} if fn is check_evaluates else {}
+        out.append(_NamedCheck(functools.partial(fn, config, overrides=list(overrides), **extra),
                                f"{fn.__name__.removeprefix('check_')}[{config}]"))
     return out
 
