@@ -89,3 +89,16 @@ def test_lra_configs_resolve_with_skyformer_settings() -> None:
         assert (cfg.model.embed_dim, cfg.model.ffn_dim, cfg.model.num_heads, cfg.model.num_layers) == (64, 128, 2, 2)
         assert cfg.model.attention.name == "lavo" and cfg.model.attention.options == {"num_bases": 32,
                                                                                    "window_size": 256}
+
+
+def test_write_data_hook_writes_a_release_folder_the_loader_reads(tmp_path: Path) -> None:
+    from lavo_zoo.errors import ConfigError
+    from lavo_zoo.recipes import get_recipe
+    from lavo_zoo.recipes.lra.data import DataConfig, load_examples
+
+    recipe = get_recipe("lra")
+    root = recipe.write_data(tmp_path / "lo", "listops", size=20)
+    assert (root / "basic_val.tsv").read_text().startswith("Source\tTarget\n")
+    assert len(load_examples(DataConfig(task="listops", path=str(root)), "train")) == 20
+    with pytest.raises(ConfigError, match="unknown LRA task 'cifar'"):
+        recipe.write_data(tmp_path / "x", "cifar")
