@@ -34,7 +34,7 @@ def evaluate_listops(source: str) -> int:
 
 
 def test_listops_values_lengths_and_uniqueness() -> None:
-    settings = lo.ListOpsGenerator(min_length=20, max_length=120)
+    settings = lo.ListOpsGenerator(max_depth=6, min_length=20, max_length=120)
     rows = lo.generate(150, settings, seed=3)
     assert len({s for s, _ in rows}) == 150  # deduplicated
     lengths = [len(s.replace("(", " ").replace(")", " ").split()) for s, _ in rows]
