@@ -24,8 +24,9 @@ OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA set
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from lavo_zoo.attention import AttentionSpec
     from lavo_zoo.bench import _time
-    from lavo_zoo.recipes.lra.model import AttentionSpec, LRAClassifier, ModelConfig
+    from lavo_zoo.recipes.lra.model import LRAClassifier, ModelConfig
 
     torch.manual_seed(0)
     device = torch.device(spec["device"])

@@ -12,7 +12,7 @@ for task in listops pathfinder; do
     case $att in
       lavo) cfg=lra/tiny-$task-lavo ;;
       sdpa) ;;
-      *) extra=(model.attention.name=$att "model.attention.options={}") ;;
+      *) extra=(model.attention.name=$att) ;;
     esac
     ( lavo-zoo train $cfg "${extra[@]}" --out "$out/$task-$att" --device "$device" > "$out/$task-$att.log" 2>&1 &&
       lavo-zoo eval "$out/$task-$att/checkpoints/last" --split test --device "$device" \

@@ -1,11 +1,11 @@
 """The LRA classifier of Skyformer's LRA code (the setting of the LAVO paper's LRA numbers), with any registry
 attention that supports the ``noncausal`` pattern.
 
-Token embedding + learned position embedding (both N(0, 0.02)), dropout; ``num_layers`` pre-LN encoder blocks
-(x + Dropout(Attn(LN(x))), x + FFN(LN(x)) with a GELU FFN and dropout); a final LayerNorm; mean pooling over the
-real tokens; a classifier MLP (Linear(D, F), ReLU, Linear(F, C)). Retrieval is a two-tower model: both documents
-go through the same encoder and the classifier reads [u, v, u * v, u - v] (4D). Defaults: 2 layers, d_model 64,
-FFN 128, 2 heads, dropout 0.1.
+Token embedding + learned position embedding (both N(0, 0.02)), dropout; the shared pre-LN
+:class:`~lavo_zoo.nn.transformer.TransformerEncoder` (``num_layers`` blocks x + Dropout(Attn(LN(x))),
+x + Dropout(FFN(LN(x))) with a GELU FFN, then a final LayerNorm); mean pooling over the real tokens; a classifier
+MLP (Linear(D, F), ReLU, Linear(F, C)). Retrieval is a two-tower model: both documents go through the same encoder
+and the classifier reads [u, v, u * v, u - v] (4D). Defaults: 2 layers, d_model 64, FFN 128, 2 heads, dropout 0.1.
 
 Deliberate difference: Skyformer's mean pooling divides by the padded length (padding positions are zeroed, then
 ``mean(dim=1)``); here the mean is over the real tokens only, so a document's vector does not depend on how much
@@ -18,11 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-try:
-    from lavo_zoo.attention import AttentionSpec
-except ImportError:  # until the conventions change (issue 10) lands
-    from lavo_zoo.recipes.lra._spec_shim import AttentionSpec
-from lavo_zoo.nn.transformer import FeedForward
+from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.nn.transformer import TransformerEncoder
 
 
 @dataclass
@@ -32,6 +29,8 @@ class ModelConfig:
     ffn_dim: int = 128
     num_layers: int = 2
     dropout: float = 0.1
+    attention_dropout: float = 0.0  # the mechanism's own dropout option, where it has one (Skyformer: none)
+    activation: str = "gelu"  # the FFN's ("gelu" | "relu")
     # any attention of `lavo-zoo list attentions` that supports pattern noncausal
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
     # sizes that come from the data (resolved from data.task / data.max_length before training; 0 = not yet)
@@ -39,22 +38,6 @@ class ModelConfig:
     num_classes: int = 0
     max_positions: int = 0
     two_tower: bool = False  # Retrieval: classify a pair of documents
-
-
-class EncoderBlock(nn.Module):
-    """Pre-LN block: x + Dropout(Attn(LN(x), mask)), then x + FFN(LN(x)) (FFN ends with dropout), as Skyformer."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(cfg.embed_dim)
-        self.attn = cfg.attention.build(cfg.embed_dim, cfg.num_heads, "noncausal")
-        self.norm2 = nn.LayerNorm(cfg.embed_dim)
-        self.ffn = FeedForward(cfg.embed_dim, cfg.ffn_dim, cfg.dropout)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:  # x [B, L, D], mask [B, L]
-        x = x + self.dropout(self.attn(self.norm1(x), padding_mask=mask))
-        return x + self.dropout(self.ffn(self.norm2(x)))  # [B, L, D]
 
 
 class LRAEncoder(nn.Module):
@@ -67,8 +50,8 @@ class LRAEncoder(nn.Module):
         nn.init.normal_(self.tokens.weight, std=0.02)
         nn.init.normal_(self.positions.weight, std=0.02)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.num_layers))
-        self.norm = nn.LayerNorm(cfg.embed_dim)
+        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, cfg.num_heads, cfg.ffn_dim, cfg.attention,
+                                          cfg.dropout, cfg.attention_dropout, cfg.activation)
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         L = tokens.shape[1]
@@ -77,9 +60,7 @@ class LRAEncoder(nn.Module):
                              f"({self.positions.num_embeddings}); lower data.max_length")
         x = self.dropout(self.tokens(tokens) + self.positions.weight[:L])  # [B, L, D]
         attn_mask = None if bool(mask.all()) else mask  # every mechanism's fast path when nothing is padded
-        for block in self.blocks:
-            x = block(x, attn_mask)
-        x = self.norm(x) * mask[..., None]  # [B, L, D], padding zeroed
+        x = self.encoder(x, attn_mask) * mask[..., None]  # [B, L, D] after the final LayerNorm, padding zeroed
         return x.sum(1) / mask.sum(1, keepdim=True).clamp(min=1)  # [B, D]
 
 
@@ -95,7 +76,8 @@ class LRAClassifier(nn.Module):
         self.cfg = cfg
         self.encoder = LRAEncoder(cfg)
         width = 4 * cfg.embed_dim if cfg.two_tower else cfg.embed_dim
-        self.classifier = nn.Sequential(nn.Linear(width, cfg.ffn_dim), nn.ReLU(), nn.Linear(cfg.ffn_dim, cfg.num_classes))
+        self.classifier = nn.Sequential(nn.Linear(width, cfg.ffn_dim), nn.ReLU(),
+                                        nn.Linear(cfg.ffn_dim, cfg.num_classes))
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor, tokens2: torch.Tensor | None = None,
                 mask2: torch.Tensor | None = None) -> torch.Tensor:

@@ -28,17 +28,11 @@ def skyformer_train_config() -> TrainConfig:
 
 
 @dataclass
-class LRAEvalConfig:
-    batch_size: int = 0  # 0: train.batch_size
-
-
-@dataclass
 class LRAConfig(RunConfig):
     recipe: str = "lra"
     train: TrainConfig = field(default_factory=skyformer_train_config)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    eval: LRAEvalConfig = field(default_factory=LRAEvalConfig)
 
 
 @register_recipe("lra")
@@ -48,6 +42,7 @@ class LRARecipe(Recipe):
     description = "Long Range Arena: ListOps, Text, Retrieval, Image, Pathfinder classification (accuracy)"
     config_class = LRAConfig
     evaluator = "accuracy"
+    tiny_config = "lra/tiny-text-lavo"
 
     def resolve(self, cfg: LRAConfig) -> LRAConfig:
         """Fill the data-derived model sizes (vocabulary, classes, positions, two towers) from ``data.task``."""
@@ -64,27 +59,27 @@ class LRARecipe(Recipe):
         return LRAClassifier(self.resolve(cfg).model)
 
     def build_dataset(self, cfg: LRAConfig, split: str) -> Dataset:
-        return load_examples(cfg.data, split)
+        return load_examples(cfg.data, self.check_split(split))
 
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         return collate(samples)
 
-    def _logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return model(batch["tokens"], batch["mask"], batch.get("tokens2"), batch.get("mask2"))  # [B, C]
-
     def training_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        logits = self._logits(model, batch)
-        accuracy = (logits.argmax(-1) == batch["label"]).float().mean()
-        return F.cross_entropy(logits.float(), batch["label"]), {"accuracy": float(accuracy)}
+        loss, logits, labels = self.validation_step(model, batch)
+        return loss, {"accuracy": float((logits.argmax(-1) == labels).float().mean())}
+
+    def validation_step(self, model: nn.Module, batch: dict[str, torch.Tensor]
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(cross-entropy, logits [B, C], labels [B]) from one forward pass."""
+        logits, labels = self.predict(model, batch)
+        return F.cross_entropy(logits.float(), labels), logits, labels
 
     def predict(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._logits(model, batch), batch["label"]  # logits [B, C], labels [B]
+        logits = model(batch["tokens"], batch["mask"], batch.get("tokens2"), batch.get("mask2"))  # [B, C]
+        return logits, batch["label"]  # labels [B]
 
     def build_evaluator(self, cfg: LRAConfig) -> Evaluator:
         return build_evaluator(self.evaluator, num_classes=self.resolve(cfg).model.num_classes)
-
-    def eval_batch_size(self, cfg: LRAConfig) -> int:
-        return cfg.eval.batch_size or cfg.train.batch_size
 
     def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
         """``lavo-zoo data lra/<task> --out DIR [--size N]``: the built-in data of one task (all five when no task

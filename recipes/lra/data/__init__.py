@@ -11,18 +11,16 @@ pathfinder  ``<difficulty>/{imgs/<b>/sample_<i>.png,metadata/}``    pixels      
 =========== ===================================================== ============ ======== =========== =========
 
 Without ``data.path`` the task's built-in generator writes the same layout once into the cache
-(``$LAVO_ZOO_CACHE/lra/<task>-<hash of its settings>``) and the same loader reads it.
+(``$LAVO_ZOO_CACHE/lra/builtin/<task>-<hash of its settings>``) and the same loader reads it.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lavo_zoo.engine.env import cache_root
+from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.recipes.lra.data import image, listops, pathfinder, retrieval, text
 from lavo_zoo.recipes.lra.data.common import (
@@ -32,7 +30,6 @@ from lavo_zoo.recipes.lra.data.common import (
     LRADataset,
     collate,
     split_sizes,
-    write_atomically,
 )
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
@@ -67,7 +64,7 @@ class DataConfig:
     builtin_seed: int = 0
     builtin_min_length: int = 0  # built-in ListOps tokens / Text and Retrieval bytes (0: LRA's range)
     builtin_max_length: int = 0
-    cache_dir: str | None = None  # where built-in data is written (default: $LAVO_ZOO_CACHE or the user cache)
+    cache_dir: str | None = None  # folder for built-in data (default: $LAVO_ZOO_CACHE/lra/builtin or the user cache's)
 
     def info(self) -> TaskInfo:
         return TASK_INFO[self.task]
@@ -109,13 +106,11 @@ def write_builtin(out: Path, task: str, size: int, seed: int = 0, length_range: 
 
 def builtin_root(cfg: DataConfig) -> Path:
     """The built-in data of ``cfg`` in the cache, generated (atomically) on first use."""
-    settings = {"v": GENERATOR_VERSION, "task": cfg.task, "size": cfg.builtin_size, "seed": cfg.builtin_seed,
+    fingerprint = {"v": GENERATOR_VERSION, "task": cfg.task, "size": cfg.builtin_size, "seed": cfg.builtin_seed,
                 "lengths": _length_range(cfg), "difficulty": cfg.difficulty if cfg.task == "pathfinder" else None,
                 "python": platform.python_version() if cfg.task in ("text", "retrieval") else None}
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    final = cache_root(cfg.cache_dir) / "lra" / f"{cfg.task}-{key}"
-    return write_atomically(final, lambda tmp: write_builtin(tmp, cfg.task, cfg.builtin_size, cfg.builtin_seed,
-                                                             _length_range(cfg), cfg.difficulty))
+    return builtin_dataset("lra", cfg.task, fingerprint, lambda tmp: write_builtin(
+        tmp, cfg.task, cfg.builtin_size, cfg.builtin_seed, _length_range(cfg), cfg.difficulty), cfg.cache_dir)
 
 
 def load_examples(cfg: DataConfig, split: str) -> LRADataset:

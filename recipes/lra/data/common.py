@@ -1,10 +1,6 @@
 """What every LRA task's data shares: examples, splits, byte/pixel tokenisation, refusals that name the file."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,24 +84,6 @@ def require_file(path: Path, what: str) -> Path:
     if not path.is_file():
         raise DataError(f"{path} does not exist ({what}); see the LRA README for the expected layout")
     return path
-
-
-def write_atomically(final: Path, build: Callable[[Path], None]) -> Path:
-    """Call ``build(tmp_dir)`` and rename the finished folder to ``final`` (kept as is when it already exists)."""
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
-    try:
-        build(tmp)
-        os.replace(tmp, final)
-    except OSError:
-        if not final.is_dir():
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def split_sizes(size: int) -> dict[str, int]:

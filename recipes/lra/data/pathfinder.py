@@ -178,7 +178,10 @@ def generate_sample(rng: np.random.Generator, label: int, s: PathfinderSettings,
         if len(snakes) < 2 + s.num_distractors:
             continue
         a, b = snakes[0], snakes[1]
-        markers = np.stack([a[0], a[-1]]) if label == 1 else np.stack([a[rng.integers(2) * -1], b[rng.integers(2) * -1]])
+        if label == 1:
+            markers = np.stack([a[0], a[-1]])
+        else:
+            markers = np.stack([a[rng.integers(2) * -1], b[rng.integers(2) * -1]])
         segments = np.concatenate([paddles(p, s) for p in snakes])
         image = render(segments, markers, s)
         return PathfinderSample(image, label, [a, b], markers, segments)

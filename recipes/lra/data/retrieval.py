@@ -31,6 +31,10 @@ def load_split(root: Path, split: str, max_length: int) -> list[Example]:
                 raise DataError(f"{where}: malformed row with {len(fields)} tab-separated field(s); each row is "
                                 "label, id1, id2, text1, text2")
             label = check_label(fields[0], NUM_CLASSES, where)
+            empty = [name for name, text in (("text1", fields[3]), ("text2", fields[4])) if not text]
+            if empty:
+                raise DataError(f"{where}: {' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty; "
+                                "every document needs at least one byte")
             examples.append(Example((encode_bytes(fields[3], max_length), encode_bytes(fields[4], max_length)), label))
     if not examples:
         raise DataError(f"{path}: the split is empty (no rows)")

@@ -54,6 +54,8 @@ def load_split(root: Path, split: str, max_length: int) -> list[Example]:
                 raise DataError(f"{path}: rating {match.group(2)} is out of range for '{sentiment}' (ratings "
                                 f"{RATINGS[sentiment].start}..{RATINGS[sentiment].stop - 1})")
             data = path.read_bytes()
+            if not data:
+                raise DataError(f"{path}: the review is empty; every review needs at least one byte")
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -75,6 +75,7 @@ def test_imdb_reads_bytes_plus_one_with_folder_labels(tmp_path: Path) -> None:
     ({"train/pos/review.txt": "x"}, r"pos/review.txt: malformed file name"),
     ({"train/pos/0_5.txt": "x"}, r"pos/0_5.txt: rating 5 is out of range for 'pos'"),
     ({"train/neg/0_2.txt": b"\xff\xfe"}, r"neg/0_2.txt: not UTF-8 text"),
+    ({"train/neg/0_2.txt": b""}, r"neg/0_2.txt: the review is empty"),
     ({}, r"aclImdb/train: the split is empty"),
 ])
 def test_imdb_refusals(tmp_path: Path, files: dict, match: str) -> None:
@@ -104,6 +105,8 @@ def test_retrieval_reads_two_documents(tmp_path: Path) -> None:
 @pytest.mark.parametrize("rows,match", [
     ("1\tA\tB\tonly one text\n", r"new_aan_pairs.train.tsv, line 1: malformed row with 4 tab-separated"),
     ("0\tA\tB\tx\ty\n2\tA\tB\tx\ty\n", r"new_aan_pairs.train.tsv, line 2: label '2' is out of range"),
+    ("1\tA\tB\tx\ty\n1\tA\tB\t\ty\n", r"new_aan_pairs.train.tsv, line 2: text1 is empty"),
+    ("1\tA\tB\t\t\n", r"new_aan_pairs.train.tsv, line 1: text1 and text2 are empty"),
     ("", r"new_aan_pairs.train.tsv: the split is empty"),
 ])
 def test_retrieval_refusals(tmp_path: Path, rows: str, match: str) -> None:

@@ -22,7 +22,7 @@ def tiny(task: str, attention: dict | None = None):
         "recipe": "lra",
         "data": {"task": task, "max_length": 64, "builtin_size": 16, **SETTINGS[task]},
         "model": {"embed_dim": 16, "ffn_dim": 32, "num_heads": 2,
-                  "attention": attention or {"name": "lavo", "options": {"num_bases": 8, "window_size": 8}}},
+                  "attention": attention or {"name": "lavo", "num_bases": 8, "window_size": 8}},
         "train": {"batch_size": 4, "max_steps": 2, "warmup_steps": 1, "eval_every": 2, "eval_batches": 1,
                   "save_every": 2, "log_every": 1}})
 
