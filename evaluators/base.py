@@ -44,6 +44,10 @@ class Evaluator(ABC):
         returns the files written (none by default). ``lavo-zoo eval --out FILE`` calls it."""
         return []
 
+    def details(self) -> dict[str, Any]:
+        """Non-scalar results (e.g. a confusion matrix) for the results JSON's ``details``; JSON-serialisable."""
+        return {}
+
     def results(self) -> dict[str, dict[str, Any]]:
         """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of docs/architecture.md."""
         return {k: {"value": float(v), "higher_is_better": self.is_higher_better(k)} for k, v in self.compute().items()}

@@ -21,7 +21,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     recipe.check_split(split)
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
     outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
-    return {
+    results = {
         "recipe": recipe.name,
         "checkpoint": str(Path(path)),
         "checkpoint_sha256": meta["weights_sha256"],
@@ -34,6 +34,10 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         "duration_s": round(time.time() - start, 3),
         **({"outputs": [str(p) for p in outputs]} if outputs else {}),
     }
+    details = evaluator.details()
+    if details:  # non-scalar results (per-class accuracy, confusion matrix): only where an evaluator has them
+        results["details"] = details
+    return results
 
 
 def format_table(results: dict[str, Any]) -> str:
