@@ -160,15 +160,16 @@ def nearest_indices(a: torch.Tensor, b: torch.Tensor, max_block: int = MAX_BLOCK
     """(index [B, N] of each a-point's nearest b-point, index [B, M] of each b-point's nearest a-point) for
     a [B, N, 3], b [B, M, 3], exact up to ties.
 
-    Pairs with N x M <= ``max_block`` take one dense distance matrix (both directions from it); larger ones are
+    Pairs with N x M <= ``max_block`` take dense distance matrices (both directions from one); larger ones are
     searched through a uniform grid (see :func:`_nearest_one_way`), so nothing near N x M is held.
     """
     bs, n, _ = a.shape
     m = b.shape[1]
-    if n * m <= max_block:
+    if n * m <= max_block:  # dense, a few clouds at a time
         a2, b2 = _augmented(a, b)
-        d = torch.bmm(a2, b2.transpose(1, 2))  # [B, N, M]
-        return d.argmin(-1), d.argmin(1)
+        per = max(1, max_block // (n * m))
+        pairs = [torch.bmm(a2[i:i + per], b2[i:i + per].transpose(1, 2)) for i in range(0, bs, per)]  # [b, N, M]
+        return torch.cat([d.argmin(-1) for d in pairs]), torch.cat([d.argmin(1) for d in pairs])
     ab = torch.stack([_nearest_one_way(a[i], b[i], max_block) for i in range(bs)])  # [B, N]
     ba = torch.stack([_nearest_one_way(b[i], a[i], max_block) for i in range(bs)])  # [B, M]
     return ab, ba
