@@ -11,9 +11,9 @@ import click
 @click.command("complete", epilog="""\b
 Examples:
   lavo-zoo complete runs/tiny/checkpoints/last ../shared/data/pcn-demo/chair.pcd --out chair-completed.pcd
-  lavo-zoo complete runs/tiny/checkpoints/last scan.pcd --out done.pcd --png done.png
   lavo-zoo complete runs/pcn/checkpoints/best test/partial/03001627/m1/00.pcd --out m1.pcd \\
-      --gt test/complete/03001627/m1.pcd --png m1.png""")
+      --gt test/complete/03001627/m1.pcd --png m1.png
+  lavo-zoo complete runs/tiny/checkpoints/last scan.pcd --out done.pcd --png done.png""")
 @click.argument("checkpoint")
 @click.argument("input_pcd", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -93,8 +93,7 @@ def _pairs(pred: Path, gt: Path) -> list[tuple[str, Path, Path]]:
 @click.command("chamfer", epilog="""\b
 Examples:
   lavo-zoo score chamfer --pred completed.pcd --gt complete/03001627/m1.pcd
-  lavo-zoo score chamfer --pred runs/out/ --gt PCN/test/complete/ --json
-  (folders: files paired by relative path; a file's category is its first folder, e.g. 03001627/m1.pcd)""")
+  lavo-zoo score chamfer --pred runs/out/ --gt PCN/test/complete/ --json""")
 @click.option("--pred", "pred", type=click.Path(exists=True, path_type=Path), required=True,
               help="Predicted cloud (.pcd) or a folder of them.")
 @click.option("--gt", "gt", type=click.Path(exists=True, path_type=Path), required=True,
@@ -102,7 +101,8 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (per file, per category and overall).")
 def score_chamfer(pred: Path, gt: Path, as_json: bool) -> None:
     """CD-L1 x1000, CD-L2 x1000 and F-Score@1% as PoinTr computes them; over folders, each category's mean and the
-    overall mean of the category means."""
+    overall mean of the category means. Folders: files are paired by relative path, and a file's category is its
+    first folder (03001627/m1.pcd is in 03001627)."""
     import torch
 
     from lavo_zoo.evaluators.chamfer import METRICS, ChamferEvaluator, PointClouds, score_clouds

@@ -19,35 +19,39 @@ there); the coarse output appends FPS(partial, min(M, N)) so that M may exceed t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-from timm.layers import DropPath, Mlp, trunc_normal_
 from torch import nn
 
-from lavo_zoo.attention import Attention, build_attention
+from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention, attention_info
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.recipes.point_cloud.ops import fps, gather_points, knn
 
-try:  # the shared attention-site schema (recipe conventions); a same-shaped stand-in until it is on main
-    from lavo_zoo.attention import AttentionSpec, SiteAttention
-except ImportError:  # pragma: no cover - removed once the conventions land
-    @dataclass
-    class AttentionSpec:  # type: ignore[no-redef]
-        name: str = "sdpa"
-        options: dict[str, Any] = field(default_factory=dict)
 
-        def build(self, embed_dim: int, num_heads: int, pattern: str) -> Attention:
-            return build_attention(self.name, embed_dim, num_heads, pattern, **self.options)
+def _timm_layers():
+    """timm's layers (DropPath, Mlp, trunc_normal_), imported when a model is built: importing timm loads
+    torchvision (seconds), which every CLI call would otherwise pay through the recipe registry."""
+    import timm.layers
 
-    @dataclass
-    class SiteAttention:  # type: ignore[no-redef]
-        encoder_self: AttentionSpec = field(default_factory=AttentionSpec)
-        decoder_self: AttentionSpec = field(default_factory=AttentionSpec)
-        cross: AttentionSpec = field(default_factory=AttentionSpec)
+    return timm.layers
+
 
 # PoinTr's decoder self-attention runs over an unordered set of queries: noncausal, like the encoder's
 POINTR_SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "noncausal", "cross": "cross"}
+
+
+@dataclass
+class PoinTrSiteAttention(SiteAttention):
+    """:class:`SiteAttention` whose ``decoder_self`` is checked and built noncausal (PoinTr's queries are a set),
+    so mechanisms without a causal form (lara, nystromformer) can sit there too."""
+
+    def build(self, site: str, embed_dim: int, num_heads: int) -> Attention:
+        return getattr(self, site).build(embed_dim, num_heads, POINTR_SITE_PATTERNS[site])
+
+    def check(self, key: str = "model.attention") -> None:
+        for site, pattern in POINTR_SITE_PATTERNS.items():
+            getattr(self, site).check(pattern, f"{key}.{site}")
 
 
 @dataclass
@@ -72,24 +76,18 @@ class ModelConfig:
     num_pred: int = 14336  # M * step^2 points folded around the centres
     global_dim: int = 1024  # width of the max-pooled global features
     fold_hidden: int = 256
-    attention: SiteAttention = field(default_factory=SiteAttention)
+    attention: PoinTrSiteAttention = field(default_factory=PoinTrSiteAttention)
 
 
 def build_site(cfg: ModelConfig, site: str) -> Attention:
-    """The attention of ``site`` built from ``cfg.attention``, refused clearly when it cannot do the site's pattern."""
+    """The attention of ``site`` (its pattern from :data:`POINTR_SITE_PATTERNS`) built from ``cfg.attention``;
+    ``attention_dropout`` becomes the mechanism's ``dropout`` option where it has one and the spec does not set it."""
     spec = getattr(cfg.attention, site)
-    pattern = POINTR_SITE_PATTERNS[site]
+    spec.check(POINTR_SITE_PATTERNS[site], f"model.attention.{site}")  # ConfigError naming the site and pattern
     options = dict(spec.options)
-    from lavo_zoo.attention import attention_class, attention_info, list_attentions
-
-    cls = attention_class(spec.name)
-    if pattern not in cls.patterns:
-        able = [a.name for a in list_attentions() if pattern in a.patterns]
-        raise ConfigError(f"model.attention.{site}: '{spec.name}' cannot do the {pattern} pattern this site needs "
-                          f"(it supports {', '.join(cls.patterns)}); mechanisms that can: {', '.join(able)}")
     if cfg.attention_dropout and "dropout" in attention_info(spec.name).options:
         options.setdefault("dropout", cfg.attention_dropout)
-    return build_attention(spec.name, cfg.embed_dim, cfg.num_heads, pattern, **options)
+    return AttentionSpec(spec.name, options).build(cfg.embed_dim, cfg.num_heads, POINTR_SITE_PATTERNS[site])
 
 
 # ---------------------------------------------------------------------------------------------- k-NN features
@@ -177,10 +175,11 @@ class EncoderBlock(nn.Module):
         dim = cfg.embed_dim
         self.norm1, self.attn = nn.LayerNorm(dim), attention
         self.knn = KnnBranch(dim) if knn_branch else None
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        timm = _timm_layers()
+        self.drop_path = timm.DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim)
         act = nn.GELU if cfg.activation == "gelu" else nn.ReLU
-        self.mlp = Mlp(dim, cfg.ffn_dim, act_layer=act, drop=cfg.dropout)
+        self.mlp = timm.Mlp(dim, cfg.ffn_dim, act_layer=act, drop=cfg.dropout)
 
     def forward(self, x: torch.Tensor, knn_index: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, P, C], knn_index [B, P, k] (used by blocks with the k-NN branch) -> [B, P, C]."""
@@ -204,10 +203,11 @@ class DecoderBlock(nn.Module):
         self.norm_q, self.norm_v, self.cross_attn = nn.LayerNorm(dim), nn.LayerNorm(dim), cross_attention
         self.knn = KnnBranch(dim) if knn_branch else None
         self.knn_cross = KnnBranch(dim) if knn_branch else None
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        timm = _timm_layers()
+        self.drop_path = timm.DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim)
         act = nn.GELU if cfg.activation == "gelu" else nn.ReLU
-        self.mlp = Mlp(dim, cfg.ffn_dim, act_layer=act, drop=cfg.dropout)
+        self.mlp = timm.Mlp(dim, cfg.ffn_dim, act_layer=act, drop=cfg.dropout)
 
     def forward(self, q: torch.Tensor, v: torch.Tensor, self_index: torch.Tensor | None = None,
                 cross_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -285,7 +285,7 @@ class PCTransformer(nn.Module):
 def _init_weights(m: nn.Module) -> None:
     """PoinTr's initialisation: trunc-normal(0.02) linears, Xavier-normal 1-D convolutions, unit norms."""
     if isinstance(m, nn.Linear):
-        trunc_normal_(m.weight, std=0.02)
+        _timm_layers().trunc_normal_(m.weight, std=0.02)
         if m.bias is not None:
             nn.init.zeros_(m.bias)
     elif isinstance(m, nn.Conv1d):

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from lavo_zoo.config import RunConfig, TrainConfig
+from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.evaluators.chamfer import PointClouds, chamfer_l1
 from lavo_zoo.recipes import Recipe, register_recipe
 from lavo_zoo.recipes.point_cloud.data import CompletionDataset, DataConfig, data_root, write_builtin
@@ -27,17 +27,12 @@ def pointr_train_config() -> TrainConfig:
 
 
 @dataclass
-class PointCloudEvalConfig:
-    batch_size: int = 8
-
-
-@dataclass
 class PointCloudConfig(RunConfig):
     recipe: str = "point_cloud"
     train: TrainConfig = field(default_factory=pointr_train_config)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    eval: PointCloudEvalConfig = field(default_factory=PointCloudEvalConfig)
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(batch_size=8))  # 16,384-point clouds: small batches
 
 
 def complete_clouds(model: nn.Module, partial: torch.Tensor, partial_mask: torch.Tensor
@@ -55,6 +50,7 @@ class PointCloudRecipe(Recipe):
 
     description = "PoinTr point-cloud completion on PCN / built-in shapes (CD-L1, CD-L2, F-Score@1%)"
     config_class = PointCloudConfig
+    tiny_config = "point_cloud/tiny-lavo"
     evaluator = "chamfer"
     commands: ClassVar[dict[str, str]] = {"complete": "lavo_zoo.recipes.point_cloud.cli:complete"}
     score_commands: ClassVar[dict[str, str]] = {"chamfer": "lavo_zoo.recipes.point_cloud.cli:score_chamfer"}
@@ -63,23 +59,30 @@ class PointCloudRecipe(Recipe):
         return PoinTr(cfg.model)
 
     def build_dataset(self, cfg: PointCloudConfig, split: str) -> CompletionDataset:
-        return CompletionDataset(data_root(cfg.data), split, cfg.data)
+        return CompletionDataset(data_root(cfg.data), self.check_split(split), cfg.data)
 
     def training_loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         """CD-L1(coarse, gt) + CD-L1(dense, gt), each averaged over the batch (PoinTr's loss, padding included)."""
         coarse, dense = model(batch["partial"])
-        gt = batch["gt"]
+        return self._loss(coarse, dense, batch["gt"])
+
+    @staticmethod
+    def _loss(coarse: torch.Tensor, dense: torch.Tensor, gt: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         loss_coarse = chamfer_l1(*nearest_sq_distances(coarse.float(), gt)).mean()
         loss_dense = chamfer_l1(*nearest_sq_distances(dense.float(), gt)).mean()
         return loss_coarse + loss_dense, {"cd_l1_coarse": float(loss_coarse.detach()) * 1000,
                                           "cd_l1_dense": float(loss_dense.detach()) * 1000}
 
     def predict(self, model: nn.Module, batch: dict[str, Any]) -> tuple[PointClouds, PointClouds]:
+        """(dense completion without the partial's zero padding, ground truth with categories)."""
         _, dense = complete_clouds(model, batch["partial"], batch["partial_mask"])
         return dense, PointClouds(batch["gt"], categories=list(batch["category"]))
 
-    def eval_batch_size(self, cfg: PointCloudConfig) -> int:
-        return cfg.eval.batch_size
+    def validation_step(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, PointClouds, PointClouds]:
+        """(training loss, predictions, targets) from one forward pass."""
+        coarse, dense = complete_clouds(model, batch["partial"], batch["partial_mask"])
+        loss, _ = self._loss(coarse, dense.points, batch["gt"])
+        return loss, dense, PointClouds(batch["gt"], categories=list(batch["category"]))
 
     def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
         """The built-in dataset in the PCN layout under ``out`` (``size`` training models per category)."""

@@ -37,7 +37,8 @@ def pcn_root(tmp_path: Path) -> Path:
                 write_pcd(tmp_path / folder / "complete" / tax / f"{m}.pcd", rng.uniform(-0.5, 0.5, (GT, 3)), "binary")
                 for v in range(8 if folder == "train" else 1):
                     write_pcd(tmp_path / folder / "partial" / tax / m / f"{v:02d}.pcd",
-                              rng.uniform(-0.1, 0.1, (10 + v, 3)) + v + 1, ("ascii", "binary", "binary_compressed")[v % 3])
+                              rng.uniform(-0.1, 0.1, (10 + v, 3)) + v + 1,
+                              ("ascii", "binary", "binary_compressed")[v % 3])
             entry[folder] = ids
         index.append(entry)
     (tmp_path / "PCN.json").write_text(json.dumps(index))
