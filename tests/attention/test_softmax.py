@@ -85,15 +85,35 @@ def test_errors():
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-@pytest.mark.parametrize("causal, prefix", [(True, 0), (True, 3), (False, 0)])
-def test_cuda_flex_window_logic_matches_blocked(causal, prefix):
-    """The fused CUDA path's mask_mod / score_mod, run by flex_attention's eager forward on CPU."""
-    B, H, T, d, w = 2, 2, 37, 8, 4
+@pytest.mark.parametrize("causal, prefix, T, block", [(True, 0, 37, 128), (True, 3, 37, 128), (False, 0, 37, 128),
+                                                      (True, 0, 100, 16), (True, 5, 90, 16), (False, 0, 100, 16),
+                                                      (False, 0, 100, 8)])
+def test_cuda_flex_window_logic_matches_blocked(causal, prefix, T, block):
+    """The fused CUDA path's banded block mask, mask_mod and score_mod, run by flex_attention's eager forward on CPU;
+    small blocks make the band span several key blocks per query block, as 128-token blocks do at long lengths."""
+    B, H, d, w = 2, 2, 8, 4 if block == 128 else 11
     q, k, v = torch.randn(B, H, T, d), torch.randn(B, H, prefix + T, d), torch.randn(B, H, prefix + T, d)
     bias = torch.randn(H, 2 * w - 1)
     key_mask = None if prefix else torch.rand(B, T) > 0.2  # streaming (a prefix) has no padding
-    out = flex_window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask, compiled=False)
+    out = flex_window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask, compiled=False, block=block)
     ref = window_attention(q, k[:, :, prefix:], v[:, :, prefix:], w, causal=causal, bias=bias, key_mask=key_mask,
                            prefix=(k[:, :, :prefix], v[:, :, :prefix]) if prefix else None)
     real = torch.ones(B, 1, T, 1) if key_mask is None else key_mask[:, None, :, None]  # rows with a real key
     torch.testing.assert_close(out * real, ref * real, rtol=1e-5, atol=1e-5)
+
+
+def test_flex_band_block_mask_lists_exactly_the_touched_key_blocks():
+    """Every key block holding a key of some query's window is listed for that query block, and no other."""
+    from lavo_zoo.attention._flex import band_block_mask
+    for q_len, kv_len, w, causal, block in [(100, 100, 11, True, 16), (90, 95, 11, True, 16), (100, 100, 11, False, 8),
+                                            (300, 300, 16, True, 128), (64, 64, 40, False, 16)]:
+        mask = band_block_mask(q_len, kv_len, w, causal=causal, mask_mod=None, device=torch.device("cpu"), block=block)
+        counts, indices = mask.kv_num_blocks[0, 0], mask.kv_indices[0, 0]
+        P = kv_len - q_len
+        for qb in range(-(-q_len // block)):
+            want = set()
+            for qi in range(qb * block, min((qb + 1) * block, q_len)):
+                t = qi + P
+                keys = range(max(0, t - w + 1), (t + 1) if causal else min(kv_len, t + w))
+                want |= {s // block for s in keys}
+            assert set(indices[qb, :counts[qb]].tolist()) == want, (q_len, kv_len, w, causal, block, qb)

@@ -61,9 +61,10 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("window_attention: a key prefix needs causal=True and no key_mask")
     if _flex.enabled(q, dropout, training):
-        if prefix is not None:
-            k, v = torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)
-        return _flex.flex_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask).to(ct)
+        fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
+        out = _flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
+        if out is not None:  # None: the kernel cannot be compiled on this device (warned once); blocked path below
+            return out.to(ct)
     B, _, Tq, d = q.shape
     w = window
     P = 0 if prefix is None else prefix[0].shape[2]

@@ -1,23 +1,30 @@
-"""CUDA fused sliding window: ``flex_attention`` with a sliding-window block mask and a ``score_mod`` for the
-relative bias, compiled once. :func:`lavo_zoo.attention._blocked.window_attention` uses it on CUDA for chunks of at
+"""CUDA fused sliding window: ``flex_attention`` with a banded block mask and a ``score_mod`` for the relative
+bias, compiled once per shape. :func:`lavo_zoo.attention._blocked.window_attention` uses it on CUDA for chunks of at
 least ``MIN_QUERIES`` queries without attention dropout; ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
 
-Status: the mask and bias logic is tested against the blocked path on CPU (flex_attention's eager forward); the
-compiled CUDA kernel and its backward have only been exercised where a GPU was available, not in CPU-only CI.
+The block mask is built from block indices (:func:`band_block_mask`): the band of a w-token window touches at most
+three 128-key blocks per 128-query block, so the mask is built from O(T / 128) numbers. (``create_block_mask``
+evaluates ``mask_mod`` on the whole T x T grid: 10 GB at 32K tokens, measured on an H100.) If the kernel cannot be compiled
+on this device (e.g. its shared memory is too small for a tile configuration), the fused path is switched off for
+the process with one warning and the blocked path is used.
 """
 from __future__ import annotations
 
 import functools
+import math
 import os
+import warnings
 
 import torch
 
 MIN_QUERIES = 256  # shorter chunks (decoding) stay on the blocked path: no recompiles for every tiny shape
+BLOCK = 128  # flex_attention's sparse block size (queries and keys)
+_failure: str | None = None  # why the fused kernel is off in this process, once it failed to compile
 
 
 def enabled(q: torch.Tensor, dropout: float, training: bool) -> bool:
     """Whether window_attention should take the fused path for these queries."""
-    return (q.is_cuda and q.shape[2] >= MIN_QUERIES and not (dropout and training)
+    return (q.is_cuda and q.shape[2] >= MIN_QUERIES and not (dropout and training) and _failure is None
             and os.environ.get("LAVO_ZOO_FLEX", "1") != "0")
 
 
@@ -27,15 +34,38 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
+def band_block_mask(q_len: int, kv_len: int, window: int, *, causal: bool, mask_mod, device: torch.device,
+                    block: int = BLOCK):
+    """The sliding-window band as a ``BlockMask``: for every block of ``block`` queries, the key blocks its windows
+    touch (queries sit at key positions P..P+q_len-1, P = kv_len - q_len). Every listed block is partial, so
+    ``mask_mod`` decides each (query, key) pair inside it."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    P = kv_len - q_len
+    nq, nk = math.ceil(q_len / block), math.ceil(kv_len / block)
+    starts = torch.arange(nq, device=device) * block                              # [nq] first query of each block
+    first = starts + P                                                            # its key position
+    last = (starts + block).clamp(max=q_len) - 1 + P                              # the block's last query
+    lo = (first - window + 1).clamp(min=0) // block                               # first key block in any window
+    hi = (last if causal else (last + window - 1).clamp(max=kv_len - 1)) // block  # last key block
+    count = hi - lo + 1                                                           # [nq], at most 3 + w // block
+    # BlockMask wants one row of nk indices per query block (the first `count` used): O((T / block)^2) int32, which
+    # is what create_block_mask returns too, but without evaluating mask_mod on T x T pairs to build it.
+    indices = (lo[:, None] + torch.arange(nk, device=device)).clamp(max=nk - 1)    # [nq, nk]
+    return BlockMask.from_kv_blocks(count.view(1, 1, nq).to(torch.int32), indices.view(1, 1, nq, nk).to(torch.int32),
+                                    BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(q_len, kv_len))
+
+
 def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                           bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
-                          compiled: bool = True) -> torch.Tensor:
+                          compiled: bool = True, block: int = BLOCK) -> torch.Tensor | None:
     """Same contract as ``window_attention`` (q [B, H, Tq, d], k/v [B, H, P+Tq, d]); returns [B, H, Tq, d] in q's
-    dtype (softmax in fp32 inside the kernel). Rows with no real key give zeros."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    dtype (softmax in fp32 inside the kernel). Rows with no real key give zeros. Returns None (after one warning,
+    and from then on :func:`enabled` is False) when the compiled kernel cannot be built here."""
+    global _failure
+    from torch.nn.attention.flex_attention import flex_attention
 
-    B, _, Tq, _ = q.shape
-    Tk, w = k.shape[2], window
+    Tq, Tk, w = q.shape[2], k.shape[2], window
     P = Tk - Tq
 
     def mask_mod(b, h, qi, kv):
@@ -46,6 +76,16 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
     def score_mod(score, b, h, qi, kv):
         return score + bias[h, (kv - qi - P + w - 1).clamp(0, 2 * w - 2)].to(score.dtype)
 
-    block_mask = create_block_mask(mask_mod, B if key_mask is not None else None, None, Tq, Tk, device=q.device)
-    fn = _compiled_flex() if compiled else flex_attention
-    return fn(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
+    block_mask = band_block_mask(Tq, Tk, w, causal=causal, mask_mod=mask_mod, device=q.device, block=block)
+    if not compiled:
+        return flex_attention(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
+    try:
+        return _compiled_flex()(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
+    except torch.OutOfMemoryError:  # out of device memory at run time: not a compile failure
+        raise
+    except RuntimeError as e:  # inductor/triton compile failures (InductorError, BackendCompilerFailed, ...)
+        _failure = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        warnings.warn(f"LAVO's fused flex_attention window kernel could not be compiled on this device ({_failure}); "
+                      "using the blocked window path for the rest of this process (set LAVO_ZOO_FLEX=0 to skip the "
+                      "attempt)", RuntimeWarning, stacklevel=2)
+        return None
