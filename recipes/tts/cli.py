@@ -65,3 +65,64 @@ def score_mcd(ref: Path, syn: Path, as_json: bool) -> None:
                f"({result['ref_only']} only in --ref, {result['syn_only']} only in --syn)")
     for name, value in result["metrics"].items():
         click.echo(f"{name:<8} {value:10.4f}")
+
+
+@click.command("synthesize", epilog="""\b
+Examples:
+  lavo-zoo synthesize runs/tts-tiny/checkpoints/last --text "Hello world." --out hello.wav
+  lavo-zoo synthesize runs/tts/checkpoints/last --text "Printing, in the only sense." --out x.wav --png x.png
+  lavo-zoo synthesize runs/tts/checkpoints/last --text "A long one." --out y.wav --max-frames 4000 --seed 2""")
+@click.argument("checkpoint")
+@click.option("--text", required=True, help="What to say.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The wav to write (22,050 Hz, 16-bit PCM).")
+@click.option("--png", "png", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the mel spectrogram, stop probability and alignment as a PNG.")
+@click.option("--max-frames", type=click.IntRange(min=1), default=None,
+              help="Stop after this many frames at the latest (default: the checkpoint's eval.max_frames).")
+@click.option("--stop-threshold", type=click.FloatRange(0, 1), default=None,
+              help="Stop when the stop-token probability exceeds this (default: eval.stop_threshold, 0.5).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the decoder prenet's dropout (on at inference, as Tacotron 2) and Griffin-Lim.")
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+def synthesize(checkpoint: str, text: str, out: Path, png: Path | None, max_frames: int | None,
+               stop_threshold: float | None, seed: int, device: str | None) -> None:
+    """Speak TEXT with the text-to-speech model in CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL
+    or an hf:// reference): autoregressive mel frames until the stop token, then Griffin-Lim."""
+    import time
+
+    import torch
+
+    from lavo_zoo.checkpoints import open_checkpoint
+    from lavo_zoo.engine.checkpoint import load_model
+    from lavo_zoo.engine.env import pick_device
+    from lavo_zoo.recipes.tts.audio import write_wav
+    from lavo_zoo.recipes.tts.plot import cross_alignment, plot_utterance
+    from lavo_zoo.recipes.tts.text import text_encoder
+
+    if not text.strip():
+        raise UsageError("--text is empty; give the sentence to speak")
+    dev = pick_device(device)
+    with open_checkpoint(checkpoint) as path:
+        recipe, cfg, model, _ = load_model(path, dev)
+    if recipe.name != "tts":
+        raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; synthesize needs a text-to-speech ('tts') one")
+    cfg.eval.max_frames = max_frames or cfg.eval.max_frames
+    cfg.eval.stop_threshold = cfg.eval.stop_threshold if stop_threshold is None else stop_threshold
+    ids = text_encoder(cfg.data.text).encode(text)
+    tokens = torch.tensor([ids], device=dev)
+    batch = {"tokens": tokens, "token_lengths": torch.tensor([len(ids)])}
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    model.eval()
+    result = recipe.synthesize_batch(model, cfg, batch)[0]
+    elapsed = time.perf_counter() - start
+    rate = cfg.data.features().sample_rate
+    write_wav(out, result["wave"], rate)
+    frames, seconds = len(result["mel"]), len(result["wave"]) / rate
+    if png is not None:
+        align = cross_alignment(model, tokens, result["grouped"][None])
+        plot_utterance(png, result["mel"], None, result["stop"], align, title=text[:80])
+    stopped = "stop token" if frames < cfg.eval.max_frames - cfg.model.frames_per_step else "max frames"
+    click.echo(f"wrote {out}: {seconds:.2f} s of audio, {frames} frames (ended by the {stopped}), "
+               f"{elapsed:.2f} s to synthesise and vocode" + (f"; {png}" if png else ""))

@@ -13,11 +13,14 @@ from lavo_zoo.errors import UsageError
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
-                        max_batches: int | None = None) -> dict[str, Any]:
-    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``."""
+                        max_batches: int | None = None, files_dir: Path | None = None) -> dict[str, Any]:
+    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``. ``files_dir``: where a recipe whose
+    eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes its files, unless set explicitly."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
+    if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
+        cfg.eval.out_dir = str(files_dir)
     if split not in recipe.splits:
         raise UsageError(f"recipe '{recipe.name}' has no split '{split}'; choose one of {', '.join(recipe.splits)}")
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)

@@ -3,6 +3,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim, log_mel
 from lavo_zoo.recipes.tts.espeak import MAX_DATA_PATH, SAMPLE_RATE, espeak, short_data_path
@@ -62,3 +63,20 @@ def test_long_data_paths_are_linked_to_a_short_one(tmp_path: Path) -> None:
     assert len(str(link)) <= MAX_DATA_PATH and link.resolve() == deep.resolve()
     assert short_data_path(deep) == link  # reused
     os.unlink(link)
+
+
+def test_text_front_ends() -> None:
+    from lavo_zoo.recipes.tts.text import EOS, UNK, TextEncoder
+
+    chars = TextEncoder("chars")
+    ids = chars.encode("Hello, “World” — Café 42!")
+    assert ids[-1] == EOS and UNK not in ids
+    assert chars.decode(ids) == 'hello, "world" - cafe !'
+    phonemes = TextEncoder("phonemes")
+    long = "Printing, in the only sense with which we are at present concerned, differs from most arts."
+    for sentence in ("The quick brown fox jumps over the lazy dog.", long):
+        ids = phonemes.encode(sentence)
+        assert UNK not in ids and ids[-1] == EOS  # every symbol espeak-ng emits is in the vocabulary
+        assert phonemes.decode(ids) == espeak().phonemize(sentence)
+    with pytest.raises(ValueError, match="chars, phonemes"):
+        TextEncoder("words")
