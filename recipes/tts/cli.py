@@ -97,7 +97,7 @@ def synthesize(checkpoint: str, text: str, out: Path, png: Path | None, max_fram
     from lavo_zoo.engine.checkpoint import load_model
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.recipes.tts.audio import write_wav
-    from lavo_zoo.recipes.tts.plot import cross_alignment, plot_utterance
+    from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
     from lavo_zoo.recipes.tts.text import text_encoder
 
     if not text.strip():
@@ -121,8 +121,8 @@ def synthesize(checkpoint: str, text: str, out: Path, png: Path | None, max_fram
     write_wav(out, result["wave"], rate)
     frames, seconds = len(result["mel"]), len(result["wave"]) / rate
     if png is not None:
-        align = cross_alignment(model, tokens, result["grouped"][None])
-        plot_utterance(png, result["mel"], None, result["stop"], align, title=text[:80])
+        stop, align = teacher_forced_view(model, tokens, result["grouped"][None])
+        plot_utterance(png, result["mel"], None, stop, align, title=text[:80])
     stopped = "stop token" if frames < cfg.eval.max_frames - cfg.model.frames_per_step else "max frames"
     click.echo(f"wrote {out}: {seconds:.2f} s of audio, {frames} frames (ended by the {stopped}), "
                f"{elapsed:.2f} s to synthesise and vocode" + (f"; {png}" if png else ""))
