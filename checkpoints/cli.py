@@ -10,8 +10,8 @@ import yaml
 
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import check_checkpoint_dir, pack_checkpoint
-from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.download import folder_lock
+from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import fetch_reference, unpack_checkpoint
 from lavo_zoo.errors import CheckpointError, UsageError
 

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -23,8 +23,18 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from lavo_zoo.checkpoints.cache import (PART_SUFFIX, RECORD, UNPACKED, entry_dir, lock_path, offline, offline_variable,
-                                        read_record, sha256_file, write_json_atomic)
+from lavo_zoo.checkpoints.cache import (
+    PART_SUFFIX,
+    RECORD,
+    UNPACKED,
+    entry_dir,
+    lock_path,
+    offline,
+    offline_variable,
+    read_record,
+    sha256_file,
+    write_json_atomic,
+)
 from lavo_zoo.errors import CheckpointError, UsageError
 
 CHUNK = 1 << 20
@@ -90,7 +100,7 @@ def _download_into(folder: Path, source: str, sha256: str | None, name: str | No
                    f"{actual} (pass --sha256 or append #sha256=HEX to the URL)", err=True)
     write_json_atomic(folder / RECORD, {
         "source": source, "name": name, "file": target.name, "sha256": actual, "pinned": sha256 is not None,
-        "size": part.stat().st_size, "downloaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        "size": part.stat().st_size, "downloaded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     shutil.rmtree(folder / UNPACKED, ignore_errors=True)  # unpacked from the file being replaced
     os.replace(part, target)
     return target
@@ -250,7 +260,7 @@ def _hf_download(ref: str, part: Path) -> None:
     scratch = part.parent / "hf"
     try:
         downloaded = hf_hub_download(repo_id=repo_id, filename=path, revision=revision, local_dir=scratch)
-    except Exception as e:  # noqa: BLE001 - its many error types (HTTP, repo, revision, entry) all mean "not fetched"
+    except Exception as e:
         raise CheckpointError(f"cannot download {ref} from the Hugging Face Hub: {e}") from e
     os.replace(downloaded, part)
     shutil.rmtree(scratch, ignore_errors=True)

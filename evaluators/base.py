@@ -25,7 +25,9 @@ class Evaluator(ABC):
 
     @abstractmethod
     def update(self, predictions: Any, targets: Any) -> None:
-        """Add one batch."""
+        """Add one batch: ``predictions`` = what the model produced, ``targets`` = the ground truth (None when the
+        predictions already hold it, e.g. a per-token NLL). Grouping (lengths, categories) is an option of the
+        evaluator or part of these objects, never a separate argument."""
 
     @abstractmethod
     def compute(self) -> dict[str, float]:
@@ -37,5 +39,5 @@ class Evaluator(ABC):
         return self.higher_is_better[metric]
 
     def results(self) -> dict[str, dict[str, Any]]:
-        """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of DESIGN.md."""
+        """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of docs/architecture.md."""
         return {k: {"value": float(v), "higher_is_better": self.is_higher_better(k)} for k, v in self.compute().items()}

@@ -1,6 +1,8 @@
 """Mean of a per-sample loss: the evaluator of recipes whose only metric is their training loss."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from lavo_zoo.evaluators import register_evaluator
@@ -11,7 +13,7 @@ from lavo_zoo.evaluators.base import Evaluator
 class MeanLoss(Evaluator):
     """``loss``: sum of per-sample losses / number of samples. ``update(losses [N], None)``."""
 
-    higher_is_better = {"loss": False}
+    higher_is_better: ClassVar[dict[str, bool]] = {"loss": False}
 
     def reset(self) -> None:
         self.total = 0.0

@@ -6,10 +6,22 @@ Every ``<domain>/recipe.py`` here is imported on first use of the registry and r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lavo_zoo.errors import UsageError
-from lavo_zoo.recipes.base import Recipe, to_device
 from lavo_zoo.registry import Registry
+
+if TYPE_CHECKING:
+    from lavo_zoo.recipes.base import Recipe, to_device
+
+
+def __getattr__(name: str) -> Any:
+    """``Recipe`` and ``to_device`` load torch, so they are imported on first use: importing a recipe's cli.py (to
+    list its commands in ``lavo-zoo --help``) stays light."""
+    if name in ("Recipe", "to_device"):
+        from lavo_zoo.recipes import base
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 RECIPES = Registry(
     "recipe", "lavo_zoo.recipes",
@@ -28,6 +40,8 @@ def register_recipe(name: str):
 
 def get_recipe(name: str) -> Recipe:
     """A fresh instance of recipe ``name``."""
+    from lavo_zoo.recipes.base import Recipe
+
     cls = RECIPES.get(name)
     if not (isinstance(cls, type) and issubclass(cls, Recipe)):
         raise UsageError(f"recipe '{name}' ({RECIPES.entry(name).source}) is not a Recipe subclass")

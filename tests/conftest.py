@@ -1,4 +1,5 @@
-"""Shared test set-up: the test-only toy recipe is registered, and paths to the repository's shared data."""
+"""Shared test set-up: the test-only toy recipe is registered, caches stay out of the user's cache directory, and
+paths to the repository's shared data."""
 import sys
 from pathlib import Path
 
@@ -6,7 +7,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-import toy_recipe  # noqa: E402,F401  (registers the "toy" recipe)
+import toy_recipe  # noqa: F401  (registers the "toy" recipe)
 
 SHARED_DATA = TESTS.parent.parent / "shared" / "data"
 
@@ -17,3 +18,12 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent (it exists only on the project's machines)")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def session_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$LAVO_ZOO_CACHE for every test (token caches, generated built-in datasets): one directory per session, built
+    once and reused, never the user cache. Tests that need an empty cache set their own (tests/checkpoints)."""
+    cache = tmp_path_factory.getbasetemp() / "lavo-zoo-cache"
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(cache))
+    return cache

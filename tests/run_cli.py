@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import toy_recipe  # noqa: E402,F401  (registers the "toy" recipe)
+import toy_recipe  # noqa: F401  (registers the "toy" recipe)
 
 if os.environ.get("TOY_KILL_IN_SAVE_AT_STEP"):
-    import lavo_zoo.engine.checkpoint as checkpoint
+    from lavo_zoo.engine import checkpoint
 
     target = f".tmp-step-{os.environ['TOY_KILL_IN_SAVE_AT_STEP']}-"
     real_save = checkpoint.save_safetensors_model
@@ -27,6 +27,6 @@ if os.environ.get("TOY_KILL_IN_SAVE_AT_STEP"):
 
     checkpoint.save_safetensors_model = save_then_die
 
-from lavo_zoo.cli import main  # noqa: E402
+from lavo_zoo.cli import main
 
 sys.exit(main())

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from lavo_zoo.config import RunConfig
-from lavo_zoo.errors import DataError
 from lavo_zoo.recipes import Recipe, register_recipe
 
 
@@ -47,14 +47,14 @@ class ToyRecipe(Recipe):
     description = "test-only linear regression"
     config_class = ToyConfig
     evaluator = "mean_loss"
+    tiny_config = str(Path(__file__).parent / "engine" / "data" / "toy.yaml")
 
     def build_model(self, cfg: ToyConfig) -> nn.Module:
         d, h = cfg.data.dim, cfg.model.hidden
         return nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Dropout(cfg.model.dropout), nn.Linear(h, 1))
 
     def build_dataset(self, cfg: ToyConfig, split: str) -> TensorDataset:
-        if split not in self.splits:
-            raise DataError(f"no split {split}")
+        self.check_split(split)
         g = torch.Generator().manual_seed({"train": 0, "validation": 1, "test": 2}[split])
         w = torch.randn(cfg.data.dim, 1, generator=torch.Generator().manual_seed(42))
         n = cfg.data.num_samples if split == "train" else max(8, cfg.data.num_samples // 4)

@@ -2,21 +2,26 @@
 
 Exit codes: 0 success, 2 usage error (bad flag, config key, unknown name), 1 any other failure. Errors print one
 short paragraph; ``--debug`` shows the traceback. Commands that live with their subsystem (``bench`` in
-``lavo_zoo.bench``, ``download``/``cache``/``info``/``export`` in ``lavo_zoo.checkpoints.cli``, ``generate`` in the LM
-recipe) are imported only when used, so ``lavo-zoo --help`` stays fast.
+``lavo_zoo.bench``, ``download``/``cache``/``info``/``export`` in ``lavo_zoo.checkpoints.cli``) and the recipes' own
+commands (``Recipe.commands`` -> ``lavo-zoo <name>``, ``Recipe.score_commands`` -> ``lavo-zoo score <name>``) are
+imported only when used, so ``lavo-zoo --help`` stays fast: a built-in recipe's hooks are read from its recipe.py
+source without importing it (torch, pandas), and a recipe's cli.py imports its heavy modules inside the commands.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import sys
 import traceback
+from functools import cache
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import click
 
-from lavo_zoo.errors import ZooError
+from lavo_zoo.errors import UsageError, ZooError
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
@@ -24,7 +29,6 @@ LAZY_COMMANDS = {
     "cache": "lavo_zoo.checkpoints.cli:cache",
     "info": "lavo_zoo.checkpoints.cli:info",
     "export": "lavo_zoo.checkpoints.cli:export",
-    "generate": "lavo_zoo.recipes.lm.generate:generate",
 }
 LAZY_HELP = {
     "bench": "Benchmark attentions: time and peak memory against length.",
@@ -32,38 +36,124 @@ LAZY_HELP = {
     "cache": "List, verify or remove cached downloads.",
     "info": "Show one entry of the checkpoint index.",
     "export": "Pack a checkpoint directory for release and print its index entry.",
-    "generate": "Generate text from a language-model checkpoint.",
 }
 _DEBUG = False
 
 
+# ------------------------------------------------------------------------------------------- recipe hooks
+def _literal_hooks(path: Path) -> dict[str, dict[str, Any]] | None:
+    """{recipe name: {"commands": {...}, "score_commands": {...}}} read from a recipe.py's source (no import), or
+    None when a hook is not a literal (then the module is imported)."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        names = [d.args[0].value for d in node.decorator_list if isinstance(d, ast.Call) and d.args
+                 and getattr(d.func, "id", "") == "register_recipe" and isinstance(d.args[0], ast.Constant)]
+        if not names:
+            continue
+        hooks: dict[str, Any] = {"commands": {}, "score_commands": {}}
+        for stmt in node.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in hooks and getattr(stmt, "value", None):
+                    try:
+                        hooks[target.id] = ast.literal_eval(stmt.value)
+                    except ValueError:
+                        return None
+        out[names[0]] = hooks
+    return out
+
+
+@cache
+def recipe_hooks() -> dict[str, dict[str, Any]]:
+    """Every recipe's ``commands`` and ``score_commands`` ({recipe: {hook: {command: "module:attr"}}})."""
+    from lavo_zoo.config import recipes_dir
+
+    hooks: dict[str, dict[str, Any]] = {}
+    for path in sorted(recipes_dir().glob("*/recipe.py")):
+        found = _literal_hooks(path)
+        if found is None:
+            module = importlib.import_module(f"lavo_zoo.recipes.{path.parent.name}.recipe")
+            found = {c.name: {"commands": c.commands, "score_commands": c.score_commands}
+                     for c in vars(module).values() if isinstance(c, type) and "name" in vars(c)
+                     and hasattr(c, "score_commands")}
+        hooks.update(found)
+    for ep in entry_points(group="lavo_zoo.recipes"):  # third-party recipes: imported to read their hooks
+        if ep.name not in hooks:
+            cls = ep.load()
+            hooks[ep.name] = {"commands": dict(getattr(cls, "commands", {})),
+                              "score_commands": dict(getattr(cls, "score_commands", {}))}
+    return hooks
+
+
+def recipe_commands(kind: str) -> dict[str, tuple[str, str]]:
+    """{command name: (recipe, "module:attr")} for hook ``kind`` ("commands" or "score_commands")."""
+    out: dict[str, tuple[str, str]] = {}
+    for recipe, hooks in recipe_hooks().items():
+        for name, target in hooks[kind].items():
+            if name in out or (kind == "commands" and (name in LAZY_COMMANDS or name in cli.commands)):
+                other = out[name][0] if name in out else "lavo-zoo itself"
+                raise UsageError(f"recipe '{recipe}' declares command '{name}', which {other} already has; "
+                                 f"rename one of them (Recipe.{kind})")
+            out[name] = (recipe, target)
+    return out
+
+
+def _load_command(name: str, target: str, summary: str) -> click.Command:
+    """The click command at ``"module:attr"``, or a stand-in that explains why it cannot be imported."""
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        reason = str(e)  # `e` itself is unbound once the except block ends
+
+        @click.command(name, help=summary + " (unavailable in this installation)",
+                       epilog=f"Examples:\n  lavo-zoo {name} --help   # shows why: {reason}")
+        def unavailable() -> None:
+            raise ZooError(f"`lavo-zoo {name}` is not available: {reason}")
+        return unavailable
+
+
 class ZooGroup(click.Group):
-    """A group whose subsystem commands are imported on first use."""
+    """A group whose subsystem and recipe commands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*self.commands, *LAZY_COMMANDS])
+        return sorted([*self.commands, *LAZY_COMMANDS, *recipe_commands("commands")])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.commands:
             return self.commands[name]
-        if name not in LAZY_COMMANDS:
-            return None
-        module, _, attr = LAZY_COMMANDS[name].partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            reason = str(e)  # `e` itself is unbound once the except block ends
-
-            @click.command(name, help=LAZY_HELP[name] + " (unavailable in this installation)",
-                           epilog=f"Examples:\n  lavo-zoo {name} --help   # shows why: {reason}")
-            def unavailable() -> None:
-                raise ZooError(f"`lavo-zoo {name}` is not available: {reason}")
-            return unavailable
+        if name in LAZY_COMMANDS:
+            return _load_command(name, LAZY_COMMANDS[name], LAZY_HELP[name])
+        recipe, target = recipe_commands("commands").get(name, (None, ""))
+        return _load_command(name, target, f"A command of recipe '{recipe}'.") if recipe else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, self.commands[n].get_short_help_str(70) if n in self.commands else LAZY_HELP[n])
-                for n in self.list_commands(ctx)]
+                for n in sorted([*self.commands, *LAZY_COMMANDS])]
         with formatter.section("Commands"):
+            formatter.write_dl(rows)
+        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(56 - len(recipe)))
+                for n, (recipe, _) in sorted(recipe_commands("commands").items())]
+        with formatter.section("Recipe commands [recipe]"):
+            formatter.write_dl(rows)
+
+
+class ScoreGroup(click.Group):
+    """``lavo-zoo score <metric>``: the recipes' ``score_commands``, imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(recipe_commands("score_commands"))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        recipe, target = recipe_commands("score_commands").get(name, (None, ""))
+        return _load_command(name, target, f"A metric of recipe '{recipe}'.") if recipe else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(56 - len(recipe)))
+                for n, (recipe, _) in sorted(recipe_commands("score_commands").items())]
+        with formatter.section("Metrics [recipe]"):
             formatter.write_dl(rows)
 
 
@@ -73,6 +163,8 @@ Examples:
   lavo-zoo list attentions
   lavo-zoo train lm/tiny-lavo --out runs/tiny --max-steps 200
   lavo-zoo eval runs/tiny/checkpoints/last --split test --out results.json
+  lavo-zoo generate runs/tiny/checkpoints/last --prompt "def main("
+  lavo-zoo data time_series/etth1 --out data/ETT-small
   lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096 --mode fwdbwd""")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(package_name="lavo-zoo")
@@ -86,15 +178,23 @@ def cli(debug: bool) -> None:
 LIST_KINDS = ("recipes", "attentions", "evaluators", "configs", "checkpoints")
 
 
-def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
+SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
+DECODING_LEGEND = ("decoding (step by step): state = streaming state, cache = source prepared once, "
+                   "source = source kept and re-projected each step, prefix = falls back to re-running the prefix")
+
+
+def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> list[dict[str, Any]]:
     if kind == "attentions":
-        from lavo_zoo.attention import list_attentions
         from dataclasses import asdict
-        return [asdict(i) for i in list_attentions(pattern)]
+
+        from lavo_zoo.attention import list_attentions
+        return [asdict(i) for i in list_attentions(pattern, SITE_PATTERNS.get(supports, supports))]
     if kind == "recipes":
         from lavo_zoo.recipes import RECIPES
-        return RECIPES.describe(pattern, lambda e: {"description": e.load().description, "evaluator": e.load().evaluator,
-                                                    "source": e.source})
+        return RECIPES.describe(pattern, lambda e: {
+            "description": e.load().description, "evaluator": e.load().evaluator,
+            "commands": sorted(e.load().commands) + [f"score {n}" for n in sorted(e.load().score_commands)],
+            "tiny_config": e.load().tiny_config, "source": e.source})
     if kind == "evaluators":
         from lavo_zoo.evaluators import EVALUATORS
         return EVALUATORS.describe(pattern, lambda e: {
@@ -102,6 +202,7 @@ def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
             "description": (e.load().__doc__ or "").strip().split("\n")[0], "source": e.source})
     if kind == "configs":
         import fnmatch
+
         from lavo_zoo.config import available_configs
         return [{"name": n} for n in available_configs() if pattern is None or fnmatch.fnmatch(n, pattern)]
     from lavo_zoo.checkpoints import list_checkpoints
@@ -112,15 +213,22 @@ def _list_rows(kind: str, pattern: str | None) -> list[dict[str, Any]]:
 Examples:
   lavo-zoo list                       # everything
   lavo-zoo list attentions            # mechanisms, their patterns and streaming support
+  lavo-zoo list attentions --pattern cross   # what can sit at the cross-attention site
   lavo-zoo list configs 'lm/*'        # built-in configs matching a glob
   lavo-zoo list recipes --json""")
 @click.argument("kind", required=False, type=click.Choice(LIST_KINDS))
 @click.argument("pattern", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_cmd(kind: str | None, pattern: str | None, as_json: bool) -> None:
+@click.option("--pattern", "supports", default=None, metavar="PATTERN|SITE",
+              type=click.Choice(["causal", "noncausal", "cross", *SITE_PATTERNS]),
+              help="Attentions only: those supporting this attention pattern, or an encoder-decoder site "
+                   "(encoder_self = noncausal, decoder_self = causal, cross).")
+def list_cmd(kind: str | None, pattern: str | None, as_json: bool, supports: str | None) -> None:
     """List recipes, attentions, evaluators, configs or released checkpoints (PATTERN is a glob on the name)."""
+    if supports is not None and kind not in (None, "attentions"):
+        raise click.UsageError("--pattern filters attentions: use it with `lavo-zoo list attentions`")
     kinds = [kind] if kind else list(LIST_KINDS)
-    result = {k: _list_rows(k, pattern) for k in kinds}
+    result = {k: _list_rows(k, pattern, supports) for k in kinds}
     if as_json:
         click.echo(json.dumps(result if kind is None else result[kind], indent=2, default=str))
         return
@@ -132,6 +240,8 @@ def list_cmd(kind: str | None, pattern: str | None, as_json: bool) -> None:
                              for key, v in extra.items() if key != "description")
             text = row.get("description", "")
             click.echo(f"  {row['name']:<24} {desc}" + (f"  - {text}" if text else ""))
+        if k == "attentions":
+            click.echo(f"  ({DECODING_LEGEND})")
         if kind is None:
             click.echo()
 
@@ -182,15 +292,16 @@ Examples:
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the results JSON here.")
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
-@click.option("--max-batches", type=int, default=None, help="Score only the first N batches (quick checks).")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help="Score only the first N batches, N >= 1 (quick checks).")
 def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: Path | None, device: str | None,
              max_batches: int | None) -> None:
     """Score CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) on a split.
 
-    The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation settings), its
-    recipe's evaluator runs, the metrics print as a table and, with --out, go to a results JSON. Recipes that
-    write files while scoring (tts: synthesised wavs and plots) put them in a folder beside it (results.json ->
-    results/).
+    The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation and data settings,
+    not model.* ones: the weights fix the model), its recipe's evaluator runs, the metrics print as a table and,
+    with --out, go to a results JSON. Recipes that write files while scoring (tts: synthesised wavs and plots) put
+    them in a folder beside it (results.json -> results/).
     """
     from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
@@ -206,6 +317,36 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
         click.echo(f"wrote {out_file}")
 
 
+# ---------------------------------------------------------------------------------------------------- score
+@cli.group("score", cls=ScoreGroup, epilog="""\b
+Examples:
+  lavo-zoo score --help                                    # the metrics the recipes provide
+  lavo-zoo score forecast --pred forecast.npy --true truth.npy""")
+def score() -> None:
+    """Score files of predictions against references with a recipe's metric (no model needed)."""
+
+
+# ----------------------------------------------------------------------------------------------------- data
+@cli.command("data", epilog="""\b
+Examples:
+  lavo-zoo data lm --out data/builtin-pg19                 # the built-in corpus in the PG-19 layout
+  lavo-zoo data time_series/ettm1 --out data/ETT-small     # a 15-minute ETT-layout CSV
+  lavo-zoo data time_series --out data/ETT-small --size 2000""")
+@click.argument("target", metavar="DOMAIN[/DATASET]")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write into (created if needed).")
+@click.option("--size", type=click.IntRange(min=1), default=None,
+              help="A smaller (or larger) instance, in the recipe's unit (books, rows, examples).")
+def data_cmd(target: str, out_dir: Path, size: int | None) -> None:
+    """Write a recipe's built-in (generated) dataset to disk in the real dataset's layout; train on it with
+    data.path=PATH."""
+    from lavo_zoo.recipes import get_recipe
+
+    domain, _, dataset = target.partition("/")
+    path = get_recipe(domain).write_data(out_dir, dataset or None, size)
+    click.echo(f"wrote {path}")
+
+
 # ---------------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map errors to exit codes (2 usage, 1 failure) without tracebacks."""
@@ -214,9 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=args, prog_name="lavo-zoo", standalone_mode=False)
         return 0
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:  # click turns Ctrl-C into Abort; a declined confirmation is one too
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            click.echo("interrupted", err=True)
+            return 130
         click.echo("aborted", err=True)
         return 1
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.ClickException as e:
@@ -227,13 +374,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"error: {e}", err=True)
         return e.exit_code
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {type(e).__name__}: {e}\n(run with --debug for the traceback)", err=True)
+        hint = "" if debug else "\n(run with --debug for the traceback)"
+        click.echo(f"error: {type(e).__name__}: {e}{hint}", err=True)
         return 1
 
 

@@ -9,24 +9,28 @@ A recipe's schema is a dataclass subclass of :class:`RunConfig`; every section i
         data: MyDataConfig = field(default_factory=MyDataConfig)
 
 A YAML file may start from another config with ``extends: <domain>/<name>`` (or a path relative to the file); its
-own keys are merged over the parent's, mappings recursively.
+own keys are merged over the parent's, mappings recursively, and ``key: !delete`` removes an inherited key (the
+schema's default applies again; on the command line: ``key.sub=!delete``). A mapping may not repeat a key.
+
+Numeric ranges are part of the schema: annotate a field ``Annotated[int, Range(ge=1)]`` (or use the aliases
+``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``) and a value outside the range is a
+:class:`ConfigError` naming the key, before anything runs.
 """
 from __future__ import annotations
 
 import copy
-import importlib.util
 import dataclasses
+import importlib.util
 import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
 from lavo_zoo.errors import ConfigError, did_you_mean
-
 
 
 def recipes_dir() -> Path:
@@ -38,49 +42,122 @@ def recipes_dir() -> Path:
 _SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric config field, used as ``Annotated[int, Range(ge=1)]``."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def violation(self, value: float) -> str | None:
+        """``'>= 1'``-style text of the first bound ``value`` breaks, or None when it is inside."""
+        for bound, op, ok in ((self.ge, ">=", lambda b: value >= b), (self.gt, ">", lambda b: value > b),
+                              (self.le, "<=", lambda b: value <= b), (self.lt, "<", lambda b: value < b)):
+            if bound is not None and not ok(bound):
+                return self.describe()
+        return None
+
+    def describe(self) -> str:
+        parts = [f"{op} {b:g}" for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<"))
+                 if b is not None]
+        return " and ".join(parts)
+
+
+PositiveInt = Annotated[int, Range(ge=1)]
+NonNegativeInt = Annotated[int, Range(ge=0)]
+PositiveFloat = Annotated[float, Range(gt=0)]
+NonNegativeFloat = Annotated[float, Range(ge=0)]
+
+
+class _Delete:
+    """The value of ``key: !delete``: remove ``key`` from what the config inherits."""
+
+    def __repr__(self) -> str:
+        return "!delete"
+
+
+DELETE = _Delete()
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys and reads ``!delete``."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' on line {line} (first on line {seen[key]}); YAML would "
+                    "silently keep only the last value: keep one", key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_ConfigLoader.add_constructor("!delete", lambda loader, node: DELETE)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader subclass: safe
+
+
 @dataclass
 class TrainConfig:
     """The shared training engine's settings (every recipe has them under ``train:``)."""
 
     optimizer: Literal["adamw", "adam"] = "adamw"
-    lr: float = 5e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-8
-    weight_decay: float = 0.01
+    lr: PositiveFloat = 5e-4
+    betas: list[Annotated[float, Range(ge=0, lt=1)]] = field(default_factory=lambda: [0.9, 0.98])
+    eps: PositiveFloat = 1e-8
+    weight_decay: NonNegativeFloat = 0.01
     # constant | inverse_sqrt (fairseq: linear warmup, then lr*sqrt(warmup/step)) | cosine (warmup, then to min_lr)
     # | exponential (lr * decay_gamma**epoch) | step (lr * decay_gamma**(step // decay_steps))
     schedule: Literal["constant", "inverse_sqrt", "cosine", "exponential", "step"] = "constant"
-    warmup_steps: int = 0
-    warmup_init_lr: float = 0.0
-    min_lr: float = 0.0
-    decay_gamma: float = 0.5
-    decay_steps: int = 1000
-    max_steps: int = 1000
-    max_epochs: int | None = None
-    batch_size: int = 8
-    grad_accum: int = 1
-    clip_grad_norm: float = 1.0  # 0 disables clipping
-    seed: int = 1
+    warmup_steps: NonNegativeInt = 0
+    warmup_init_lr: NonNegativeFloat = 0.0
+    min_lr: NonNegativeFloat = 0.0
+    decay_gamma: PositiveFloat = 0.5
+    decay_steps: PositiveInt = 1000
+    max_steps: NonNegativeInt = 1000
+    max_epochs: PositiveInt | None = None
+    batch_size: PositiveInt = 8
+    grad_accum: PositiveInt = 1
+    clip_grad_norm: NonNegativeFloat = 1.0  # 0 disables clipping
+    seed: NonNegativeInt = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
     compile: bool = False
-    log_every: int = 10
-    eval_every: int = 500  # validate every N steps (0 = not by steps)
+    log_every: PositiveInt = 10
+    eval_every: NonNegativeInt = 500  # validate every N steps (0 = not by steps)
     eval_per_epoch: bool = False  # also validate at the end of every epoch
-    eval_batches: int = 20  # validation batches per periodic evaluation (0 = the whole split)
-    early_stopping_patience: int = 0  # stop after this many evaluations without a lower validation loss (0 = off)
+    eval_batches: NonNegativeInt = 20  # validation batches per periodic evaluation (0 = the whole split)
+    early_stopping_patience: NonNegativeInt = 0  # stop after this many evaluations without a lower validation loss
     save_best: bool = True  # keep checkpoints/best: the weights with the lowest validation loss so far
-    save_every: int = 500
-    keep_last: int = 3
+    save_every: PositiveInt = 500
+    keep_last: NonNegativeInt = 3  # step-N checkpoints kept (0 = all)
     tensorboard: bool = False
-    num_workers: int = 0
+    num_workers: NonNegativeInt = 0
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation settings every recipe shares (a recipe that needs more subclasses this)."""
+
+    batch_size: int = 0  # examples per evaluation batch (0: train.batch_size)
 
 
 @dataclass
 class RunConfig:
-    """The top level every recipe config shares: the recipe's name and the training settings."""
+    """The top level every recipe config shares: the recipe's name, the training and the evaluation settings."""
 
     recipe: str = ""
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 # ----------------------------------------------------------------------------------------------- finding & loading
@@ -92,6 +169,9 @@ def available_configs() -> list[str]:
 def find_config(name_or_path: str | Path) -> Path:
     """A config file from a path or a ``<domain>/<name>`` name."""
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ConfigError(f"config path {path} is a directory, not a config file; give a .yaml file "
+                          f"(e.g. {path / 'config.yaml'} in a run directory) or a <domain>/<name>")
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
@@ -106,18 +186,28 @@ def find_config(name_or_path: str | Path) -> Path:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping from ``path`` with ``extends:`` resolved (safe_load only)."""
-    return _load_yaml(path, ())
+    """A YAML mapping from ``path`` with ``extends:`` and ``!delete`` resolved."""
+    return _without_deletes(_load_yaml(path, ()), str(path))
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {path} is not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config path {path} is a directory, not a config file") from None
+    try:
+        return _yaml_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config {path} is not valid YAML: {e}") from None
 
 
 def _load_yaml(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"config {path} extends itself (cycle: {' -> '.join(map(str, seen + (path,)))})")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+    data = _read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -125,25 +215,61 @@ def _load_yaml(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    parent_path = path.parent / parent if (path.parent / str(parent)).is_file() else find_config(str(parent))
-    return merge(_load_yaml(parent_path, seen + (path,)), data)
+    return merge(_load_yaml(_parent_path(path, parent), seen + (path,)), data, source=str(path))
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` merged onto ``base``; nested mappings merge, everything else replaces."""
+def _parent_path(child: Path, parent: Any) -> Path:
+    """The file that ``extends: <parent>`` in ``child`` names: a path relative to ``child``, else a built-in name."""
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"config {child}: 'extends:' must be a config name or path, got {_show(parent)}")
+    relative = child.parent / parent
+    if relative.is_file():
+        return relative
+    if relative.is_dir():
+        raise ConfigError(f"config {child}: 'extends: {parent}' is the directory {relative}, not a config file")
+    domain, _, name = parent.partition("/")
+    builtin = recipes_dir() / domain / "configs" / f"{name}.yaml"
+    if name and builtin.is_file():
+        return builtin
+    hint = did_you_mean(parent, available_configs())
+    raise ConfigError(f"config {child}: 'extends: {parent}' names no config; looked for the file {relative} "
+                      f"and the built-in config {builtin if name else '<domain>/<name>'}{hint}")
+
+
+def merge(base: dict[str, Any], over: dict[str, Any], source: str = "config", prefix: str = "") -> dict[str, Any]:
+    """``over`` merged onto ``base``; nested mappings merge, everything else replaces; ``!delete`` removes a key."""
     out = dict(base)
     for key, value in over.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        if value is DELETE:
+            if key not in out:
+                raise ConfigError(f"{source} deletes '{prefix}{key}' with !delete, but it inherits no such key"
+                                  f"{did_you_mean(str(key), map(str, out))}")
+            del out[key]
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value, source, f"{prefix}{key}.")
+        else:
+            out[key] = value
     return out
 
 
+def _without_deletes(data: dict[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
+    """``data`` with ``!delete`` keys that had nothing to delete refused (a config without a parent)."""
+    for key, value in data.items():
+        if value is DELETE:
+            raise ConfigError(f"{source} deletes '{prefix}{key}' with !delete, but it extends no config that has it")
+        if isinstance(value, dict):
+            _without_deletes(value, source, f"{prefix}{key}.")
+    return data
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"train.lr=3e-4"`` -> (["train", "lr"], 0.0003); the value is read as YAML (lists: ``a=[1,2]``)."""
+    """``"train.lr=3e-4"`` -> (["train", "lr"], 0.0003); the value is read as YAML (lists: ``a=[1,2]``);
+    ``key=!delete`` removes the key (its schema default applies)."""
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override '{text}' must look like key.sub=value (e.g. train.lr=3e-4)")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _yaml_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"override '{text}': value is not valid YAML ({e})") from None
     if isinstance(value, str) and _SCIENTIFIC.match(value):
@@ -152,18 +278,33 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A deep copy of ``data`` with each ``key.sub=value`` override applied (sections are created as needed)."""
+    """A deep copy of ``data`` with each ``key.sub=value`` override applied (sections are created as needed).
+
+    Overriding the ``name`` of a section that has one (an attention spec, ``model.attention.name=sdpa``) with a
+    different value switches the mechanism: the section's other keys (the old mechanism's options) are dropped, and
+    overrides after it add the new one's (``model.attention.name=performer model.attention.num_features=32``).
+    """
     out = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
         node = out
         for k in keys[:-1]:
+            if isinstance(node.get(k), str) and keys[-1] != k:  # a bare attention name: {name: ...} from here on
+                node[k] = {"name": node[k]}
             if not isinstance(node.get(k), dict):
                 node[k] = {} if node.get(k) is None else node[k]
                 if not isinstance(node[k], dict):
                     raise ConfigError(f"override '{text}': '{k}' is a value, not a section")
             node = node[k]
-        node[keys[-1]] = value
+        if value is DELETE:
+            if keys[-1] not in node:
+                raise ConfigError(f"override '{text}': there is no key '{'.'.join(keys)}' to delete"
+                                  f"{did_you_mean(keys[-1], map(str, node))}")
+            del node[keys[-1]]
+        else:
+            if keys[-1] == "name" and node.get("name") not in (None, value):
+                node.clear()  # a different mechanism: the previous one's options do not apply to it
+            node[keys[-1]] = value
     return out
 
 
@@ -172,20 +313,51 @@ def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: s
     """An instance of dataclass ``cls`` from ``data``; unknown keys and wrong types raise :class:`ConfigError`."""
     if not isinstance(data, dict):
         raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping, got {_show(data)}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
     kwargs = {}
     for key, value in data.items():
         if key not in names:
             full = [prefix + n for n in names]
             raise ConfigError(f"unknown config key '{prefix}{key}' in {source}{did_you_mean(prefix + str(key), full)}; "
                               f"valid keys here: {', '.join(full)}")
+        default = _field_default(fields[key])
+        if isinstance(value, dict) and dataclasses.is_dataclass(default):
+            value = _over_default(to_dict(default), value)  # a partial section keeps the field's own defaults
         kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}", source)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:  # a section's own check (__post_init__), e.g. an attention that cannot be causal
+        raise ConfigError(f"{e} (in {source})") from None
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _over_default(default: Any, value: Any) -> Any:
+    """``value`` merged over a field's default (as :func:`merge`), except that a mapping naming a different
+    mechanism (``name:``) than the default replaces it: the default's options belong to the default mechanism."""
+    if not (isinstance(default, dict) and isinstance(value, dict)):
+        return value
+    if "name" in value and "name" in default and value["name"] != default["name"]:
+        return value
+    return {**default, **{k: _over_default(default.get(k), v) for k, v in value.items()}}
 
 
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(tp, type) and hasattr(tp, "from_config"):  # a type with its own YAML form (AttentionSpec)
+        return tp.from_config(value, key, source)
+    if origin is Annotated:
+        out = _coerce(args[0], value, key, source)
+        for rule in (a for a in tp.__metadata__ if isinstance(a, Range)):
+            if isinstance(out, (int, float)) and (broken := rule.violation(out)):
+                raise ConfigError(f"config key '{key}' in {source} must be {broken}, got {out!r}")
+        return out
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value if value is not None else {}, source, key + ".")
     if origin in (typing.Union, types.UnionType):
@@ -228,8 +400,17 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+def to_dict(cfg: Any) -> Any:
+    """A config as plain YAML-able data: dataclasses become mappings, types with ``to_config`` their own form."""
+    if hasattr(cfg, "to_config"):
+        return cfg.to_config()
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return copy.deepcopy(cfg)
 
 
 def save_config(cfg: Any, path: Path) -> None:

@@ -26,6 +26,11 @@ class OptionError(UsageError, ValueError):
     library code can still catch as the ValueError the component raised."""
 
 
+class InputError(UsageError, ValueError):
+    """Arguments a library call cannot use (a mask with no real token, a cache from another model or batch): a
+    usage error for the CLI (exit 2) that library code can catch as a ValueError."""
+
+
 class CheckpointError(ZooError):
     """A checkpoint that is missing, corrupt, truncated or does not match the model."""
 
@@ -34,7 +39,50 @@ class DataError(ZooError):
     """A dataset path or file that cannot be used (missing, empty, malformed)."""
 
 
+# Names people type for a setting -> the words of lavo-zoo's name for it (matched on the last dotted part).
+ALIASES = {
+    "learning_rate": "lr", "lr_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs",
+    "steps": "max_steps", "num_steps": "max_steps", "total_steps": "max_steps", "max_iters": "max_steps",
+    "batch": "batch_size", "bs": "batch_size", "warmup": "warmup_steps", "wd": "weight_decay",
+    "grad_clip": "clip_grad_norm", "clip_norm": "clip_grad_norm", "max_grad_norm": "clip_grad_norm",
+    "gradient_accumulation_steps": "grad_accum", "accumulate_grad_batches": "grad_accum",
+    "patience": "early_stopping_patience", "seq_length": "seq_len", "context_length": "block_size",
+    "d_model": "embed_dim", "hidden_size": "embed_dim", "n_heads": "num_heads", "nhead": "num_heads",
+    "d_ff": "ffn_dim", "dim_feedforward": "ffn_dim", "n_layers": "num_layers", "layers": "num_layers",
+    "embed_dim": "d_model", "num_heads": "n_heads", "ffn_dim": "d_ff",
+}
+_SQUASHED_ALIASES = {k.replace("_", ""): v for k, v in ALIASES.items()}
+# Abbreviations treated as the same word when comparing the words of two names.
+_WORDS = {"lr": "learning rate", "num": "n", "dim": "d", "ffn": "ff", "max": "", "eval": "evaluation",
+          "len": "length", "seq": "sequence", "grad": "gradient", "attn": "attention"}
+
+
+def _words(name: str) -> set[str]:
+    words: set[str] = set()
+    for part in name.lower().replace("-", "_").split("_"):
+        words.update(_WORDS.get(part, part).split())
+    return {w for w in words if w}
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest choice, or ``''`` when nothing is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    """`` (did you mean 'x'?)`` for the closest choice, or ``''`` when nothing is close.
+
+    Dotted names (``train.learning_rate``) are compared on their last part among choices with the same prefix: a
+    known alias first (``learning_rate`` -> ``lr``), then the most shared words (``lr`` = learning rate), then
+    spelling (difflib).
+    """
+    choices = list(choices)
+    prefix, _, leaf = word.rpartition(".")
+    siblings = {c.rpartition(".")[2]: c for c in choices if c.rpartition(".")[0] == prefix}
+    alias = _SQUASHED_ALIASES.get(leaf.lower().replace("_", "").replace("-", ""))
+    if alias in siblings:
+        return f" (did you mean '{siblings[alias]}'?)"
+    words = _words(leaf)
+    scored = sorted(((len(words & _words(s)) / len(words | _words(s)), s) for s in siblings), reverse=True)
+    if scored and scored[0][0] >= 0.5 and (len(scored) == 1 or scored[1][0] < scored[0][0]):
+        return f" (did you mean '{siblings[scored[0][1]]}'?)"
+    close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.5) if siblings and prefix else []
+    if close:
+        return f" (did you mean '{siblings[close[0]]}'?)"
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -8,9 +8,11 @@ Each split is tokenized once (progress bar on a terminal) into one flat array of
 order, each ended by the tokenizer's ``eod``), ``<cache>/lm/tokens/<dir>-<hash>/<split>-<tokenizer>-<key>.bin``,
 memory-mapped on use. ``key`` hashes the tokenizer, the token type and every source file's name, size and
 modification time, so editing, adding or removing a book rebuilds the cache (and the stale file is removed).
-``<cache>`` is ``$LAVO_ZOO_CACHE`` or the user's cache directory. Without ``data.path`` the recipe uses a built-in
-corpus in the same layout, generated once from the Python standard library's module sources, so every command
-works offline on any machine.
+``<cache>`` is ``$LAVO_ZOO_CACHE`` or the user's cache directory. A book that is not UTF-8 text or that holds a NUL
+byte (binary data; NUL is also the ``bytes`` tokenizer's end of document) is refused, naming the file and the byte
+offset; with ``skip_bad_files`` such books are left out, counted and named in a warning (again on every cache
+hit). Without ``data.path`` the recipe uses a built-in corpus in the same layout, generated once from the Python
+standard library's module sources, so every command works offline on any machine.
 """
 from __future__ import annotations
 
@@ -19,24 +21,36 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
 import sysconfig
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lavo_zoo.config import PositiveInt
+from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
+from lavo_zoo.recipes.base import SPLITS
 from lavo_zoo.recipes.lm.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "validation", "test")
-CACHE_FORMAT = 1  # bump when the token file layout changes, so that old caches are rebuilt
+CACHE_FORMAT = 2  # bump when the token file layout changes, so that old caches are rebuilt
+
+
+@dataclass
+class DataConfig:
+    path: str | None = None  # a PG-19-layout folder; unset: the built-in corpus (Python standard library sources)
+    tokenizer: Literal["gpt2", "bytes"] = "gpt2"
+    block_size: PositiveInt = 8192  # training context length L
+    cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
+    skip_bad_files: bool = False  # leave out (and name) books that are not UTF-8 text or hold NUL bytes; else refuse
 
 
 def cache_root() -> Path:
@@ -47,8 +61,6 @@ def cache_root() -> Path:
 # ------------------------------------------------------------------------------------------------ the PG-19 layout
 def split_files(root: Path, split: str) -> list[Path]:
     """The ``<book_id>.txt`` files of ``root/split``, sorted; a missing or empty split is a :class:`DataError`."""
-    if split not in SPLITS:
-        raise DataError(f"unknown split '{split}'; PG-19 has {', '.join(SPLITS)}")
     if not root.is_dir():
         raise DataError(f"data.path {root} does not exist or is not a directory; it must hold the PG-19 layout "
                         f"(train/, validation/, test/ folders of <book_id>.txt files)")
@@ -61,10 +73,26 @@ def split_files(root: Path, split: str) -> list[Path]:
     return files
 
 
-def _fingerprint(files: list[Path], tokenizer: Tokenizer) -> str:
+def read_book(path: Path) -> str:
+    """The text of one book; a :class:`DataError` naming the file and byte offset when it is not UTF-8 text or holds
+    a NUL byte."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not valid UTF-8 text: byte offset {e.start} ({e.reason}); a book must be a "
+                        f"UTF-8 .txt file") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise DataError(f"{path} holds a NUL byte at byte offset {nul}: binary data, not text (NUL would also end a "
+                        f"document early for the bytes tokenizer)")
+    return text
+
+
+def _fingerprint(files: list[Path], tokenizer: Tokenizer, skip_bad_files: bool) -> str:
     stats = [(f.name, (s := f.stat()).st_size, s.st_mtime_ns) for f in files]
     payload = json.dumps({"format": CACHE_FORMAT, "tokenizer": tokenizer.name, "vocab": tokenizer.vocab_size,
-                          "dtype": token_dtype(tokenizer.vocab_size).str, "files": stats})
+                          "dtype": token_dtype(tokenizer.vocab_size).str, "files": stats, "skip": skip_bad_files})
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -73,40 +101,66 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint8 if vocab_size <= 1 << 8 else np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path | None = None) -> np.ndarray:
-    """The token ids of ``root/split`` as a read-only memory map, tokenizing into the cache first if needed."""
+def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path | None = None,
+                skip_bad_files: bool = False) -> np.ndarray:
+    """The token ids of ``root/split`` as a read-only memory map, tokenizing into the cache first if needed.
+
+    A book that is not text (:func:`read_book`) is a :class:`DataError`, or with ``skip_bad_files`` left out with a
+    warning that counts and names the skipped files.
+    """
     root = Path(root).resolve()
     files = split_files(root, split)
     root_hash = hashlib.sha256(str(root).encode()).hexdigest()[:8]
     folder = (cache_dir or cache_root() / "tokens") / f"{root.name}-{root_hash}"
     stem = f"{split}-{tokenizer.name}-"
-    path = folder / f"{stem}{_fingerprint(files, tokenizer)}.bin"
+    path = folder / f"{stem}{_fingerprint(files, tokenizer, skip_bad_files)}.bin"
+    skipped_file = path.with_suffix(".skipped.json")
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        _tokenize(files, tokenizer, path)
-        for stale in folder.glob(f"{stem}*.bin"):
-            if stale != path:
+        _tokenize(files, tokenizer, path, skip_bad_files)
+        for stale in folder.glob(f"{stem}*"):
+            if stale.name.split(".")[0] != path.stem:
                 stale.unlink(missing_ok=True)
+    if skipped_file.is_file():
+        skipped = json.loads(skipped_file.read_text())
+        log.warning("skipped %d of %d books of %s that are not text (data.skip_bad_files=true): %s", len(skipped),
+                    len(files), root / split, "; ".join(skipped))
     tokens = np.memmap(path, dtype=token_dtype(tokenizer.vocab_size), mode="r")
     if tokens.size < 2:
         raise DataError(f"PG-19 split '{split}' in {root} has fewer than 2 tokens")
     return tokens
 
 
-def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path) -> None:
-    """Write the concatenated documents' ids to ``path`` atomically (temp file + rename)."""
+def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path, skip_bad_files: bool = False) -> None:
+    """Write the concatenated documents' ids to ``path`` atomically (temp file + rename); with ``skip_bad_files``
+    the reasons for the books left out go to ``<path stem>.skipped.json``."""
     dtype = token_dtype(tokenizer.vocab_size)
     total = sum(f.stat().st_size for f in files)
     log.info("tokenizing %d books (%.1f MB) of %s with %s into %s", len(files), total / 1e6, files[0].parent,
              tokenizer.name, path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=f"tokenizing {files[0].parent.name}",
-                                      disable=None, file=sys.stderr) as bar:
-        for f in files:
-            ids = tokenizer.encode_document(f.read_text(encoding="utf-8", errors="replace"))
-            out.write(ids.astype(dtype).tobytes())
-            bar.update(f.stat().st_size)
-    os.replace(tmp, path)
+    skipped = []
+    try:
+        with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, disable=None, file=sys.stderr,
+                                          desc=f"tokenizing {files[0].parent.name}") as bar:
+            for f in files:
+                try:
+                    text = read_book(f)
+                except DataError as e:
+                    if not skip_bad_files:
+                        raise DataError(f"{e}. Fix or remove the file, or set data.skip_bad_files=true to leave out "
+                                        "every book that is not text") from None
+                    skipped.append(str(e))
+                    continue
+                out.write(tokenizer.encode_document(text).astype(dtype).tobytes())
+                bar.update(f.stat().st_size)
+        if len(skipped) == len(files):
+            raise DataError(f"every book of {files[0].parent} is not text; the first: {skipped[0]}")
+        if skipped:  # written before the tokens, so that a cache hit always repeats the warning
+            path.with_suffix(".skipped.json").write_text(json.dumps(skipped, indent=1))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     log.info("tokenized %s: %d tokens", files[0].parent.name, path.stat().st_size // dtype.itemsize)
 
 
@@ -141,30 +195,32 @@ class TokenBlocks(Dataset):
 def builtin_corpus(cache_dir: Path | None = None) -> Path:
     """A PG-19-layout corpus of this Python's standard-library modules (one module source = one "book").
 
-    Generated once (atomically) under the cache; the split of each module is fixed by a hash of its name (about
+    Generated once into the project's built-in data cache (:func:`~lavo_zoo.engine.env.builtin_dataset`, keyed by
+    the Python version and the layout version); the split of each module is fixed by a hash of its name (about
     90% train, 5% validation, 5% test).
+    """
+    fingerprint = {"python": "{}.{}.{}".format(*sys.version_info[:3]), "format": CACHE_FORMAT}
+    return builtin_dataset("lm", "stdlib", fingerprint, write_builtin_corpus, cache_dir)
+
+
+def write_builtin_corpus(out: Path, max_books: int | None = None) -> Path:
+    """Write the built-in corpus into ``out`` in the PG-19 layout (``lavo-zoo data lm --out DIR``); returns ``out``.
+
+    ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
     """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     version = "{}.{}.{}".format(*sys.version_info[:3])
-    root = (cache_dir or cache_root() / "builtin") / f"stdlib-py{version}"
-    if root.is_dir():
-        return root
-    tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    out = Path(out)
     for split in SPLITS:
-        (tmp / split).mkdir(parents=True)
+        (out / split).mkdir(parents=True, exist_ok=True)
     rows = []
-    for source in sorted(stdlib.glob("*.py")):
+    for source in sorted(stdlib.glob("*.py"))[:max_books]:
         book_id = source.stem
         split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
         title = f"The {book_id} module of the Python {version} standard library"
         text = source.read_text(encoding="utf-8", errors="replace")
-        (tmp / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
+        (out / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
         rows.append([book_id, title, version, source.as_uri()])
-    with open(tmp / "metadata.csv", "w", newline="", encoding="utf-8") as f:
+    with open(out / "metadata.csv", "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another process generated it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    return out

@@ -1,13 +1,10 @@
-"""Text generation from an LM checkpoint: ``lavo-zoo generate CHECKPOINT --prompt TEXT``.
+"""Text generation from a language model (the ``lavo-zoo generate`` command is in :mod:`lavo_zoo.recipes.lm.cli`).
 
 With a streaming attention the prompt is consumed once and every new token costs one step with the carried state
 (LAVO's O(1) recurrent state, the softmax attentions' KV cache); otherwise each step re-runs the whole sequence.
 """
 from __future__ import annotations
 
-import time
-
-import click
 import torch
 from torch import nn
 
@@ -60,47 +57,3 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
         if ids[-1] == stop:
             break
     return ids[len(prompt):]
-
-
-@click.command("generate", epilog="""\b
-Examples:
-  lavo-zoo generate runs/tiny/checkpoints/last --prompt "KING HENRY. "
-  lavo-zoo generate runs/tiny/checkpoints/last --prompt "def main(" --temperature 0      # greedy
-  lavo-zoo generate runs/pg19/checkpoints/last --prompt "It was" --top-k 0 --top-p 0.9 --seed 1
-  lavo-zoo generate runs/tiny/checkpoints/last --prompt "ROMEO." --max-new-tokens 500 --no-stream-state""")
-@click.argument("checkpoint")
-@click.option("--prompt", required=True, help="Text to continue ('' starts a new document).")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Softmax temperature; 0 decodes greedily.")
-@click.option("--top-k", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Sample among the k most likely tokens (0: all).")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
-              help="Nucleus sampling: the smallest set of tokens holding this probability mass.")
-@click.option("--seed", type=int, default=None, help="Seed for reproducible sampling.")
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
-@click.option("--stream-state/--no-stream-state", default=True, show_default=True,
-              help="Decode with the recurrent state / KV cache (when the attention streams) or full re-runs.")
-def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
-             seed: int | None, device: str | None, stream_state: bool) -> None:
-    """Continue PROMPT with the language model in CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or
-    an hf:// reference)."""
-    from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
-    from lavo_zoo.errors import UsageError
-    from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
-
-    with open_checkpoint(checkpoint) as path:  # an unpacked archive is removed once the model is loaded
-        recipe, cfg, model, _ = load_model(path, pick_device(device))
-    if recipe.name != "lm":
-        raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; generate needs a language model ('lm')")
-    tokenizer = get_tokenizer(cfg.data.tokenizer)
-    prompt_ids = tokenizer.encode(prompt) or [tokenizer.eod]
-    start = time.perf_counter()
-    new = generate_ids(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       stop=tokenizer.eod, seed=seed, use_state=stream_state and model.streaming)
-    elapsed = time.perf_counter() - start
-    click.echo(prompt + tokenizer.decode([i for i in new if i != tokenizer.eod]))
-    mode = "with the carried state" if stream_state and model.streaming else "by full re-runs"
-    click.echo(f"[{len(new)} tokens in {elapsed:.2f}s, {len(new) / elapsed:.1f} tokens/s, {mode}]", err=True)

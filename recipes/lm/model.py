@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lavo_zoo.attention import build_attention
+from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.nn.losses import chunked_cross_entropy
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import PreLNDecoderBlock
@@ -31,11 +31,15 @@ class ModelConfig:
     num_heads: int = 12
     ffn_dim: int = 3072
     dropout: float = 0.1
-    attention: str = "lavo"  # any causal attention from `lavo-zoo list attentions`
-    attention_options: dict[str, Any] = field(default_factory=dict)  # e.g. {num_bases: 64, window_size: 16}
+    # any causal attention from `lavo-zoo list attentions`; YAML {name: lavo, num_bases: 64, window_size: 16}
+    attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("lavo"))
     # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary)
     positions: Literal["auto", "sinusoidal", "none"] = "auto"
     ce_chunk_size: int = 0  # rows per cross-entropy chunk (0: as many as fit 32M fp32 logits)
+    vocab_size: int = 0  # from data.tokenizer (LMRecipe.resolve); saved with the run so eval needs no data
+
+    def __post_init__(self) -> None:
+        self.attention.check("causal", "model.attention")
 
 
 @dataclass
@@ -49,14 +53,16 @@ class LMState:
 class TransformerLM(nn.Module):
     """Token embedding (x sqrt(D), + sinusoidal positions) -> num_layers pre-LN blocks -> LayerNorm -> tied head."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        if cfg.vocab_size < 1:
+            raise ValueError("model.vocab_size is unset: resolve the config first (LMRecipe.resolve(cfg))")
+        vocab_size = cfg.vocab_size
         self.cfg = cfg
         self.embed_scale = math.sqrt(cfg.embed_dim)
         self.embed_tokens = nn.Embedding(vocab_size, cfg.embed_dim)  # also the output projection (tied)
         self.blocks = nn.ModuleList(
-            PreLNDecoderBlock(build_attention(cfg.attention, cfg.embed_dim, cfg.num_heads, "causal",
-                                              **cfg.attention_options), cfg.ffn_dim, cfg.dropout)
+            PreLNDecoderBlock(cfg.attention.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
             for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.embed_dim)
         self.dropout = nn.Dropout(cfg.dropout)

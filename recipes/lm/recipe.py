@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -12,27 +12,20 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from lavo_zoo.config import RunConfig
+from lavo_zoo.config import EvalConfig, RunConfig
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.recipes import Recipe, register_recipe
-from lavo_zoo.recipes.lm.data import TokenBlocks, builtin_corpus, load_tokens
+from lavo_zoo.recipes.base import check_dataset
+from lavo_zoo.recipes.lm.data import DataConfig, TokenBlocks, builtin_corpus, load_tokens, write_builtin_corpus
 from lavo_zoo.recipes.lm.model import ModelConfig, TransformerLM
 from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
 
 
 @dataclass
-class DataConfig:
-    path: str | None = None  # a PG-19-layout folder; unset: the built-in corpus (Python standard library sources)
-    tokenizer: Literal["gpt2", "bytes"] = "gpt2"
-    block_size: int = 8192  # training context length L
-    cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
-
-
-@dataclass
-class EvalConfig:
-    batch_size: int = 0  # blocks per batch at length L (0: train.batch_size); longer contexts use fewer
+class LMEvalConfig(EvalConfig):
+    # batch_size (shared): blocks per batch at length L (0: train.batch_size); longer contexts use fewer
     length_factors: list[float] = field(default_factory=lambda: [1.0])  # score at round(L * f) (e.g. [1,2,4,8])
     max_tokens: int = 0  # tokens scored per length (0: the whole split), the same tokens at every length
     stream: bool = False  # also stream the split through the recurrent state, with per-position-bucket ppl
@@ -42,61 +35,80 @@ class EvalConfig:
 
 
 @dataclass
-class LMRunConfig(RunConfig):
+class LMConfig(RunConfig):
     recipe: str = "lm"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: LMEvalConfig = field(default_factory=LMEvalConfig)
 
 
-def split_tokens(cfg: LMRunConfig, split: str) -> np.ndarray:
+def split_tokens(cfg: LMConfig, split: str) -> np.ndarray:
     """The token stream of ``split`` (memory-mapped), from ``data.path`` or the built-in corpus."""
     cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else None
     root = Path(cfg.data.path).expanduser() if cfg.data.path else builtin_corpus(cache / "builtin" if cache else None)
-    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None)
+    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None,
+                       skip_bad_files=cfg.data.skip_bad_files)
 
 
 @register_recipe("lm")
-class LanguageModelling(Recipe):
+class LMRecipe(Recipe):
     description = "GPT-2 decoder on PG-19: perplexity at and beyond the training length, streaming, generation"
-    config_class = LMRunConfig
-    evaluator = "perplexity"
+    config_class = LMConfig
+    tiny_config = "lm/tiny-lavo"
+    evaluator = "perplexity_table"  # ppl@<length> (and ppl@stream, ppl@ctx:<lo>-<hi> with eval.stream)
+    commands: ClassVar[dict[str, str]] = {"generate": "lavo_zoo.recipes.lm.cli:generate",
+                                          "throughput": "lavo_zoo.recipes.lm.cli:throughput"}
 
-    def build_model(self, cfg: LMRunConfig) -> nn.Module:
-        return TransformerLM(cfg.model, get_tokenizer(cfg.data.tokenizer).vocab_size)
+    def resolve(self, cfg: LMConfig) -> LMConfig:
+        """``model.vocab_size`` from ``data.tokenizer``."""
+        cfg.model.vocab_size = get_tokenizer(cfg.data.tokenizer).vocab_size
+        return cfg
 
-    def build_dataset(self, cfg: LMRunConfig, split: str) -> Dataset:
-        return TokenBlocks(split_tokens(cfg, split), cfg.data.block_size)
+    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
+        """The built-in corpus in the PG-19 layout (``size``: at most that many books)."""
+        check_dataset(self.name, dataset, ("builtin",))
+        return write_builtin_corpus(out, max_books=size)
+
+    def build_model(self, cfg: LMConfig) -> nn.Module:
+        return TransformerLM(cfg.model)
+
+    def build_dataset(self, cfg: LMConfig, split: str) -> Dataset:
+        return TokenBlocks(split_tokens(cfg, self.check_split(split)), cfg.data.block_size)
 
     def training_loss(self, model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         nll = model(batch[:, :-1], batch[:, 1:])  # batch [B, T+1] -> nll [B, T]
         return nll.mean(), {}
 
-    def predict(self, model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return model(batch[:, :-1], batch[:, 1:]), None  # per-token NLL [B, T]
+    def predict(self, model: nn.Module, batch: torch.Tensor) -> tuple[dict[str, torch.Tensor], None]:
+        """({"<T>": per-token NLL [B, T]}, None): the table's group is the context length."""
+        return {str(batch.shape[1] - 1): model(batch[:, :-1], batch[:, 1:])}, None
 
-    def eval_batch_size(self, cfg: LMRunConfig) -> int:
-        return cfg.eval.batch_size or cfg.train.batch_size
+    def validation_step(self, model: nn.Module, batch: torch.Tensor
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
+        """One forward pass: the mean NLL is the loss, the per-token NLL the perplexity's input."""
+        predictions, targets = self.predict(model, batch)
+        (nll,) = predictions.values()
+        return nll.mean(), predictions, targets
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, cfg: LMRunConfig, split: str, device: torch.device,
-                 max_batches: int | None = None, batches: Any = None) -> Evaluator:
+    def evaluate(self, model: nn.Module, cfg: LMConfig, split: str, device: torch.device,
+                 max_batches: int | None = None) -> Evaluator:
         """Perplexity at every length in ``eval.length_factors`` (``ppl@<length>``, the same tokens at each) and,
         with ``eval.stream``, over the streamed split (``ppl@stream`` and ``ppl@ctx:<lo>-<hi>`` per bucket of
-        context length). ``max_batches`` caps the blocks scored at length L to ``max_batches`` batches."""
-        if batches is not None:
-            return super().evaluate(model, cfg, split, device, max_batches, batches)
+        context length). ``max_batches`` caps the tokens scored at ``max_batches`` batches of length L (at least one
+        block of the longest length)."""
         was_training = model.training
         model.eval()
-        table = PerplexityTable()
-        tokens = split_tokens(cfg, split)
+        table = self.build_evaluator(cfg)
+        tokens = split_tokens(cfg, self.check_split(split))
         L, batch_size = cfg.data.block_size, self.eval_batch_size(cfg)
         lengths = [round(L * f) for f in cfg.eval.length_factors]
         if (not lengths and not cfg.eval.stream) or min(lengths, default=1) < 1:
             raise UsageError(f"eval.length_factors must be positive numbers (or empty with eval.stream=true), "
                              f"got {cfg.eval.length_factors}")
         if lengths:
-            limits = (tokens.size - 1, cfg.eval.max_tokens, (max_batches or 0) * batch_size * L)
+            capped = max(max_batches * batch_size * L, max(lengths)) if max_batches else 0  # >= 1 longest block
+            limits = (tokens.size - 1, cfg.eval.max_tokens, capped)
             length_perplexity(model, tokens, table, lengths, tokens_per_batch=batch_size * L,
                               max_tokens=min(x for x in limits if x), device=device)
         if cfg.eval.stream:
@@ -121,7 +133,7 @@ def length_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTab
         blocks = TokenBlocks(tokens, length, max_tokens=scored)
         for batch in DataLoader(blocks, batch_size=max(1, tokens_per_batch // length)):
             batch = batch.to(device)  # [b, length + 1]
-            table.update(model(batch[:, :-1], batch[:, 1:]), str(length))
+            table.update({str(length): model(batch[:, :-1], batch[:, 1:])})
 
 
 def bucket_edges(first: int, total: int) -> list[int]:
@@ -151,11 +163,11 @@ def stream_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTab
     for start in tqdm(range(0, n, chunk), desc="streaming", unit="chunk", disable=None, file=sys.stderr):
         block = torch.from_numpy(tokens[start:min(start + chunk, n) + 1].astype(np.int64))[None].to(device)  # [1, t+1]
         nll, state = model(block[:, :-1], block[:, 1:], state=state, return_state=True)  # [1, t]
-        table.update(nll, "stream")
+        table.update({"stream": nll})
         context = torch.arange(start + 1, start + 1 + nll.shape[1])  # [t] tokens seen when predicting each target
         bucket = torch.bucketize(context, edges, right=False) - 1  # context in (edges[b], edges[b+1]]
         for b in bucket.unique().tolist():
-            table.update(nll[0, (bucket == b).to(nll.device)], names[b])
+            table.update({names[b]: nll[0, (bucket == b).to(nll.device)]})
 
 
 def plot_perplexity(metrics: dict[str, float], path: Path) -> None:

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import ClassVar
 
@@ -88,7 +88,7 @@ def _gpt2_encoding():
 TOKENIZERS: dict[str, type[Tokenizer]] = {"gpt2": GPT2Tokenizer, "bytes": ByteTokenizer}
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_tokenizer(name: str) -> Tokenizer:
     """The tokenizer called ``name`` (one of :data:`TOKENIZERS`), built once per process."""
     if name not in TOKENIZERS:

@@ -11,7 +11,7 @@ that their first window's input reaches back into the previous split):
 from __future__ import annotations
 
 import re
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -20,14 +20,17 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
+from lavo_zoo.recipes.base import SPLITS
 
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
-SPLITS = ("train", "validation", "test")
+# `lavo-zoo data time_series/<name>`: (freq, file name, rows of the real file)
+BUILTIN_DATASETS = {"etth1": ("h", "ETTh1.csv", 17420), "ettm1": ("t", "ETTm1.csv", 69680)}
 
 
 @dataclass
-class ForecastDataConfig:
+class DataConfig:
     """Where the series comes from and how windows are cut (Informer's data arguments)."""
 
     path: str | None = None  # CSV with a 'date' column; None = the built-in generated ETT-like table
@@ -73,15 +76,20 @@ def time_features(dates: pd.DatetimeIndex, freq: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- built-in table
+def generate_step(freq: str) -> pd.Timedelta:
+    """The fixed time step of the built-in table for ``data.freq``."""
+    try:
+        return pd.Timedelta(pd.tseries.frequencies.to_offset({"t": "15min"}.get(freq, freq)))
+    except ValueError:
+        raise ConfigError(f"the built-in data is generated at a fixed step; data.freq '{freq}' is not one "
+                          "(use s, t, h, d or a multiple such as 15min), or give data.path=FILE") from None
+
+
 def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
     """An ETT-layout table (date, HUFL, HULL, MUFL, MULL, LUFL, LULL, OT) of synthetic transformer loads: daily,
     weekly and yearly cycles, a slow trend and AR(1) noise; the oil temperature OT follows a smoothed load plus
     the season. Deterministic for a given ``seed``."""
-    try:
-        step = pd.Timedelta(pd.tseries.frequencies.to_offset({"t": "15min"}.get(freq, freq)))
-    except ValueError:
-        raise ConfigError(f"the built-in data is generated at a fixed step; data.freq '{freq}' is not one "
-                          "(use s, t, h, d or a multiple such as 15min), or give data.path=FILE") from None
+    step = generate_step(freq)
     dates = pd.date_range("2016-07-01", periods=rows, freq=step)
     rng = np.random.default_rng(seed)
     hours = np.arange(rows) * (step / pd.Timedelta(hours=1))  # [N]
@@ -106,6 +114,9 @@ def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------------------------------- reading
 def _read_csv(path: Path) -> pd.DataFrame:
+    if path.is_dir():
+        raise DataError(f"data.path {path} is a directory; set data.path=FILE to a CSV file with a 'date' column "
+                        "(e.g. a file inside it), or data.path=null for the built-in data")
     if not path.is_file():
         raise DataError(f"data.path {path} does not exist (relative paths start at the working directory); set "
                         "data.path=FILE to a CSV with a 'date' column, or data.path=null for the built-in data")
@@ -125,7 +136,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     return table
 
 
-def _select(table: pd.DataFrame, cfg: ForecastDataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
+def _select(table: pd.DataFrame, cfg: DataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
     """The value columns in Informer's order (others, then the target) for the feature mode."""
     columns = [c for c in table.columns if c != "date"]
     if cfg.target not in columns:
@@ -142,6 +153,11 @@ def _select(table: pd.DataFrame, cfg: ForecastDataConfig, source: str) -> tuple[
         row, col = map(int, np.argwhere(bad)[0])
         raise DataError(f"{source}: column '{columns[col]}' has a missing or non-numeric value "
                         f"{table[columns[col]].iloc[row]!r} on line {row + 2}")
+    infinite = ~np.isfinite(values.to_numpy(np.float64))
+    if infinite.any():
+        row, col = map(int, np.argwhere(infinite)[0])
+        raise DataError(f"{source}: column '{columns[col]}' has the non-finite value "
+                        f"{table[columns[col]].iloc[row]!r} on line {row + 2}; every value must be a finite number")
     return values, [str(c) for c in columns]
 
 
@@ -173,18 +189,33 @@ class PreparedSeries:
     borders: dict[str, tuple[int, int]]
 
 
-_CACHE: dict[tuple, PreparedSeries] = {}
-
-
-def resolve_split(cfg: ForecastDataConfig) -> str:
+def resolve_split(cfg: DataConfig) -> str:
     if cfg.split != "auto":
         return cfg.split
     name = Path(cfg.path).name.lower() if cfg.path else ""
     return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
 
 
-def prepare(cfg: ForecastDataConfig) -> PreparedSeries:
-    """Read (or generate), select, check and standardise the series; cached per config and file version."""
+def builtin_table(cfg: DataConfig) -> Path:
+    """The built-in table as an ETT-layout CSV in the project's built-in data cache (generated once per
+    ``builtin_rows`` / ``freq`` / ``builtin_seed``), read back through the same reader as a real file."""
+    fingerprint = {"rows": cfg.builtin_rows, "freq": cfg.freq, "seed": cfg.builtin_seed, "format": 1}
+
+    def write(out: Path) -> None:
+        write_table(generate_ett(cfg.builtin_rows, cfg.freq, cfg.builtin_seed), out / "table.csv")
+
+    return builtin_dataset("time_series", "ett", fingerprint, write) / "table.csv"
+
+
+def write_table(table: pd.DataFrame, path: Path) -> Path:
+    """``table`` (a 'date' column and value columns) as a CSV in the ETT layout, values at full precision."""
+    table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+    table.to_csv(path, index=False, float_format="%.17g")
+    return path
+
+
+def prepare(cfg: DataConfig) -> PreparedSeries:
+    """Read (the built-in table: generate once, then read), select, check and standardise the series."""
     for key in ("seq_len", "label_len", "pred_len"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"data.{key} must be >= 1, got {getattr(cfg, key)}")
@@ -192,19 +223,13 @@ def prepare(cfg: ForecastDataConfig) -> PreparedSeries:
         raise ConfigError(f"data.label_len ({cfg.label_len}) must not exceed data.seq_len ({cfg.seq_len}): the "
                           "decoder's start token is the end of the encoder input")
     _features_for(cfg.freq)
-    path = Path(cfg.path).expanduser() if cfg.path else None
-    stat = path.stat() if path is not None and path.is_file() else None
-    key = (astuple(cfg), stat and (stat.st_mtime_ns, stat.st_size))
-    if key not in _CACHE:
-        if len(_CACHE) >= 4:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = _prepare(cfg, path)
-    return _CACHE[key]
-
-
-def _prepare(cfg: ForecastDataConfig, path: Path | None) -> PreparedSeries:
-    source = str(path) if path else "the built-in data"
-    table = _read_csv(path) if path else generate_ett(cfg.builtin_rows, cfg.freq, cfg.builtin_seed)
+    if cfg.path:
+        path = Path(cfg.path).expanduser()
+        source = str(path)
+    else:
+        generate_step(cfg.freq)  # a clear error for a frequency the generator cannot produce, before any file
+        path, source = builtin_table(cfg), "the built-in data"
+    table = _read_csv(path)
     values, columns = _select(table, cfg, source)
     borders = split_borders(len(table), resolve_split(cfg), cfg.seq_len)
     window = cfg.seq_len + cfg.pred_len
@@ -225,8 +250,6 @@ class ForecastWindows(Dataset):
     [i+seq_len-label_len, i+seq_len+pred_len) (start token + horizon), as Informer's ``__getitem__``."""
 
     def __init__(self, series: PreparedSeries, split: str, seq_len: int, label_len: int, pred_len: int) -> None:
-        if split not in series.borders:
-            raise ValueError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
         b1, b2 = series.borders[split]
         self.values = torch.from_numpy(series.values[b1:b2])  # [n, C]
         self.stamps = torch.from_numpy(series.stamps[b1:b2])  # [n, F]

@@ -6,49 +6,62 @@ followed by zero placeholders, and a linear projection to the output channels.
 Deliberate differences from the reference: the distilling convolution pads by 1 on every torch version (the
 reference's string compare of ``torch.__version__`` pads by 2 on torch >= 1.10), and there is no "mix" reshape of
 the decoder self-attention's heads (it lets later positions leak into earlier ones).
+
+Its layers are the shared post-LN blocks of :mod:`lavo_zoo.nn.transformer` (``EncoderBlock``; a
+``TransformerDecoder`` whose final LayerNorm is the decoder norm), which are Informer's layers: LN(x + Dropout(
+Attention(x))), then LN(x + Dropout(FFN(x))) with FFN = Linear, activation, dropout, Linear (its kernel-1
+convolutions). Only the distilling between encoder layers is Informer's own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import Attention, build_attention
+from lavo_zoo.attention import AttentionSpec, SiteAttention
 from lavo_zoo.nn.position import sinusoidal_positions
+from lavo_zoo.nn.transformer import EncoderBlock, TransformerDecoder
+
+
+def informer_attention() -> SiteAttention:
+    """Informer's attention: ProbSparse (factor 5) self-attention in encoder and decoder, full cross attention."""
+    return SiteAttention(encoder_self=AttentionSpec("probsparse", {"factor": 5}),
+                         decoder_self=AttentionSpec("probsparse", {"factor": 5}), cross=AttentionSpec("sdpa"))
 
 
 @dataclass
-class InformerConfig:
-    """Informer's model arguments (defaults: the reference's ``main_informer.py``)."""
+class ModelConfig:
+    """Informer's model arguments (defaults: the reference's ``main_informer.py``; its d_model, n_heads, e_layers,
+    d_layers, ffn_dim are embed_dim, num_heads, encoder_layers, decoder_layers, ffn_dim here)."""
 
-    d_model: int = 512
-    n_heads: int = 8
-    e_layers: int = 2
-    d_layers: int = 1
-    d_ff: int = 2048
+    embed_dim: int = 512
+    num_heads: int = 8
+    encoder_layers: int = 2
+    decoder_layers: int = 1
+    ffn_dim: int = 2048
     dropout: float = 0.05
     activation: Literal["gelu", "relu"] = "gelu"
     distil: bool = True
-    # encoder self-attention (noncausal) and decoder masked self-attention (causal); "sdpa" = Informer's attn=full
-    self_attention: str = "probsparse"
-    self_attention_options: dict[str, Any] = field(default_factory=lambda: {"factor": 5})
-    # decoder cross attention over the encoder output: any registry attention supporting pattern "cross"
-    cross_attention: str = "sdpa"
-    cross_attention_options: dict[str, Any] = field(default_factory=dict)
+    # per site: encoder_self (noncausal), decoder_self (causal), cross; "sdpa" is Informer's attn=full
+    attention: SiteAttention = field(default_factory=informer_attention)
+    # sizes from the data (TimeSeriesRecipe.resolve), saved with the run so eval needs no CSV; 0 = unresolved
+    channels: int = 0  # input series (Informer's enc_in / dec_in)
+    out_channels: int = 0  # forecast series (c_out: 1 for features=MS, else channels)
+    time_features: int = 0  # timeF calendar features of data.freq
 
 
 class DataEmbedding(nn.Module):
     """Value (circular conv, kernel 3) + timeF (linear) + sinusoidal position embedding, then dropout."""
 
-    def __init__(self, channels: int, time_features: int, d_model: int, max_len: int, dropout: float) -> None:
+    def __init__(self, channels: int, time_features: int, embed_dim: int, max_len: int, dropout: float) -> None:
         super().__init__()
-        self.value = nn.Conv1d(channels, d_model, kernel_size=3, padding=1, padding_mode="circular")
+        self.value = nn.Conv1d(channels, embed_dim, kernel_size=3, padding=1, padding_mode="circular")
         nn.init.kaiming_normal_(self.value.weight, mode="fan_in", nonlinearity="leaky_relu")
-        self.time = nn.Linear(time_features, d_model)
-        self.register_buffer("positions", sinusoidal_positions(max_len, d_model), persistent=False)  # [max_len, D]
+        self.time = nn.Linear(time_features, embed_dim)
+        self.register_buffer("positions", sinusoidal_positions(max_len, embed_dim), persistent=False)  # [max_len, D]
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, x_mark: torch.Tensor) -> torch.Tensor:
@@ -57,40 +70,13 @@ class DataEmbedding(nn.Module):
         return self.dropout(value + self.positions[:x.shape[1]] + self.time(x_mark))
 
 
-class FeedForward(nn.Module):
-    """Informer's position-wise feed-forward (its two kernel-1 convolutions are linear layers)."""
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
-        super().__init__()
-        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = F.gelu if activation == "gelu" else F.relu
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.down(self.dropout(self.activation(self.up(x)))))
-
-
-class EncoderLayer(nn.Module):
-    def __init__(self, attention: Attention, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
-        super().__init__()
-        self.attention = attention
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, L, D] -> [B, L, D] (post-norm, as the reference)."""
-        x = self.norm1(x + self.dropout(self.attention(x)))
-        return self.norm2(x + self.ff(x))
-
-
 class DistilLayer(nn.Module):
     """Self-attention distilling: circular conv (kernel 3), batch norm, ELU, max-pool (stride 2) halves the length."""
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, embed_dim: int) -> None:
         super().__init__()
-        self.conv = nn.Conv1d(d_model, d_model, kernel_size=3, padding=1, padding_mode="circular")
-        self.norm = nn.BatchNorm1d(d_model)
+        self.conv = nn.Conv1d(embed_dim, embed_dim, kernel_size=3, padding=1, padding_mode="circular")
+        self.norm = nn.BatchNorm1d(embed_dim)
         self.pool = nn.MaxPool1d(kernel_size=3, stride=2, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,46 +84,27 @@ class DistilLayer(nn.Module):
         return self.pool(F.elu(self.norm(self.conv(x.transpose(1, 2))))).transpose(1, 2)
 
 
-class DecoderLayer(nn.Module):
-    def __init__(self, self_attention: Attention, cross_attention: Attention, d_model: int, d_ff: int,
-                 dropout: float, activation: str) -> None:
-        super().__init__()
-        self.self_attention, self.cross_attention = self_attention, cross_attention
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """x [B, Ld, D], memory (encoder output) [B, Le, D] -> [B, Ld, D]."""
-        x = self.norm1(x + self.dropout(self.self_attention(x)))
-        x = self.norm2(x + self.dropout(self.cross_attention(x, context=memory)))
-        return self.norm3(x + self.ff(x))
-
-
 class Informer(nn.Module):
     """Encoder-decoder forecaster: (history, its time features, start token, decoder time features) -> horizon."""
 
-    def __init__(self, cfg: InformerConfig, enc_in: int, c_out: int, time_features: int, seq_len: int,
-                 label_len: int, pred_len: int) -> None:
+    def __init__(self, cfg: ModelConfig, seq_len: int, label_len: int, pred_len: int) -> None:
         super().__init__()
-        self.label_len, self.pred_len, self.c_out = label_len, pred_len, c_out
-        d, drop, act = cfg.d_model, cfg.dropout, cfg.activation
-
-        def attention(pattern: str) -> Attention:
-            name, options = ((cfg.cross_attention, cfg.cross_attention_options) if pattern == "cross"
-                             else (cfg.self_attention, cfg.self_attention_options))
-            return build_attention(name, d, cfg.n_heads, pattern, **options)
-
-        self.enc_embedding = DataEmbedding(enc_in, time_features, d, seq_len, drop)
-        self.dec_embedding = DataEmbedding(enc_in, time_features, d, label_len + pred_len, drop)
-        self.encoder = nn.ModuleList(EncoderLayer(attention("noncausal"), d, cfg.d_ff, drop, act)
-                                     for _ in range(cfg.e_layers))
-        self.distil = nn.ModuleList(DistilLayer(d) for _ in range(cfg.e_layers - 1)) if cfg.distil else None
+        if min(cfg.channels, cfg.out_channels, cfg.time_features) < 1:
+            raise ValueError("model.channels / out_channels / time_features are unset: resolve the config first "
+                             "(TimeSeriesRecipe.resolve(cfg))")
+        self.label_len, self.pred_len, self.c_out = label_len, pred_len, cfg.out_channels
+        d, drop, act, ffn = cfg.embed_dim, cfg.dropout, cfg.activation, cfg.ffn_dim
+        self.enc_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, seq_len, drop)
+        self.dec_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, label_len + pred_len, drop)
+        self.encoder = nn.ModuleList(EncoderBlock(cfg.attention.build("encoder_self", d, cfg.num_heads), ffn, drop,
+                                                  act, norm_first=False) for _ in range(cfg.encoder_layers))
+        self.distil = nn.ModuleList(DistilLayer(d) for _ in range(cfg.encoder_layers - 1)) if cfg.distil else None
         self.enc_norm = nn.LayerNorm(d)
-        self.decoder = nn.ModuleList(DecoderLayer(attention("causal"), attention("cross"), d, cfg.d_ff, drop, act)
-                                     for _ in range(cfg.d_layers))
-        self.dec_norm = nn.LayerNorm(d)
-        self.projection = nn.Linear(d, c_out)
+        # post-LN decoder blocks; the stack's final LayerNorm is Informer's decoder norm
+        self.decoder = TransformerDecoder(cfg.decoder_layers, d, cfg.num_heads, ffn, cfg.attention.decoder_self,
+                                          cfg.attention.cross, drop, activation=act, norm_first=False,
+                                          final_norm=True)
+        self.projection = nn.Linear(d, cfg.out_channels)
 
     def encode(self, x: torch.Tensor, x_mark: torch.Tensor) -> torch.Tensor:
         """x [B, seq_len, C], x_mark [B, seq_len, F] -> [B, Le, D] (Le = seq_len halved per distilling step)."""
@@ -155,6 +122,4 @@ class Informer(nn.Module):
         memory = self.encode(x, x_mark)
         placeholder = y_start.new_zeros(y_start.shape[0], self.pred_len, y_start.shape[2])  # [B, pred_len, C]
         h = self.dec_embedding(torch.cat([y_start, placeholder], dim=1), y_mark)  # [B, label+pred, D]
-        for layer in self.decoder:
-            h = layer(h, memory)
-        return self.projection(self.dec_norm(h))[:, -self.pred_len:]
+        return self.projection(self.decoder(h, memory))[:, -self.pred_len:]

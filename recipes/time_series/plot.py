@@ -1,10 +1,7 @@
-"""Forecast against truth for a few windows of a split, as a PNG (matplotlib, Agg backend)::
-
-    python -m lavo_zoo.recipes.time_series.plot runs/x/checkpoints/last --out forecast.png --split test --windows 4
-"""
+"""Forecast against truth for a few windows of a split, as a PNG (matplotlib, Agg backend); the command is
+``lavo-zoo forecast-plot`` (:mod:`lavo_zoo.recipes.time_series.cli`)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -58,26 +55,3 @@ def plot_forecasts(history: np.ndarray, truth: np.ndarray, forecast: np.ndarray,
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def main(argv: list[str] | None = None) -> Path:
-    from lavo_zoo.engine.checkpoint import load_model
-
-    parser = argparse.ArgumentParser(description="Plot forecast against truth for a time_series checkpoint.")
-    parser.add_argument("checkpoint", help="checkpoint directory (e.g. runs/x/checkpoints/last)")
-    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. data.path=FILE")
-    parser.add_argument("--out", default="forecast.png", help="PNG file to write")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--windows", type=int, default=4, help="number of evenly spaced windows")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args(argv)
-    recipe, cfg, model, _ = load_model(args.checkpoint, args.device, args.overrides)
-    history, truth, forecast, indices = forecast_windows(recipe, model, cfg, args.split, args.windows, args.device)
-    path = plot_forecasts(history, truth, forecast, args.out, [f"{args.split} window {i}" for i in indices],
-                          title=f"{args.checkpoint}: {cfg.data.path or 'built-in data'}")
-    print(f"wrote {path}")
-    return path
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,5 @@
-"""Repeated runs (Informer's ``--itr``): train and test one config with N seeds, report mean and spread::
-
-    python -m lavo_zoo.recipes.time_series.repeats time_series/etth1-lavo --repeats 3 --out runs/etth1-lavo \\
-        data.path=../shared/data/ETT-small/ETTh1.csv
+"""Repeated runs (Informer's ``--itr``): train and test one config with N seeds, report mean and spread
+(``lavo-zoo repeats``, :mod:`lavo_zoo.recipes.time_series.cli`).
 
 Writes ``OUT/seed-S/`` (each training run), ``OUT/seed-S.test.json`` (its results JSON) and ``OUT/summary.json``:
 per metric the mean, the sample standard deviation and the values, plus training seconds per step and per epoch
@@ -9,7 +7,6 @@ per metric the mean, the sample standard deviation and the values, plus training
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -41,6 +38,7 @@ def summarize(results: list[dict[str, Any]], times: list[dict[str, float]]) -> d
 
 def run_repeats(config: str, repeats: int, out: Path, overrides: list[str], seed: int = 1,
                 max_test_batches: int | None = None) -> dict[str, Any]:
+    """Train and test ``config`` with seeds ``seed .. seed + repeats - 1`` under ``out``; writes summary.json."""
     from lavo_zoo.config import resolve_config
 
     recipe, cfg = resolve_config(config, overrides)
@@ -62,22 +60,3 @@ def run_repeats(config: str, repeats: int, out: Path, overrides: list[str], seed
                "steps_per_epoch": steps_per_epoch, "test": summarize(results, times)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description="Train and test a time_series config with several seeds.")
-    parser.add_argument("config", help="a <domain>/<name> config or a YAML path")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value config overrides")
-    parser.add_argument("--repeats", type=int, default=3, help="number of seeds (Informer's --itr)")
-    parser.add_argument("--seed", type=int, default=1, help="first seed; run i uses seed + i")
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--max-test-batches", type=int, default=None, help="score only the first N test batches")
-    args = parser.parse_intermixed_args(argv)
-    summary = run_repeats(args.config, args.repeats, args.out, args.overrides, args.seed, args.max_test_batches)
-    for name, s in summary["test"].items():
-        print(f"{name:<12} {s['mean']:.4f} +- {s['std']:.4f}  ({len(s['values'])} runs)")
-    return summary
-
-
-if __name__ == "__main__":
-    main()

@@ -12,8 +12,6 @@ from lavo_zoo.attention import attention_class, build_attention
 from lavo_zoo.attention.nystromformer import iterative_pinv
 from lavo_zoo.attention.performer import orthogonal_gaussian
 from lavo_zoo.attention.reference_baselines import (
-
-
     REFERENCES,
     s4d_kernel_reference,
     softmax_attention,

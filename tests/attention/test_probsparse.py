@@ -68,3 +68,33 @@ def test_training_gradients_are_finite() -> None:
         attn(x).square().mean().backward()
         assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
         assert all(torch.isfinite(p.grad).all() for p in attn.parameters())
+
+
+def _causal_active_loop(score: torch.Tensor, n_top: int) -> torch.Tensor:
+    """Slow reference: query t is active when fewer than n_top of scores 0..t-1 are strictly larger."""
+    B, H, L = score.shape
+    out = torch.zeros(B, H, L, dtype=torch.bool)
+    for t in range(L):
+        out[..., t] = (score[..., :t] > score[..., t:t + 1]).sum(-1) < n_top
+    return out
+
+
+@pytest.mark.parametrize("n_top, block", [(1, 7), (5, 4), (5, 256), (40, 16)])
+def test_blocked_causal_selection_matches_the_per_query_definition(n_top: int, block: int) -> None:
+    from lavo_zoo.attention.probsparse import _causal_active
+    score = torch.randn(2, 3, 97)
+    score[0, 0, 50:60] = score[0, 0, 10]  # ties: an equal earlier score does not count against a query
+    torch.testing.assert_close(_causal_active(score, n_top, block), _causal_active_loop(score, n_top), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("keys", [70, 700])  # both forms: matmul (Lk <= 64 U) and gathered keys
+def test_sparsity_measurement_matches_brute_force(keys: int) -> None:
+    from lavo_zoo.attention.probsparse import ProbSparseAttention
+    q, k = torch.randn(2, 3, 50, 8, dtype=torch.float64), torch.randn(2, 3, keys, 8, dtype=torch.float64)
+    idx = torch.randint(keys, (50, 9))
+    got = ProbSparseAttention._sparsity(q, k, idx)
+    ref = torch.empty(2, 3, 50, dtype=torch.float64)
+    for i in range(50):
+        s = torch.stack([(q[:, :, i] * k[:, :, j]).sum(-1) for j in idx[i].tolist()], -1)  # [2, 3, U]
+        ref[:, :, i] = s.max(-1).values - s.mean(-1)
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)

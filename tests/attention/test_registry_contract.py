@@ -1,4 +1,5 @@
-"""The attention contract (DESIGN.md), checked for EVERY registered mechanism and each pattern it declares.
+"""The attention contract (zoo/attention/base.py, docs/architecture.md), checked for EVERY registered mechanism
+and each pattern it declares.
 
 A new mechanism is tested here for free by registering it. Each mechanism is built from embed_dim/num_heads/pattern
 only (its defaults are the paper's). Exactness checks run in float64 on fresh random inputs (a new seed per test).

@@ -43,7 +43,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+    def do_HEAD(self) -> None:
         """What huggingface_hub asks first: size, commit and ETag (the sha256, as the Hub gives for LFS files)."""
         data = self.server.state.files.get(self.path)  # type: ignore[attr-defined]
         if data is None:
@@ -55,7 +55,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", f'"{sha256(data)}"')
         self.end_headers()
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         state: FileServer = self.server.state  # type: ignore[attr-defined]
         wanted = self.headers.get("Range")
         state.requests.append((self.path, wanted))

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from collections.abc import Iterator
 
 import pytest
-from ckpt_testing import FileServer, Handler, make_checkpoint
+
+from tests.checkpoints.ckpt_testing import FileServer, Handler, make_checkpoint
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ckpt_testing import DATA, FileServer, sha256
 
 from lavo_zoo.checkpoints import resolve_checkpoint
 from lavo_zoo.checkpoints.archive import pack_checkpoint
@@ -15,6 +14,7 @@ from lavo_zoo.checkpoints.cache import list_entries
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
 from lavo_zoo.errors import CheckpointError
+from tests.checkpoints.ckpt_testing import DATA, FileServer, sha256
 
 DIGEST = sha256(DATA)
 

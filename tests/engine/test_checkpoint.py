@@ -1,16 +1,16 @@
 """Loading refuses missing, corrupt, truncated and mismatched checkpoints, naming the file and the reason;
-``lavo-zoo eval`` writes the results JSON of DESIGN.md."""
+``lavo-zoo eval`` writes the results JSON of docs/architecture.md."""
 import json
 
 import pytest
 import torch
 import yaml
 
-from engine_testing import TOY, run_cli
 from lavo_zoo.cli import main
 from lavo_zoo.config import resolve_config
 from lavo_zoo.engine.checkpoint import load_model, save_checkpoint
 from lavo_zoo.errors import CheckpointError
+from tests.engine.engine_testing import TOY, run_cli
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def checkpoint(tmp_path):
 
 def test_round_trip_rebuilds_the_model_from_its_config(checkpoint):
     path, model = checkpoint
-    recipe, cfg, loaded, meta = load_model(path)
+    recipe, _, loaded, meta = load_model(path)
     assert recipe.name == "toy" and meta["step"] == 3 and not loaded.training
     for (k, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), k

@@ -66,7 +66,7 @@ def test_nan_loss_exits_1_and_debug_shows_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "training loss is nan at step 1" in err and "Traceback" not in err
     assert not (tmp_path / "r" / "checkpoints").exists()
-    assert main(["--debug", *args]) == 1
+    assert main(["--debug", *args[:-1], str(tmp_path / "r2")]) == 1  # (r holds the first attempt's config.yaml)
     assert "Traceback" in capsys.readouterr().err
 
 
@@ -113,7 +113,7 @@ def test_refused_option_value_is_a_usage_error_and_a_value_error(tmp_path, capsy
     from lavo_zoo.attention import build_attention
     with pytest.raises(ValueError, match="num_bases"):
         build_attention("lavo", embed_dim=32, num_heads=4, num_bases=9)
-    args = ["train", "lm/tiny-lavo", "model.attention_options.num_bases=999", "--out", str(tmp_path / "r")]
+    args = ["train", "lm/tiny-lavo", "model.attention.num_bases=999", "--out", str(tmp_path / "r")]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "num_bases (999)" in err and "Traceback" not in err

@@ -3,11 +3,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
-
-from lavo_zoo.config import (RunConfig, apply_overrides, config_from_dict, find_config, from_dict, load_yaml,
-                             parse_override, resolve_config)
-from lavo_zoo.errors import ConfigError, UsageError
 from toy_recipe import ToyConfig
+
+from lavo_zoo.config import (
+    RunConfig,
+    apply_overrides,
+    config_from_dict,
+    find_config,
+    from_dict,
+    load_yaml,
+    parse_override,
+    resolve_config,
+)
+from lavo_zoo.errors import ConfigError, UsageError
 
 
 @dataclass

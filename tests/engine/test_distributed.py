@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_testing import RUNNER, TOY, weights
+from tests.engine.engine_testing import RUNNER, TOY, weights
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_torchrun_two_processes_train_and_write_one_checkpoint(tmp_path):
     cmd = [torchrun, "--nproc-per-node", "2", "--master-port", "0", "--rdzv-backend", "c10d",
            "--rdzv-endpoint", "127.0.0.1:0", RUNNER, "train", TOY, "train.max_steps=4", "train.save_every=4",
            "train.eval_every=0", "--out", str(out), "--device", "cpu"]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     ck = out / "checkpoints"
     assert sorted(p.name for p in ck.iterdir()) == ["last", "step-4"]

@@ -1,5 +1,5 @@
 """A run killed with SIGKILL (mid-step, mid-save) and resumed with --resume auto ends bit-identical to an
-uninterrupted run of the same seed; the files a run leaves follow DESIGN.md."""
+uninterrupted run of the same seed; the files a run leaves follow docs/architecture.md."""
 import json
 import signal
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from engine_testing import TOY, run_cli, same_weights
+from tests.engine.engine_testing import TOY, run_cli, same_weights
 
 pytestmark = pytest.mark.slow
 

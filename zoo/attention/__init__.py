@@ -1,8 +1,10 @@
 """The attention zoo: LAVO and the baselines behind one contract (see :mod:`lavo_zoo.attention.base`).
 
-Every module in this folder (except ``base``, ``reference*`` and ``_private`` ones) is imported on first use of the registry, so a new
-mechanism is one new file that decorates its class with :func:`register_attention`. Third-party packages add
-mechanisms through the ``lavo_zoo.attentions`` entry-point group.
+Every module in this folder (except ``base``, ``common``, ``spec``, ``reference*`` and ``_private`` ones) is
+imported on first use of the registry, so a new mechanism is one new file that decorates its class with
+:func:`register_attention`; the pieces mechanisms share are in ``common``.
+Third-party packages add mechanisms through the ``lavo_zoo.attentions`` entry-point group. Configs select a mechanism
+with :class:`AttentionSpec` (``lavo_zoo.attention.spec``).
 """
 from __future__ import annotations
 
@@ -12,17 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec, SiteAttention
 from lavo_zoo.errors import OptionError, UsageError, did_you_mean
 from lavo_zoo.registry import Registry
 
+
 def _is_mechanism_module(name: str) -> bool:
-    """Modules named base, reference* (test-only references) or _private are not mechanisms."""
-    return name != "base" and not name.startswith(("reference", "_"))
+    """Modules named base, common, spec, reference* (test-only references) or _private are not mechanisms."""
+    return name not in ("base", "common", "spec") and not name.startswith(("reference", "_"))
 
 
 ATTENTIONS = Registry(
     "attention", "lavo_zoo.attentions",
-    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if _is_mechanism_module(m.name)),
+    builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
+                          if _is_mechanism_module(m.name)),
 )
 
 
@@ -42,6 +47,9 @@ class AttentionInfo:
     streaming: bool
     description: str
     options: dict[str, Any]  # constructor options beyond embed_dim/num_heads/pattern, with defaults
+    # how step-by-step decoding runs each decoder pattern, e.g. ("causal:state", "cross:prefix"); see
+    # Attention.decoding: state / cache / source, or prefix = falls back to re-running the prefix
+    decoding: tuple[str, ...] = ()
 
 
 def _options(cls: type[Attention]) -> dict[str, Any]:
@@ -60,12 +68,18 @@ def attention_class(name: str) -> type[Attention]:
 def attention_info(name: str) -> AttentionInfo:
     cls = attention_class(name)
     doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
-    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, _options(cls))
+    decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
+    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, _options(cls), decoding)
 
 
-def list_attentions(pattern: str | None = None) -> list[AttentionInfo]:
-    """Registered attentions (names matching the glob ``pattern``) with their patterns and streaming support."""
-    return [attention_info(n) for n in ATTENTIONS.names(pattern)]
+def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:
+    """Registered attentions (names matching the glob ``pattern``) with their patterns and streaming support;
+    ``supports``: only those that can do this attention pattern (causal, noncausal, cross)."""
+    if supports is not None and supports not in PATTERNS:
+        raise UsageError(f"unknown attention pattern '{supports}'{did_you_mean(supports, PATTERNS)}; "
+                         f"choose one of {', '.join(PATTERNS)}")
+    infos = [attention_info(n) for n in ATTENTIONS.names(pattern)]
+    return [i for i in infos if supports is None or supports in i.patterns]
 
 
 def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "causal", **options: Any) -> Attention:
@@ -89,5 +103,5 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
         raise OptionError(f"attention '{name}': {e}") from None
 
 
-__all__ = ["ATTENTIONS", "PATTERNS", "Attention", "AttentionInfo", "attention_class", "attention_info",
-           "build_attention", "list_attentions", "register_attention"]
+__all__ = ["ATTENTIONS", "PATTERNS", "SITE_PATTERNS", "Attention", "AttentionInfo", "AttentionSpec", "SiteAttention",
+           "attention_class", "attention_info", "build_attention", "list_attentions", "register_attention"]

@@ -4,9 +4,9 @@ least ``MIN_QUERIES`` queries without attention dropout; ``LAVO_ZOO_FLEX=0`` tur
 
 The block mask is built from block indices (:func:`band_block_mask`): the band of a w-token window touches at most
 three 128-key blocks per 128-query block, so the mask is built from O(T / 128) numbers. (``create_block_mask``
-evaluates ``mask_mod`` on the whole T x T grid: 10 GB at 32K tokens, measured on an H100.) If the kernel cannot be compiled
-on this device (e.g. its shared memory is too small for a tile configuration), the fused path is switched off for
-the process with one warning and the blocked path is used.
+evaluates ``mask_mod`` on the whole T x T grid: 10 GB at 32K tokens, measured on an H100.) If the kernel cannot be
+compiled on this device (e.g. its shared memory is too small for a tile configuration), the fused path is switched
+off for the process with one warning and the blocked path is used.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one attention contract every mechanism (LAVO and the baselines) follows; see DESIGN.md.
+"""The one attention contract every mechanism (LAVO and the baselines) follows; see docs/architecture.md.
 
     attn = build_attention("lavo", embed_dim=256, num_heads=4, pattern="causal", num_bases=32, window_size=16)
     y = attn(x)                                          # x [B, T, D] -> y [B, T, D]
@@ -8,15 +8,79 @@
 
 Subclasses set ``patterns`` and ``streaming`` and implement :meth:`Attention.attend`; :meth:`Attention.forward`
 validates the inputs once, here, so every mechanism refuses bad input with the same clear messages.
+
+Incremental decoding (encoder-decoder models, one API for every mechanism and both decoder sites):
+
+    state = None                                          # causal self-attention
+    cache = cross.cross_cache(src, src_mask)              # cross attention: the source, prepared once
+    y, state = attn.step(x_t, state)                      # x_t [B, t, D], t >= 1 new positions
+    y, cache = cross.step(x_t, cache)
+    state = reorder_batch(state, index)                   # beams: index [B'] into the batch (repeats allowed)
+
+The defaults here work for every mechanism: a streaming mechanism carries its state; one without streaming
+re-runs its prefix (:class:`PrefixState`); the cross cache keeps the source and re-projects it each step
+(:class:`SourceCache`), unless the mechanism overrides :meth:`Attention.cross_cache` / :meth:`Attention.cross_step`
+(LAVO keeps its [H, r] memory, sdpa its projected keys and values). :meth:`Attention.decoding` says which.
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 PATTERNS = ("causal", "noncausal", "cross")
+
+
+def reorder_batch(obj: Any, index: torch.Tensor) -> Any:
+    """``obj`` with its batch axis re-indexed by ``index`` [B'] (int64; repeats allowed, e.g. beam expansion).
+
+    Tensors are indexed on dim 0 (every streaming state here is batch-first); an object with a ``reorder`` method
+    uses it; dataclasses, tuples, lists and dicts are walked; anything else (ints, None) is kept.
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.index_select(0, index.to(obj.device))
+    if hasattr(obj, "reorder") and callable(obj.reorder):
+        return obj.reorder(index)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _reorder_fields(obj, index)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(reorder_batch(o, index) for o in obj)
+    if isinstance(obj, dict):
+        return {k: reorder_batch(v, index) for k, v in obj.items()}
+    return obj
+
+
+def _reorder_fields(obj: Any, index: torch.Tensor) -> Any:
+    return dataclasses.replace(obj, **{f.name: reorder_batch(getattr(obj, f.name), index)
+                                       for f in dataclasses.fields(obj) if f.init})
+
+
+class StreamingState:
+    """Mixin for the dataclasses that hold decoding state: ``reorder(index)`` re-indexes the batch (dim 0 of every
+    tensor field; other fields are kept) and returns a new state."""
+
+    def reorder(self, index: torch.Tensor) -> Any:
+        return _reorder_fields(self, index)
+
+
+@dataclass
+class PrefixState(StreamingState):
+    """Causal decoding state of a mechanism without streaming: every input so far, re-run at each step."""
+
+    inputs: torch.Tensor  # [B, P, D]
+
+
+@dataclass
+class SourceCache(StreamingState):
+    """Default cross-attention cache: the source itself (re-projected at each step), and for mechanisms whose
+    queries interact (``mixes_queries``) the queries so far, re-run with each step's new ones."""
+
+    context: torch.Tensor                      # [B, S, D]
+    context_mask: torch.Tensor | None = None   # [B, S] bool, True = real token
+    queries: torch.Tensor | None = None        # [B, P, D] (mixes_queries only)
 
 
 class Attention(nn.Module):
@@ -28,6 +92,10 @@ class Attention(nn.Module):
     # False for mechanisms whose eval-mode output is not a fixed function of the valid tokens (e.g. sampled keys),
     # so that exact invariance tests (padding, streaming == full) know to use a tolerance or skip.
     deterministic: ClassVar[bool] = True
+    # Patterns in which a query's output also depends on the other queries of the call (landmarks or a top-u
+    # selection over the queries, a scale set by the number of queries): step-by-step decoding then equals
+    # re-running every prefix, not one forward over the whole target, and a teacher-forced decoder sees the future.
+    mixes_queries: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
         super().__init__()
@@ -73,14 +141,83 @@ class Attention(nn.Module):
         """Mechanism-specific computation on validated inputs; returns y or (y, state) when return_state."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------------------------------ decoding
+    @classmethod
+    def decoding(cls, pattern: str) -> str:
+        """How :meth:`step` decodes ``pattern``: 'state' (causal: a streaming state), 'cache' (cross: the source
+        prepared once), 'source' (cross: the source kept and re-projected each step), 'prefix' (falls back to
+        re-running the prefix: no streaming, or ``mixes_queries``), '' (``pattern`` is not decoded step by step)."""
+        if pattern not in ("causal", "cross") or pattern not in cls.patterns:
+            return ""
+        if pattern in cls.mixes_queries:
+            return "prefix"
+        if pattern == "causal":
+            return "state" if cls.streaming else "prefix"
+        return "cache" if cls.cross_cache is not Attention.cross_cache else "source"
+
+    def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> Any:
+        """The cross-attention cache of a source (context [B, S, D], context_mask [B, S]), computed once and used by
+        every :meth:`step`. Default: the source itself (:class:`SourceCache`); mechanisms override it to keep less."""
+        if self.pattern != "cross":
+            raise ValueError(f"cross_cache needs pattern 'cross' (this attention is '{self.pattern}')")
+        self._check(context, "context", context_mask, "context_mask")
+        return SourceCache(context, context_mask)
+
+    def cross_step(self, x: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Cross attention of new queries x [B, t, D] against the cached source -> [B, t, D] (no ``mixes_queries``).
+        Default: re-project the kept source."""
+        return self.attend(x, None, cache.context, cache.context_mask, None, False)
+
+    def step(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """Decode t >= 1 new positions x [B, t, D] -> (y [B, t, D], new state).
+
+        causal: ``state`` is None at the first step, then what the previous step returned; cross: ``state`` is
+        :meth:`cross_cache`'s result. Equals the one-pass forward at those positions (for ``mixes_queries``
+        patterns: the forward over the prefix so far)."""
+        self._check(x, "x", None, "")
+        if self.pattern == "noncausal":
+            raise ValueError("step() decodes causal self-attention or cross attention; this attention is 'noncausal'")
+        batch = self._state_batch(state)
+        if batch not in (None, x.shape[0]):
+            raise ValueError(f"state is for batch {batch}, input has batch {x.shape[0]}: decode with the state of "
+                             "this batch (after beam expansion, reorder it with reorder_batch)")
+        t = x.shape[1]
+        if self.pattern == "causal":
+            if self.decoding("causal") == "state":
+                return self(x, state=state, return_state=True)
+            if state is not None and not isinstance(state, PrefixState):
+                raise TypeError(f"state must be the PrefixState returned by step(), got {type(state).__name__}")
+            inputs = x if state is None else torch.cat([state.inputs, x], 1)  # [B, P + t, D]
+            return self(inputs)[:, inputs.shape[1] - t:], PrefixState(inputs)
+        if state is None:
+            raise ValueError("cross attention's step() needs the cache from cross_cache(context, context_mask)")
+        if "cross" in self.mixes_queries:
+            if not isinstance(state, SourceCache):
+                raise TypeError(f"state must be the SourceCache from cross_cache(), got {type(state).__name__}")
+            queries = x if state.queries is None else torch.cat([state.queries, x], 1)  # [B, P + t, D]
+            y = self(queries, context=state.context, context_mask=state.context_mask)[:, queries.shape[1] - t:]
+            return y, dataclasses.replace(state, queries=queries)
+        return self.cross_step(x, state), state
+
+    @staticmethod
+    def _state_batch(state: Any) -> int | None:
+        """Batch size of a decoding state (dim 0 of its first tensor), None when it holds no tensor."""
+        if isinstance(state, torch.Tensor):
+            return state.shape[0]
+        if dataclasses.is_dataclass(state):
+            for f in dataclasses.fields(state):
+                b = Attention._state_batch(getattr(state, f.name))
+                if b is not None:
+                    return b
+        return None
+
     def _check(self, t: torch.Tensor, name: str, mask: torch.Tensor | None, mask_name: str) -> None:
         if t.dim() != 3 or t.shape[-1] != self.embed_dim:
             raise ValueError(f"{name} must have shape [B, T, {self.embed_dim}] (embed_dim={self.embed_dim}), "
                              f"got {list(t.shape)}")
-        if mask is not None:
-            if mask.dtype != torch.bool or mask.shape != t.shape[:2]:
-                raise ValueError(f"{mask_name} must be a bool tensor of shape {list(t.shape[:2])} "
-                                 f"(True = real token), got {mask.dtype} {list(mask.shape)}")
+        if mask is not None and (mask.dtype != torch.bool or mask.shape != t.shape[:2]):
+            raise ValueError(f"{mask_name} must be a bool tensor of shape {list(t.shape[:2])} "
+                             f"(True = real token), got {mask.dtype} {list(mask.shape)}")
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, pattern={self.pattern}"

@@ -29,11 +29,12 @@ from typing import Any
 import torch
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.vanilla import ProjectedAttention
+from lavo_zoo.attention.base import StreamingState
+from lavo_zoo.attention.common import ProjectedAttention
 
 
 @dataclass
-class CosFormerState:
+class CosFormerState(StreamingState):
     """Streaming state of causal cosFormer: cos/sin-weighted prefix sums and the number of tokens seen."""
 
     s_cos: torch.Tensor  # [B, H, d, d] sum_j relu(k_j) cos(a_j) v_j^T
@@ -52,6 +53,7 @@ class CosFormerAttention(ProjectedAttention):
 
     patterns = ("causal", "noncausal", "cross")
     streaming = True
+    mixes_queries = ("cross",)  # cross reweighting horizon M = max(#queries, #keys)
     description = "cosFormer (ReLU features, cos re-weighting; causal prefix sums with a fixed horizon)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", max_length: int = 32768,
@@ -89,7 +91,7 @@ class CosFormerAttention(ProjectedAttention):
             fk = fk * key_mask[:, None, :, None].to(fk.dtype)
         if self.pattern == "causal":
             o, state = self._causal(fq, fk, v, padding_mask, state)
-            y = self.merge_heads(o)
+            y = self.output(o)
             return (y, state) if return_state else y
         pq = self.positions(padding_mask, B, T, x.device)
         pk = self.positions(key_mask, B, S, x.device)
@@ -100,7 +102,7 @@ class CosFormerAttention(ProjectedAttention):
         kc, ks = self.cos_sin(fk, pk, M)
         num = qc @ (kc.transpose(-1, -2) @ v) + qs @ (ks.transpose(-1, -2) @ v)  # [B, H, T, d]
         den = qc @ kc.sum(2)[..., None] + qs @ ks.sum(2)[..., None]  # [B, H, T, 1]
-        return self.merge_heads(num / den.clamp_min(self.eps))
+        return self.output(num / den.clamp_min(self.eps))
 
     def _causal(self, fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 state: Any) -> tuple[torch.Tensor, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax, segment_means
+from lavo_zoo.attention.common import ProjectedAttention, masked_softmax, segment_means
 
 
 @register_attention("lara")
@@ -29,6 +29,7 @@ class LARAAttention(ProjectedAttention):
 
     patterns = ("noncausal", "cross")
     streaming = False
+    mixes_queries = ("cross",)  # proposals are means of query segments
     description = "LARA linear randomized attention (multiple importance sampling, segment-mean proposals)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
@@ -55,7 +56,7 @@ class LARAAttention(ProjectedAttention):
         k = k * self.head_dim ** -0.25
         key_mask = context_mask if self.pattern == "cross" else padding_mask
         if q.shape[2] == 0 or k.shape[2] == 0:
-            return self.merge_heads(q.new_zeros(q.shape))
+            return self.output(q.new_zeros(q.shape))
         mu, omega, ok = self.proposals(q, k, padding_mask, key_mask)  # [B, H, C, d], [B, C]
         log_xk = k @ omega.transpose(-1, -2) - 0.5 * (k * k).sum(-1, keepdim=True)  # [B, H, S, C]
         allowed = ok[:, None, None, :]  # [B, 1, 1, C]
@@ -68,4 +69,4 @@ class LARAAttention(ProjectedAttention):
         log_xmu = (omega * mu).sum(-1) - 0.5 * (mu * mu).sum(-1)  # [B, H, C]
         # log xi(q_n, omega_c) without -|q_n|^2/2, a per-query constant that cancels in the softmax over c
         logits = q @ mu.transpose(-1, -2) + q @ omega.transpose(-1, -2) + (log_z - log_xmu)[:, :, None, :]
-        return self.merge_heads(masked_softmax(logits, allowed) @ v_bar)
+        return self.output(masked_softmax(logits, allowed) @ v_bar)

@@ -5,6 +5,11 @@ with a softmax over the r slots. Causal self-attention (context dissection): an 
 branch, with the embedded position encoding P [2w-1]) plus the memory of the local outputs of all complete windows
 before the query's window; output 0.5 * (local + global). Costs O((w + r) T d) time and O(T d) memory; the causal
 state (last w-1 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
+
+Training memory: the local branch and the memory read are autograd Functions that save only q, k, v, the per-window
+memory means and the bases, and recompute their [T, 2w] and [T, r] internals chunk by chunk in backward
+(:mod:`lavo_zoo.attention._blocked`, :mod:`lavo_zoo.attention._lavo_memory`); everything between them works on
+per-window sums. Which kernel runs is decided in :meth:`LavoAttention.kernels`.
 """
 from __future__ import annotations
 
@@ -15,16 +20,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import register_attention
-from lavo_zoo.attention._blocked import compute_dtype, last_positions, pad_time, window_attention
-from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.attention import _flex, register_attention
+from lavo_zoo.attention._blocked import CHUNK, compute_dtype, last_positions, window_attention
+from lavo_zoo.attention._lavo_memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 EMPTY_MEMORY = ("local", "half")
+BACKENDS = ("auto", "recompute", "autograd", "flex")
 
 
 @dataclass
-class LavoState:
+class LavoState(StreamingState):
     """Causal streaming state of one layer (flash-linear-attention's initial_state / final_state convention).
 
     Its size does not grow with the sequence: ``position`` is the only thing that does. The memory H = B M is
@@ -43,6 +50,28 @@ class LavoState:
                          self.sum_partial.detach(), self.position)
 
 
+@dataclass
+class LavoCrossCache(StreamingState):
+    """Cross-attention cache of one source: its mean memory features, d numbers per head (not the source
+    tokens), so a decoding step costs the same for any source length."""
+
+    memory: torch.Tensor  # [B, H, 1, d] mean over the real source tokens (compute dtype)
+
+
+def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
+    """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
+    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d]. The whole windows
+    are summed through a view, so no padded copy of feats is made."""
+    T = feats.shape[2]
+    head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
+    whole = (T - head) // w * w
+    parts = [feats[:, :, :head].sum(2, keepdim=True)] if head else []
+    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3))
+    if head + whole < T:
+        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True))
+    return torch.cat(parts, 2)
+
+
 @register_attention("lavo")
 class LavoAttention(Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
@@ -53,11 +82,13 @@ class LavoAttention(Attention):
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
-                 dropout: float = 0.0, bias: bool = True) -> None:
+                 dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
         and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
         noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
-        picks the default source). ``dropout`` applies to both branches' attention probabilities in training."""
+        picks the default source). ``dropout`` applies to both branches' attention probabilities in training.
+        ``backend`` picks the kernels (see :meth:`kernels`); 'auto' is right everywhere, the others are for tests
+        and benchmarks."""
         super().__init__(embed_dim, num_heads, pattern)
         d = self.head_dim
         r = min(64, d) if num_bases is None else num_bases
@@ -76,6 +107,10 @@ class LavoAttention(Attention):
             raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
+        self.backend = backend
+        self.chunk_size = CHUNK  # queries per recomputed block (tests set it small to cross block boundaries)
         self.num_bases, self.window_size, self.dropout = r, window_size, dropout
         self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
         self.has_local = pattern != "cross"
@@ -103,21 +138,34 @@ class LavoAttention(Attention):
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
                 f"memory_source={self.memory_source}, empty_memory={self.empty_memory}")
 
-    # ------------------------------------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------------------------------------ kernels
+    def kernels(self, q: torch.Tensor) -> tuple[str, str]:
+        """(local branch, memory read) kernels for queries q [B, H, T, d], decided here rather than in the helpers.
+
+        - attention dropout in training: ('autograd', 'autograd'), the composable blocked ops, which keep their
+          [T, 2w] and [T, r] probabilities for backward (the dropout mask must be the one backward sees);
+        - CUDA, at least ``_flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'), the fused
+          flex_attention kernel for the window (it saves q, k, v, its output and log-sum-exp);
+        - otherwise ('recompute', 'recompute'): Functions that save q, k, v, the memory rows and the bases and
+          recompute chunk by chunk in backward (O(T d) saved, nothing O(T w) or O(T r)).
+        ``backend`` other than 'auto' forces the local kernel (dropout in training still forces 'autograd').
+        """
+        if self.dropout and self.training:
+            return "autograd", "autograd"
+        if self.backend != "auto":
+            return self.backend, "autograd" if self.backend == "autograd" else "recompute"
+        return ("flex" if _flex.enabled(q, 0.0, False) else "recompute"), "recompute"
+
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
-    def _read(self, q: torch.Tensor, mem: torch.Tensor) -> torch.Tensor:
-        """Read the orthogonal memory: q [B, H, *, n, d], mem [B, H, *, 1|n, d] (mean features) -> [B, H, *, n, d]."""
-        ct = compute_dtype(q.dtype)
-        B, H, d, r = q.shape[0], self.num_heads, self.head_dim, self.num_bases
-        b = self.bases.to(ct)                                    # [H, r, d]; matmuls on [B, H, N, d] broadcast it
-        h = (mem.to(ct).reshape(B, H, -1, d) @ b.mT).view(*mem.shape[:-1], r)  # [B, H, *, 1|n, r]  H = B m
-        s = h * d ** -0.5 * (q.to(ct).reshape(B, H, -1, d) @ b.mT).view(*q.shape[:-1], r)  # s_i = scale H_i (b_i.q)
-        p = torch.softmax(s, dim=-1)                             # [B, H, *, n, r]
-        if self.dropout and self.training:
-            p = F.dropout(p, self.dropout, training=True)
-        return ((p * h).reshape(B, H, -1, r) @ b).view(q.shape)  # [B, H, *, n, d]  B^T (p * H)
+    def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str, offset: int = 0, group: int = 1
+              ) -> torch.Tensor:
+        """Read the orthogonal memory: q [B, H, T, d], mem [B, H, n, d] mean features (query t reads row
+        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype."""
+        if kernel == "autograd":
+            return read_memory_autograd(q, mem, self.bases, offset, group, self.dropout, self.training)
+        return read_memory(q, mem, self.bases, offset, group, self.chunk_size)
 
     def _check_state(self, state: object, x: torch.Tensor) -> None:
         if not isinstance(state, LavoState):
@@ -131,7 +179,6 @@ class LavoAttention(Attention):
                context_mask: torch.Tensor | None, state: LavoState | None, return_state: bool
                ) -> torch.Tensor | tuple[torch.Tensor, LavoState]:
         B, T, D = x.shape
-        ct = compute_dtype(x.dtype)
         if state is not None:
             self._check_state(state, x)
         if T == 0:
@@ -140,38 +187,74 @@ class LavoAttention(Attention):
         q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
         new_state = None
         if self.pattern == "cross":
-            src = self._heads(self.v_proj(context) if self.v_proj is not None else context)  # [B, H, S, d]
-            valid = torch.ones(B, 1, src.shape[2], dtype=ct, device=x.device) if context_mask is None \
-                else context_mask[:, None].to(ct)                                    # [B, 1, S]
-            mem = (src.to(ct) * valid[..., None]).sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
-            out = self._read(q, mem)                                                 # [B, H, T, d]
+            out = self._cross(q, context, context_mask)                              # [B, H, T, d]
         else:
-            k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))          # [B, H, T, d]
-            past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
-            prefix = None if state is None else (past_k, past_v)
-            local = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.epe,
-                                     key_mask=padding_mask, prefix=prefix, dropout=self.dropout,
-                                     training=self.training)                         # [B, H, T, d]
-            valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
-                else padding_mask[:, None].to(ct)                                    # [B, 1, T]
-            feats = self._features(x, v, local)                                      # [B, H, T, d]
-            if padding_mask is not None:
-                feats = feats * valid[..., None]
-            if self.pattern == "noncausal":
-                mem = feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]      # [B, H, 1, d]
-                out = 0.5 * (local + self._read(q, mem))
-            elif self.context_dissection:
-                out, sums = self._dissected(q, local, feats, valid, state)
-            else:
-                out, sums = self._running(q, local, feats, valid, state)
-            if return_state:
-                w = self.window_size  # fresh tensors: views would keep whole-chunk tensors alive inside the state
-                new_state = LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w),
-                                      *(s.clone() for s in sums), (state.position if state else 0) + T)
+            out, new_state = self._self(x, q, padding_mask, state, return_state)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
-        y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))
+        y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
         return (y, new_state) if return_state else y
+
+    # ------------------------------------------------------------------------------------------ cross attention
+    def cross_memory(self, context: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
+        """Cross attention's memory: mean over the valid source tokens of v (or the raw heads), [B, H, 1, d] in the
+        compute dtype. It depends on the source only: compute it once per source and reuse it every decoding step."""
+        ct = compute_dtype(context.dtype)
+        B, S = context.shape[:2]
+        src = self._heads(self.v_proj(context) if self.v_proj is not None else context)     # [B, H, S, d]
+        valid = torch.ones(B, 1, S, dtype=ct, device=context.device) if context_mask is None \
+            else context_mask[:, None].to(ct)                                                # [B, 1, S]
+        return (src.to(ct) * valid[..., None]).sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
+
+    def _cross(self, q: torch.Tensor, context: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
+        """Cross attention: every query reads the one memory of its source (no local branch). [B, H, T, d]."""
+        return self._read(q, self.cross_memory(context, context_mask), self.kernels(q)[1])
+
+    def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> LavoCrossCache:
+        """Only the source's mean memory is kept: a decoding step costs the same for any source length."""
+        super().cross_cache(context, context_mask)  # validates
+        return LavoCrossCache(self.cross_memory(context, context_mask))
+
+    def cross_step(self, x: torch.Tensor, cache: LavoCrossCache) -> torch.Tensor:
+        if not isinstance(cache, LavoCrossCache) or cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
+            raise TypeError("cache must be the LavoCrossCache that this attention's cross_cache() returned")
+        q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
+        out = self._read(q, cache.memory, self.kernels(q)[1])                            # [B, H, t, d]
+        return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
+
+    def _self(self, x: torch.Tensor, q: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None,
+              return_state: bool) -> tuple[torch.Tensor, LavoState | None]:
+        """Causal and noncausal self-attention: local window branch plus memory. Returns [B, H, T, d] and the new
+        streaming state (when asked for)."""
+        B, T, _ = x.shape
+        ct = compute_dtype(x.dtype)
+        local_kernel, read_kernel = self.kernels(q)
+        k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
+        past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
+        prefix = None if state is None else (past_k, past_v)
+        local = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.epe,
+                                 key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training,
+                                 backend=local_kernel, chunk=self.chunk_size)        # [B, H, T, d]
+        valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
+            else padding_mask[:, None].to(ct)                                        # [B, 1, T]
+        feats = self._features(x, v, local)                                          # [B, H, T, d]
+        if padding_mask is not None:
+            feats = feats * valid[..., None]
+        if self.pattern == "noncausal":
+            mem = feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]      # [B, H, 1, d]
+            del feats
+            return self._combine(local, self._read(q, mem, read_kernel), None,
+                                 local_kernel == read_kernel == "recompute"), None
+        inplace = local_kernel == read_kernel == "recompute"  # fresh outputs: combine overwrites them (_combine)
+        if self.context_dissection:
+            out, sums = self._dissected(q, local, feats, valid, state, read_kernel, inplace)
+        else:
+            out, sums = self._running(q, local, feats, valid, state, read_kernel, inplace)
+        if not return_state:
+            return out, None
+        w = self.window_size  # fresh tensors: views would keep whole-chunk tensors alive inside the state
+        return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), *(s.clone() for s in sums),
+                              (state.position if state else 0) + T)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""
@@ -179,8 +262,23 @@ class LavoAttention(Attention):
             return local
         return (v if self.memory_source == "value" else self._heads(x)).to(local.dtype)
 
+    def _combine(self, local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, inplace: bool
+                 ) -> torch.Tensor:
+        """0.5 * (local + glob) where the memory is non-empty; local (empty_memory 'local') or 0.5 * local ('half')
+        where it is empty (empty [B, 1, T, 1] bool or None). glob's gradient is zero at empty positions (it read
+        zeros). ``inplace``: overwrite local and glob (fresh outputs of the recompute Functions, saved by nobody)
+        instead of allocating three more [B, H, T, d] tensors."""
+        if empty is None:
+            return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
+        keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]
+        coef = 0.5 + 0.5 * (1 - keep) if self.empty_memory == "local" else torch.full_like(keep, 0.5)
+        if inplace:
+            return local.mul_(coef).add_(glob.mul_(0.5 * keep))
+        return glob * (0.5 * keep) + local * coef
+
     def _dissected(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
-                   state: LavoState | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+                   state: LavoState | None, kernel: str, inplace: bool
+                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums
         over windows, O(T r d)). Returns the output [B, H, T, d] and the state's (sum_complete, sum_partial)."""
         B, H, T, d = feats.shape
@@ -189,7 +287,7 @@ class LavoAttention(Attention):
         a = pos % w                                   # the chunk starts a tokens into its first window
         n = math.ceil((a + T) / w)
         end = n * w - a - T
-        sums = F.pad(feats, (0, 0, a, end)).unflatten(2, (n, w)).sum(3)            # [B, H, n, d] per window
+        sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
         counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
         prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
         if state is not None:
@@ -197,21 +295,24 @@ class LavoAttention(Attention):
             counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
         before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
         count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
-        mem = (before / count.clamp(min=1)[..., None])[:, :, :, None]               # [B, H, n, 1, d]
-        qb = pad_time(q, a, end).unflatten(2, (n, w))                               # [B, H, n, w, d]
-        glob = self._read(qb, mem).flatten(2, 3)[:, :, a:a + T]                     # [B, H, T, d]
+        mem = before / count.clamp(min=1)[..., None]                                # [B, H, n, d]
+        glob = self._read(q, mem, kernel, offset=a, group=w)                        # [B, H, T, d]
         empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
-        out = torch.where(empty, local if self.empty_memory == "local" else 0.5 * local, 0.5 * (local + glob))
+        out = self._combine(local, glob, empty, inplace)
         if (pos + T) % w == 0:
             return out, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
         return out, (before[:, :, -1], sums[:, :, -1])
 
     def _running(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
-                 state: LavoState | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t."""
+                 state: LavoState | None, kernel: str, inplace: bool
+                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t. The read saves
+        these per-token means ([T, d]: this ablation's memory is one more [T, d] tensor than dissection's)."""
         B, H, _, d = feats.shape
         prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
         cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
         count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
-        out = 0.5 * (local + self._read(q, cum / count.clamp(min=1)[..., None]))
-        return out, (cum[:, :, -1], torch.zeros_like(prev))
+        glob = self._read(q, cum / count.clamp(min=1)[..., None], kernel)
+        last = cum[:, :, -1]
+        del cum
+        return self._combine(local, glob, None, inplace), (last, torch.zeros_like(prev))

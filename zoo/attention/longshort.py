@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax
+from lavo_zoo.attention.common import ProjectedAttention, masked_softmax
 
 
 @register_attention("longshort")
@@ -107,4 +107,4 @@ class LongShortAttention(ProjectedAttention):
         else:
             o = o + torch.einsum("bhjwl,bhld->bhjwd", attn[..., W2:], v_long)
         o = o.reshape(B, H, Tp, d)[:, :, :T]
-        return self.merge_heads(o)
+        return self.output(o)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax, segment_means
+from lavo_zoo.attention.common import ProjectedAttention, masked_softmax, segment_means
 
 
 def iterative_pinv(a: torch.Tensor, iterations: int = 6) -> torch.Tensor:
@@ -40,6 +40,7 @@ class NystromAttention(ProjectedAttention):
 
     patterns = ("noncausal", "cross")
     streaming = False
+    mixes_queries = ("cross",)  # query landmarks are segment means
     description = "Nystromformer (segment-mean landmarks, iterative pseudo-inverse)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
@@ -63,4 +64,4 @@ class NystromAttention(ProjectedAttention):
         kmask = None if key_mask is None else key_mask[:, None, None, :]
         b = masked_softmax(q_land @ k.transpose(-1, -2), kmask) * q_ok[:, None, :, None].to(a.dtype)  # [B,H,Cq,S]
         o = f @ (iterative_pinv(a, self.pinv_iterations) @ (b @ v))  # [B, H, T, d]
-        return self.merge_heads(o)
+        return self.output(o)

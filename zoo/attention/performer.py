@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.vanilla import ProjectedAttention
+from lavo_zoo.attention.base import StreamingState
+from lavo_zoo.attention.common import ProjectedAttention
 
 
 def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
@@ -38,7 +39,7 @@ def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.
 
 
 @dataclass
-class PerformerState:
+class PerformerState(StreamingState):
     """Streaming state of causal Performer: key-feature prefix sums scaled by exp(-m)."""
 
     kv: torch.Tensor  # [B, H, m, d] sum_s phi(k_s) v_s^T
@@ -91,7 +92,7 @@ class PerformerAttention(ProjectedAttention):
             lk = lk.masked_fill(~key_mask[:, None, :, None], float("-inf"))
         if self.pattern == "causal":
             o, state = self._causal(phi_q, lk, v, state)
-            y = self.merge_heads(o)
+            y = self.output(o)
             return (y, state) if return_state else y
         with torch.no_grad():
             m = lk.amax((2, 3), keepdim=True)  # [B, H, 1, 1]
@@ -101,7 +102,7 @@ class PerformerAttention(ProjectedAttention):
         z = phi_k.sum(2)  # [B, H, m]
         den = phi_q @ z[..., None]  # [B, H, T, 1]
         den = den.masked_fill(den == 0, 1.0)  # no valid key: the numerator is 0 too
-        return self.merge_heads((phi_q @ kv) / den)
+        return self.output((phi_q @ kv) / den)
 
     def _causal(self, phi_q: torch.Tensor, lk: torch.Tensor, v: torch.Tensor, state: Any
                 ) -> tuple[torch.Tensor, Any]:

@@ -24,6 +24,7 @@ from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import Attention
+from lavo_zoo.attention.common import merge_heads, split_heads
 
 _CHUNK_ELEMENTS = 1 << 24  # bound on the [B, H, chunk, L] scores of a block of queries in the sparsity measurement
 
@@ -37,18 +38,25 @@ def _budget(factor: int, length: int) -> int:
     return min(length, max(1, factor * math.ceil(math.log(length))))
 
 
-def _causal_active(score: torch.Tensor, n_top: int) -> torch.Tensor:
+def _causal_active(score: torch.Tensor, n_top: int, block: int = 256) -> torch.Tensor:
     """[B, H, L] -> bool [B, H, L]: query t is active when fewer than ``n_top`` earlier queries have a strictly larger
-    score, i.e. score_t >= the n_top-th largest of scores 0..t-1 (kept in a running top-n_top buffer)."""
+    score (equivalently, score_t >= the n_top-th largest of scores 0..t-1).
+
+    Blocks of ``block`` queries at a time: each query is compared with the running top-n_top of the earlier blocks
+    and with the earlier queries of its own block, O(L (n_top + block)) without a Python step per query.
+    """
     B, H, L = score.shape
-    top = score.new_full((B, H, n_top), float("-inf"))  # the n_top largest scores so far
+    top = score.new_full((B, H, n_top), float("-inf"))  # the n_top largest scores of the earlier blocks
     active = []
-    for t in range(L):
-        s = score[..., t]  # [B, H]
-        smallest, where = top.min(-1)  # [B, H]
-        active.append(s >= smallest)
-        top = top.scatter(-1, where[..., None], torch.maximum(s, smallest)[..., None])
-    return torch.stack(active, dim=-1)
+    for start in range(0, L, block):
+        s = score[..., start:start + block]  # [B, H, c]
+        c = s.shape[-1]
+        above_top = (top[..., None, :] > s[..., None]).sum(-1)  # [B, H, c]
+        earlier = torch.ones(c, c, dtype=torch.bool, device=score.device).tril(-1)  # [c, c]: j < t
+        above_block = ((s[..., None, :] > s[..., None]) & earlier).sum(-1)  # [B, H, c]
+        active.append(above_top + above_block < n_top)
+        top = torch.cat([top, s], dim=-1).topk(n_top, dim=-1).values
+    return torch.cat(active, dim=-1)
 
 
 @register_attention("probsparse")
@@ -57,6 +65,7 @@ class ProbSparseAttention(Attention):
 
     patterns = ("causal", "noncausal", "cross")
     streaming = False
+    mixes_queries = ("causal", "cross")  # the top-u active queries and the sample sizes depend on the number of queries
     deterministic = True  # eval mode samples with a fixed seed and pads per sequence: a fixed function of valid tokens
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", factor: int = 5,
@@ -93,14 +102,13 @@ class ProbSparseAttention(Attention):
 
     def _dense(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """x [B, Lq, D], source [B, Lk, D] (no padding) -> [B, Lq, D]."""
-        B, Lq, _ = x.shape
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
         out = self._probsparse(q, k, v)  # [B, H, Lq, d]
-        return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.embed_dim).to(x.dtype))
+        return self.out_proj(merge_heads(out).to(x.dtype))
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """[B, L, D] -> contiguous [B, H, L, d]."""
-        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2).contiguous()
+        return split_heads(t, self.num_heads).contiguous()
 
     def _sample_keys(self, Lq: int, Lk: int, n: int, device: torch.device) -> torch.Tensor:
         """[Lq, n] key indices per query (shared over batch and heads, as Informer); causal: from the query's past."""
@@ -114,13 +122,25 @@ class ProbSparseAttention(Attention):
 
     @staticmethod
     def _sparsity(q: torch.Tensor, k: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """max - mean of q_i . k_j over the sampled keys idx [Lq, U] -> [B, H, Lq]. Blocks of queries against all keys
-        then a gather: on CPU a matmul beats gathering a [B, H, Lq, U, d] key tensor several times over."""
-        B, H, Lq, _ = q.shape
-        chunk, scores = _chunk(B, H, k.shape[2]), []
-        for start in range(0, Lq, chunk):
-            full = q[:, :, start:start + chunk] @ k.transpose(-2, -1)  # [B, H, c, Lk]
-            scores.append(full.gather(-1, idx[start:start + chunk].expand(B, H, -1, -1)))  # [B, H, c, U]
+        """max - mean of q_i . k_j over the sampled keys idx [Lq, U] -> [B, H, Lq].
+
+        Short sources: blocks of queries against all keys, then a gather (one large matmul, O(Lq Lk d) but fast).
+        Long sources (Lk > 64 U): the U sampled keys are gathered per block of queries, O(Lq U d); the matmul form
+        made the measurement quadratic and dominated the run time from about 4K tokens on.
+        """
+        B, H, Lq, d = q.shape
+        Lk, U = k.shape[2], idx.shape[1]
+        scores = []
+        if Lk <= 64 * U:
+            chunk = _chunk(B, H, Lk)
+            for start in range(0, Lq, chunk):
+                full = q[:, :, start:start + chunk] @ k.transpose(-2, -1)  # [B, H, c, Lk]
+                scores.append(full.gather(-1, idx[start:start + chunk].expand(B, H, -1, -1)))  # [B, H, c, U]
+        else:
+            chunk = max(1, _CHUNK_ELEMENTS // max(1, B * H * U * d))
+            for start in range(0, Lq, chunk):
+                keys = k[:, :, idx[start:start + chunk]]  # [B, H, c, U, d]
+                scores.append((keys @ q[:, :, start:start + chunk, :, None])[..., 0])  # [B, H, c, U]
         sampled = torch.cat(scores, dim=2)  # [B, H, Lq, U]
         return sampled.amax(-1) - sampled.mean(-1)
 

@@ -79,7 +79,7 @@ def memory_read(bases: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.
 
 def lavo_reference(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
                    context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """LAVO by the letter of LAVO.md, one query position at a time."""
+    """LAVO by the letter of docs/lavo.md, one query position at a time."""
     B, T, _ = x.shape
     q = _heads(attn, attn.q_proj(x)).double()
     if attn.pattern == "cross":

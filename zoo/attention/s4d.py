@@ -9,8 +9,9 @@ Per channel c (all D channels independent, num_heads is not used) and N/2 comple
 with zero-order-hold discretisation A_bar = exp(dt A), C' = C (exp(dt A) - 1) / A, S4D-Lin initialisation
 A_n = -1/2 + i pi n, dt log-uniform in [dt_min, dt_max]. The convolution is done with an FFT (O(T log T)); the
 kernel is built from A^(a c + j) = A^(a c) A^j (c ~ sqrt(T)) as a batched matmul, so the [D, N/2, T] Vandermonde
-tensor is never formed and only O(D N sqrt(T)) complex exponentials are taken. Noncausal: bidirectional (a second kernel runs over the reversed sequence and the
-two are added), as S4's ``bidirectional`` option. Output: out_proj(GELU(y)). Padded tokens are zeroed at input.
+tensor is never formed and only O(D N sqrt(T)) complex exponentials are taken. Noncausal: bidirectional (a second
+kernel runs over the reversed sequence and the two are added), as S4's ``bidirectional`` option. Output:
+out_proj(GELU(y)). Padded tokens are zeroed at input.
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.base import Attention
+from lavo_zoo.attention.base import Attention, StreamingState
 
 
 @dataclass
-class S4DState:
+class S4DState(StreamingState):
     """Streaming state of causal S4D: the SSM state after the last token."""
 
     h: torch.Tensor  # [B, D, N/2] complex

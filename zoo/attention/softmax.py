@@ -4,8 +4,6 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -13,33 +11,7 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention._blocked import compute_dtype, last_positions, window_attention
 from lavo_zoo.attention.base import PATTERNS, Attention
-
-
-@dataclass
-class KVCache:
-    """Streaming state of ``sdpa``: every past key and value (grows with the sequence) and the position."""
-
-    keys: torch.Tensor    # [B, H, S, d] (rotated when rope=True)
-    values: torch.Tensor  # [B, H, S, d]
-    position: int
-
-
-@dataclass
-class WindowCache:
-    """Streaming state of ``local``: the last min(w-1, position) keys and values (constant size)."""
-
-    keys: torch.Tensor    # [B, H, L, d]
-    values: torch.Tensor  # [B, H, L, d]
-
-
-def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, D] -> [B, H, T, d]."""
-    return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).transpose(1, 2)
-
-
-def merge_heads(t: torch.Tensor) -> torch.Tensor:
-    """[B, H, T, d] -> [B, T, D]."""
-    return t.transpose(1, 2).flatten(2)
+from lavo_zoo.attention.common import KVCache, check_cache, merge_heads, split_heads
 
 
 def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
@@ -51,13 +23,6 @@ def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
     cos, sin = angle.cos().to(ct), angle.sin().to(ct)
     a, b = t.to(ct).chunk(2, dim=-1)                                                              # [B, H, T, d/2]
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(t.dtype)
-
-
-def _check_state(state: object, cls: type, x: torch.Tensor, num_heads: int) -> None:
-    if not isinstance(state, cls):
-        raise TypeError(f"state must be the {cls.__name__} returned by this attention, got {type(state).__name__}")
-    if state.keys.shape[:2] != (x.shape[0], num_heads):
-        raise ValueError(f"state is for batch/heads {list(state.keys.shape[:2])}, input has batch {x.shape[0]}")
 
 
 class _Projected(Attention):
@@ -104,7 +69,7 @@ class SDPAttention(_Projected):
         src = x if context is None else context
         q, k, v = (split_heads(p(t), H) for p, t in ((self.q_proj, x), (self.k_proj, src), (self.v_proj, src)))
         if state is not None:
-            _check_state(state, KVCache, x, H)
+            check_cache(state, x, H)
         pos = state.position if state is not None else 0
         if self.rope:
             q, k = rotary(q, pos, self.rope_base), rotary(k, pos, self.rope_base)
@@ -131,6 +96,26 @@ class SDPAttention(_Projected):
         return (y, KVCache(k, v, pos + T)) if return_state else y
 
 
+    def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> KVCache:
+        """The source's projected keys and values, computed once: a decoding step does not re-project it."""
+        super().cross_cache(context, context_mask)  # validates
+        k, v = split_heads(self.k_proj(context), self.num_heads), split_heads(self.v_proj(context), self.num_heads)
+        return KVCache(k, v, 0, context_mask)
+
+    def cross_step(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        check_cache(cache, x, self.num_heads)
+        q = split_heads(self.q_proj(x), self.num_heads)                               # [B, H, t, d]
+        mask = None if cache.key_mask is None else cache.key_mask[:, None, None, :]   # [B, 1, 1, S]
+        if mask is not None:
+            has_key = mask.any(-1, keepdim=True)                                      # [B, 1, 1, 1]
+            mask = mask | ~has_key
+        out = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask,
+                                             dropout_p=self.dropout if self.training else 0.0)  # [B, H, t, d]
+        if mask is not None:
+            out = out * has_key
+        return self.out_proj(merge_heads(out))
+
+
 @register_attention("local")
 class LocalAttention(_Projected):
     """Exact sliding-window softmax attention over w keys (blocked, no T x T), optional learned relative bias"""
@@ -155,11 +140,11 @@ class LocalAttention(_Projected):
         return f"{super().extra_repr()}, window_size={self.window_size}, relative_bias={self.rel_bias is not None}"
 
     def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
-               context_mask: torch.Tensor | None, state: WindowCache | None, return_state: bool
-               ) -> torch.Tensor | tuple[torch.Tensor, WindowCache]:
+               context_mask: torch.Tensor | None, state: KVCache | None, return_state: bool
+               ) -> torch.Tensor | tuple[torch.Tensor, KVCache]:
         q, k, v = (split_heads(p(x), self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
         if state is not None:
-            _check_state(state, WindowCache, x, self.num_heads)
+            check_cache(state, x, self.num_heads)
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
         out = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.rel_bias,
@@ -170,4 +155,5 @@ class LocalAttention(_Projected):
         if not return_state:
             return y
         w = self.window_size
-        return y, WindowCache(last_positions(past_k, k, w), last_positions(past_v, v, w))
+        position = (state.position if state is not None else 0) + x.shape[1]
+        return y, KVCache(last_positions(past_k, k, w), last_positions(past_v, v, w), position)

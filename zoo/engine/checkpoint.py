@@ -1,6 +1,7 @@
-"""Checkpoints on disk (DESIGN.md): a directory with ``model.safetensors`` (weights only), ``config.yaml`` (resolved
-config), ``meta.json`` (recipe, step, metrics, versions, git revision, sha256 of the weights) and, for resuming,
-``train_state.pt`` (optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``).
+"""Checkpoints on disk (docs/architecture.md): a directory with ``model.safetensors`` (weights only),
+``config.yaml`` (resolved config), ``meta.json`` (recipe, step, metrics, versions, git revision, sha256 of the
+weights) and, for resuming, ``train_state.pt`` (optimiser, scheduler, RNG, data position;
+``torch.load(weights_only=True)``).
 
 Saves are atomic: everything is written into a temporary sibling directory, flushed, then renamed into place, and
 ``last`` is a symlink swapped with ``os.replace``. A crash mid-save leaves the previous checkpoint intact. Loading
@@ -26,7 +27,7 @@ from torch import nn
 
 from lavo_zoo.config import config_from_dict, to_dict
 from lavo_zoo.engine.env import git_revision, versions
-from lavo_zoo.errors import CheckpointError, ConfigError
+from lavo_zoo.errors import CheckpointError, ConfigError, UsageError
 
 WEIGHTS, CONFIG, META, TRAIN_STATE = "model.safetensors", "config.yaml", "meta.json", "train_state.pt"
 LAST = "last"
@@ -168,9 +169,11 @@ def verify_weights(path: Path, meta: dict[str, Any]) -> None:
 def read_config(path: Path, overrides: list[str] = ()) -> tuple[Any, Any]:
     """(recipe, validated config) from the checkpoint's own ``config.yaml`` plus overrides."""
     try:
-        data = yaml.safe_load((path / CONFIG).read_text())
+        data = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise CheckpointError(f"{path / CONFIG} is corrupt: not valid YAML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path / CONFIG} is corrupt: not UTF-8 text (byte {e.start})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path / CONFIG} is corrupt: expected a mapping, got {type(data).__name__}")
     try:
@@ -202,22 +205,58 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 def load_model(path: Path | str, device: torch.device | str = "cpu", overrides: list[str] = ()
                ) -> tuple[Any, Any, nn.Module, dict[str, Any]]:
-    """(recipe, cfg, model in eval mode on ``device``, meta) rebuilt from checkpoint directory ``path``."""
+    """(recipe, cfg, model in eval mode on ``device``, meta) rebuilt from checkpoint directory ``path``.
+
+    ``overrides`` may change evaluation and data settings; ``model.*`` and ``recipe`` are fixed by the weights and
+    refused (a :class:`UsageError`).
+    """
     path = Path(path).resolve()
+    fixed = [o for o in overrides if o.partition("=")[0].split(".")[0] in ("model", "recipe")]
+    if fixed:
+        raise UsageError(f"{' '.join(fixed)}: a checkpoint's model is fixed by its weights ({path / CONFIG}); "
+                         "drop the model.*/recipe overrides (evaluation and data settings may be overridden), or "
+                         "train a model with those settings")
     meta = read_meta(path)
     verify_weights(path, meta)
     recipe, cfg = read_config(path, overrides)
     model = recipe.build_model(cfg)
-    load_weights(model, path)
+    try:
+        load_weights(model, path)
+    except CheckpointError as e:
+        if not overrides:
+            raise
+        raise CheckpointError(f"the overrides {' '.join(overrides)} change the model the weights fit: {e}") from None
     return recipe, cfg, model.to(device).eval(), meta
 
 
 def load_train_state(path: Path) -> dict[str, Any]:
-    file = Path(path) / TRAIN_STATE
+    """``train_state.pt`` of checkpoint ``path`` (``torch.load(weights_only=True)``); a corrupt one is refused with
+    the earlier checkpoints to resume from instead."""
+    path = Path(path)
+    file = path / TRAIN_STATE
     if not file.is_file():
         raise CheckpointError(f"cannot resume from {path}: {TRAIN_STATE} is missing (release checkpoints carry "
                               "weights only; resume needs a checkpoint written by `lavo-zoo train`)")
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is unusable
-        raise CheckpointError(f"{file} is corrupt or truncated and cannot be loaded ({type(e).__name__}: {e})") from None
+        # torch's own message advises weights_only=False: wrong for a damaged file, and unsafe; not relayed.
+        raise CheckpointError(f"{file} is corrupt or truncated ({type(e).__name__}; {file.stat().st_size} bytes) and "
+                              f"cannot be loaded. {_earlier_checkpoints_hint(path)}") from None
+    if not isinstance(state, dict) or "optimizer" not in state or "step" not in state:
+        raise CheckpointError(f"{file} is not a lavo-zoo training state (it needs 'step' and 'optimizer'). "
+                              f"{_earlier_checkpoints_hint(path)}")
+    return state
+
+
+def _earlier_checkpoints_hint(path: Path) -> str:
+    """How to resume without ``path``: the step-N checkpoints before it, newest first."""
+    resolved = path.resolve()
+    earlier = [d for d in step_dirs(resolved.parent) if d.resolve() != resolved and (d / TRAIN_STATE).is_file()]
+    step = _STEP_DIR.match(resolved.name)
+    if step:
+        earlier = [d for d in earlier if int(_STEP_DIR.match(d.name).group(1)) < int(step.group(1))]
+    if not earlier:
+        return "No earlier checkpoint of this run holds a training state: start a new run (another --out)."
+    return (f"Resume from an earlier checkpoint instead: --resume {earlier[-1]}"
+            + (f" (also kept: {', '.join(d.name for d in earlier[-2::-1])})" if len(earlier) > 1 else ""))

@@ -1,12 +1,18 @@
-"""Facts about the running environment recorded with checkpoints and results: versions, git revision, device."""
+"""Facts about the running environment recorded with checkpoints and results (versions, git revision, device) and
+where the project caches things (``cache_root``, the generated built-in datasets)."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 import re
+import shutil
 import subprocess
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import torch
@@ -27,11 +33,12 @@ def git_revision() -> str | None:
     """The source tree's git commit (with ``-dirty`` for local changes), or None outside a checkout."""
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5,
+                             check=False)
         if rev.returncode != 0:
             return None
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+                               capture_output=True, text=True, timeout=5, check=False).stdout.strip()
         return rev.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -44,6 +51,31 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
     if os.environ.get("LAVO_ZOO_CACHE"):
         return Path(os.environ["LAVO_ZOO_CACHE"]).expanduser()
     return Path(platformdirs.user_cache_dir("lavo-zoo"))
+
+
+def builtin_dataset(domain: str, name: str, fingerprint: dict[str, Any], write: Callable[[Path], Any],
+                    cache_dir: Path | str | None = None) -> Path:
+    """The folder of a generated built-in dataset, ``<cache>/<domain>/builtin/<name>-<hash>``, written once.
+
+    ``fingerprint`` holds everything the generated files depend on (generator settings, a format version, the
+    Python version for data taken from the standard library): a change gives another folder, so a stale dataset is
+    never read. ``write(folder)`` fills a temporary folder that is then renamed into place, so concurrent processes
+    and crashes never leave a half-written dataset. ``cache_dir`` replaces ``<cache>/<domain>/builtin``.
+    """
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    parent = Path(cache_dir).expanduser() if cache_dir else cache_root() / domain / "builtin"
+    root = parent / f"{name}-{digest}"
+    if root.is_dir():
+        return root
+    tmp = parent / f".{root.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    try:
+        os.replace(tmp, root)
+    except OSError:  # another process wrote it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
 
 
 def pick_device(name: str | None) -> torch.device:

@@ -1,5 +1,5 @@
 """``lavo-zoo eval``: rebuild a model from a checkpoint's own config, run its recipe's evaluator on a split, and
-produce the results JSON of DESIGN.md (also printed as a table)."""
+produce the results JSON of docs/architecture.md (also printed as a table)."""
 from __future__ import annotations
 
 import time
@@ -9,7 +9,6 @@ from typing import Any
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint import load_model
 from lavo_zoo.engine.env import pick_device, versions
-from lavo_zoo.errors import UsageError
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
@@ -19,10 +18,9 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
+    recipe.check_split(split)
     if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
         cfg.eval.out_dir = str(files_dir)
-    if split not in recipe.splits:
-        raise UsageError(f"recipe '{recipe.name}' has no split '{split}'; choose one of {', '.join(recipe.splits)}")
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
     return {
         "recipe": recipe.name,
@@ -43,8 +41,9 @@ def format_table(results: dict[str, Any]) -> str:
     rows = [(name, f"{m['value']:.6g}", "higher" if m["higher_is_better"] else "lower")
             for name, m in results["metrics"].items()]
     w = max([len("metric")] + [len(r[0]) for r in rows])
-    lines = [f"{results['recipe']} | {results['checkpoint']} | split={results['split']} | "
-             f"samples={results['num_samples']} | {results['duration_s']:.1f}s",
+    header = (f"{results['recipe']} | {results['checkpoint']} | split={results['split']} | "
+              f"samples={results['num_samples']} | {results['duration_s']:.1f}s")
+    lines = [header,
              f"{'metric':<{w}}  {'value':>12}  better", f"{'-' * w}  {'-' * 12}  ------"]
     lines += [f"{n:<{w}}  {v:>12}  {b}" for n, v, b in rows]
     return "\n".join(lines)

@@ -52,3 +52,15 @@ def lr_factor(cfg: TrainConfig, steps_per_epoch: int) -> Callable[[int], float]:
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig,
                     steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg, steps_per_epoch))
+
+
+def apply_schedule(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR,
+                   cfg: TrainConfig) -> None:
+    """After loading a saved optimiser and scheduler: make ``cfg.lr`` and ``cfg``'s schedule (already in the
+    scheduler's lambda) the ones in force, from the restored step on. With the saved settings unchanged this
+    reproduces the saved learning rates exactly (the same ``base * factor(step)`` as LambdaLR)."""
+    scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]
+    for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+        group["initial_lr"] = cfg.lr
+        group["lr"] = cfg.lr * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]

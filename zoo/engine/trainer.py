@@ -10,11 +10,13 @@ wrapped in DistributedDataParallel and only rank 0 writes files.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +26,21 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from lavo_zoo.config import save_config, to_dict
-from lavo_zoo.engine.checkpoint import (latest_checkpoint, load_train_state, load_weights, read_config, read_meta,
-                                        save_checkpoint, verify_weights)
+from lavo_zoo.config import save_config
+from lavo_zoo.engine.checkpoint import (
+    load_train_state,
+    load_weights,
+    read_config,
+    read_meta,
+    save_checkpoint,
+    verify_weights,
+)
 from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
 from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.logging import MetricsLog, Progress
-from lavo_zoo.engine.optim import build_optimizer, build_scheduler
+from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
+from lavo_zoo.engine.run_dir import last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
 from lavo_zoo.recipes.base import Recipe, to_device
 
@@ -62,10 +71,29 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
-    return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} -> {b!r}"]
+@dataclass
+class TrainingState:
+    """Where training stands; saved in every checkpoint's train_state.pt (with the optimiser, schedule and RNG)."""
+
+    step: int = 0  # optimiser steps taken
+    epoch: int = 0  # the epoch the next batch comes from
+    offset: int = 0  # batches of that epoch already consumed (the exact data position)
+    best_val_loss: float = math.inf
+    bad_evals: int = 0  # validations in a row without a lower loss (early stopping)
+
+
+@dataclass
+class _Run:
+    """What one call of :meth:`Trainer.fit` works with."""
+
+    model: torch.nn.Module  # the plain model (weights are saved from it)
+    train_model: torch.nn.Module  # the model as trained: DDP- and/or torch.compile-wrapped
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_ds: Dataset
+    plan: EpochBatches
+    steps_per_epoch: int
+    state: TrainingState
 
 
 class Trainer:
@@ -73,7 +101,8 @@ class Trainer:
 
     def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
                  resume: str | None = None) -> None:
-        self.recipe, self.cfg, self.tc, self.out = recipe, cfg, cfg.train, Path(out_dir)
+        # data-derived model sizes, resolved once here so config.yaml and every checkpoint hold them
+        self.recipe, self.cfg, self.tc, self.out = recipe, recipe.resolve(cfg), cfg.train, Path(out_dir)
         self.ckpt_root = self.out / "checkpoints"
         base = pick_device(device)
         self.dist = init_distributed(base)
@@ -86,21 +115,11 @@ class Trainer:
             precision == "auto" and self.device.type == "cuda") else None
         self._val_loader: DataLoader | None = None
         self._val_missing = False
+        self._resume_changes: dict[str, dict[str, Any]] = {}  # changeable settings a resume changed
 
     # ------------------------------------------------------------------------------------------------ resume
     def _resume_path(self) -> Path | None:
-        if self.resume is None:
-            existing = latest_checkpoint(self.ckpt_root)
-            if existing is not None:
-                raise UsageError(f"{self.out} already holds checkpoints from an earlier run (newest: {existing.name}); "
-                                 "pass --resume auto to continue it, or choose another --out")
-            return None
-        if self.resume == "auto":
-            return latest_checkpoint(self.ckpt_root)
-        path = Path(self.resume)
-        if not path.is_dir():
-            raise UsageError(f"--resume {self.resume}: no such checkpoint directory (use 'auto' or a step-N dir)")
-        return path.resolve()
+        return resume_source(self.out, self.resume)
 
     def _recover_interrupted_save(self) -> None:
         """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
@@ -118,12 +137,8 @@ class Trainer:
             p.unlink()
 
     def _check_same_run(self, path: Path) -> None:
-        _, saved = read_config(path)
-        saved_d, now_d = to_dict(saved), to_dict(self.cfg)
-        changed = [d for key in ("recipe", "model", "data") for d in _diff(saved_d.get(key), now_d.get(key), key + ".")]
-        if changed:
-            raise UsageError(f"cannot resume from {path}: its config differs from this run's in "
-                             f"{'; '.join(changed[:5])}; resume with the same config or start a new --out")
+        """Refuse a resume whose model/data differ; remember the changeable settings that did change."""
+        self._resume_changes = resume_changes(read_config(path)[1], self.cfg, path)
 
     # -------------------------------------------------------------------------------------------------- data
     def _train_batches(self, ds: Dataset, plan: EpochBatches, epoch: int, offset: int
@@ -168,13 +183,14 @@ class Trainer:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             model.eval()
             losses = []
+            evaluator = self.recipe.build_evaluator(self.cfg)
             with self._autocast():
                 for i, batch in enumerate(loader):
                     if limit and i >= limit:
                         break
-                    losses.append(float(self.recipe.training_loss(model, to_device(batch, self.device))[0]))
-                evaluator = self.recipe.evaluate(model, self.cfg, "validation", self.device, max_batches=limit,
-                                                 batches=iter(loader))
+                    loss, predictions, targets = self.recipe.validation_step(model, to_device(batch, self.device))
+                    losses.append(float(loss))
+                    evaluator.update(predictions, targets)
             model.train()
         metrics = {"loss": sum(losses) / max(1, len(losses))}
         for name, value in evaluator.compute().items():  # the evaluator's metrics, kept apart from the loss
@@ -190,12 +206,59 @@ class Trainer:
             shutdown(self.dist)
 
     def _fit(self) -> dict[str, float]:
-        tc, main = self.tc, self.dist.is_main
-        if main:
+        """The run, step by step: set up (fresh or resumed), then optimiser steps with logging, validation and
+        checkpoints until a stop condition, then a final checkpoint if the last step was not saved."""
+        resume_from = self._prepare_run_dir()
+        run = self._set_up(resume_from)
+        tc, state = self.tc, run.state
+        stream = self._train_batches(run.train_ds, run.plan, state.epoch, state.offset)
+        log = MetricsLog(self.out, self.dist.is_main, tc.tensorboard)
+        if self.dist.is_main:
+            log.truncate_after(state.step)
+            if resume_from is not None and self._resume_changes:
+                log.log({"step": state.step, "split": "resume", "checkpoint": str(resume_from),
+                         "changed": self._resume_changes})
+        window: list[float] = []
+        val_metrics: dict[str, float] = {}
+        t0 = time.time()
+        run.model.train()
+        while state.step < tc.max_steps:
+            step_out = self._optimizer_step(run, stream)
+            if step_out is None:  # the last epoch ran out: a partial step is not taken
+                break
+            loss, extras, grad_norm = step_out
+            window.append(loss)
+            self.progress.update(state.step, {"loss": loss, "lr": run.scheduler.get_last_lr()[0]})
+            if state.step % tc.log_every == 0 or state.step == tc.max_steps:
+                self._log_train(log, run, window, extras, grad_norm, time.time() - t0)
+                window = []
+            stop = False
+            if self._validation_due(state.step, run.steps_per_epoch):
+                val_metrics = self.validate(run.model)
+                stop = self._after_validation(log, run, val_metrics) if val_metrics else False
+            if state.step % tc.save_every == 0 or state.step == tc.max_steps or stop:
+                self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
+            if stop:
+                break
+        if state.step != self._saved_step:  # the epochs ran out before max_steps
+            self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
+        self.progress.close()
+        log.close()
+        return val_metrics
+
+    def _prepare_run_dir(self) -> Path | None:
+        """Clean up after a crash mid-save (rank 0), then the checkpoint to resume from, if any."""
+        if self.dist.is_main:
             self._recover_interrupted_save()
         barrier(self.dist)
         resume_from = self._resume_path()
+        barrier(self.dist)  # every rank checks the run directory before rank 0 writes config.yaml into it
+        return resume_from
 
+    def _set_up(self, resume_from: Path | None) -> _Run:
+        """Model, data order, optimiser and schedule, restored from ``resume_from`` when given; the run's config
+        written; the model wrapped for DDP / torch.compile. The order of RNG use here is part of exact resume."""
+        tc = self.tc
         seed_everything(tc.seed)
         model = self.recipe.build_model(self.cfg).to(self.device)
         if self.dist.enabled:
@@ -205,120 +268,124 @@ class Trainer:
         steps_per_epoch = max(1, len(plan) // tc.grad_accum)
         optimizer = build_optimizer(model, tc)
         scheduler = build_scheduler(optimizer, tc, steps_per_epoch)
-        pos = {"step": 0, "epoch": 0, "offset": 0, "best_val_loss": math.inf, "bad_evals": 0}
+        state = TrainingState()
         self._saved_step = 0
-
         if resume_from is not None:
-            self._check_same_run(resume_from)
-            verify_weights(resume_from, read_meta(resume_from))
-            load_weights(model, resume_from)
-            state = load_train_state(resume_from)
-            if state.get("world_size", 1) != self.dist.world_size:
-                raise CheckpointError(f"{resume_from} was written by {state.get('world_size')} process(es); "
-                                      f"resume it with the same number (now {self.dist.world_size})")
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            restore_rng(state["rng"][self.dist.rank])
-            pos.update({k: state[k] for k in pos})
-            self._saved_step = pos["step"]
+            state = self._restore(resume_from, model, optimizer, scheduler)
+            self._saved_step = state.step
         total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
-        self.progress = Progress(total, pos["step"], main, tc.log_every)
+        self.progress = Progress(total, state.step, self.dist.is_main, tc.log_every)
         if resume_from is not None:
-            self.progress.message(f"resumed from {resume_from} at step {pos['step']}")
+            self.progress.message(f"resumed from {resume_from} at step {state.step}")
+            if self._resume_changes:
+                self.progress.message("changed on resume: " + "; ".join(
+                    f"{k}: {c['from']!r} -> {c['to']!r}" for k, c in self._resume_changes.items()))
         elif self.resume == "auto":
             self.progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
-
-        log = MetricsLog(self.out, main, tc.tensorboard)
-        if main:
+        if self.dist.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(self.cfg, self.out / "config.yaml")
-            log.truncate_after(pos["step"])
         train_model: torch.nn.Module = model
         if self.dist.enabled:
             train_model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda"
                                                   else None)
         if tc.compile:
             train_model = torch.compile(train_model)
+        return _Run(model, train_model, optimizer, scheduler, train_ds, plan, steps_per_epoch, state)
 
-        stream = self._train_batches(train_ds, plan, pos["epoch"], pos["offset"])
-        window: list[float] = []
-        val_metrics: dict[str, float] = {}
-        t0 = time.time()
-        model.train()
-        while pos["step"] < tc.max_steps:
-            optimizer.zero_grad(set_to_none=True)
-            losses, extras = [], {}
-            for micro in range(tc.grad_accum):
-                try:
-                    epoch, offset, batch = next(stream)
-                except StopIteration:
-                    break
-                sync = (train_model.no_sync() if self.dist.enabled and micro < tc.grad_accum - 1
-                        else contextlib.nullcontext())
-                with sync:
-                    with self._autocast():
-                        loss, logs = self.recipe.training_loss(train_model, to_device(batch, self.device))
-                    if not torch.isfinite(loss):
-                        last = latest_checkpoint(self.ckpt_root)
-                        raise ZooError(f"the training loss is {float(loss.detach())} at step {pos['step'] + 1} (epoch {epoch}); "
-                                       f"stopped without saving. Last good checkpoint: {last or 'none'}. Lower "
-                                       "train.lr, set train.clip_grad_norm, or check the data for bad values")
-                    (loss / tc.grad_accum).backward()
-                losses.append(float(loss.detach()))
-                for k, v in logs.items():
-                    extras[k] = extras.get(k, 0.0) + float(v) / tc.grad_accum
-                pos["epoch"], pos["offset"] = epoch, offset
-            if len(losses) < tc.grad_accum:  # the last epoch ran out: a partial step is not taken
+    def _restore(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 scheduler: Any) -> TrainingState:
+        """Weights, optimiser, scheduler and this rank's RNG from checkpoint ``path``; returns its training state."""
+        self._check_same_run(path)
+        verify_weights(path, read_meta(path))
+        load_weights(model, path)
+        saved = load_train_state(path)
+        if saved.get("world_size", 1) != self.dist.world_size:
+            raise CheckpointError(f"{path} was written by {saved.get('world_size')} process(es); "
+                                  f"resume it with the same number (now {self.dist.world_size})")
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        apply_schedule(optimizer, scheduler, self.tc)  # a changed lr / schedule takes effect from here
+        restore_rng(saved["rng"][self.dist.rank])
+        return TrainingState(**{f.name: saved[f.name] for f in dataclasses.fields(TrainingState)})
+
+    def _optimizer_step(self, run: _Run, stream: Iterator[tuple[int, int, Any]]
+                        ) -> tuple[float, dict[str, float], torch.Tensor | None] | None:
+        """One optimiser step over ``grad_accum`` micro-batches (gradients synchronised on the last one only);
+        returns (mean loss, mean extra values, gradient norm or None), or None when the data ran out first."""
+        tc, state = self.tc, run.state
+        run.optimizer.zero_grad(set_to_none=True)
+        losses, extras = [], {}
+        for micro in range(tc.grad_accum):
+            try:
+                epoch, offset, batch = next(stream)
+            except StopIteration:
                 break
-            grad_norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
-                         if tc.clip_grad_norm > 0 else None)
-            optimizer.step()
-            scheduler.step()
-            pos["step"] += 1
-            step = pos["step"]
-            window.append(sum(losses) / len(losses))
-            self.progress.update(step, {"loss": window[-1], "lr": scheduler.get_last_lr()[0]})
+            sync = (run.train_model.no_sync() if self.dist.enabled and micro < tc.grad_accum - 1
+                    else contextlib.nullcontext())
+            with sync:
+                with self._autocast():
+                    loss, logs = self.recipe.training_loss(run.train_model, to_device(batch, self.device))
+                self._check_finite(loss, state.step + 1, epoch)
+                (loss / tc.grad_accum).backward()
+            losses.append(float(loss.detach()))
+            for k, v in logs.items():
+                extras[k] = extras.get(k, 0.0) + float(v) / tc.grad_accum
+            state.epoch, state.offset = epoch, offset
+        if len(losses) < tc.grad_accum:
+            return None
+        grad_norm = (torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.clip_grad_norm)
+                     if tc.clip_grad_norm > 0 else None)
+        run.optimizer.step()
+        run.scheduler.step()
+        state.step += 1
+        return sum(losses) / len(losses), extras, grad_norm
 
-            if step % tc.log_every == 0 or step == tc.max_steps:
-                record = {"step": step, "split": "train", "epoch": pos["epoch"],
-                          "loss": mean_across(sum(window) / len(window), self.dist),
-                          "lr": scheduler.get_last_lr()[0], "time": round(time.time() - t0, 3), **extras}
-                if grad_norm is not None:
-                    record["grad_norm"] = float(grad_norm)
-                log.log(record)
-                window = []
+    def _check_finite(self, loss: torch.Tensor, step: int, epoch: int) -> None:
+        """Stop, without saving, on a NaN or infinite training loss."""
+        if not torch.isfinite(loss):
+            last = last_good_checkpoint(self.ckpt_root, step)
+            advice = (f" (resume from it with --resume {last} and a lower train.lr or a train.clip_grad_norm)"
+                      if last else "")
+            raise ZooError(f"the training loss is {float(loss.detach())} at step {step} (epoch {epoch}); "
+                           f"stopped without saving. Last good checkpoint: {last or 'none'}{advice}. Lower "
+                           "train.lr, set train.clip_grad_norm, or check the data for bad values")
 
-            stop = False
-            end_of_epoch = tc.eval_per_epoch and step % steps_per_epoch == 0
-            if (tc.eval_every and step % tc.eval_every == 0) or end_of_epoch or (
-                    step == tc.max_steps and (tc.eval_every or tc.eval_per_epoch)):
-                val_metrics = self.validate(model)
-                if val_metrics:
-                    log.log({"step": step, "split": "validation", "epoch": pos["epoch"], **val_metrics})
-                    self.progress.message(f"step {step} validation: " +
-                                          " ".join(f"{k}={v:.4g}" for k, v in val_metrics.items()))
-                    if val_metrics["loss"] < pos["best_val_loss"]:
-                        pos["best_val_loss"], pos["bad_evals"] = val_metrics["loss"], 0
-                        if tc.save_best and self.dist.is_main:
-                            save_checkpoint(self.ckpt_root, step, model, self.cfg, self.recipe.name,
-                                            metrics=val_metrics, name="best")
-                    else:
-                        pos["bad_evals"] += 1
-                        stop = 0 < tc.early_stopping_patience <= pos["bad_evals"]
-                        if stop:
-                            self.progress.message(f"early stopping: no better validation loss in "
-                                                  f"{pos['bad_evals']} evaluations")
-            if step % tc.save_every == 0 or step == tc.max_steps or stop:
-                self._save(model, optimizer, scheduler, pos, val_metrics)
-            if stop:
-                break
-        if pos["step"] != self._saved_step:  # the epochs ran out before max_steps
-            self._save(model, optimizer, scheduler, pos, val_metrics)
-        self.progress.close()
-        log.close()
-        return val_metrics
+    def _log_train(self, log: MetricsLog, run: _Run, window: list[float], extras: dict[str, float],
+                   grad_norm: torch.Tensor | None, elapsed: float) -> None:
+        """One training record: the mean loss since the last record (averaged across ranks), lr, time, extras."""
+        record = {"step": run.state.step, "split": "train", "epoch": run.state.epoch,
+                  "loss": mean_across(sum(window) / len(window), self.dist),
+                  "lr": run.scheduler.get_last_lr()[0], "time": round(elapsed, 3), **extras}
+        if grad_norm is not None:
+            record["grad_norm"] = float(grad_norm)
+        log.log(record)
 
-    def _save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, pos: dict[str, Any],
+    def _validation_due(self, step: int, steps_per_epoch: int) -> bool:
+        tc = self.tc
+        end_of_epoch = tc.eval_per_epoch and step % steps_per_epoch == 0
+        return bool((tc.eval_every and step % tc.eval_every == 0) or end_of_epoch or (
+            step == tc.max_steps and (tc.eval_every or tc.eval_per_epoch)))
+
+    def _after_validation(self, log: MetricsLog, run: _Run, metrics: dict[str, float]) -> bool:
+        """Log the validation, keep checkpoints/best on a new lowest loss; True when early stopping says stop."""
+        state = run.state
+        log.log({"step": state.step, "split": "validation", "epoch": state.epoch, **metrics})
+        self.progress.message(f"step {state.step} validation: " +
+                              " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        if metrics["loss"] < state.best_val_loss:
+            state.best_val_loss, state.bad_evals = metrics["loss"], 0
+            if self.tc.save_best and self.dist.is_main:
+                save_checkpoint(self.ckpt_root, state.step, run.model, self.cfg, self.recipe.name,
+                                metrics=metrics, name="best")
+            return False
+        state.bad_evals += 1
+        stop = 0 < self.tc.early_stopping_patience <= state.bad_evals
+        if stop:
+            self.progress.message(f"early stopping: no better validation loss in {state.bad_evals} evaluations")
+        return stop
+
+    def _save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, state: TrainingState,
               metrics: dict[str, float]) -> None:
         rng = capture_rng()
         if self.dist.enabled:
@@ -327,10 +394,10 @@ class Trainer:
         else:
             gathered = [rng]
         if self.dist.is_main:
-            state = {**pos, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                     "rng": gathered, "world_size": self.dist.world_size}
-            path = save_checkpoint(self.ckpt_root, pos["step"], model, self.cfg, self.recipe.name, metrics=metrics,
-                                   train_state=state, keep_last=self.tc.keep_last)
+            train_state = {**dataclasses.asdict(state), "optimizer": optimizer.state_dict(),
+                           "scheduler": scheduler.state_dict(), "rng": gathered, "world_size": self.dist.world_size}
+            path = save_checkpoint(self.ckpt_root, state.step, model, self.cfg, self.recipe.name, metrics=metrics,
+                                   train_state=train_state, keep_last=self.tc.keep_last)
             self.progress.message(f"saved {path}")
-        self._saved_step = pos["step"]
+        self._saved_step = state.step
         barrier(self.dist)

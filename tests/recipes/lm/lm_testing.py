@@ -19,12 +19,13 @@ def require_attention(name: str) -> None:
 
 
 def tiny_config(attention: str = "vanilla", options: dict[str, Any] | None = None, **sections: Any):
-    """(recipe, config) for a 2-layer, 32-wide byte-level model on the built-in corpus."""
+    """(recipe, resolved config) for a 2-layer, 32-wide byte-level model on the built-in corpus."""
     data = {"recipe": "lm",
             "model": {"num_layers": 2, "embed_dim": 32, "num_heads": 4, "ffn_dim": 64, "dropout": 0.0,
-                      "attention": attention, "attention_options": options or {}},
+                      "attention": {"name": attention, **(options or {})}},
             "data": {"tokenizer": "bytes", "block_size": 32},
             "train": {"batch_size": 4}}
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value}
-    return config_from_dict(data)
+    recipe, cfg = config_from_dict(data)
+    return recipe, recipe.resolve(cfg)

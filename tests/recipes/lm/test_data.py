@@ -77,6 +77,6 @@ def test_pg19_mini(shared_data, tmp_path):
         pytest.skip(f"{root} is absent")
     tok = get_tokenizer("gpt2")
     tokens = load_tokens(root, "validation", tok, tmp_path / "cache")
-    first = sorted((root / "validation").glob("*.txt"))[0].read_text(encoding="utf-8")
+    first = min((root / "validation").glob("*.txt")).read_text(encoding="utf-8")
     assert tok.decode(tokens[:50].tolist()) == tok.decode(tok.encode(first)[:50])
     assert (tokens == tok.eod).sum() == len(split_files(root, "validation"))

@@ -1,7 +1,8 @@
 from click.testing import CliRunner
 
-from lm_testing import require_attention, tiny_config
-from lavo_zoo.recipes.lm.generate import generate, generate_ids
+from lavo_zoo.recipes.lm.cli import generate
+from lavo_zoo.recipes.lm.generate import generate_ids
+from tests.recipes.lm.lm_testing import require_attention, tiny_config
 
 
 def test_generate_command_continues_the_prompt_from_a_checkpoint(tmp_path):

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lm_testing import require_attention, tiny_config
 from lavo_zoo.config import available_configs, resolve_config
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.recipes.lm.recipe import bucket_edges
+from tests.recipes.lm.lm_testing import require_attention, tiny_config
 
 
 @pytest.mark.parametrize("name", [n for n in available_configs() if n.startswith("lm/")])
@@ -15,21 +15,24 @@ def test_configs_resolve_and_build(name):
     recipe, cfg = resolve_config(name)
     assert recipe.name == "lm" and cfg.data.block_size > 0
     if name.startswith("lm/tiny"):
-        require_attention(cfg.model.attention)
-        model = recipe.build_model(cfg)
-        assert model.use_positions == (cfg.model.attention != "lavo" and not cfg.model.attention_options.get("rope"))
+        require_attention(cfg.model.attention.name)
+        model = recipe.build_model(recipe.resolve(cfg))
+        attention = cfg.model.attention
+        assert model.use_positions == (attention.name != "lavo" and not attention.options.get("rope"))
 
 
 def test_paper_settings():
     _, cfg = resolve_config("lm/pg19-lavo")
-    assert cfg.model.attention_options == {"dropout": 0.1, "num_bases": 64, "window_size": 16}
+    assert cfg.model.attention.name == "lavo"
+    assert cfg.model.attention.options == {"dropout": 0.1, "num_bases": 64, "window_size": 16}
     assert cfg.train.batch_size * cfg.train.grad_accum * cfg.data.block_size == 2 ** 17
     assert (cfg.train.lr, cfg.train.schedule, cfg.train.warmup_steps) == (5e-4, "inverse_sqrt", 10000)
 
 
 def test_perplexity_evaluator_counts_tokens():
     ev = build_evaluator("perplexity")
-    ev.update(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([[True, True], [True, False]]))
+    nll, scored = torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([[True, True], [True, False]])
+    ev.update(nll[scored], None)
     assert ev.num_samples == 3 and ev.compute()["ppl"] == pytest.approx(math.exp(2.0))
     assert ev.results()["ppl"]["higher_is_better"] is False
 

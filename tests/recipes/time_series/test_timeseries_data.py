@@ -6,11 +6,18 @@ import pandas as pd
 import pytest
 
 from lavo_zoo.errors import ConfigError, DataError
-from lavo_zoo.recipes.time_series.data import (ETT_COLUMNS, ForecastDataConfig, ForecastWindows, generate_ett,
-                                               prepare, split_borders, time_features)
+from lavo_zoo.recipes.time_series.data import (
+    ETT_COLUMNS,
+    DataConfig,
+    ForecastWindows,
+    generate_ett,
+    prepare,
+    split_borders,
+    time_features,
+)
 
 
-def _windows(cfg: ForecastDataConfig, split: str) -> ForecastWindows:
+def _windows(cfg: DataConfig, split: str) -> ForecastWindows:
     return ForecastWindows(prepare(cfg), split, cfg.seq_len, cfg.label_len, cfg.pred_len)
 
 
@@ -23,7 +30,7 @@ def etth1(shared_data: Path) -> Path:
 
 
 def test_real_etth1_borders_and_scaler(etth1: Path) -> None:
-    cfg = ForecastDataConfig(path=str(etth1), seq_len=96, label_len=48, pred_len=24)
+    cfg = DataConfig(path=str(etth1), seq_len=96, label_len=48, pred_len=24)
     series = prepare(cfg)
     # Informer's Dataset_ETT_hour: 12/4/4 months of 30 days, later splits start seq_len rows early
     assert series.borders == {"train": (0, 8640), "validation": (8640 - 96, 11520), "test": (11520 - 96, 14400)}
@@ -43,9 +50,9 @@ def test_real_etth1_borders_and_scaler(etth1: Path) -> None:
 
 
 def test_real_etth1_feature_modes(etth1: Path) -> None:
-    single = prepare(ForecastDataConfig(path=str(etth1), features="S"))
+    single = prepare(DataConfig(path=str(etth1), features="S"))
     assert single.columns == ("OT",)
-    ms = prepare(ForecastDataConfig(path=str(etth1), features="MS", target="HUFL"))
+    ms = prepare(DataConfig(path=str(etth1), features="MS", target="HUFL"))
     assert ms.columns[-1] == "HUFL" and len(ms.columns) == 7  # the target moves last, as Dataset_Custom
 
 
@@ -53,7 +60,7 @@ def test_builtin_data_layout_and_ratio_split() -> None:
     table = generate_ett(2000, seed=0)
     assert list(table.columns) == ["date", *ETT_COLUMNS]
     pd.testing.assert_frame_equal(table, generate_ett(2000, seed=0))
-    cfg = ForecastDataConfig(builtin_rows=2000, seq_len=48, label_len=24, pred_len=12)
+    cfg = DataConfig(builtin_rows=2000, seq_len=48, label_len=24, pred_len=12)
     series = prepare(cfg)
     assert series.borders == {"train": (0, 1400), "validation": (1352, 1600), "test": (1552, 2000)}
     np.testing.assert_allclose(series.values[:1400].mean(0), 0, atol=1e-5)
@@ -63,7 +70,7 @@ def test_builtin_data_layout_and_ratio_split() -> None:
 
 
 def test_builtin_data_with_ett_split_matches_real_borders() -> None:
-    series = prepare(ForecastDataConfig(split="ett_hour", seq_len=336, pred_len=720, label_len=336))
+    series = prepare(DataConfig(split="ett_hour", seq_len=336, pred_len=720, label_len=336))
     assert series.borders == split_borders(17420, "ett_hour", 336)
     assert series.borders["test"] == (11520 - 336, 14400)
     assert split_borders(70000, "ett_minute", 96)["validation"] == (34560 - 96, 46080)
@@ -95,7 +102,7 @@ def _good_rows(n: int) -> str:
 def test_missing_target_column_is_refused(tmp_path: Path) -> None:
     path = _csv(tmp_path, "date,a,b\n" + _good_rows(300))
     with pytest.raises(DataError, match=r"no target column 'OT'.*columns: a, b.*data.target"):
-        prepare(ForecastDataConfig(path=path, features="S", seq_len=24, label_len=12, pred_len=12))
+        prepare(DataConfig(path=path, features="S", seq_len=24, label_len=12, pred_len=12))
 
 
 def test_unparseable_dates_are_refused(tmp_path: Path) -> None:
@@ -103,25 +110,38 @@ def test_unparseable_dates_are_refused(tmp_path: Path) -> None:
     rows[5] = "not-a-date," + rows[5].split(",", 1)[1]
     path = _csv(tmp_path, "date,a,OT\n" + "".join(rows))
     with pytest.raises(DataError, match=r"'not-a-date' on line 7 is not a parseable date"):
-        prepare(ForecastDataConfig(path=path, seq_len=24, label_len=12, pred_len=12))
+        prepare(DataConfig(path=path, seq_len=24, label_len=12, pred_len=12))
 
 
 def test_too_few_rows_for_one_window_is_refused(tmp_path: Path) -> None:
     path = _csv(tmp_path, "date,a,OT\n" + _good_rows(100))
     with pytest.raises(DataError, match=r"has 100 rows: its validation split .* too short for one window"):
-        prepare(ForecastDataConfig(path=path, seq_len=24, label_len=12, pred_len=12))
+        prepare(DataConfig(path=path, seq_len=24, label_len=12, pred_len=12))
     with pytest.raises(DataError, match="needs at least 14400 rows"):
-        prepare(ForecastDataConfig(path=path, split="ett_hour", seq_len=24, label_len=12, pred_len=12))
+        prepare(DataConfig(path=path, split="ett_hour", seq_len=24, label_len=12, pred_len=12))
 
 
 def test_other_bad_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="does not exist"):
-        prepare(ForecastDataConfig(path=str(tmp_path / "absent.csv")))
+        prepare(DataConfig(path=str(tmp_path / "absent.csv")))
     with pytest.raises(DataError, match="no 'date' column"):
-        prepare(ForecastDataConfig(path=_csv(tmp_path, "time,OT\n1,2\n")))
+        prepare(DataConfig(path=_csv(tmp_path, "time,OT\n1,2\n")))
     rows = _good_rows(300).splitlines(keepends=True)
     rows[3] = rows[3].rsplit(",", 1)[0] + ",oops\n"
     with pytest.raises(DataError, match=r"column 'b' has a missing or non-numeric value 'oops' on line 5"):
-        prepare(ForecastDataConfig(path=_csv(tmp_path, "date,a,b\n" + "".join(rows)), features="M"))
+        prepare(DataConfig(path=_csv(tmp_path, "date,a,b\n" + "".join(rows)), features="M"))
     with pytest.raises(ConfigError, match="label_len"):
-        prepare(ForecastDataConfig(seq_len=12, label_len=24))
+        prepare(DataConfig(seq_len=12, label_len=24))
+
+
+@pytest.mark.parametrize("cell", ["inf", "-inf", "1e999"])
+def test_non_finite_values_are_refused_with_line_and_column(tmp_path: Path, cell: str) -> None:
+    rows = [f"2016-07-01 {h:02d}:00:00,{h},{'X' if h == 4 else h * 2}" for h in range(24)]
+    (tmp_path / "d.csv").write_text("date,a,b\n" + "\n".join(rows).replace("X", cell) + "\n")
+    with pytest.raises(DataError, match=r"column 'b' has the non-finite value .* on line 6"):
+        prepare(DataConfig(path=str(tmp_path / "d.csv"), seq_len=4, label_len=2, pred_len=2))
+
+
+def test_a_directory_as_data_path_is_called_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="is a directory"):
+        prepare(DataConfig(path=str(tmp_path)))

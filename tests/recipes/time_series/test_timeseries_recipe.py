@@ -11,12 +11,15 @@ from lavo_zoo.recipes.time_series.plot import forecast_windows, plot_forecasts
 
 TINY = {"recipe": "time_series",
         "data": {"builtin_rows": 1000, "seq_len": 32, "label_len": 16, "pred_len": 8},
-        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "cross_attention": "lavo",
-                  "cross_attention_options": {"num_bases": 16}}}
+        "model": {"embed_dim": 32, "num_heads": 2, "ffn_dim": 64,
+                  "attention": {"encoder_self": {"name": "probsparse", "factor": 5},
+                                "decoder_self": {"name": "probsparse", "factor": 5},
+                                "cross": {"name": "lavo", "num_bases": 16}}}}
 
 
 def _tiny(*overrides: str):
-    return config_from_dict(TINY, list(overrides))
+    recipe, cfg = config_from_dict(TINY, list(overrides))
+    return recipe, recipe.resolve(cfg)
 
 
 @pytest.mark.parametrize("features,c_out", [("M", 7), ("S", 1), ("MS", 1)])
@@ -41,29 +44,29 @@ def test_forecast_does_not_see_the_horizon() -> None:
 
 
 def test_cross_attention_comes_from_the_registry() -> None:
-    recipe, cfg = _tiny("model.cross_attention=sdpa", "model.cross_attention_options={}")
-    layer = recipe.build_model(cfg).decoder[0]
-    assert type(layer.cross_attention).__name__ == "SDPAttention" and layer.cross_attention.pattern == "cross"
-    assert layer.self_attention.pattern == "causal"
+    recipe, cfg = _tiny("model.attention.cross.name=sdpa")
+    layer = recipe.build_model(cfg).decoder.layers[0]
+    assert type(layer.cross_attn).__name__ == "SDPAttention" and layer.cross_attn.pattern == "cross"
+    assert layer.self_attn.pattern == "causal"
 
 
 def test_paper_configs_resolve() -> None:
     names = [n for n in available_configs() if n.startswith("time_series/")]
-    assert {"time_series/etth1-lavo", "time_series/etth1-full", "time_series/etth1-s-lavo", "time_series/tiny",
+    assert {"time_series/etth1-lavo", "time_series/etth1-sdpa", "time_series/etth1s-lavo", "time_series/tiny-lavo",
             "time_series/weather-lavo"} <= set(names)
     for name in names:
         _, cfg = resolve_config(name)
         if name.endswith("-lavo"):
-            assert cfg.model.cross_attention == "lavo"
-            assert cfg.model.cross_attention_options["num_bases"] == (8 if name.endswith("tiny") else 16)
-        if name.endswith("-full"):
-            assert cfg.model.cross_attention == "sdpa"
+            assert cfg.model.attention.cross.name == "lavo"
+            assert cfg.model.attention.cross.options["num_bases"] == (8 if "tiny" in name else 16)
+        if name.endswith("-sdpa"):
+            assert cfg.model.attention.cross.name == "sdpa"
     _, cfg = resolve_config("time_series/etth1-lavo")
     assert (cfg.data.seq_len, cfg.data.label_len, cfg.data.pred_len) == (336, 336, 720)
     assert (cfg.train.optimizer, cfg.train.lr, cfg.train.schedule, cfg.train.max_epochs) == ("adam", 1e-4,
                                                                                             "exponential", 6)
     _, cfg = resolve_config("time_series/weather-lavo")
-    assert (cfg.data.seq_len, cfg.model.e_layers, cfg.model.d_layers) == (720, 3, 2)
+    assert (cfg.data.seq_len, cfg.model.encoder_layers, cfg.model.decoder_layers) == (720, 3, 2)
 
 
 def test_short_training_lowers_validation_mse() -> None:
@@ -86,7 +89,7 @@ def test_short_training_lowers_validation_mse() -> None:
 
 def test_cli_train_eval_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
-    assert main(["train", "time_series/tiny", "--out", str(out), "--max-steps", "20", "train.eval_every=10",
+    assert main(["train", "time_series/tiny-lavo", "--out", str(out), "--max-steps", "20", "train.eval_every=10",
                  "train.eval_batches=2", "data.builtin_rows=1000"]) == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "validation"] == [10, 20]
@@ -95,18 +98,17 @@ def test_cli_train_eval_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert results["recipe"] == "time_series" and results["split"] == "test"
     assert {"mse", "mae", "rmse", "mape", "mspe"} == set(results["metrics"])
     assert results["num_samples"] == 248 - 60 + 1  # test rows [1000 - 200 - 48, 1000), windows of 48 + 12 rows
-    recipe, cfg = resolve_config("time_series/tiny", ["data.builtin_rows=1000"])
-    model = recipe.build_model(cfg)
+    recipe, cfg = resolve_config("time_series/tiny-lavo", ["data.builtin_rows=1000"])
+    model = recipe.build_model(recipe.resolve(cfg))
     png = plot_forecasts(*forecast_windows(recipe, model, cfg, "test", 3)[:3], tmp_path / "forecast.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_repeats_report_mean_and_spread(tmp_path: Path) -> None:
-    from lavo_zoo.recipes.time_series.repeats import main as repeats_main
-
-    summary = repeats_main(["time_series/tiny", "--repeats", "2", "--out", str(tmp_path), "--max-test-batches", "1",
-                            "train.max_steps=5", "train.eval_every=0", "data.builtin_rows=1000"])
-    assert summary["seeds"] == [1, 2] and (tmp_path / "summary.json").is_file()
+    assert main(["repeats", "time_series/tiny-lavo", "--repeats", "2", "--out", str(tmp_path), "--max-test-batches",
+                 "1", "train.max_steps=5", "train.eval_every=0", "data.builtin_rows=1000"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["seeds"] == [1, 2]
     mse = summary["test"]["mse"]
     assert len(mse["values"]) == 2 and mse["values"][0] != mse["values"][1] and mse["std"] > 0
     assert summary["test"]["s_per_epoch"]["mean"] > 0

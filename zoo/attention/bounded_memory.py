@@ -20,11 +20,12 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention.vanilla import ProjectedAttention, masked_softmax
+from lavo_zoo.attention.base import StreamingState
+from lavo_zoo.attention.common import ProjectedAttention, masked_softmax
 
 
 @dataclass
-class ABCState:
+class ABCState(StreamingState):
     """Streaming state of causal ABC: stabilised running sums over all past tokens."""
 
     k_sum: torch.Tensor  # [B, H, n, d] sum_i exp(s_i - m) k_i^T
@@ -66,14 +67,14 @@ class ABCAttention(ProjectedAttention):
         key_mask = context_mask if self.pattern == "cross" else padding_mask
         if self.pattern == "causal":
             o, state = self._causal(q, k, v, s, key_mask, state)
-            y = self.merge_heads(o)
+            y = self.output(o)
             return (y, state) if return_state else y
         allowed = None if key_mask is None else key_mask[:, None, :, None]  # [B, 1, S, 1]
         alpha = masked_softmax(s, allowed, dim=2)  # [B, H, S, n], normalised over tokens
         k_mem = alpha.transpose(-1, -2) @ k  # [B, H, n, d]
         v_mem = alpha.transpose(-1, -2) @ v  # [B, H, n, d]
         p = torch.softmax((q @ k_mem.transpose(-1, -2)) * self.head_dim ** -0.5, dim=-1)  # [B, H, T, n]
-        return self.merge_heads(p @ v_mem)
+        return self.output(p @ v_mem)
 
     def _causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor,
                 key_mask: torch.Tensor | None, state: Any) -> tuple[torch.Tensor, Any]:

@@ -3,6 +3,7 @@ channel (on standardised values when the recipe feeds them standardised)."""
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 
@@ -17,7 +18,8 @@ class ForecastEvaluator(Evaluator):
     MAPE and MSPE divide by the truth as Informer does (a truth of exactly 0 makes them inf or NaN).
     """
 
-    higher_is_better = {"mse": False, "mae": False, "rmse": False, "mape": False, "mspe": False}
+    higher_is_better: ClassVar[dict[str, bool]] = {"mse": False, "mae": False, "rmse": False, "mape": False,
+                                                   "mspe": False}
 
     def reset(self) -> None:
         self.num_samples = 0

@@ -1,0 +1,98 @@
+"""The contract every registered recipe keeps, checked on its ``tiny_config``: a new recipe is tested here without
+writing a test (docs/architecture.md, "The recipe contract")."""
+import math
+
+import pytest
+import torch
+
+from lavo_zoo.config import available_configs, config_from_dict, resolve_config, to_dict
+from lavo_zoo.engine.checkpoint import latest_checkpoint, load_model
+from lavo_zoo.engine.trainer import Trainer
+from lavo_zoo.errors import UsageError
+from lavo_zoo.evaluators import EVALUATORS
+from lavo_zoo.recipes import RECIPES, get_recipe
+
+NAMES = RECIPES.names()
+FAST = ["train.batch_size=2", "train.grad_accum=1", "train.max_steps=1", "train.max_epochs=null", "train.save_every=1",
+        "train.eval_every=1", "train.eval_per_epoch=false", "train.eval_batches=1", "train.log_every=1",
+        "train.num_workers=0", "eval.batch_size=2"]
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def tiny(request):
+    """(recipe, resolved tiny config with one-step training settings)."""
+    recipe = get_recipe(request.param)
+    assert recipe.tiny_config, f"recipe '{recipe.name}' must set tiny_config (a config that trains in seconds)"
+    _, cfg = resolve_config(recipe.tiny_config, FAST)
+    assert cfg.recipe == recipe.name
+    return recipe, recipe.resolve(cfg)
+
+
+def _batch(recipe, cfg, split: str, n: int = 2):
+    ds = recipe.build_dataset(cfg, split)
+    assert len(ds) > 0, f"{recipe.name}: split '{split}' of {recipe.tiny_config} is empty"
+    return recipe.collate([ds[i] for i in range(min(n, len(ds)))])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_of_the_recipe_validates(name):
+    for config in (c for c in available_configs() if c.startswith(f"{name}/")):
+        recipe, cfg = resolve_config(config)
+        assert recipe.name == name and config_from_dict(to_dict(cfg))[1] == cfg  # what a run saves reads back
+
+
+def test_every_split_builds_and_the_loss_is_finite_with_gradients(tiny):
+    recipe, cfg = tiny
+    torch.manual_seed(0)
+    model = recipe.build_model(cfg)
+    for split in recipe.splits:
+        batch = _batch(recipe, cfg, split)
+        loss, logs = recipe.training_loss(model, batch)
+        assert loss.dim() == 0 and torch.isfinite(loss) and all(math.isfinite(v) for v in logs.values())
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    with pytest.raises(UsageError, match=f"recipe '{recipe.name}' has no split 'dev'"):  # the one split check
+        recipe.build_dataset(cfg, "dev")
+
+
+def test_validation_step_agrees_with_training_loss_and_predict(tiny):
+    recipe, cfg = tiny
+    torch.manual_seed(0)
+    model = recipe.build_model(cfg).eval()
+    batch = _batch(recipe, cfg, "validation")
+    with torch.no_grad():
+        loss, predictions, targets = recipe.validation_step(model, batch)
+        torch.testing.assert_close(loss, recipe.training_loss(model, batch)[0])
+        evaluator = recipe.build_evaluator(cfg)
+        evaluator.update(predictions, targets)
+        reference = recipe.build_evaluator(cfg)
+        reference.update(*recipe.predict(model, batch))
+    assert evaluator.compute() == reference.compute()
+
+
+def test_the_evaluator_is_registered_and_declares_every_metric_direction(tiny):
+    recipe, cfg = tiny
+    torch.manual_seed(0)
+    evaluator = recipe.evaluate(recipe.build_model(cfg), cfg, "test", torch.device("cpu"), max_batches=1)
+    assert type(evaluator) is EVALUATORS.get(recipe.evaluator)  # what `lavo-zoo list recipes` names
+    results = evaluator.results()
+    assert results and all(isinstance(m["higher_is_better"], bool) for m in results.values())
+    assert evaluator.num_samples > 0
+
+
+def test_one_trainer_step_and_the_checkpoint_round_trip(tiny, tmp_path):
+    recipe, cfg = tiny
+    metrics = Trainer(recipe, cfg, tmp_path / "run", device="cpu").fit()
+    assert "loss" in metrics and math.isfinite(metrics["loss"])
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    assert ckpt is not None and ckpt.name == "step-1"
+    torch.manual_seed(0)
+    _, loaded_cfg, model, meta = load_model(ckpt, "cpu")
+    assert to_dict(loaded_cfg) == to_dict(cfg) and meta["step"] == 1
+    batch = _batch(recipe, cfg, "test")
+    torch.manual_seed(0)
+    first = recipe.predict(model, batch)[0]
+    _, _, again, _ = load_model(ckpt, "cpu")
+    torch.manual_seed(0)
+    second = recipe.predict(again, batch)[0]
+    assert str(first) == str(second)  # the same weights give the same predictions (tensors or mappings of them)

@@ -1,0 +1,103 @@
+"""LAVO's orthogonal-memory read (LAVO.md, "The orthogonal memory"), with a backward that recomputes.
+
+Per head, query q reads the memory of mean feature m through the r bases B [r, d]:
+H = B m, s = scale * H * (B q), p = softmax(s) over the r slots, o = B^T (p * H). Queries read different memories
+(context dissection: one per window; the running mean without it: one per token; noncausal and cross: one per
+sequence), so ``mem`` holds n rows and query t reads row (offset + t) // group.
+
+:class:`MemoryReadFunction` saves only q, the memory rows and the bases and recomputes the [T, r] scores and
+probabilities chunk by chunk in backward; :func:`read_memory_autograd` is the same computation left to autograd
+(needed with attention dropout, whose mask backward must see).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lavo_zoo.attention._blocked import CHUNK, compute_dtype, heads_major_empty
+
+
+def _read_core(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, rows: torch.Tensor | None,
+               dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+    """q [B, H, Tq, d] reads mem [B, H, m, d] (row ``rows[i]`` for query i; every query the one row when None);
+    bases [H, r, d]. Returns [B, H, Tq, d] in the compute dtype."""
+    ct = compute_dtype(q.dtype)
+    b = bases.to(ct)                                          # [H, r, d]; matmuls on [B, H, N, d] broadcast it
+    h = mem.to(ct) @ b.mT                                     # [B, H, m, r]   H = B m
+    if rows is not None:
+        h = h.index_select(2, rows)                           # [B, H, Tq, r]
+    s = h * q.shape[-1] ** -0.5 * (q.to(ct) @ b.mT)           # [B, H, Tq, r]  s_i = scale H_i (b_i . q)
+    p = torch.softmax(s, dim=-1)
+    if dropout and training:
+        p = F.dropout(p, dropout, training=True)
+    return (p * h) @ b                                        # [B, H, Tq, d]  B^T (p * H)
+
+
+def _rows(t0: int, t1: int, offset: int, group: int, n: int, device: torch.device
+          ) -> tuple[int, int, torch.Tensor | None]:
+    """Memory rows [r0, r1) that queries t0..t1-1 read, and each query's row relative to r0 (None: one row)."""
+    if n == 1:
+        return 0, 1, None
+    r0, r1 = (offset + t0) // group, (offset + t1 - 1) // group + 1
+    if group == 1:
+        return r0, r1, None                                   # one row per query, aligned
+    return r0, r1, (torch.arange(t0, t1, device=device) + offset) // group - r0
+
+
+class MemoryReadFunction(torch.autograd.Function):
+    """forward(q [B, H, T, d], mem [B, H, n, d], bases [H, r, d], offset, group, chunk) -> [B, H, T, d] (compute
+    dtype, laid out [B, T, H, d]); saves q, mem and bases, and backward recomputes each chunk of ``chunk`` queries
+    under autograd (the same ops as :func:`read_memory_autograd`)."""
+
+    @staticmethod
+    def forward(ctx, q, mem, bases, offset, group, chunk):
+        B, H, T, d = q.shape
+        out = heads_major_empty(B, H, T, d, q, compute_dtype(q.dtype))
+        for t0 in range(0, T, chunk):
+            t1 = min(T, t0 + chunk)
+            r0, r1, rows = _rows(t0, t1, offset, group, mem.shape[2], q.device)
+            out[:, :, t0:t1] = _read_core(q[:, :, t0:t1], mem[:, :, r0:r1], bases, rows)
+        ctx.save_for_backward(q, mem, bases)
+        ctx.config = (offset, group, chunk)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, mem, bases = ctx.saved_tensors
+        offset, group, chunk = ctx.config
+        need = ctx.needs_input_grad
+        dq = torch.zeros_like(q) if need[0] else None
+        dmem = torch.zeros_like(mem) if need[1] else None
+        dbases = torch.zeros_like(bases) if need[2] else None
+        for t0 in range(0, q.shape[2], chunk):
+            t1 = min(q.shape[2], t0 + chunk)
+            r0, r1, rows = _rows(t0, t1, offset, group, mem.shape[2], q.device)
+            with torch.enable_grad():
+                leaves = [q[:, :, t0:t1].detach().requires_grad_(need[0]),
+                          mem[:, :, r0:r1].detach().requires_grad_(need[1]),
+                          bases.detach().requires_grad_(need[2])]
+                out = _read_core(*leaves, rows)
+                wanted = [t for t in leaves if t.requires_grad]
+                grads = list(torch.autograd.grad(out, wanted, grad[:, :, t0:t1])) if wanted else []
+            if dq is not None:
+                dq[:, :, t0:t1] = grads.pop(0)
+            if dmem is not None:
+                dmem[:, :, r0:r1] += grads.pop(0)
+            if dbases is not None:
+                dbases += grads.pop(0)
+        return dq, dmem, dbases, None, None, None
+
+
+def read_memory(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
+                chunk: int = CHUNK) -> torch.Tensor:
+    """q [B, H, T, d] reads mem [B, H, n, d] (query t: row (offset + t) // group; n == 1: the one row) through
+    bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward."""
+    return MemoryReadFunction.apply(q, mem, bases, offset, group, chunk)
+
+
+def read_memory_autograd(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
+                         dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+    """:func:`read_memory` differentiated by autograd (keeps the [T, r] tensors), with attention dropout."""
+    _, _, rows = _rows(0, q.shape[2], offset, group, mem.shape[2], q.device)
+    r0 = 0 if mem.shape[2] == 1 else offset // group
+    return _read_core(q, mem[:, :, r0:], bases, rows, dropout, training)

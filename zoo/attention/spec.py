@@ -1,0 +1,123 @@
+"""Attention selection in configs: :class:`AttentionSpec` (one mechanism and its options) and
+:class:`SiteAttention` (one spec per attention site of an encoder-decoder model). See docs/architecture.md.
+
+YAML is flat: the mapping's ``name`` picks the mechanism, every other key is one of its options::
+
+    model:
+      attention: {name: lavo, num_bases: 32, window_size: 16}       # single-site models (lm, lra)
+    model:
+      attention:                                                    # encoder-decoder models
+        encoder_self: {name: probsparse, factor: 5}
+        decoder_self: {name: probsparse, factor: 5}
+        cross: {name: lavo, num_bases: 16}
+
+A bare string (``attention: sdpa``) is a spec without options. On the command line ``model.attention.name=sdpa``
+switches the mechanism and drops the previous one's options (see :func:`lavo_zoo.config.apply_overrides`).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from lavo_zoo.errors import ConfigError, did_you_mean
+
+SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
+
+
+@dataclass
+class AttentionSpec:
+    """One attention mechanism from the registry (``lavo-zoo list attentions``) and its constructor options."""
+
+    name: str = "sdpa"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, embed_dim: int, num_heads: int, pattern: str):
+        """The :class:`~lavo_zoo.attention.Attention` module for ``pattern``."""
+        from lavo_zoo.attention import build_attention
+
+        return build_attention(self.name, embed_dim, num_heads, pattern, **self.options)
+
+    def check(self, pattern: str, site: str) -> None:
+        """Raise :class:`ConfigError` (naming ``site``) unless the mechanism exists, supports ``pattern`` and takes
+        every option given. Option values are checked when the attention is built."""
+        from lavo_zoo.attention import ATTENTIONS, attention_class, list_attentions
+
+        names = ATTENTIONS.names()
+        if self.name not in names:
+            raise ConfigError(f"config key '{site}.name': unknown attention '{self.name}'"
+                              f"{did_you_mean(self.name, names)}; choose one of {', '.join(names)}")
+        cls = attention_class(self.name)
+        if pattern not in cls.patterns:
+            able = [i.name for i in list_attentions() if pattern in i.patterns]
+            raise ConfigError(f"config key '{site}': attention '{self.name}' does not support pattern '{pattern}' "
+                              f"(it supports {', '.join(cls.patterns)}); mechanisms with '{pattern}': "
+                              f"{', '.join(able)}")
+        params = inspect.signature(cls.__init__).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        valid = [n for n in params if n not in ("self", "embed_dim", "num_heads", "pattern")]
+        for key in self.options:
+            if key not in valid:
+                raise ConfigError(f"config key '{site}.{key}': attention '{self.name}' has no option '{key}'"
+                                  f"{did_you_mean(key, valid)}; its options: {', '.join(valid) or 'none'}")
+
+    # ----------------------------------------------------------------------------- config (de)serialisation
+    @classmethod
+    def from_config(cls, value: Any, key: str, source: str) -> AttentionSpec:
+        """From the flat YAML form (``{name: lavo, num_bases: 32}``) or a bare name (``lavo``)."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' in {source} must be an attention name or a mapping such as "
+                              f"{{name: lavo, num_bases: 32}}, got {type(value).__name__} {value!r}")
+        options = dict(value)
+        name = options.pop("name", None)
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"config key '{key}' in {source} needs 'name:' (an attention from `lavo-zoo list "
+                              f"attentions`), got {value!r}")
+        return cls(name, options)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name, **self.options}
+
+
+@dataclass
+class SiteAttention:
+    """The attention of each site of an encoder-decoder model; each is checked against its pattern in
+    :data:`SITE_PATTERNS` when the config is read."""
+
+    encoder_self: AttentionSpec = field(default_factory=AttentionSpec)
+    decoder_self: AttentionSpec = field(default_factory=AttentionSpec)
+    cross: AttentionSpec = field(default_factory=AttentionSpec)
+
+    def build(self, site: str, embed_dim: int, num_heads: int):
+        """The attention module for ``site`` (one of :data:`SITE_PATTERNS`) with that site's pattern."""
+        return getattr(self, site).build(embed_dim, num_heads, SITE_PATTERNS[site])
+
+    def check(self, key: str = "model.attention") -> None:
+        for site, pattern in SITE_PATTERNS.items():
+            getattr(self, site).check(pattern, f"{key}.{site}")
+
+    @classmethod
+    def from_config(cls, value: Any, key: str, source: str) -> SiteAttention:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' in {source} must be a mapping of sites "
+                              f"({', '.join(SITE_PATTERNS)}) to attentions, got {type(value).__name__} {value!r}")
+        for site in value:
+            if site not in SITE_PATTERNS:
+                raise ConfigError(f"unknown attention site '{key}.{site}' in {source}"
+                                  f"{did_you_mean(str(site), SITE_PATTERNS)}; sites: {', '.join(SITE_PATTERNS)}")
+        spec = cls(**{site: AttentionSpec.from_config(v, f"{key}.{site}", source) for site, v in value.items()})
+        try:
+            spec.check(key)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (in {source})") from None
+        return spec
+
+    def to_config(self) -> dict[str, Any]:
+        return {site: getattr(self, site).to_config() for site in SITE_PATTERNS}

@@ -1,0 +1,141 @@
+"""A run directory's rules: what counts as an earlier run (never overwritten without ``--resume``), which settings a
+resumed run may change (applied and logged) and which it may not (refused with the diff), and which checkpoint is
+"good" after a non-finite loss.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import safe_open
+
+from lavo_zoo.config import to_dict
+from lavo_zoo.engine.checkpoint import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
+from lavo_zoo.errors import CheckpointError, UsageError
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "tensorboard", "checkpoints")
+
+# Settings a resumed run may change; each takes effect from the first resumed step. Everything else (model, data,
+# optimiser, batch size, accumulation, seed, precision, ...) must match the checkpoint, or the resumed run would not be
+# the run its config.yaml describes.
+RESUMABLE = frozenset({
+    "train.max_steps", "train.max_epochs",  # how long
+    "train.log_every", "train.eval_every", "train.eval_per_epoch", "train.eval_batches",  # cadence
+    "train.early_stopping_patience", "train.save_best", "train.save_every", "train.keep_last",
+    "train.tensorboard", "train.num_workers", "train.compile",
+    "train.lr", "train.schedule", "train.warmup_steps", "train.warmup_init_lr", "train.min_lr",  # lr and schedule
+    "train.decay_gamma", "train.decay_steps", "train.clip_grad_norm",
+})
+RESUMABLE_SECTIONS = ("eval.",)  # evaluation settings
+
+
+# ------------------------------------------------------------------------------------------- what a run leaves
+def run_contents(out: Path) -> list[str]:
+    """What of an earlier run ``out`` holds: ``config.yaml``, ``metrics.jsonl``, ``tensorboard/`` and every entry
+    of ``checkpoints/`` (``checkpoints/best``, ``checkpoints/step-4``, ...); empty when there is none."""
+    out = Path(out)
+    found = [name for name in RUN_FILES[:3] if (out / name).exists()]
+    ckpts = out / "checkpoints"
+    if ckpts.is_dir():
+        found += sorted(f"checkpoints/{p.name}" for p in ckpts.iterdir())
+    elif ckpts.exists():
+        found.append("checkpoints")
+    return found
+
+
+def _listing(found: list[str]) -> str:
+    return ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+
+
+def resume_source(out: Path, resume: str | None) -> Path | None:
+    """The checkpoint to resume from (None: start afresh), after refusing to overwrite an earlier run.
+
+    ``resume=None``: ``out`` must hold nothing of a run. ``"auto"``: the newest complete checkpoint with a training
+    state; with none, a fresh start is allowed only when the run left no checkpoint of any kind (a run killed before
+    its first save). A path: that checkpoint directory.
+    """
+    out, ckpts = Path(out), Path(out) / "checkpoints"
+    if resume is None:
+        found = run_contents(out)
+        if found:
+            raise UsageError(f"{out} already holds a run ({_listing(found)}); it is never overwritten. Pass "
+                             f"--resume auto to continue it, or choose another --out (or remove {out} yourself)")
+        return None
+    if resume == "auto":
+        latest = latest_checkpoint(ckpts)
+        if latest is not None and (latest / TRAIN_STATE).is_file():
+            return latest
+        resumable = [d for d in step_dirs(ckpts) if (d / TRAIN_STATE).is_file() and (d / META).is_file()]
+        if resumable:
+            return resumable[-1]
+        found = [f for f in run_contents(out) if f.startswith("checkpoints/")]
+        if found:
+            raise UsageError(f"--resume auto: {out} holds {_listing(found)} but no checkpoint to resume from (a "
+                             f"checkpoints/step-N with {TRAIN_STATE}); starting afresh would overwrite them. Choose "
+                             "another --out, or --resume PATH to a checkpoint written by `lavo-zoo train`")
+        return None
+    path = Path(resume)
+    if not path.is_dir():
+        raise UsageError(f"--resume {resume}: no such checkpoint directory (use 'auto' or a step-N dir)")
+    return path.resolve()
+
+
+# -------------------------------------------------------------------------------------------- resume policy
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): data}
+
+
+def resumable(key: str) -> bool:
+    return key in RESUMABLE or key.startswith(RESUMABLE_SECTIONS)
+
+
+def resume_changes(saved_cfg: Any, cfg: Any, checkpoint: Path) -> dict[str, dict[str, Any]]:
+    """``{key: {"from": saved, "to": now}}`` for the settings this resumed run changes, all of them resumable;
+    a change to any other setting is a :class:`UsageError` listing every such difference."""
+    saved, now = _flatten(to_dict(saved_cfg)), _flatten(to_dict(cfg))
+    missing = object()
+    changed = {k: (saved.get(k, missing), now.get(k, missing)) for k in sorted(set(saved) | set(now))
+               if saved.get(k, missing) != now.get(k, missing)}
+    show = {k: tuple(None if v is missing else v for v in pair) for k, pair in changed.items()}
+    fixed = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in show.items() if not resumable(k)]
+    if fixed:
+        raise UsageError(f"cannot resume from {checkpoint}: its config differs from this run's in "
+                         f"{'; '.join(fixed[:8])}{' ...' if len(fixed) > 8 else ''}. Only run length, evaluation, "
+                         "logging and checkpoint cadence, lr, schedule and clipping may change on resume: resume with "
+                         "the checkpoint's other settings, or start a new --out")
+    return {k: {"from": a, "to": b} for k, (a, b) in show.items()}
+
+
+# ---------------------------------------------------------------------------------------- last good checkpoint
+def finite_weights(checkpoint: Path) -> bool:
+    """Whether every tensor of ``checkpoint/model.safetensors`` is finite (read one tensor at a time)."""
+    try:
+        with safe_open(str(checkpoint / WEIGHTS), framework="pt") as f:
+            names = f.keys()
+            return all(bool(torch.isfinite(f.get_tensor(name)).all()) for name in names)
+    except (OSError, SafetensorError):
+        return False
+
+
+def last_good_checkpoint(ckpts: Path, failed_step: int) -> Path | None:
+    """The newest step-N checkpoint that can be trusted after a non-finite loss at step ``failed_step`` (1-based).
+
+    The loss of step s is computed with the weights after step s - 1, so step-(s-1) is what produced the bad loss
+    and is never "good"; an earlier one is, when its recorded loss (if any) and all its weights are finite.
+    """
+    for d in reversed(step_dirs(ckpts)):
+        step = int(d.name.removeprefix("step-"))
+        if step >= failed_step - 1 or not (d / META).is_file():
+            continue
+        try:
+            loss = read_meta(d).get("metrics", {}).get("loss")
+        except CheckpointError:  # an unreadable checkpoint is not a good one
+            continue
+        if (loss is None or (isinstance(loss, (int, float)) and math.isfinite(loss))) and finite_weights(d):
+            return d
+    return None
