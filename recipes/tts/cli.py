@@ -83,7 +83,7 @@ Examples:
 @click.option("--stop-threshold", type=click.FloatRange(0, 1), default=None,
               help="Stop when the stop-token probability exceeds this (default: eval.stop_threshold, 0.5).")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the decoder prenet's dropout (on at inference, as Tacotron 2) and Griffin-Lim.")
+              help="Seed of the decoder prenet's dropout (on at inference, as Tacotron 2).")
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
 def synthesize(checkpoint: str, text: str, out: Path, png: Path | None, max_frames: int | None,
                stop_threshold: float | None, seed: int, device: str | None) -> None:
@@ -98,6 +98,7 @@ def synthesize(checkpoint: str, text: str, out: Path, png: Path | None, max_fram
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.recipes.tts.audio import write_wav
     from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
+    from lavo_zoo.recipes.tts.recipe import speak
     from lavo_zoo.recipes.tts.text import text_encoder
 
     if not text.strip():
@@ -111,11 +112,10 @@ def synthesize(checkpoint: str, text: str, out: Path, png: Path | None, max_fram
     cfg.eval.stop_threshold = cfg.eval.stop_threshold if stop_threshold is None else stop_threshold
     ids = text_encoder(cfg.data.text).encode(text)
     tokens = torch.tensor([ids], device=dev)
-    batch = {"tokens": tokens, "token_lengths": torch.tensor([len(ids)])}
     torch.manual_seed(seed)
     start = time.perf_counter()
     model.eval()
-    result = recipe.synthesize_batch(model, cfg, batch)[0]
+    result = speak(model, tokens, cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold)[0]
     elapsed = time.perf_counter() - start
     rate = cfg.data.features().sample_rate
     write_wav(out, result["wave"], rate)

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import sysconfig
 import zlib
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav, write_wav
@@ -142,7 +142,7 @@ class SplitFeatures:
 def data_root(cfg: DataConfig) -> Path:
     if cfg.path:
         return Path(cfg.path).expanduser().resolve()
-    return builtin_corpus(cache_root(cfg) / "builtin", cfg.builtin_size)
+    return builtin_corpus(cache_root(cfg) / "builtin" if cfg.cache_dir else None, cfg.builtin_size)
 
 
 def _key(utts: list[Utterance], cfg: DataConfig) -> str:
@@ -207,9 +207,11 @@ def feature_stats(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray]:
 class TTSDataset(Dataset):
     """Item i: ``{"id", "text", "tokens": int64 [S], "mel": float32 [T, n_mels] normalised}``."""
 
-    def __init__(self, feats: SplitFeatures, encoder: TextEncoder, mean: np.ndarray, std: np.ndarray) -> None:
+    def __init__(self, feats: SplitFeatures, encoder: TextEncoder, mean: np.ndarray, std: np.ndarray,
+                 synthesis: Any = None) -> None:
         self.feats, self.encoder = feats, encoder
         self.mean, self.std = mean, std
+        self.synthesis = synthesis  # the recipe's synthesis settings, passed along in every batch
         self.tokens = [torch.tensor(encoder.encode(t), dtype=torch.long) for t in feats.texts]
 
     def __len__(self) -> int:
@@ -218,21 +220,22 @@ class TTSDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         mel = (self.feats.item(i) - self.mean) / self.std
         return {"id": self.feats.ids[i], "text": self.feats.texts[i], "tokens": self.tokens[i],
-                "mel": torch.from_numpy(np.ascontiguousarray(mel, dtype=np.float32))}
+                "mel": torch.from_numpy(np.ascontiguousarray(mel, dtype=np.float32)), "synthesis": self.synthesis}
 
 
 def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Padded batch: tokens [B, S] (0 = pad), mel [B, T, n_mels] (0-padded), token/frame lengths [B], ids, texts."""
+    """Padded batch: tokens [B, S] (0 = pad), mel [B, T, n_mels] (0-padded), token/frame lengths [B], ids, texts,
+    and the dataset's synthesis settings."""
     tokens = torch.nn.utils.rnn.pad_sequence([s["tokens"] for s in samples], batch_first=True)
     mel = torch.nn.utils.rnn.pad_sequence([s["mel"] for s in samples], batch_first=True)
     return {"ids": [s["id"] for s in samples], "texts": [s["text"] for s in samples], "tokens": tokens,
             "token_lengths": torch.tensor([len(s["tokens"]) for s in samples]), "mel": mel,
-            "mel_lengths": torch.tensor([len(s["mel"]) for s in samples])}
+            "mel_lengths": torch.tensor([len(s["mel"]) for s in samples]), "synthesis": samples[0].get("synthesis")}
 
 
-def build_dataset(cfg: DataConfig, split: str) -> TTSDataset:
+def build_dataset(cfg: DataConfig, split: str, synthesis: Any = None) -> TTSDataset:
     mean, std = feature_stats(cfg)
-    return TTSDataset(split_features(cfg, split), text_encoder(cfg.text), mean, std)
+    return TTSDataset(split_features(cfg, split), text_encoder(cfg.text), mean, std, synthesis)
 
 
 # ------------------------------------------------------------------------------------------- the built-in corpus
@@ -270,18 +273,13 @@ def write_corpus(out: Path, size: int = 0) -> Path:
     return out
 
 
-def builtin_corpus(cache_dir: Path, size: int = 0) -> Path:
-    """The built-in corpus folder (generated once, atomically) for this Python version and ``size``."""
-    version = "{}.{}.{}".format(*sys.version_info[:3])
-    root = cache_dir / f"pydocs-py{version}-n{size or 'all'}"
-    if (root / "metadata.csv").is_file():
-        return root
-    tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    log.info("speaking the built-in corpus into %s", root)
-    write_corpus(tmp, size)
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another process generated it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+def builtin_corpus(cache_dir: Path | None = None, size: int = 0) -> Path:
+    """The built-in corpus folder for this Python version and ``size``, spoken once (``lavo_zoo.engine.env.
+    builtin_dataset``: under ``<cache>/tts/builtin`` unless ``cache_dir``)."""
+    fingerprint = {"format": 1, "python": "{}.{}.{}".format(*sys.version_info[:3]), "size": size}
+
+    def write(out: Path) -> None:
+        log.info("speaking the built-in corpus (%s sentences)", size or "all")
+        write_corpus(out, size)
+
+    return builtin_dataset("tts", f"pydocs-n{size or 'all'}", fingerprint, write, cache_dir)

@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lavo_zoo.attention import SiteAttention
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder
-
-
-def default_sites() -> dict[str, Any]:
-    return {"encoder_self": {"name": "sdpa"}, "decoder_self": {"name": "sdpa"}, "cross": {"name": "sdpa"}}
 
 
 @dataclass
@@ -41,8 +38,8 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.1
     activation: Literal["gelu", "relu"] = "relu"
-    # per site: {name: <mechanism>, **options}; sites encoder_self (noncausal), decoder_self (causal), cross
-    attention: dict[str, Any] = field(default_factory=default_sites)
+    # per site (encoder_self: noncausal, decoder_self: causal, cross), flat: {name: lavo, num_bases: 64, ...}
+    attention: SiteAttention = field(default_factory=SiteAttention)
     encoder_conv_layers: int = 3
     encoder_conv_kernel: int = 5
     encoder_dropout: float = 0.5
@@ -142,8 +139,6 @@ class TransformerTTS(nn.Module):
         super().__init__()
         if cfg.vocab_size <= 0:
             raise ValueError("model.vocab_size is unset: the recipe resolves it from data.text before building")
-        sites = {"encoder_self": {"name": "sdpa"}, "decoder_self": {"name": "sdpa"}, "cross": {"name": "sdpa"},
-                 **cfg.attention}
         self.cfg = cfg
         self.group = cfg.n_mels * cfg.frames_per_step
         self.encoder_prenet = EncoderPrenet(cfg)
@@ -151,11 +146,11 @@ class TransformerTTS(nn.Module):
         common = {"embed_dim": cfg.embed_dim, "num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim,
                   "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout, "activation": cfg.activation,
                   "norm_first": True}
-        self.encoder = TransformerEncoder(cfg.encoder_layers, attention=sites["encoder_self"], **common)
+        self.encoder = TransformerEncoder(cfg.encoder_layers, attention=cfg.attention.encoder_self, **common)
         self.decoder_prenet = DecoderPrenet(cfg)
         self.decoder_positions = ScaledPositions(cfg.embed_dim)
-        self.decoder = TransformerDecoder(cfg.decoder_layers, self_attention=sites["decoder_self"],
-                                          cross_attention=sites["cross"], **common)
+        self.decoder = TransformerDecoder(cfg.decoder_layers, self_attention=cfg.attention.decoder_self,
+                                          cross_attention=cfg.attention.cross, **common)
         self.dropout = nn.Dropout(cfg.dropout)
         self.frame_head = nn.Linear(cfg.embed_dim, self.group)
         self.stop_head = nn.Linear(cfg.embed_dim, 1)

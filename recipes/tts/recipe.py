@@ -2,6 +2,8 @@
 autoregressive synthesis with a stop token, Griffin-Lim, MCD / MSD as fairseq's eval_sp.py."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -11,13 +13,14 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import RunConfig, TrainConfig
+from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.recipes import Recipe, register_recipe
+from lavo_zoo.recipes.base import check_dataset, to_device
 from lavo_zoo.recipes.tts import data as tts_data
-from lavo_zoo.recipes.tts.audio import griffin_lim, read_wav, write_wav
+from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim, read_wav, write_wav
 from lavo_zoo.recipes.tts.data import DataConfig
 from lavo_zoo.recipes.tts.model import (
     ModelConfig,
@@ -39,8 +42,7 @@ def paper_train_config() -> TrainConfig:
 
 
 @dataclass
-class TTSEvalConfig:
-    batch_size: int = 0  # utterances synthesised together (0: train.batch_size)
+class TTSEvalConfig(EvalConfig):
     max_utterances: int = 0  # synthesise at most this many utterances of the split (0: all)
     stop_threshold: float = 0.5  # stop when the stop-token probability exceeds this
     max_frames: int = 2000  # and at the latest after this many frames (about 23 s)
@@ -60,6 +62,23 @@ class TTSConfig(RunConfig):
     eval: TTSEvalConfig = field(default_factory=TTSEvalConfig)
 
 
+@dataclass(frozen=True)
+class Synthesis:
+    """What scoring a batch needs besides the model (every batch of the recipe's datasets carries it): the feature
+    settings (Griffin-Lim), the stop rule, and where the reference audio comes from."""
+
+    features: FeatureSettings
+    max_frames: int
+    stop_threshold: float
+    reference: str  # "resynthesized" or "recording"
+    root: str  # the data folder (recordings are <root>/wavs/<id>.wav)
+
+    @classmethod
+    def of(cls, cfg: TTSConfig) -> Synthesis:
+        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference,
+                   str(tts_data.data_root(cfg.data)))
+
+
 def core(model: nn.Module) -> TransformerTTS:
     """The TransformerTTS under torch.compile / DistributedDataParallel wrappers."""
     while not isinstance(model, TransformerTTS):
@@ -67,13 +86,43 @@ def core(model: nn.Module) -> TransformerTTS:
     return model
 
 
+@torch.no_grad()
+def speak(model: nn.Module, tokens: torch.Tensor, features: FeatureSettings, max_frames: int,
+          stop_threshold: float = 0.5) -> list[dict[str, np.ndarray]]:
+    """Synthesise tokens [B, S] (0 = pad): per utterance ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N]
+    (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder)."""
+    tts = core(model)
+    frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold)
+    mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
+    mel = frames.float().cpu().numpy() * std + mean  # [B, T, n_mels]
+    r = tts.cfg.frames_per_step
+    return [{"mel": mel[i, :n], "wave": griffin_lim(mel[i, :n], features), "grouped": grouped[i, :n // r]}
+            for i, n in enumerate(lengths.tolist())]
+
+
+@contextlib.contextmanager
+def reproducible(model: nn.Module) -> Iterator[None]:
+    """In eval mode, draw the decoder prenet's always-on dropout from the random generator seeded with 0 (and put
+    the caller's generator state back afterwards): the same weights and batch give the same loss and the same
+    audio, as validation, ``predict`` and ``eval`` need. In training mode nothing changes."""
+    if model.training:
+        yield
+        return
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(0)
+        yield
+
+
 @register_recipe("tts")
 class TTSRecipe(Recipe):
-    """Transformer-TTS; batches are dicts of tokens, token_lengths, mel, mel_lengths, ids, texts."""
+    """Transformer-TTS; batches are dicts of tokens, token_lengths, mel, mel_lengths, ids, texts and the
+    :class:`Synthesis` settings."""
 
     description = "Transformer-TTS on LJSpeech: log-mel frames, stop token, Griffin-Lim; MCD / MSD"
     config_class = TTSConfig
     evaluator = "mcd"
+    tiny_config = "tts/tiny-lavo-causal"
     commands: ClassVar[dict[str, str]] = {"synthesize": "lavo_zoo.recipes.tts.cli:synthesize"}
     score_commands: ClassVar[dict[str, str]] = {"mcd": "lavo_zoo.recipes.tts.cli:score_mcd"}
 
@@ -91,8 +140,7 @@ class TTSRecipe(Recipe):
 
     def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
         """The built-in spoken corpus in the LJSpeech layout (``size`` sentences; all, about 3,400, by default)."""
-        if dataset not in (None, "builtin"):
-            raise ConfigError(f"the tts recipe generates one built-in dataset ('builtin'), not '{dataset}'")
+        check_dataset(self.name, dataset, ("builtin",))
         return tts_data.write_corpus(Path(out), size or 0)
 
     def build_model(self, cfg: TTSConfig) -> TransformerTTS:
@@ -104,13 +152,10 @@ class TTSRecipe(Recipe):
         return TransformerTTS(cfg.model)
 
     def build_dataset(self, cfg: TTSConfig, split: str) -> Dataset:
-        return tts_data.build_dataset(cfg.data, split)
+        return tts_data.build_dataset(cfg.data, self.check_split(split), Synthesis.of(cfg))
 
     def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         return tts_data.collate(samples)
-
-    def eval_batch_size(self, cfg: TTSConfig) -> int:
-        return cfg.eval.batch_size or cfg.train.batch_size
 
     # ----------------------------------------------------------------------------------------- training
     def training_loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -118,68 +163,81 @@ class TTSRecipe(Recipe):
         target, lengths = group_frames(batch["mel"], batch["mel_lengths"], r)  # [B, T / r, r * n_mels]
         steps = torch.arange(target.shape[1], device=target.device)[None] < lengths[:, None]  # [B, T / r]
         token_mask = batch["tokens"] != 0
-        frames, post, stop = model(batch["tokens"], token_mask, shift_right(target), steps)
+        with reproducible(model):
+            frames, post, stop = model(batch["tokens"], token_mask, shift_right(target), steps)
         return tacotron2_loss(frames.float(), post.float(), stop.float(), target.float(), lengths,
                               core(model).cfg.stop_pos_weight)
 
     # ------------------------------------------------------------------------------------------ scoring
-    def synthesize_batch(self, model: nn.Module, cfg: TTSConfig, batch: dict[str, Any]
-                         ) -> list[dict[str, np.ndarray]]:
-        """Per utterance: ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N] (Griffin-Lim), ``grouped``
-        [T / r, r * n_mels] (the normalised groups fed back to the decoder)."""
-        tts = core(model)
-        frames, lengths, grouped = synthesize(tts, batch["tokens"], batch["tokens"] != 0, cfg.eval.max_frames,
-                                              cfg.eval.stop_threshold)
-        mean, std = (torch.tensor(v, device=frames.device) for v in (tts.cfg.feature_mean, tts.cfg.feature_std))
-        mel = (frames.float() * std + mean).cpu().numpy()  # [B, T, n_mels]
-        r = tts.cfg.frames_per_step
-        return [{"mel": mel[i, :n], "wave": griffin_lim(mel[i, :n], cfg.data.features()), "grouped": grouped[i, :n // r]}
-                for i, n in enumerate(lengths.tolist())]
+    def build_evaluator(self, cfg: TTSConfig) -> Evaluator:
+        return build_evaluator(self.evaluator, sample_rate=cfg.data.features().sample_rate)
 
-    def predict(self, model: nn.Module, batch: dict[str, Any]) -> tuple[Any, Any]:
-        raise NotImplementedError("the tts recipe scores through evaluate() (synthesis needs the run's config)")
+    @torch.no_grad()
+    def synthesize_batch(self, model: nn.Module, batch: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+        """:func:`speak` for the batch's texts (in eval mode reproducibly), plus per utterance ``target``
+        [T', n_mels] (the denormalised target log-mel) and ``reference`` [N'] (its Griffin-Lim resynthesis, or the
+        recording)."""
+        syn = batch["synthesis"]
+        with reproducible(model):
+            results = speak(model, batch["tokens"], syn.features, syn.max_frames, syn.stop_threshold)
+        tts = core(model)
+        mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
+        for i, res in enumerate(results):
+            res["target"] = batch["mel"][i, :int(batch["mel_lengths"][i])].float().cpu().numpy() * std + mean
+            if syn.reference == "recording":
+                res["reference"] = read_wav(Path(syn.root) / "wavs" / f"{batch['ids'][i]}.wav",
+                                            syn.features.sample_rate)
+            else:
+                res["reference"] = griffin_lim(res["target"], syn.features)
+        return results
+
+    def predict(self, model: nn.Module, batch: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(synthesised waves, reference waves) of the batch's utterances: autoregressive synthesis (in eval mode
+        reproducible: :func:`reproducible`) and Griffin-Lim, scored by the ``mcd`` evaluator."""
+        results = self.synthesize_batch(model, batch)
+        return [r["wave"] for r in results], [r["reference"] for r in results]
+
+    def validation_step(self, model: nn.Module, batch: dict[str, Any]
+                        ) -> tuple[torch.Tensor, list[np.ndarray], list[np.ndarray]]:
+        """The teacher-forced loss, and the synthesised and reference waves (synthesis needs its own decoding:
+        the teacher-forced pass cannot give the audio)."""
+        loss, _ = self.training_loss(model, batch)
+        return (loss, *self.predict(model, batch))
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: TTSConfig, split: str, device: torch.device,
-                 max_batches: int | None = None, batches: Any = None) -> Evaluator:
+                 max_batches: int | None = None) -> Evaluator:
         """Synthesise the split (at most ``eval.max_utterances``), vocode with Griffin-Lim and score MCD / MSD
         against the Griffin-Lim resynthesis of the target features (or the recordings); with ``eval.out_dir``
         write synthesized/<id>.wav, reference/<id>.wav and plots/<id>.png there."""
         from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
 
-        s = cfg.data.features()
-        evaluator = build_evaluator(self.evaluator, sample_rate=s.sample_rate)
+        evaluator = self.build_evaluator(cfg)
+        rate = cfg.data.features().sample_rate
         was_training = model.training
         model.eval()
-        loader = batches if batches is not None else self.eval_loader(cfg, split)
-        root = tts_data.data_root(cfg.data)
         out = Path(cfg.eval.out_dir) if cfg.eval.out_dir else None
-        tts = core(model)
-        mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
-        done = 0
-        for b, batch in enumerate(loader):
-            if (max_batches and b >= max_batches) or (cfg.eval.max_utterances and done >= cfg.eval.max_utterances):
+        done, limit = 0, cfg.eval.max_utterances or None
+        for b, batch in enumerate(self.eval_loader(cfg, split)):
+            if (max_batches and b >= max_batches) or (limit and done >= limit):
                 break
-            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            results = self.synthesize_batch(model, cfg, batch)
+            if limit:  # synthesise only what is still wanted
+                batch = {k: v[:limit - done] if isinstance(v, (torch.Tensor, list)) else v for k, v in batch.items()}
+            batch = to_device(batch, device)
+            results = self.synthesize_batch(model, batch)
+            evaluator.update([r["wave"] for r in results], [r["reference"] for r in results])
+            done += len(results)
+            if out is None:
+                continue
             for i, res in enumerate(results):
-                if cfg.eval.max_utterances and done >= cfg.eval.max_utterances:
-                    break
-                uid, n = batch["ids"][i], int(batch["mel_lengths"][i])
-                target = batch["mel"][i, :n].float().cpu().numpy() * std + mean  # [T, n_mels] denormalised
-                if cfg.eval.reference == "recording":
-                    reference = read_wav(root / "wavs" / f"{uid}.wav", s.sample_rate)
-                else:
-                    reference = griffin_lim(target, s)
-                evaluator.update([res["wave"]], [reference])
-                done += 1
-                if out is not None:
-                    write_wav(out / "synthesized" / f"{uid}.wav", res["wave"], s.sample_rate)
-                    write_wav(out / "reference" / f"{uid}.wav", reference, s.sample_rate)
-                    if cfg.eval.plots:
-                        tokens = batch["tokens"][i:i + 1, :int(batch["token_lengths"][i])]
-                        stop, align = teacher_forced_view(tts, tokens, res["grouped"][None])
-                        plot_utterance(out / "plots" / f"{uid}.png", res["mel"], target, stop, align,
-                                       title=f"{uid}: {batch['texts'][i][:80]}")
+                uid = batch["ids"][i]
+                write_wav(out / "synthesized" / f"{uid}.wav", res["wave"], rate)
+                write_wav(out / "reference" / f"{uid}.wav", res["reference"], rate)
+                if cfg.eval.plots:
+                    tokens = batch["tokens"][i:i + 1, :int(batch["token_lengths"][i])]
+                    with reproducible(model):
+                        stop, align = teacher_forced_view(core(model), tokens, res["grouped"][None])
+                    plot_utterance(out / "plots" / f"{uid}.png", res["mel"], res["target"], stop, align,
+                                   title=f"{uid}: {batch['texts'][i][:80]}")
         model.train(was_training)
         return evaluator

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from lavo_zoo.attention import AttentionSpec, SiteAttention
 from lavo_zoo.recipes.tts.model import ModelConfig, TransformerTTS, synthesize
 from lavo_zoo.recipes.tts.text import text_encoder
 
@@ -27,13 +28,12 @@ DECODERS = {"sdpa": {"name": "sdpa"}, "lavo": {"name": "lavo", "num_bases": 64, 
 
 
 def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: str, repeats: int = 1) -> dict:
-    cfg = ModelConfig(vocab_size=text_encoder("chars").vocab_size,
-                      attention={"encoder_self": {"name": "sdpa"}, "decoder_self": decoder_self,
-                                 "cross": {"name": "sdpa"}})
-    if size == "tiny":  # tts/tiny-*'s size (LAVO r = 16, w = 8)
+    if size == "tiny" and decoder_self["name"] == "lavo":  # tts/tiny-*'s LAVO (r = 16, w = 8)
+        decoder_self = {**decoder_self, "num_bases": 16, "window_size": 8}
+    spec = AttentionSpec.from_config(decoder_self, "decoder_self", "the benchmark")
+    cfg = ModelConfig(vocab_size=text_encoder("chars").vocab_size, attention=SiteAttention(decoder_self=spec))
+    if size == "tiny":  # tts/tiny-*'s size
         cfg.embed_dim, cfg.num_heads, cfg.ffn_dim, cfg.encoder_layers, cfg.decoder_layers = 64, 2, 128, 2, 2
-        if decoder_self["name"] == "lavo":
-            cfg.attention["decoder_self"] = {**decoder_self, "num_bases": 16, "window_size": 8}
     torch.manual_seed(0)
     model = TransformerTTS(cfg).to(device).eval()
     tokens = torch.tensor([text_encoder("chars").encode(SENTENCE)], device=device)

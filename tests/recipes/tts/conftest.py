@@ -1,4 +1,5 @@
-"""Shared TTS fixtures: one session cache ($LAVO_ZOO_CACHE), a small spoken built-in corpus, LJSpeech-layout folders."""
+"""Shared TTS fixtures: a small spoken built-in corpus in the session cache (tests/conftest.py), LJSpeech-layout
+folders."""
 from pathlib import Path
 
 import numpy as np
@@ -6,12 +7,6 @@ import pytest
 import soundfile as sf
 
 BUILTIN_SIZE = 40  # utterances in the tests' built-in corpus (spoken once per session)
-
-
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch):
-    """$LAVO_ZOO_CACHE for this test: a directory shared by the session's tests (built once, then reused)."""
-    monkeypatch.setenv("LAVO_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "lavo-zoo-cache"))
 
 
 @pytest.fixture(scope="session")

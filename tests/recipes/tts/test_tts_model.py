@@ -3,6 +3,7 @@ synthesis stopping on the stop token."""
 import pytest
 import torch
 
+from lavo_zoo.attention import AttentionSpec, SiteAttention
 from lavo_zoo.recipes.tts.model import (
     ModelConfig,
     TransformerTTS,
@@ -17,8 +18,8 @@ def tiny_config(**attention) -> ModelConfig:
     return ModelConfig(vocab_size=20, n_mels=8, frames_per_step=2, embed_dim=16, num_heads=2, ffn_dim=32,
                        encoder_layers=2, decoder_layers=2, dropout=0.0, attention_dropout=0.0, prenet_dim=16,
                        prenet_dropout=0.0, postnet_layers=3, postnet_dim=16, encoder_conv_layers=2,
-                       attention={"encoder_self": {"name": "sdpa"}, "decoder_self": {"name": "sdpa"},
-                                  "cross": {"name": "sdpa"}, **attention})
+                       attention=SiteAttention(**{site: AttentionSpec.from_config(v, site, "the test")
+                                                  for site, v in attention.items()}))
 
 
 def test_loss_is_fairseqs_tacotron2_criterion() -> None:

@@ -7,6 +7,7 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
+from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.cli import main
 from lavo_zoo.config import available_configs, resolve_config
 from lavo_zoo.recipes.tts.cli import score_mcd, synthesize
@@ -29,7 +30,7 @@ def test_configs_resolve_with_their_sites() -> None:
     assert expected <= names
     for name in expected:
         _, cfg = resolve_config(name)
-        sites = {k: v["name"] for k, v in cfg.model.attention.items()}
+        sites = {k: v["name"] for k, v in cfg.model.attention.to_config().items()}
         want = {"encoder_self": "sdpa", "decoder_self": "sdpa", "cross": "sdpa"}
         if name.endswith("lavo-causal"):
             want["decoder_self"] = "lavo"
@@ -41,7 +42,7 @@ def test_configs_resolve_with_their_sites() -> None:
     _, paper = resolve_config("tts/ljspeech-lavo-causal")
     assert (paper.model.embed_dim, paper.model.num_heads, paper.model.ffn_dim, paper.train.batch_size) == \
         (512, 8, 2048, 48)
-    assert paper.model.attention["decoder_self"] == {"name": "lavo", "num_bases": 64, "window_size": 16}
+    assert paper.model.attention.decoder_self == AttentionSpec("lavo", {"num_bases": 64, "window_size": 16})
 
 
 @pytest.fixture(scope="module")
