@@ -106,3 +106,26 @@ def test_write_data_hook_writes_the_ljspeech_layout(tmp_path: Path) -> None:
 def test_help_ends_with_examples(command) -> None:
     text = CliRunner().invoke(command, ["--help"]).output
     assert "Examples:" in text and text.rstrip().splitlines()[-1].strip().startswith("lavo-zoo")
+
+
+def test_scoring_in_eval_mode_is_reproducible_and_leaves_the_random_state(trained: Path, builtin_root: Path,
+                                                                          monkeypatch) -> None:
+    import numpy as np
+    import torch
+
+    from lavo_zoo.engine.checkpoint import load_model
+
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(builtin_root.parents[2]))
+    recipe, cfg, model, _ = load_model(trained / "checkpoints" / "last", "cpu")
+    ds = recipe.build_dataset(cfg, "test")
+    batch = recipe.collate([ds[0], ds[1]])
+    model.eval()
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    loss, waves, _ = recipe.validation_step(model, batch)
+    again = recipe.predict(model, batch)[0]
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random stream is untouched
+    assert len(waves) == 2 and all(np.array_equal(a, b) for a, b in zip(waves, again, strict=True))
+    assert loss == recipe.training_loss(model, batch)[0]
+    model.train()  # in training mode the prenet dropout draws fresh masks: two losses differ
+    assert recipe.training_loss(model, batch)[0] != recipe.training_loss(model, batch)[0]
