@@ -38,6 +38,10 @@ class Evaluator(ABC):
             raise KeyError(f"{type(self).__name__} does not declare a direction for metric '{metric}'")
         return self.higher_is_better[metric]
 
+    def details(self) -> dict[str, Any]:
+        """Non-scalar results (e.g. a confusion matrix) for the results JSON's ``details``; JSON-serialisable."""
+        return {}
+
     def results(self) -> dict[str, dict[str, Any]]:
         """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of docs/architecture.md."""
         return {k: {"value": float(v), "higher_is_better": self.is_higher_better(k)} for k, v in self.compute().items()}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 import click
 import yaml
 
+from lavo_zoo.engine.memory import PeakMemory
 from lavo_zoo.errors import UsageError, ZooError
 
 MODES = ("fwd", "fwdbwd", "decode", "stream")
@@ -33,22 +33,6 @@ DECODE_STEPS = 16  # tokens per timed decode run; the reported time is per token
 
 
 # ------------------------------------------------------------------------------------------------- measurement
-def _memory_now() -> tuple[int, int]:
-    """(VmRSS, VmHWM) of this process in bytes."""
-    status = Path("/proc/self/status").read_text()
-    kb = [int(re.search(rf"{k}:\s+(\d+)", status).group(1)) for k in ("VmRSS", "VmHWM")]
-    return kb[0] * 1024, kb[1] * 1024
-
-
-def _reset_peak() -> str:
-    """Reset the resident-set high-water mark; returns the memory method used."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return "VmHWM-reset"
-    except OSError:
-        return "ru_maxrss"
-
-
 def _state_bytes(state: Any) -> int:
     """Bytes of the storage the state's tensors keep alive (a view of a larger tensor counts in full)."""
     import torch
@@ -125,8 +109,6 @@ def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
 
 def _time(run: Callable[[], None], spec: dict[str, Any], device: Any) -> dict[str, Any]:
     """Warm up, then time ``spec['repeats']`` runs; peak memory of the whole timed phase above its start."""
-    import resource
-
     import torch
 
     cuda = device.type == "cuda"
@@ -134,25 +116,14 @@ def _time(run: Callable[[], None], spec: dict[str, Any], device: Any) -> dict[st
     for _ in range(spec["warmup"]):
         run()
     sync()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-        base, method = torch.cuda.memory_allocated(device), "cuda.max_memory_allocated"
-    else:
-        method = _reset_peak()
-        base = _memory_now()[0]
     times = []
-    for _ in range(spec["repeats"]):
-        start = time.perf_counter()
-        run()
-        sync()
-        times.append(time.perf_counter() - start)
-    if cuda:
-        peak = torch.cuda.max_memory_allocated(device) - base
-    elif method == "VmHWM-reset":
-        peak = _memory_now()[1] - base
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return {"times_s": times, "peak_memory_bytes": max(peak, 0), "memory_method": method}
+    with PeakMemory(device) as peak:
+        for _ in range(spec["repeats"]):
+            start = time.perf_counter()
+            run()
+            sync()
+            times.append(time.perf_counter() - start)
+    return {"times_s": times, "peak_memory_bytes": peak.bytes, "memory_method": peak.method}
 
 
 def _worker() -> None:

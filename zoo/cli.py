@@ -25,6 +25,8 @@ from lavo_zoo.errors import UsageError, ZooError
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
+    "compare": "lavo_zoo.compare:compare",
+    "new": "lavo_zoo.scaffold:new",
     "download": "lavo_zoo.checkpoints.cli:download",
     "cache": "lavo_zoo.checkpoints.cli:cache",
     "info": "lavo_zoo.checkpoints.cli:info",
@@ -32,6 +34,8 @@ LAZY_COMMANDS = {
 }
 LAZY_HELP = {
     "bench": "Benchmark attentions: time and peak memory against length.",
+    "compare": "Train and score one config per attention and seed; a paper-style table.",
+    "new": "Scaffold a plugin package (a recipe or an attention).",
     "download": "Download a released checkpoint (verified, resumable, cached).",
     "cache": "List, verify or remove cached downloads.",
     "info": "Show one entry of the checkpoint index.",

@@ -161,9 +161,29 @@ class RunConfig:
 
 
 # ----------------------------------------------------------------------------------------------- finding & loading
+def config_dirs() -> dict[str, Path]:
+    """``<domain>`` -> the folder of its named configs: ``recipes/<domain>/configs`` for the built-in recipes, and
+    the ``configs/`` folder beside a plugin recipe's module (found without importing the module itself)."""
+    from lavo_zoo.recipes import RECIPES
+
+    dirs = {p.parent.name: p for p in sorted(recipes_dir().glob("*/configs")) if p.is_dir()}
+    for entry in RECIPES:
+        if entry.name in dirs:
+            continue
+        target = entry.target
+        module = target.partition(":")[0] if isinstance(target, str) else getattr(target, "__module__", "")
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):  # a broken plugin is reported when it is used, not when listing configs
+            continue
+        if spec is not None and spec.origin and (folder := Path(spec.origin).parent / "configs").is_dir():
+            dirs[entry.name] = folder
+    return dirs
+
+
 def available_configs() -> list[str]:
-    """Every built-in config name, ``<domain>/<name>``."""
-    return sorted(f"{p.parent.parent.name}/{p.stem}" for p in recipes_dir().glob("*/configs/*.yaml"))
+    """Every named config, ``<domain>/<name>``, built-in and from plugin recipes."""
+    return sorted(f"{domain}/{p.stem}" for domain, folder in config_dirs().items() for p in folder.glob("*.yaml"))
 
 
 def find_config(name_or_path: str | Path) -> Path:
@@ -177,9 +197,9 @@ def find_config(name_or_path: str | Path) -> Path:
             raise ConfigError(f"config file {path} does not exist")
         return path
     domain, _, name = str(name_or_path).partition("/")
-    candidate = recipes_dir() / domain / "configs" / f"{name}.yaml"
-    if name and candidate.is_file():
-        return candidate
+    folder = config_dirs().get(domain) if name else None
+    if folder is not None and (folder / f"{name}.yaml").is_file():
+        return folder / f"{name}.yaml"
     names = available_configs()
     raise ConfigError(f"no config named '{name_or_path}'{did_you_mean(str(name_or_path), names)}; "
                       f"give a <domain>/<name> from `lavo-zoo list configs` or a path to a .yaml file")
@@ -228,7 +248,8 @@ def _parent_path(child: Path, parent: Any) -> Path:
     if relative.is_dir():
         raise ConfigError(f"config {child}: 'extends: {parent}' is the directory {relative}, not a config file")
     domain, _, name = parent.partition("/")
-    builtin = recipes_dir() / domain / "configs" / f"{name}.yaml"
+    folder = config_dirs().get(domain, recipes_dir() / domain / "configs")
+    builtin = folder / f"{name}.yaml"
     if name and builtin.is_file():
         return builtin
     hint = did_you_mean(parent, available_configs())

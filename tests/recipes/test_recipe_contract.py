@@ -1,5 +1,6 @@
 """The contract every registered recipe keeps, checked on its ``tiny_config``: a new recipe is tested here without
-writing a test (docs/architecture.md, "The recipe contract")."""
+writing a test (docs/architecture.md, "The recipe contract"). The last test runs the public kit
+(:mod:`lavo_zoo.testing`) that plugin recipes run in their own suites, so the kit is held to the built-in recipes."""
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators import EVALUATORS
 from lavo_zoo.recipes import RECIPES, get_recipe
+from lavo_zoo.testing import recipe_checks
 
 NAMES = RECIPES.names()
 FAST = ["train.batch_size=2", "train.grad_accum=1", "train.max_steps=1", "train.max_epochs=null", "train.save_every=1",
@@ -96,3 +98,14 @@ def test_one_trainer_step_and_the_checkpoint_round_trip(tiny, tmp_path):
     torch.manual_seed(0)
     second = recipe.predict(again, batch)[0]
     assert str(first) == str(second)  # the same weights give the same predictions (tensors or mappings of them)
+
+
+KIT_OVERRIDES = ["train.batch_size=2", "train.grad_accum=1", "train.max_epochs=null", "eval.batch_size=2"]
+BUILT_IN = [n for n in NAMES if type(get_recipe(n)).__module__.startswith("lavo_zoo.recipes.")]  # not test toys
+KIT = [check for name in BUILT_IN for check in recipe_checks(get_recipe(name).tiny_config, KIT_OVERRIDES,
+                                                             max_eval_batches=1)]
+
+
+@pytest.mark.parametrize("check", KIT, ids=repr)
+def test_the_public_recipe_kit(check, tmp_path):
+    check(tmp_path)

@@ -22,7 +22,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
         cfg.eval.out_dir = str(files_dir)
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
-    return {
+    results = {
         "recipe": recipe.name,
         "checkpoint": str(Path(path)),
         "checkpoint_sha256": meta["weights_sha256"],
@@ -34,6 +34,10 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         "device": str(dev),
         "duration_s": round(time.time() - start, 3),
     }
+    details = evaluator.details()
+    if details:  # non-scalar results (per-class accuracy, confusion matrix): only where an evaluator has them
+        results["details"] = details
+    return results
 
 
 def format_table(results: dict[str, Any]) -> str:

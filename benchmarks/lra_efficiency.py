@@ -1,0 +1,132 @@
+"""LRA's efficiency table: training steps/s and peak memory of the LRA Text model (Skyformer's 2 x 64 encoder,
+byte vocabulary, 2 classes) at 1K-4K tokens for every registry attention that supports the noncausal pattern,
+relative to softmax (sdpa). One training step = forward, backward and AdamW update of a batch of random bytes.
+
+Each (attention, length) runs in a fresh subprocess; timing and peak memory come from :mod:`lavo_zoo.bench`
+(median of ``--repeats`` steps after ``--warmup``; CUDA: max_memory_allocated above the start; CPU: the resident-set
+high-water mark above the start, reset once the model, optimiser state and batch exist).
+
+    python benchmarks/lra_efficiency.py --device cpu --batch 1 --json benchmarks/results/lra_efficiency_cpu.json
+    python benchmarks/lra_efficiency.py --device cuda --batch 32 --json benchmarks/results/lra_efficiency_gpu.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA setting; other mechanisms: defaults
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from lavo_zoo.attention import AttentionSpec
+    from lavo_zoo.bench import _time
+    from lavo_zoo.recipes.lra.model import LRAClassifier, ModelConfig
+
+    torch.manual_seed(0)
+    device = torch.device(spec["device"])
+    L, B = spec["length"], spec["batch"]
+    cfg = ModelConfig(attention=AttentionSpec(spec["attention"], OPTIONS.get(spec["attention"], {})),
+                      vocab_size=257, num_classes=2, max_positions=L)
+    model = LRAClassifier(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(1, 257, (B, L), device=device)
+    mask = torch.ones(B, L, dtype=torch.bool, device=device)
+    labels = torch.randint(0, 2, (B,), device=device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(tokens, mask), labels).backward()
+        opt.step()
+
+    step()  # optimiser state exists before the peak is reset
+    return _time(step, {"warmup": spec["warmup"], "repeats": spec["repeats"]}, device)
+
+
+def run_isolated(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--worker"], input=json.dumps(spec), capture_output=True,
+                              text=True, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:g} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+    return json.loads(lines[-1])
+
+
+def noncausal_attentions() -> list[str]:
+    from lavo_zoo.attention import list_attentions
+
+    names = [a.name for a in list_attentions() if "noncausal" in a.patterns]
+    return ["sdpa"] + [n for n in names if n != "sdpa"]
+
+
+def table(results: list[dict[str, Any]], lengths: list[int]) -> str:
+    """Markdown: steps/s (x softmax) and peak MiB (x softmax) per attention and length."""
+    by = {(r["attention"], r["length"]): r for r in results}
+    head = "| attention | " + " | ".join(f"{n // 1024}K steps/s" for n in lengths) + " | " + \
+        " | ".join(f"{n // 1024}K peak MiB" for n in lengths) + " |"
+    lines = [head, "|" + "---|" * (1 + 2 * len(lengths))]
+    for name in dict.fromkeys(r["attention"] for r in results):
+        speed, memory = [], []
+        for n in lengths:
+            r, base = by.get((name, n), {}), by.get(("sdpa", n), {})
+            if "steps_per_s" not in r:
+                speed.append("failed" if r else "-")
+                memory.append("-")
+                continue
+            rel = f" ({r['steps_per_s'] / base['steps_per_s']:.2f}x)" if "steps_per_s" in base else ""
+            speed.append(f"{r['steps_per_s']:.3g}{rel}")
+            mrel = (f" ({r['peak_mib'] / base['peak_mib']:.2f}x)" if base.get("peak_mib") else "")
+            memory.append(f"{r['peak_mib']:.0f}{mrel}")
+        lines.append(f"| {name} | " + " | ".join(speed) + " | " + " | ".join(memory) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if "--worker" in sys.argv:
+        spec = json.loads(sys.stdin.read())
+        try:
+            print(json.dumps(measure(spec)))
+        except Exception as e:  # noqa: BLE001 - e.g. out of memory: recorded, the sweep goes on
+            print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        return
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--lengths", default="1024,2048,3072,4096")
+    p.add_argument("--attentions", default="", help="comma-separated (default: every noncausal mechanism)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    names = args.attentions.split(",") if args.attentions else noncausal_attentions()
+    results = []
+    for name in names:
+        for n in lengths:
+            spec = {"attention": name, "length": n, "batch": args.batch, "device": args.device,
+                    "warmup": args.warmup, "repeats": args.repeats}
+            r = run_isolated(spec, args.timeout)
+            record = {**spec, **({"error": r["error"]} if "error" in r else {
+                "steps_per_s": 1 / sorted(r["times_s"])[len(r["times_s"]) // 2],
+                "peak_mib": r["peak_memory_bytes"] / 2**20, "memory_method": r["memory_method"]})}
+            results.append(record)
+            print(json.dumps(record), file=sys.stderr, flush=True)
+    print(table(results, lengths))
+    if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Classification accuracy (LRA): the fraction of examples whose argmax class equals the label, as Skyformer's and
+LRA's ``accuracy``; per-class accuracy and the confusion matrix go to the results JSON's ``details``."""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from lavo_zoo.evaluators import register_evaluator
+from lavo_zoo.evaluators.base import Evaluator
+
+
+@register_evaluator("accuracy")
+class Accuracy(Evaluator):
+    """``accuracy`` over every example. ``update(predictions, targets)``: logits / scores [N, C] (argmax is the
+    prediction) or predicted class ids [N], against true class ids [N]. ``num_samples`` counts examples.
+
+    :meth:`details`: ``per_class_accuracy`` (correct / examples of each true class; None for a class with none) and
+    ``confusion_matrix`` (rows = true class, columns = predicted class), over ``num_classes`` classes (default:
+    grown to cover every class seen).
+    """
+
+    higher_is_better: ClassVar[dict[str, bool]] = {"accuracy": True}
+
+    def __init__(self, num_classes: int | None = None) -> None:
+        self.num_classes = num_classes
+        super().__init__()
+
+    def reset(self) -> None:
+        self.num_samples = 0
+        self.confusion = torch.zeros(self.num_classes or 0, self.num_classes or 0, dtype=torch.long)  # [true, pred]
+
+    def update(self, predictions: torch.Tensor, targets: torch.Tensor) -> None:
+        pred = predictions.detach()
+        if pred.dim() == 2:
+            pred = pred.argmax(-1)
+        pred, true = pred.reshape(-1).long().cpu(), targets.detach().reshape(-1).long().cpu()
+        if pred.shape != true.shape:
+            raise ValueError(f"{pred.numel()} predictions for {true.numel()} targets")
+        if true.numel() and (min(int(true.min()), int(pred.min())) < 0):
+            raise ValueError("class ids must be >= 0")
+        needed = max(int(true.max()) + 1, int(pred.max()) + 1) if true.numel() else 0
+        if self.num_classes is not None and needed > self.num_classes:
+            raise ValueError(f"class id {needed - 1} is outside the evaluator's {self.num_classes} classes")
+        if needed > self.confusion.shape[0]:
+            grown = torch.zeros(needed, needed, dtype=torch.long)
+            k = self.confusion.shape[0]
+            grown[:k, :k] = self.confusion
+            self.confusion = grown
+        k = self.confusion.shape[0]
+        self.confusion += torch.bincount(true * k + pred, minlength=k * k).view(k, k)
+        self.num_samples += true.numel()
+
+    def compute(self) -> dict[str, float]:
+        if self.num_samples == 0:
+            raise ValueError("Accuracy.compute() called before any update()")
+        return {"accuracy": float(self.confusion.diag().sum()) / self.num_samples}
+
+    def details(self) -> dict[str, Any]:
+        per_class = self.confusion.sum(1)
+        return {"per_class_accuracy": {str(c): (float(self.confusion[c, c]) / int(n) if n else None)
+                                       for c, n in enumerate(per_class.tolist())},
+                "confusion_matrix": self.confusion.tolist()}

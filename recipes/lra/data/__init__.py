@@ -1,0 +1,140 @@
+"""Long Range Arena data: the five tasks' release formats, their LRA tokenisation, and the built-in generators.
+
+=========== ===================================================== ============ ======== =========== =========
+task        release layout (``data.path``)                          tokens       length   vocabulary  classes
+=========== ===================================================== ============ ======== =========== =========
+listops     ``basic_{train,val,test}.tsv``                          ListOps      2,000    16          10
+text        ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt``    bytes + 1    4,000    257         2
+retrieval   ``new_aan_pairs.{train,eval,test}.tsv``                 bytes + 1    4,000 x2 257         2
+image       ``cifar-10-batches-bin/{data,test}_batch*.bin``         gray pixels  1,024    256         10
+pathfinder  ``<difficulty>/{imgs/<b>/sample_<i>.png,metadata/}``    pixels       1,024    256         2
+=========== ===================================================== ============ ======== =========== =========
+
+Without ``data.path`` the task's built-in generator writes the same layout once into the cache
+(``$LAVO_ZOO_CACHE/lra/builtin/<task>-<hash of its settings>``) and the same loader reads it.
+"""
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lavo_zoo.engine.env import builtin_dataset
+from lavo_zoo.errors import ConfigError, DataError
+from lavo_zoo.recipes.lra.data import image, listops, pathfinder, retrieval, text
+from lavo_zoo.recipes.lra.data.common import (
+    BYTE_VOCAB,
+    PIXEL_VOCAB,
+    SPLITS,
+    LRADataset,
+    collate,
+    split_sizes,
+)
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
+GENERATOR_VERSION = 1  # bump when a generator's output changes, so cached built-in data is rebuilt
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    max_length: int  # LRA's sequence length (per document for Retrieval)
+    vocab_size: int
+    num_classes: int
+    dual: bool = False  # two documents per example (Retrieval)
+
+
+TASK_INFO = {
+    "listops": TaskInfo(2000, len(listops.VOCAB), listops.NUM_CLASSES),
+    "text": TaskInfo(4000, BYTE_VOCAB, text.NUM_CLASSES),
+    "retrieval": TaskInfo(4000, BYTE_VOCAB, retrieval.NUM_CLASSES, dual=True),
+    "image": TaskInfo(1024, PIXEL_VOCAB, image.NUM_CLASSES),
+    "pathfinder": TaskInfo(1024, PIXEL_VOCAB, pathfinder.NUM_CLASSES),
+}
+
+
+@dataclass
+class DataConfig:
+    task: Literal["listops", "text", "retrieval", "image", "pathfinder"] = "listops"
+    path: str | None = None  # the task's release folder (table above); unset: the built-in generated data
+    max_length: int = 0  # tokens kept per sequence (0: LRA's length for the task)
+    difficulty: str = "curv_contour_length_14"  # Pathfinder: curv_baseline | curv_contour_length_9 | ..._14
+    image_size: int = 32  # Pathfinder image side the loader expects
+    builtin_size: int = 2000  # built-in data: training examples (validation and test: a tenth each, >= 16)
+    builtin_seed: int = 0
+    builtin_min_length: int = 0  # built-in ListOps tokens / Text and Retrieval bytes (0: LRA's range)
+    builtin_max_length: int = 0
+    cache_dir: str | None = None  # folder for built-in data (default: $LAVO_ZOO_CACHE/lra/builtin or the user cache's)
+
+    def info(self) -> TaskInfo:
+        return TASK_INFO[self.task]
+
+    def length(self) -> int:
+        return self.max_length or self.info().max_length
+
+
+def _length_range(cfg: DataConfig) -> tuple[int, int]:
+    lo, hi = {"listops": (500, 2000), "text": (1000, 4000), "retrieval": (1000, 4000)}.get(cfg.task, (0, 0))
+    return cfg.builtin_min_length or lo, cfg.builtin_max_length or hi
+
+
+def write_builtin(out: Path, task: str, size: int, seed: int = 0, length_range: tuple[int, int] | None = None,
+                  difficulty: str = "curv_contour_length_14") -> Path:
+    """Write task ``task``'s built-in data (``size`` training examples) into ``out`` in the release layout;
+    returns the folder to give as ``data.path``."""
+    if task not in TASKS:
+        raise ConfigError(f"unknown LRA task '{task}'; choose one of {', '.join(TASKS)}")
+    if size < 1:
+        raise ConfigError(f"the built-in data size must be >= 1, got {size}")
+    sizes = split_sizes(size)
+    cfg = DataConfig(task=task, builtin_min_length=(length_range or (0, 0))[0],
+                     builtin_max_length=(length_range or (0, 0))[1])
+    lo, hi = _length_range(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    if task == "listops":
+        listops.write_dataset(out, sizes, listops.ListOpsGenerator(min_length=lo, max_length=hi), seed)
+    elif task == "text":
+        text.write_dataset(out, sizes, seed, lo, hi)
+    elif task == "retrieval":
+        retrieval.write_dataset(out, sizes, seed, lo, hi)
+    elif task == "image":
+        image.write_dataset(out, sizes, seed)
+    else:
+        pathfinder.write_dataset(out, sum(sizes.values()), difficulty, seed)
+    return out
+
+
+def builtin_root(cfg: DataConfig) -> Path:
+    """The built-in data of ``cfg`` in the cache, generated (atomically) on first use."""
+    fingerprint = {"v": GENERATOR_VERSION, "task": cfg.task, "size": cfg.builtin_size, "seed": cfg.builtin_seed,
+                "lengths": _length_range(cfg), "difficulty": cfg.difficulty if cfg.task == "pathfinder" else None,
+                "python": platform.python_version() if cfg.task in ("text", "retrieval") else None}
+    return builtin_dataset("lra", cfg.task, fingerprint, lambda tmp: write_builtin(
+        tmp, cfg.task, cfg.builtin_size, cfg.builtin_seed, _length_range(cfg), cfg.difficulty), cfg.cache_dir)
+
+
+def load_examples(cfg: DataConfig, split: str) -> LRADataset:
+    """``split`` of the configured task as a dataset (release files at ``data.path``, else the built-in data)."""
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
+    if cfg.task not in TASKS:
+        raise ConfigError(f"unknown LRA task '{cfg.task}'; choose one of {', '.join(TASKS)}")
+    if cfg.max_length < 0:
+        raise ConfigError(f"data.max_length must be >= 0 (0 = LRA's length), got {cfg.max_length}")
+    if cfg.path:
+        root = Path(cfg.path).expanduser()
+        if not root.exists():
+            raise DataError(f"data.path {root} does not exist")
+    else:
+        root = builtin_root(cfg)
+    n = cfg.length()
+    module = {"listops": listops, "text": text, "retrieval": retrieval, "image": image}.get(cfg.task)
+    if module is not None:
+        examples = module.load_split(root, split, n)
+    else:
+        examples = pathfinder.load_split(root, split, n, cfg.difficulty, cfg.image_size)
+    return LRADataset(examples, f"{root} ({cfg.task}, {split} split)")
+
+
+__all__ = ["TASKS", "TASK_INFO", "DataConfig", "LRADataset", "TaskInfo", "builtin_root", "collate",
+           "load_examples", "write_builtin"]
