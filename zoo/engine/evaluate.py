@@ -12,12 +12,15 @@ from lavo_zoo.engine.env import pick_device, versions
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
-                        max_batches: int | None = None) -> dict[str, Any]:
-    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``."""
+                        max_batches: int | None = None, files_dir: Path | None = None) -> dict[str, Any]:
+    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``. ``files_dir``: where a recipe whose
+    eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes its files, unless set explicitly."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
     recipe.check_split(split)
+    if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
+        cfg.eval.out_dir = str(files_dir)
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
     results = {
         "recipe": recipe.name,
