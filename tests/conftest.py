@@ -27,3 +27,13 @@ def session_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     cache = tmp_path_factory.getbasetemp() / "lavo-zoo-cache"
     monkeypatch.setenv("LAVO_ZOO_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache_for_wider_fixtures(tmp_path_factory: pytest.TempPathFactory):
+    """The same $LAVO_ZOO_CACHE, set before any module- or session-scoped fixture runs (pytest sets up wider scopes
+    first, so ``session_cache`` alone comes too late for them: the recipe contract's ``tiny`` fixture would build
+    its data in the user cache, and the tests then build it a second time in the session cache)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAVO_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "lavo-zoo-cache"))
+        yield

@@ -303,14 +303,16 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
     """Score CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) on a split.
 
     The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation and data settings,
-    not model.* ones: the weights fix the model), its
-    recipe's evaluator runs, the metrics print as a table and, with --out, go to a results JSON.
+    not model.* ones: the weights fix the model), its recipe's evaluator runs, the metrics print as a table and,
+    with --out, go to a results JSON. Recipes that write files while scoring (tts: synthesised wavs and plots) put
+    them in a folder beside it (results.json -> results/).
     """
     from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
 
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
+                                      files_dir=out_file.with_suffix("") if out_file is not None else None,
                                       out_file=out_file)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))

@@ -12,13 +12,18 @@ from lavo_zoo.engine.env import pick_device, versions
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
-                        max_batches: int | None = None, out_file: Path | None = None) -> dict[str, Any]:
-    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``; with ``out_file`` (where the results
-    JSON will go) the evaluator's own outputs are written beside it and listed under ``outputs``."""
+                        max_batches: int | None = None, files_dir: Path | None = None,
+                        out_file: Path | None = None) -> dict[str, Any]:
+    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``. ``files_dir``: where a recipe whose
+    eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes its files, unless set explicitly.
+    ``out_file`` (where the results JSON will go): the evaluator's own outputs (e.g. the summaries) are written
+    beside it and listed under ``outputs``."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
     recipe.check_split(split)
+    if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
+        cfg.eval.out_dir = str(files_dir)
     evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
     outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
     results = {

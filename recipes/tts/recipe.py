@@ -1,0 +1,243 @@
+"""The ``tts`` recipe: Transformer-TTS on LJSpeech (or the built-in spoken corpus), fairseq's tacotron2 loss,
+autoregressive synthesis with a stop token, Griffin-Lim, MCD / MSD as fairseq's eval_sp.py."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
+from lavo_zoo.errors import ConfigError
+from lavo_zoo.evaluators import build_evaluator
+from lavo_zoo.evaluators.base import Evaluator
+from lavo_zoo.recipes import Recipe, register_recipe
+from lavo_zoo.recipes.base import check_dataset, to_device
+from lavo_zoo.recipes.tts import data as tts_data
+from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim, read_wav, write_wav
+from lavo_zoo.recipes.tts.data import DataConfig
+from lavo_zoo.recipes.tts.model import (
+    ModelConfig,
+    TransformerTTS,
+    group_frames,
+    shift_right,
+    synthesize,
+    tacotron2_loss,
+)
+from lavo_zoo.recipes.tts.text import text_encoder
+
+
+def paper_train_config() -> TrainConfig:
+    """The paper's table: AdamW (0.9, 0.98), weight decay 0.01, inverse-sqrt, peak 5e-4, 4K warm-up, 20K steps,
+    batch 48, gradient clipping 5."""
+    return TrainConfig(optimizer="adamw", lr=5e-4, betas=[0.9, 0.98], weight_decay=0.01, schedule="inverse_sqrt",
+                       warmup_steps=4000, max_steps=20_000, batch_size=48, clip_grad_norm=5.0, eval_every=1000,
+                       eval_batches=2, save_every=1000)
+
+
+@dataclass
+class TTSEvalConfig(EvalConfig):
+    max_utterances: int = 0  # synthesise at most this many utterances of the split (0: all)
+    stop_threshold: float = 0.5  # stop when the stop-token probability exceeds this
+    max_frames: int = 2000  # and at the latest after this many frames (about 23 s)
+    reference: Literal["resynthesized", "recording"] = "resynthesized"  # Griffin-Lim of the target features, or
+    # the original recording (fairseq --use-resynthesized-target is the default, as CAB scored)
+    out_dir: str | None = None  # write synthesized/, reference/ wavs and plots/ here (eval --out sets it beside
+    # the results JSON)
+    plots: bool = True  # a mel / stop / alignment PNG per utterance in out_dir/plots
+
+
+@dataclass
+class TTSConfig(RunConfig):
+    recipe: str = "tts"
+    train: TrainConfig = field(default_factory=paper_train_config)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    eval: TTSEvalConfig = field(default_factory=TTSEvalConfig)
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """What scoring a batch needs besides the model (every batch of the recipe's datasets carries it): the feature
+    settings (Griffin-Lim), the stop rule, and where the reference audio comes from."""
+
+    features: FeatureSettings
+    max_frames: int
+    stop_threshold: float
+    reference: str  # "resynthesized" or "recording"
+    root: str  # the data folder (recordings are <root>/wavs/<id>.wav)
+
+    @classmethod
+    def of(cls, cfg: TTSConfig) -> Synthesis:
+        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference,
+                   str(tts_data.data_root(cfg.data)))
+
+
+def core(model: nn.Module) -> TransformerTTS:
+    """The TransformerTTS under torch.compile / DistributedDataParallel wrappers."""
+    while not isinstance(model, TransformerTTS):
+        model = getattr(model, "_orig_mod", None) or model.module
+    return model
+
+
+@torch.no_grad()
+def speak(model: nn.Module, tokens: torch.Tensor, features: FeatureSettings, max_frames: int,
+          stop_threshold: float = 0.5) -> list[dict[str, np.ndarray]]:
+    """Synthesise tokens [B, S] (0 = pad): per utterance ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N]
+    (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder)."""
+    tts = core(model)
+    frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold)
+    mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
+    mel = frames.float().cpu().numpy() * std + mean  # [B, T, n_mels]
+    r = tts.cfg.frames_per_step
+    return [{"mel": mel[i, :n], "wave": griffin_lim(mel[i, :n], features), "grouped": grouped[i, :n // r]}
+            for i, n in enumerate(lengths.tolist())]
+
+
+@contextlib.contextmanager
+def reproducible(model: nn.Module) -> Iterator[None]:
+    """In eval mode, draw the decoder prenet's always-on dropout from the random generator seeded with 0 (and put
+    the caller's generator state back afterwards): the same weights and batch give the same loss and the same
+    audio, as validation, ``predict`` and ``eval`` need. In training mode nothing changes."""
+    if model.training:
+        yield
+        return
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(0)
+        yield
+
+
+@register_recipe("tts")
+class TTSRecipe(Recipe):
+    """Transformer-TTS; batches are dicts of tokens, token_lengths, mel, mel_lengths, ids, texts and the
+    :class:`Synthesis` settings."""
+
+    description = "Transformer-TTS on LJSpeech: log-mel frames, stop token, Griffin-Lim; MCD / MSD"
+    config_class = TTSConfig
+    evaluator = "mcd"
+    tiny_config = "tts/tiny-lavo-causal"
+    commands: ClassVar[dict[str, str]] = {"synthesize": "lavo_zoo.recipes.tts.cli:synthesize"}
+    score_commands: ClassVar[dict[str, str]] = {"mcd": "lavo_zoo.recipes.tts.cli:score_mcd"}
+
+    # -------------------------------------------------------------------------------------------- set-up
+    def resolve(self, cfg: TTSConfig) -> TTSConfig:
+        """Fill the sizes and statistics that come from the data into cfg.model (once, before training): the text
+        front end's vocabulary size and the train split's feature mean / std (used to denormalise at synthesis)."""
+        m = cfg.model
+        m.vocab_size = m.vocab_size or text_encoder(cfg.data.text).vocab_size
+        m.n_mels = cfg.data.features().n_mels
+        if not m.feature_mean:
+            mean, std = tts_data.feature_stats(cfg.data)
+            m.feature_mean, m.feature_std = mean.tolist(), std.tolist()
+        return cfg
+
+    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
+        """The built-in spoken corpus in the LJSpeech layout (``size`` sentences; all, about 3,400, by default)."""
+        check_dataset(self.name, dataset, ("builtin",))
+        return tts_data.write_corpus(Path(out), size or 0)
+
+    def build_model(self, cfg: TTSConfig) -> TransformerTTS:
+        if not cfg.model.vocab_size or not cfg.model.feature_mean:
+            self.resolve(cfg)
+        if cfg.data.text and text_encoder(cfg.data.text).vocab_size != cfg.model.vocab_size:
+            raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} does not match data.text={cfg.data.text} "
+                              f"({text_encoder(cfg.data.text).vocab_size} symbols)")
+        return TransformerTTS(cfg.model)
+
+    def build_dataset(self, cfg: TTSConfig, split: str) -> Dataset:
+        return tts_data.build_dataset(cfg.data, self.check_split(split), Synthesis.of(cfg))
+
+    def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return tts_data.collate(samples)
+
+    # ----------------------------------------------------------------------------------------- training
+    def training_loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        r = core(model).cfg.frames_per_step
+        target, lengths = group_frames(batch["mel"], batch["mel_lengths"], r)  # [B, T / r, r * n_mels]
+        steps = torch.arange(target.shape[1], device=target.device)[None] < lengths[:, None]  # [B, T / r]
+        token_mask = batch["tokens"] != 0
+        with reproducible(model):
+            frames, post, stop = model(batch["tokens"], token_mask, shift_right(target), steps)
+        return tacotron2_loss(frames.float(), post.float(), stop.float(), target.float(), lengths,
+                              core(model).cfg.stop_pos_weight)
+
+    # ------------------------------------------------------------------------------------------ scoring
+    def build_evaluator(self, cfg: TTSConfig) -> Evaluator:
+        return build_evaluator(self.evaluator, sample_rate=cfg.data.features().sample_rate)
+
+    @torch.no_grad()
+    def synthesize_batch(self, model: nn.Module, batch: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+        """:func:`speak` for the batch's texts (in eval mode reproducibly), plus per utterance ``target``
+        [T', n_mels] (the denormalised target log-mel) and ``reference`` [N'] (its Griffin-Lim resynthesis, or the
+        recording)."""
+        syn = batch["synthesis"]
+        with reproducible(model):
+            results = speak(model, batch["tokens"], syn.features, syn.max_frames, syn.stop_threshold)
+        tts = core(model)
+        mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
+        for i, res in enumerate(results):
+            res["target"] = batch["mel"][i, :int(batch["mel_lengths"][i])].float().cpu().numpy() * std + mean
+            if syn.reference == "recording":
+                res["reference"] = read_wav(Path(syn.root) / "wavs" / f"{batch['ids'][i]}.wav",
+                                            syn.features.sample_rate)
+            else:
+                res["reference"] = griffin_lim(res["target"], syn.features)
+        return results
+
+    def predict(self, model: nn.Module, batch: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(synthesised waves, reference waves) of the batch's utterances: autoregressive synthesis (in eval mode
+        reproducible: :func:`reproducible`) and Griffin-Lim, scored by the ``mcd`` evaluator."""
+        results = self.synthesize_batch(model, batch)
+        return [r["wave"] for r in results], [r["reference"] for r in results]
+
+    def validation_step(self, model: nn.Module, batch: dict[str, Any]
+                        ) -> tuple[torch.Tensor, list[np.ndarray], list[np.ndarray]]:
+        """The teacher-forced loss, and the synthesised and reference waves (synthesis needs its own decoding:
+        the teacher-forced pass cannot give the audio)."""
+        loss, _ = self.training_loss(model, batch)
+        return (loss, *self.predict(model, batch))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, cfg: TTSConfig, split: str, device: torch.device,
+                 max_batches: int | None = None) -> Evaluator:
+        """Synthesise the split (at most ``eval.max_utterances``), vocode with Griffin-Lim and score MCD / MSD
+        against the Griffin-Lim resynthesis of the target features (or the recordings); with ``eval.out_dir``
+        write synthesized/<id>.wav, reference/<id>.wav and plots/<id>.png there."""
+        from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
+
+        evaluator = self.build_evaluator(cfg)
+        rate = cfg.data.features().sample_rate
+        was_training = model.training
+        model.eval()
+        out = Path(cfg.eval.out_dir) if cfg.eval.out_dir else None
+        done, limit = 0, cfg.eval.max_utterances or None
+        for b, batch in enumerate(self.eval_loader(cfg, split)):
+            if (max_batches and b >= max_batches) or (limit and done >= limit):
+                break
+            if limit:  # synthesise only what is still wanted
+                batch = {k: v[:limit - done] if isinstance(v, (torch.Tensor, list)) else v for k, v in batch.items()}
+            batch = to_device(batch, device)
+            results = self.synthesize_batch(model, batch)
+            evaluator.update([r["wave"] for r in results], [r["reference"] for r in results])
+            done += len(results)
+            if out is None:
+                continue
+            for i, res in enumerate(results):
+                uid = batch["ids"][i]
+                write_wav(out / "synthesized" / f"{uid}.wav", res["wave"], rate)
+                write_wav(out / "reference" / f"{uid}.wav", res["reference"], rate)
+                if cfg.eval.plots:
+                    tokens = batch["tokens"][i:i + 1, :int(batch["token_lengths"][i])]
+                    with reproducible(model):
+                        stop, align = teacher_forced_view(core(model), tokens, res["grouped"][None])
+                    plot_utterance(out / "plots" / f"{uid}.png", res["mel"], res["target"], stop, align,
+                                   title=f"{uid}: {batch['texts'][i][:80]}")
+        model.train(was_training)
+        return evaluator
