@@ -8,7 +8,7 @@ same cache (so every timed step is at prefix P exactly). Every case is timed in 
 rounds (``--steps`` steps after ``--warmup`` untimed ones; CUDA is synchronised before each clock read) and the
 median of the round medians is reported, with the decoder cache's size and the time as a ratio to the (first prefix,
 first source) time of the same attention. LAVO's step does not depend on P or S (a
-constant-size self state and an [H, r] cross memory); sdpa's reads its whole KV cache and the source's K/V.
+constant-size self state and an [H, d] cross memory); sdpa's reads its whole KV cache and the source's K/V.
 
     python benchmarks/decode.py --device cuda --batch 16 --json benchmarks/results/enc_dec_decode_gpu.json
     OMP_NUM_THREADS=1 python benchmarks/decode.py --device cpu --batch 4 --layers 2 --json /tmp/decode.json

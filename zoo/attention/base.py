@@ -20,7 +20,7 @@ Incremental decoding (encoder-decoder models, one API for every mechanism and bo
 The defaults here work for every mechanism: a streaming mechanism carries its state; one without streaming
 re-runs its prefix (:class:`PrefixState`); the cross cache keeps the source and re-projects it each step
 (:class:`SourceCache`), unless the mechanism overrides :meth:`Attention.cross_cache` / :meth:`Attention.cross_step`
-(LAVO keeps its [H, r] memory, sdpa its projected keys and values). :meth:`Attention.decoding` says which.
+(LAVO keeps its [H, d] mean memory, sdpa its projected keys and values). :meth:`Attention.decoding` says which.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ option where it has one and the spec does not set it (mechanisms without attenti
 
 Decoding state per layer: the self-attention's streaming state (LAVO's constant-size recurrent state, the softmax
 KV cache, the window ring, ...; mechanisms without streaming re-run their prefix) and the cross attention's source
-cache (LAVO: its [H, r] memory; sdpa: projected K/V; others: the source, re-projected). See
+cache (LAVO: its [H, d] mean memory; sdpa: projected K/V; others: the source, re-projected). See
 :meth:`lavo_zoo.attention.base.Attention.step`. A decoder with a site whose mechanism mixes queries
 (``Attention.mixes_queries``: ProbSparse, and LARA / Nystromformer / cosFormer as cross attention) re-runs its
 forward over the target so far at each step (``TransformerDecoder.reruns_prefix``): a position's output then
