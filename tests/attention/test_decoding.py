@@ -55,7 +55,7 @@ class _Refuse(torch.nn.Module):
 
 @pytest.mark.parametrize("name", ["lavo", "sdpa"])
 def test_cross_step_does_not_touch_the_source(name: str, request) -> None:
-    """LAVO keeps only its [H, d] mean memory per source, sdpa its projected K/V: a step never re-projects the source."""
+    """LAVO keeps only its [H, d] mean memory per source, sdpa its projected K/V: a step never re-projects it."""
     g = _gen(request)
     attn = _build(name, "cross")
     ctx, x = _randn(g, 2, 50, D), _randn(g, 2, 3, D)
