@@ -33,7 +33,7 @@ from lavo_zoo.recipes.lra.data.common import (
 )
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
-GENERATOR_VERSION = 1  # bump when a generator's output changes, so cached built-in data is rebuilt
+GENERATOR_VERSION = 2  # bump when a generator's output changes, so cached built-in data is rebuilt
 
 
 @dataclass(frozen=True)
