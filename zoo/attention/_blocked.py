@@ -106,6 +106,22 @@ def query_block(window: int) -> int:
     return min(window, 64)
 
 
+def _padded_heads_major(parts: Sequence[torch.Tensor | None], before: int, after: int, dtype: torch.dtype
+                        ) -> torch.Tensor:
+    """[zeros(before), *parts, zeros(after)] along time (dim 2) of [B, H, *, d] pieces, laid out [B, L, H, d] like
+    the projections' outputs, so that copying them in does not transpose."""
+    parts = [t for t in parts if t is not None]
+    B, H, _, d = parts[-1].shape
+    out = heads_major_empty(B, H, before + sum(t.shape[2] for t in parts) + after, d, parts[-1], dtype)
+    out[:, :, :before].zero_()
+    at = before
+    for t in parts:
+        out[:, :, at:at + t.shape[2]] = t
+        at += t.shape[2]
+    out[:, :, at:].zero_()
+    return out
+
+
 def _band(bias: torch.Tensor | None, H: int, c: int, span: int, ct: torch.dtype, device: torch.device
           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The additive score term of a block of c queries against its K = c + span keys, whose first key sits w - 1
@@ -144,8 +160,8 @@ class WindowAttentionFunction(torch.autograd.Function):
         n_all = math.ceil(T / c)
         front, after = window - 1 - P, n_all * c + c - T - (window - 1)          # c spare zeros for the folds
         after = max(after, 0) + span
-        kp = _pad_cat([t for t in (prefix_k, k) if t is not None], front, after, ct)   # [B, H, L, d]
-        vp = _pad_cat([t for t in (prefix_v, v) if t is not None], front, after, ct)
+        kp = _padded_heads_major((prefix_k, k), front, after, ct)                 # [B, H, L, d]
+        vp = _padded_heads_major((prefix_v, v), front, after, ct)
         qp = q.new_zeros(B, H, n_all * c, d, dtype=ct)
         qp[:, :, :T] = q * d ** -0.5                                              # [B, H, n_all c, d] scaled
         L = kp.shape[2]
@@ -216,8 +232,8 @@ class WindowAttentionFunction(torch.autograd.Function):
         ct, K = qp.dtype, c + span
         gp = grad.new_zeros(B, H, n_all * c, d, dtype=ct)
         gp[:, :, :T] = grad
-        dqp = torch.empty_like(qp) if need[0] else None                         # [B, H, n_all c, d]
-        dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)                    # [B, H, L, d]
+        dq = torch.empty_like(q, dtype=ct) if need[0] else None                  # [B, H, T, d] in q's layout
+        dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)                    # [B, H, L, d] laid out [B, L, H, d]
         dadd = qp.new_zeros(H, c, K) if bias is not None and need[5] else None
         step = max(1, chunk // c) * c
         for t0 in range(0, n_all * c, step):
@@ -237,15 +253,16 @@ class WindowAttentionFunction(torch.autograd.Function):
                 ds.masked_fill_(~r, 0)
             if dadd is not None:
                 dadd += ds.sum(0).sum(1)  # far faster than one sum over (0, 2)
-            if dqp is not None:
-                dqp[:, :, t0:t1] = torch.bmm(ds.view(-1, c, K), kb).view(B, H, t1 - t0, d)
+            if dq is not None:
+                e = min(t1, T)
+                dq[:, :, t0:e] = torch.bmm(ds.view(-1, c, K), kb).view(B, H, t1 - t0, d)[:, :, :e - t0]
             dkb = torch.bmm(ds.view(-1, c, K).mT, qb).view(B, H, n, K, d)
             for full, blocks in ((dkp, dkb), (dvp, dvb)):
                 for i in range(0, K, c):  # key slots i..i+c of every block land on positions t0 + i + j c
                     m = min(c, K - i)
                     full[:, :, t0 + i:t0 + i + n * c].unflatten(2, (n, c))[:, :, :, :m] += blocks[:, :, :, i:i + m]
         scale = d ** -0.5
-        dq = dqp[:, :, :T].mul_(scale).to(q.dtype) if dqp is not None else None
+        dq = dq.mul_(scale).to(q.dtype) if dq is not None else None
         dk = dkp[:, :, window - 1:window - 1 + T].to(k.dtype)   # qp was scaled
         dv = dvp[:, :, window - 1:window - 1 + T].to(v.dtype)
         dpk = dkp[:, :, front:window - 1].to(prefix_k.dtype) if prefix_k is not None else None
