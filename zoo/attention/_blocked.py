@@ -106,19 +106,19 @@ def query_block(window: int) -> int:
     return min(window, 64)
 
 
-def _padded_heads_major(parts: Sequence[torch.Tensor | None], before: int, after: int, dtype: torch.dtype
-                        ) -> torch.Tensor:
-    """[zeros(before), *parts, zeros(after)] along time (dim 2) of [B, H, *, d] pieces, laid out [B, L, H, d] like
-    the projections' outputs, so that copying them in does not transpose."""
-    parts = [t for t in parts if t is not None]
-    B, H, _, d = parts[-1].shape
-    out = heads_major_empty(B, H, before + sum(t.shape[2] for t in parts) + after, d, parts[-1], dtype)
-    out[:, :, :before].zero_()
-    at = before
-    for t in parts:
-        out[:, :, at:at + t.shape[2]] = t
-        at += t.shape[2]
-    out[:, :, at:].zero_()
+def _padded_range(prefix: torch.Tensor | None, t: torch.Tensor, front: int, lo: int, hi: int, dtype: torch.dtype
+                  ) -> torch.Tensor:
+    """Positions [lo, hi) along time (dim 2) of [zeros(front), prefix, t, zeros, ...] ([B, H, *, d] pieces): a view
+    of t where the range lies inside it (and no cast is needed), else one small copy."""
+    start = front + (0 if prefix is None else prefix.shape[2])              # where t begins
+    if lo >= start and hi <= start + t.shape[2] and t.dtype == dtype:
+        return t[:, :, lo - start:hi - start]
+    B, H, _, d = t.shape
+    out = t.new_zeros(B, H, hi - lo, d, dtype=dtype)
+    for piece, at in ((prefix, front), (t, start)):
+        if piece is not None and max(lo, at) < min(hi, at + piece.shape[2]):
+            a, b = max(lo, at), min(hi, at + piece.shape[2])
+            out[:, :, a - lo:b - lo] = piece[:, :, a - at:b - at]
     return out
 
 
@@ -151,40 +151,42 @@ class WindowAttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def _setup(q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal):
-        B, H, T, d = q.shape
+    def _setup(q, prefix_k, bias, key_mask, window, causal):
+        """Block size c, key span, number of blocks, leading zeros, padded length L, the [B', L] real-key mask and
+        the band term, window mask and bias index of :func:`_band`."""
+        B, H, T, _ = q.shape
         ct = compute_dtype(q.dtype)
         c = query_block(window)
         span = (1 if causal else 2) * (window - 1)
         P = 0 if prefix_k is None else prefix_k.shape[2]
         n_all = math.ceil(T / c)
-        front, after = window - 1 - P, n_all * c + c - T - (window - 1)          # c spare zeros for the folds
-        after = max(after, 0) + span
-        kp = _padded_heads_major((prefix_k, k), front, after, ct)                 # [B, H, L, d]
-        vp = _padded_heads_major((prefix_v, v), front, after, ct)
-        qp = q.new_zeros(B, H, n_all * c, d, dtype=ct)
-        qp[:, :, :T] = q * d ** -0.5                                              # [B, H, n_all c, d] scaled
-        L = kp.shape[2]
+        front = window - 1 - P
+        L = window - 1 + T + max(n_all * c + c - T - (window - 1), 0) + span     # c spare positions for the folds
         real = torch.zeros(1 if key_mask is None else B, L, dtype=torch.bool, device=q.device)
         real[:, front:window - 1 + T] = True
         if key_mask is not None:
             real[:, window - 1:window - 1 + T] = key_mask
         add, inside, index = _band(bias, H, c, span, ct, q.device)
-        return qp, kp, vp, real, add, inside, index, c, span, n_all
+        return ct, c, span, n_all, front, L, real, add, inside, index
 
     @staticmethod
-    def _blocks(t, t0, t1, c, span):
-        """The K = c + span padded positions from j c on of each block j of queries t0..t1 (whole blocks) of t
-        [B, H, L, d], as one contiguous [B H n, K, d] copy."""
-        return t[:, :, t0:t1 + span].unfold(2, c + span, c).mT.reshape(-1, c + span, t.shape[-1])
+    def _blocks(prefix, t, front, t0, t1, c, span, ct):
+        """The K = c + span padded positions from j c on of each block j of queries t0..t1 (whole blocks) of
+        [zeros(front), prefix, t, zeros] as one contiguous [B H n, K, d] copy."""
+        src = _padded_range(prefix, t, front, t0, t1 + span, ct)                 # [B, H, t1 - t0 + span, d]
+        return src.unfold(2, c + span, c).mT.reshape(-1, c + span, t.shape[-1])
 
     @staticmethod
-    def _probs(qp, kb, real, add, t0, t1, c, span, masked):
-        """Probabilities of the queries t0..t1 (whole blocks) against their key blocks kb [B H n, K, d]:
-        [B, H, n, c, K], and the key_mask's mask of the blocks' keys [B, 1, n, 1, K] (None without key_mask)."""
-        B, H, _, d = qp.shape
+    def _queries(q, t0, t1, c, ct):
+        """Queries t0..t1 (zero rows past the end), scaled: [B H n, c, d] as the blocks need them."""
+        return (_padded_range(None, q, 0, t0, t1, ct) * q.shape[-1] ** -0.5).reshape(-1, c, q.shape[-1])
+
+    @staticmethod
+    def _probs(qb, kb, real, add, t0, t1, c, span, masked, B, H):
+        """Probabilities of the queries t0..t1 (whole blocks; qb [B H n, c, d] scaled) against their key blocks kb
+        [B H n, K, d]: [B, H, n, c, K], and the key_mask's mask of the blocks' keys [B, 1, n, 1, K] (None without
+        key_mask)."""
         n, K = (t1 - t0) // c, c + span
-        qb = qp[:, :, t0:t1].reshape(-1, c, d)                                    # [B H n, c, d]
         term = add[:, None]                                                       # [H, 1, c, K]
         r = real[:, None, t0:t1 + span].unfold(2, K, c)[:, :, :, None] if masked else None  # [B', 1, n, 1, K]
         if r is not None and r.shape[0] == 1:                                     # padding only: one mask for all
@@ -202,19 +204,19 @@ class WindowAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk):
         B, H, T, d = q.shape
-        qp, kp, vp, real, add, _, _, c, span, n_all = WindowAttentionFunction._setup(
-            q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal)
-        front = window - 1 - (0 if prefix_k is None else prefix_k.shape[2])
+        ct, c, span, n_all, front, _, real, add, _, _ = WindowAttentionFunction._setup(
+            q, prefix_k, bias, key_mask, window, causal)
         step = max(1, chunk // c) * c
-        out = heads_major_empty(B, H, T, d, q, qp.dtype)
+        out = heads_major_empty(B, H, T, d, q, ct)
         for t0 in range(0, n_all * c, step):
             t1 = min(n_all * c, t0 + step)
+            e = min(t1, T)
             masked = WindowAttentionFunction._masked(key_mask, t0, t1, span, front, T, window)
-            kb = WindowAttentionFunction._blocks(kp, t0, t1, c, span)             # [B H n, K, d]
-            p = WindowAttentionFunction._probs(qp, kb, real, add, t0, t1, c, span, masked)[0]
-            vb = WindowAttentionFunction._blocks(vp, t0, t1, c, span)             # [B H n, K, d]
-            o = torch.bmm(p.flatten(0, 2), vb).view(B, H, t1 - t0, d)             # [B, H, t1 - t0, d]
-            out[:, :, t0:min(t1, T)] = o[:, :, :min(t1, T) - t0]
+            qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
+            kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
+            p = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)[0]
+            vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
+            out[:, :, t0:e] = torch.bmm(p.flatten(0, 2), vb).view(B, H, t1 - t0, d)[:, :, :e - t0]
         ctx.save_for_backward(q, k, v, prefix_k, prefix_v, bias, key_mask)
         ctx.config = (window, causal, chunk)
         return out
@@ -225,26 +227,23 @@ class WindowAttentionFunction(torch.autograd.Function):
         window, causal, chunk = ctx.config
         need = ctx.needs_input_grad
         B, H, T, d = q.shape
-        qp, kp, vp, real, add, inside, index, c, span, n_all = WindowAttentionFunction._setup(
-            q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal)
-        P = 0 if prefix_k is None else prefix_k.shape[2]
-        front = window - 1 - P
-        ct, K = qp.dtype, c + span
-        gp = grad.new_zeros(B, H, n_all * c, d, dtype=ct)
-        gp[:, :, :T] = grad
+        ct, c, span, n_all, front, L, real, add, inside, index = WindowAttentionFunction._setup(
+            q, prefix_k, bias, key_mask, window, causal)
+        K = c + span
         dq = torch.empty_like(q, dtype=ct) if need[0] else None                  # [B, H, T, d] in q's layout
-        dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)                    # [B, H, L, d] laid out [B, L, H, d]
-        dadd = qp.new_zeros(H, c, K) if bias is not None and need[5] else None
+        dkp = heads_major_empty(B, H, L, d, q, ct).zero_()                        # [B, H, L, d] padded positions
+        dvp = heads_major_empty(B, H, L, d, q, ct).zero_()
+        dadd = torch.zeros(H, c, K, dtype=ct, device=q.device) if bias is not None and need[5] else None
         step = max(1, chunk // c) * c
         for t0 in range(0, n_all * c, step):
             t1 = min(n_all * c, t0 + step)
             n = (t1 - t0) // c
             masked = WindowAttentionFunction._masked(key_mask, t0, t1, span, front, T, window)
-            kb = WindowAttentionFunction._blocks(kp, t0, t1, c, span)             # [B H n, K, d]
-            vb = WindowAttentionFunction._blocks(vp, t0, t1, c, span)
-            p, r = WindowAttentionFunction._probs(qp, kb, real, add, t0, t1, c, span, masked)  # [B, H, n, c, K]
-            qb = qp[:, :, t0:t1].reshape(-1, c, d)                                # [B H n, c, d]
-            gb = gp[:, :, t0:t1].reshape(-1, c, d)
+            qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
+            kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
+            vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
+            p, r = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)
+            gb = _padded_range(None, grad, 0, t0, t1, ct).reshape(-1, c, d)       # [B H n, c, d]
             p3 = p.view(-1, c, K)
             dvb = torch.bmm(p3.mT, gb).view(B, H, n, K, d)
             ds = torch._softmax_backward_data(torch.bmm(gb, vb.mT).view_as(p), p, -1, ct)  # [B, H, n, c, K]
@@ -263,7 +262,7 @@ class WindowAttentionFunction(torch.autograd.Function):
                     full[:, :, t0 + i:t0 + i + n * c].unflatten(2, (n, c))[:, :, :, :m] += blocks[:, :, :, i:i + m]
         scale = d ** -0.5
         dq = dq.mul_(scale).to(q.dtype) if dq is not None else None
-        dk = dkp[:, :, window - 1:window - 1 + T].to(k.dtype)   # qp was scaled
+        dk = dkp[:, :, window - 1:window - 1 + T].to(k.dtype)   # qb was scaled
         dv = dvp[:, :, window - 1:window - 1 + T].to(v.dtype)
         dpk = dkp[:, :, front:window - 1].to(prefix_k.dtype) if prefix_k is not None else None
         dpv = dvp[:, :, front:window - 1].to(prefix_v.dtype) if prefix_v is not None else None
