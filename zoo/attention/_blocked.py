@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from lavo_zoo.attention import _flex
 
 BACKENDS = ("auto", "recompute", "autograd", "flex")
-CHUNK = 256  # queries per recomputed block: temporaries ~ H * CHUNK * (2w + 4d) numbers; smaller costs time
+CHUNK = 256  # queries per recomputed chunk: temporaries ~ B * H * CHUNK * (64 + 2w) numbers; smaller costs time
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
