@@ -159,3 +159,32 @@ def test_torch_compile_matches_eager():
     (gx_ref,) = torch.autograd.grad(y_ref.sum(), x)
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(gx, gx_ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal, prefix, masked", [(True, 0, False), (True, 4, False), (False, 0, True),
+                                                    (False, 0, False)])
+@pytest.mark.parametrize("block", [2, 3, 64])  # query blocks smaller than the window (w = 5; w = 70 for 64)
+def test_window_function_with_query_blocks_smaller_than_the_window(monkeypatch, device, causal, prefix, masked,
+                                                                   block):
+    """Blocks of c < w queries (what large windows such as LRA's w = 256 use): outputs and every gradient equal the
+    autograd kernel (whole-window blocks), across chunk boundaries and the sequence's ends."""
+    from lavo_zoo.attention import _blocked
+
+    w = 70 if block == 64 else 5
+    monkeypatch.setattr(_blocked, "query_block", lambda window: block)
+    B, H, T, d = 2, 2, 2 * w + 7, 3
+    q, k, v, bias = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), device=device)
+    pk, pv = _leaves((B, H, prefix, d), (B, H, prefix, d), device=device)
+    mask = torch.rand(B, T, device=device) > 0.3 if masked else None
+    rows = torch.ones(B, 1, T, 1, dtype=F64, device=device) if mask is None else mask[:, None, :, None].to(F64)
+    g = torch.randn(B, H, T, d, dtype=F64, device=device) * rows
+    results = []
+    for backend in ("recompute", "autograd"):
+        out = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=mask,
+                               prefix=(pk, pv) if prefix else None, backend=backend, chunk=2 * block + 1)
+        leaves = (q, k, v, bias) + ((pk, pv) if prefix else ())
+        results.append((out * rows, torch.autograd.grad((out * g).sum(), leaves)))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-9, atol=1e-10)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from lavo_zoo.attention import _flex
 
 BACKENDS = ("auto", "recompute", "autograd", "flex")
-CHUNK = 256  # queries per recomputed block: temporaries ~ H * CHUNK * (2w + 4d) numbers; smaller costs time
+CHUNK = 256  # queries per recomputed chunk: temporaries ~ B * H * CHUNK * (64 + 2w) numbers; smaller costs time
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -99,16 +99,40 @@ def _window_core(q: torch.Tensor, keys: Sequence[torch.Tensor], values: Sequence
     return out[:, :, lead:lead + Tq]
 
 
-def _key_range(t0: int, t1: int, P: int, T: int, w: int, causal: bool) -> tuple[int, int]:
-    """Keys [lo, hi) (positions in cat(prefix, k), P prefix keys) that queries t0..t1-1 (at P + t) can see."""
-    return max(0, P + t0 - (w - 1)), (P + t1 if causal else min(P + T, P + t1 + w - 1))
+def query_block(window: int) -> int:
+    """Queries per block of the recompute kernel. Block j of c queries scores the K = c + (w - 1) (causal) or
+    c + 2 (w - 1) (noncausal) keys around it: c = w for small windows (few, well-filled blocks); 64 for large ones,
+    where blocks of w queries would score 3w keys of which only 2w - 1 are in a query's window."""
+    return min(window, 64)
 
 
-def _key_pieces(prefix: torch.Tensor | None, k: torch.Tensor, lo: int, hi: int) -> list[torch.Tensor]:
-    """Positions [lo, hi) of cat(prefix, k) along time as views of prefix and k (no copy)."""
-    P = 0 if prefix is None else prefix.shape[2]
-    pieces = [prefix[:, :, lo:min(hi, P)]] if lo < P else []
-    return pieces + ([k[:, :, max(lo, P) - P:hi - P]] if hi > P else [])
+def _padded_range(prefix: torch.Tensor | None, t: torch.Tensor, front: int, lo: int, hi: int, dtype: torch.dtype
+                  ) -> torch.Tensor:
+    """Positions [lo, hi) along time (dim 2) of [zeros(front), prefix, t, zeros, ...] ([B, H, *, d] pieces): a view
+    of t where the range lies inside it (and no cast is needed), else one small copy."""
+    start = front + (0 if prefix is None else prefix.shape[2])              # where t begins
+    if lo >= start and hi <= start + t.shape[2] and t.dtype == dtype:
+        return t[:, :, lo - start:hi - start]
+    B, H, _, d = t.shape
+    out = t.new_zeros(B, H, hi - lo, d, dtype=dtype)
+    for piece, at in ((prefix, front), (t, start)):
+        if piece is not None and max(lo, at) < min(hi, at + piece.shape[2]):
+            a, b = max(lo, at), min(hi, at + piece.shape[2])
+            out[:, :, a - lo:b - lo] = piece[:, :, a - at:b - at]
+    return out
+
+
+def _band(bias: torch.Tensor | None, H: int, c: int, span: int, ct: torch.dtype, device: torch.device
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The additive score term of a block of c queries against its K = c + span keys, whose first key sits w - 1
+    positions before the first query, so that (query i, key j) has bias index j - i: bias[h, j - i] for
+    0 <= j - i <= span, the dtype's minimum elsewhere, [H, c, K]. Also the [c, K] in-window mask and bias index."""
+    K = c + span
+    index = torch.arange(K, device=device)[None, :] - torch.arange(c, device=device)[:, None]   # [c, K]
+    inside = (index >= 0) & (index <= span)
+    index = index.clamp(0, span)
+    add = bias.to(ct)[:, index] if bias is not None else torch.zeros(H, c, K, dtype=ct, device=device)
+    return add.masked_fill_(~inside, torch.finfo(ct).min), inside, index
 
 
 class WindowAttentionFunction(torch.autograd.Function):
@@ -116,21 +140,83 @@ class WindowAttentionFunction(torch.autograd.Function):
 
     forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
     key_mask [B, T] bool | None, window, causal, chunk) -> [B, H, T, d] in compute_dtype (laid out [B, T, H, d]).
-    Backward: per chunk of ``chunk`` queries, the chunk's forward is recomputed under autograd and differentiated
-    (the same ops as the ``autograd`` backend, so gradients agree to rounding); the temporaries are chunk-sized.
+
+    Keys and values are padded once (w - 1 - P zeros, the prefix, the keys, zeros after), so that block j of
+    c = :func:`query_block` queries sees the K = c + span padded keys from j c on (span = w - 1 causal, 2 (w - 1)
+    noncausal), masked to each query's window by one additive [H, c, K] term (:func:`_band`). Chunks of ``chunk``
+    queries (whole blocks, at least one) run as batched matmuls over their blocks. Backward recomputes each chunk's
+    probabilities and differentiates by hand as FlashAttention does (dV = P^T dO, dS = P (dP - rowsum(P dP)),
+    dQ = dS K, dK = dS^T Q); the bias gradient is summed per (query, key) slot over all blocks and scattered to the
+    2w - 1 offsets once.
     """
+
+    @staticmethod
+    def _setup(q, prefix_k, bias, key_mask, window, causal):
+        """Block size c, key span, number of blocks, leading zeros, padded length L, the [B', L] real-key mask and
+        the band term, window mask and bias index of :func:`_band`."""
+        B, H, T, _ = q.shape
+        ct = compute_dtype(q.dtype)
+        c = query_block(window)
+        span = (1 if causal else 2) * (window - 1)
+        P = 0 if prefix_k is None else prefix_k.shape[2]
+        n_all = math.ceil(T / c)
+        front = window - 1 - P
+        L = window - 1 + T + max(n_all * c + c - T - (window - 1), 0) + span     # c spare positions for the folds
+        real = torch.zeros(1 if key_mask is None else B, L, dtype=torch.bool, device=q.device)
+        real[:, front:window - 1 + T] = True
+        if key_mask is not None:
+            real[:, window - 1:window - 1 + T] = key_mask
+        add, inside, index = _band(bias, H, c, span, ct, q.device)
+        return ct, c, span, n_all, front, L, real, add, inside, index
+
+    @staticmethod
+    def _blocks(prefix, t, front, t0, t1, c, span, ct):
+        """The K = c + span padded positions from j c on of each block j of queries t0..t1 (whole blocks) of
+        [zeros(front), prefix, t, zeros] as one contiguous [B H n, K, d] copy."""
+        src = _padded_range(prefix, t, front, t0, t1 + span, ct)                 # [B, H, t1 - t0 + span, d]
+        return src.unfold(2, c + span, c).mT.reshape(-1, c + span, t.shape[-1])
+
+    @staticmethod
+    def _queries(q, t0, t1, c, ct):
+        """Queries t0..t1 (zero rows past the end), scaled: [B H n, c, d] as the blocks need them."""
+        return (_padded_range(None, q, 0, t0, t1, ct) * q.shape[-1] ** -0.5).reshape(-1, c, q.shape[-1])
+
+    @staticmethod
+    def _probs(qb, kb, real, add, t0, t1, c, span, masked, B, H):
+        """Probabilities of the queries t0..t1 (whole blocks; qb [B H n, c, d] scaled) against their key blocks kb
+        [B H n, K, d]: [B, H, n, c, K], and the key_mask's mask of the blocks' keys [B, 1, n, 1, K] (None without
+        key_mask)."""
+        n, K = (t1 - t0) // c, c + span
+        term = add[:, None]                                                       # [H, 1, c, K]
+        r = real[:, None, t0:t1 + span].unfold(2, K, c)[:, :, :, None] if masked else None  # [B', 1, n, 1, K]
+        if r is not None and r.shape[0] == 1:                                     # padding only: one mask for all
+            term, r = term.masked_fill(~r[0], torch.finfo(add.dtype).min), None   # [H, n, c, K]
+        s = torch.bmm(qb, kb.mT).view(B, H, n, c, K).add_(term)                   # [B, H, n, c, K]
+        if r is not None:
+            s.masked_fill_(~r, torch.finfo(s.dtype).min)
+        return torch.softmax(s, dim=-1), r
+
+    @staticmethod
+    def _masked(key_mask, t0, t1, span, front, T, window):
+        """Whether keys of the chunk t0..t1 can be padding (or masked)."""
+        return key_mask is not None or t0 < front or t1 + span > window - 1 + T
 
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk):
         B, H, T, d = q.shape
-        P = 0 if prefix_k is None else prefix_k.shape[2]
-        out = heads_major_empty(B, H, T, d, q, compute_dtype(q.dtype))
-        for t0 in range(0, T, chunk):
-            t1 = min(T, t0 + chunk)
-            lo, hi = _key_range(t0, t1, P, T, window, causal)
-            real = None if key_mask is None else key_mask[:, lo - P:hi - P]
-            out[:, :, t0:t1] = _window_core(q[:, :, t0:t1], _key_pieces(prefix_k, k, lo, hi),
-                                            _key_pieces(prefix_v, v, lo, hi), window, causal, bias, real, P + t0 - lo)
+        ct, c, span, n_all, front, _, real, add, _, _ = WindowAttentionFunction._setup(
+            q, prefix_k, bias, key_mask, window, causal)
+        step = max(1, chunk // c) * c
+        out = heads_major_empty(B, H, T, d, q, ct)
+        for t0 in range(0, n_all * c, step):
+            t1 = min(n_all * c, t0 + step)
+            e = min(t1, T)
+            masked = WindowAttentionFunction._masked(key_mask, t0, t1, span, front, T, window)
+            qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
+            kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
+            p = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)[0]
+            vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
+            out[:, :, t0:e] = torch.bmm(p.flatten(0, 2), vb).view(B, H, t1 - t0, d)[:, :, :e - t0]
         ctx.save_for_backward(q, k, v, prefix_k, prefix_v, bias, key_mask)
         ctx.config = (window, causal, chunk)
         return out
@@ -140,35 +226,49 @@ class WindowAttentionFunction(torch.autograd.Function):
         q, k, v, prefix_k, prefix_v, bias, key_mask = ctx.saved_tensors
         window, causal, chunk = ctx.config
         need = ctx.needs_input_grad
-        T = q.shape[2]
-        P = 0 if prefix_k is None else prefix_k.shape[2]
-        dq = torch.zeros_like(q) if need[0] else None
-        dk, dv = torch.zeros_like(k), torch.zeros_like(v)                       # [B, H, T, d]
-        dpk = torch.zeros_like(prefix_k) if prefix_k is not None else None     # [B, H, P, d]
-        dpv = torch.zeros_like(prefix_v) if prefix_v is not None else None
-        dbias = torch.zeros_like(bias) if bias is not None and need[5] else None
-        for t0 in range(0, T, chunk):
-            t1 = min(T, t0 + chunk)
-            lo, hi = _key_range(t0, t1, P, T, window, causal)
-            real = None if key_mask is None else key_mask[:, lo - P:hi - P]
-            with torch.enable_grad():
-                qc = q[:, :, t0:t1].detach().requires_grad_(need[0])
-                kc = torch.cat(_key_pieces(prefix_k, k, lo, hi), 2).detach().requires_grad_()  # [B, H, hi-lo, d]
-                vc = torch.cat(_key_pieces(prefix_v, v, lo, hi), 2).detach().requires_grad_()
-                bc = bias.detach().requires_grad_() if dbias is not None else bias
-                inputs = [t for t in (qc, kc, vc, bc) if t is not None and t.requires_grad]
-                out = _window_core(qc, [kc], [vc], window, causal, bc, real, P + t0 - lo)
-                grads = list(torch.autograd.grad(out, inputs, grad[:, :, t0:t1]))
+        B, H, T, d = q.shape
+        ct, c, span, n_all, front, L, real, add, inside, index = WindowAttentionFunction._setup(
+            q, prefix_k, bias, key_mask, window, causal)
+        K = c + span
+        dq = torch.empty_like(q, dtype=ct) if need[0] else None                  # [B, H, T, d] in q's layout
+        dkp = heads_major_empty(B, H, L, d, q, ct).zero_()                        # [B, H, L, d] padded positions
+        dvp = heads_major_empty(B, H, L, d, q, ct).zero_()
+        dadd = torch.zeros(H, c, K, dtype=ct, device=q.device) if bias is not None and need[5] else None
+        step = max(1, chunk // c) * c
+        for t0 in range(0, n_all * c, step):
+            t1 = min(n_all * c, t0 + step)
+            n = (t1 - t0) // c
+            masked = WindowAttentionFunction._masked(key_mask, t0, t1, span, front, T, window)
+            qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
+            kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
+            vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
+            p, r = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)
+            gb = _padded_range(None, grad, 0, t0, t1, ct).reshape(-1, c, d)       # [B H n, c, d]
+            p3 = p.view(-1, c, K)
+            dvb = torch.bmm(p3.mT, gb).view(B, H, n, K, d)
+            ds = torch._softmax_backward_data(torch.bmm(gb, vb.mT).view_as(p), p, -1, ct)  # [B, H, n, c, K]
+            del p, p3
+            if r is not None:  # rows whose keys are all masked (padded queries): no gradient through them
+                ds.masked_fill_(~r, 0)
+            if dadd is not None:
+                dadd += ds.sum(0).sum(1)  # far faster than one sum over (0, 2)
             if dq is not None:
-                dq[:, :, t0:t1] = grads.pop(0)
-            gk, gv = grads.pop(0), grads.pop(0)
-            for full, pre, g in ((dk, dpk, gk), (dv, dpv, gv)):
-                if lo < P:
-                    pre[:, :, lo:min(hi, P)] += g[:, :, :min(hi, P) - lo]
-                if hi > P:
-                    full[:, :, max(lo, P) - P:hi - P] += g[:, :, max(lo, P) - lo:]
-            if dbias is not None:
-                dbias += grads.pop(0)
+                e = min(t1, T)
+                dq[:, :, t0:e] = torch.bmm(ds.view(-1, c, K), kb).view(B, H, t1 - t0, d)[:, :, :e - t0]
+            dkb = torch.bmm(ds.view(-1, c, K).mT, qb).view(B, H, n, K, d)
+            for full, blocks in ((dkp, dkb), (dvp, dvb)):
+                for i in range(0, K, c):  # key slots i..i+c of every block land on positions t0 + i + j c
+                    m = min(c, K - i)
+                    full[:, :, t0 + i:t0 + i + n * c].unflatten(2, (n, c))[:, :, :, :m] += blocks[:, :, :, i:i + m]
+        scale = d ** -0.5
+        dq = dq.mul_(scale).to(q.dtype) if dq is not None else None
+        dk = dkp[:, :, window - 1:window - 1 + T].to(k.dtype)   # qb was scaled
+        dv = dvp[:, :, window - 1:window - 1 + T].to(v.dtype)
+        dpk = dkp[:, :, front:window - 1].to(prefix_k.dtype) if prefix_k is not None else None
+        dpv = dvp[:, :, front:window - 1].to(prefix_v.dtype) if prefix_v is not None else None
+        dbias = None
+        if dadd is not None:
+            dbias = torch.zeros_like(bias, dtype=ct).index_add_(1, index[inside], dadd[:, inside]).to(bias.dtype)
         return dq, dk, dv, dpk, dpv, dbias, None, None, None, None
 
 

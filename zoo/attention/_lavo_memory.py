@@ -63,29 +63,42 @@ class MemoryReadFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """Per chunk: recompute h, the projections and p, then differentiate by hand (o = (p h) B, p = softmax(s),
+        s = scale h (q B^T), h = mem B^T); the bases' gradient sums its three terms over the batch."""
         q, mem, bases = ctx.saved_tensors
         offset, group, chunk = ctx.config
         need = ctx.needs_input_grad
-        dq = torch.zeros_like(q) if need[0] else None
-        dmem = torch.zeros_like(mem) if need[1] else None
-        dbases = torch.zeros_like(bases) if need[2] else None
+        ct = compute_dtype(q.dtype)
+        scale = q.shape[-1] ** -0.5
+        b = bases.to(ct)                                                          # [H, r, d]
+        dq = torch.empty_like(q) if need[0] else None
+        dmem = torch.zeros(mem.shape, dtype=ct, device=mem.device) if need[1] or need[2] else None
+        dbases = torch.zeros(bases.shape, dtype=ct, device=bases.device) if need[2] else None
         for t0 in range(0, q.shape[2], chunk):
             t1 = min(q.shape[2], t0 + chunk)
             r0, r1, rows = _rows(t0, t1, offset, group, mem.shape[2], q.device)
-            with torch.enable_grad():
-                leaves = [q[:, :, t0:t1].detach().requires_grad_(need[0]),
-                          mem[:, :, r0:r1].detach().requires_grad_(need[1]),
-                          bases.detach().requires_grad_(need[2])]
-                out = _read_core(*leaves, rows)
-                wanted = [t for t in leaves if t.requires_grad]
-                grads = list(torch.autograd.grad(out, wanted, grad[:, :, t0:t1])) if wanted else []
-            if dq is not None:
-                dq[:, :, t0:t1] = grads.pop(0)
-            if dmem is not None:
-                dmem[:, :, r0:r1] += grads.pop(0)
+            qc, go = q[:, :, t0:t1].to(ct), grad[:, :, t0:t1].to(ct)              # [B, H, Tq, d]
+            h = mem[:, :, r0:r1].to(ct) @ b.mT                                    # [B, H, m, r]
+            hr = h.index_select(2, rows) if rows is not None else h               # [B, H, Tq or 1, r]
+            qr = qc @ b.mT                                                        # [B, H, Tq, r]
+            p = torch.softmax(hr * scale * qr, dim=-1)                            # [B, H, Tq, r]
+            du = go @ b.mT                                                        # [B, H, Tq, r]  d(p h)
+            ds = torch._softmax_backward_data(du * hr, p, -1, ct).mul_(scale)     # d s / scale
             if dbases is not None:
-                dbases += grads.pop(0)
-        return dq, dmem, dbases, None, None, None
+                dbases += torch.einsum("bhtr,bhtd->hrd", p * hr, go) + torch.einsum("bhtr,bhtd->hrd", ds * hr, qc)
+            if dq is not None:
+                dq[:, :, t0:t1] = (ds * hr) @ b
+            if dmem is not None:
+                dhr = du.mul_(p).add_(ds.mul_(qr))                                # [B, H, Tq, r]
+                if rows is not None:
+                    dh = torch.zeros_like(h).index_add_(2, rows, dhr)
+                else:
+                    dh = dhr.sum(2, keepdim=True) if h.shape[2] == 1 else dhr     # [B, H, m, r]
+                dmem[:, :, r0:r1] += dh @ b
+                if dbases is not None:
+                    dbases += torch.einsum("bhmr,bhmd->hrd", dh, mem[:, :, r0:r1].to(ct))
+        return (dq, dmem.to(mem.dtype) if need[1] else None, dbases.to(bases.dtype) if need[2] else None,
+                None, None, None)
 
 
 def read_memory(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
