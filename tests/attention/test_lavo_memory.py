@@ -36,6 +36,31 @@ def test_window_function_gradcheck(device, causal, prefix, masked):
     assert torch.autograd.gradcheck(f, (q, k, v, bias, pk, pv))
 
 
+@pytest.mark.parametrize("chunk", [5, 40])  # one block per chunk (keys added per block), 8 (per key slot group)
+@pytest.mark.parametrize("causal", [True, False])
+def test_window_function_chunks_with_only_real_keys_skip_masking_and_stay_exact(causal, chunk):
+    """A key_mask that is all True over some chunks (where the recompute kernel skips the mask pass on CPU) and
+    has holes and end padding elsewhere: outputs and gradients on real rows equal the autograd kernel's, with
+    either way of adding the blocks' key gradients."""
+    B, H, T, d, w = 2, 2, 60, 4, 5
+    q, k, v, bias = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), device="cpu")
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[0, 50:] = False          # end padding
+    mask[1, [7, 33, 34]] = False  # holes inside; chunks of 5 queries elsewhere see only real keys
+    rows = mask[:, None, :, None].to(F64)
+    g = torch.randn(B, H, T, d, dtype=F64)
+    outs = []
+    for backend in ("recompute", "autograd"):
+        y = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=mask, backend=backend, chunk=chunk) * rows
+        outs.append((y, torch.autograd.grad((y * g).sum(), (q, k, v, bias))))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-10, atol=1e-12)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    everything = torch.ones(B, T, dtype=torch.bool)  # an all-True mask is no mask
+    torch.testing.assert_close(window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=everything, chunk=5),
+                               window_attention(q, k, v, w, causal=causal, bias=bias, chunk=5), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("offset, group, rows", [(0, 1, 7), (2, 3, 3), (0, 1, 1)])  # per token, per window, one
 def test_memory_read_function_gradcheck_and_equals_autograd(device, offset, group, rows):

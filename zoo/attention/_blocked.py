@@ -197,9 +197,15 @@ class WindowAttentionFunction(torch.autograd.Function):
         return torch.softmax(s, dim=-1), r
 
     @staticmethod
-    def _masked(key_mask, t0, t1, span, front, T, window):
-        """Whether keys of the chunk t0..t1 can be padding (or masked)."""
-        return key_mask is not None or t0 < front or t1 + span > window - 1 + T
+    def _masked(real, key_mask, t0, t1, span, front, T, window):
+        """Whether keys of the chunk t0..t1 can be padding (or masked). On CPU a key_mask that is all True over the
+        chunk's keys counts as none (the common case inside long documents: no masking pass); on CUDA asking would
+        synchronise, so any key_mask counts."""
+        if t0 < front or t1 + span > window - 1 + T:
+            return True
+        if key_mask is None:
+            return False
+        return key_mask.device.type != "cpu" or not bool(real[:, t0:t1 + span].all())
 
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk):
@@ -211,7 +217,7 @@ class WindowAttentionFunction(torch.autograd.Function):
         for t0 in range(0, n_all * c, step):
             t1 = min(n_all * c, t0 + step)
             e = min(t1, T)
-            masked = WindowAttentionFunction._masked(key_mask, t0, t1, span, front, T, window)
+            masked = WindowAttentionFunction._masked(real, key_mask, t0, t1, span, front, T, window)
             qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
             kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
             p = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)[0]
@@ -238,7 +244,7 @@ class WindowAttentionFunction(torch.autograd.Function):
         for t0 in range(0, n_all * c, step):
             t1 = min(n_all * c, t0 + step)
             n = (t1 - t0) // c
-            masked = WindowAttentionFunction._masked(key_mask, t0, t1, span, front, T, window)
+            masked = WindowAttentionFunction._masked(real, key_mask, t0, t1, span, front, T, window)
             qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
             kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
             vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
@@ -256,8 +262,12 @@ class WindowAttentionFunction(torch.autograd.Function):
                 e = min(t1, T)
                 dq[:, :, t0:e] = torch.bmm(ds.view(-1, c, K), kb).view(B, H, t1 - t0, d)[:, :, :e - t0]
             dkb = torch.bmm(ds.view(-1, c, K).mT, qb).view(B, H, n, K, d)
-            for full, blocks in ((dkp, dkb), (dvp, dvb)):
-                for i in range(0, K, c):  # key slots i..i+c of every block land on positions t0 + i + j c
+            for full, blocks in ((dkp, dkb), (dvp, dvb)):  # block j's key slot i is padded position t0 + j c + i
+                if n <= math.ceil(K / c):  # few blocks of many keys (large windows): one add per block
+                    for j in range(n):
+                        full[:, :, t0 + j * c:t0 + j * c + K] += blocks[:, :, j]
+                    continue
+                for i in range(0, K, c):  # many blocks of few keys: slots i..i+c of every block at once
                     m = min(c, K - i)
                     full[:, :, t0 + i:t0 + i + n * c].unflatten(2, (n, c))[:, :, :, :m] += blocks[:, :, :, i:i + m]
         scale = d ** -0.5

@@ -101,10 +101,23 @@ class MemoryReadFunction(torch.autograd.Function):
                 None, None, None)
 
 
+READ_ELEMENTS = CHUNK * 768  # numbers per [B, H, chunk, r] temporary of the read: CHUNK queries at B H r = 768
+
+
+def read_chunk(B: int, H: int, r: int) -> int:
+    """Queries per chunk of :class:`MemoryReadFunction`: about ``READ_ELEMENTS`` numbers per [B, H, chunk, r]
+    temporary, never fewer than ``CHUNK`` queries (few heads and bases, e.g. LRA's 2 x 32: long chunks, fewer
+    Python-level steps; GPT-2's 12 x 64: ``CHUNK``)."""
+    return max(CHUNK, READ_ELEMENTS // max(1, B * H * r))
+
+
 def read_memory(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
-                chunk: int = CHUNK) -> torch.Tensor:
+                chunk: int | None = None) -> torch.Tensor:
     """q [B, H, T, d] reads mem [B, H, n, d] (query t: row (offset + t) // group; n == 1: the one row) through
-    bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward."""
+    bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward. ``chunk``: queries
+    recomputed at a time (None: :func:`read_chunk`)."""
+    if chunk is None:
+        chunk = read_chunk(q.shape[0], q.shape[1], bases.shape[1])
     return MemoryReadFunction.apply(q, mem, bases, offset, group, chunk)
 
 

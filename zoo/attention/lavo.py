@@ -110,7 +110,9 @@ class LavoAttention(Attention):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
         self.backend = backend
-        self.chunk_size = CHUNK  # queries per recomputed block (tests set it small to cross block boundaries)
+        # queries per recomputed chunk; None: CHUNK for the window, read_chunk() for the memory read (tests set it
+        # small to cross chunk boundaries)
+        self.chunk_size: int | None = None
         self.num_bases, self.window_size, self.dropout = r, window_size, dropout
         self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
         self.has_local = pattern != "cross"
@@ -234,7 +236,7 @@ class LavoAttention(Attention):
         prefix = None if state is None else (past_k, past_v)
         local = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.epe,
                                  key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training,
-                                 backend=local_kernel, chunk=self.chunk_size)        # [B, H, T, d]
+                                 backend=local_kernel, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
         valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
             else padding_mask[:, None].to(ct)                                        # [B, 1, T]
         feats = self._features(x, v, local)                                          # [B, H, T, d]
