@@ -2,8 +2,9 @@
 byte vocabulary, 2 classes) at 1K-4K tokens for every registry attention that supports the noncausal pattern,
 relative to softmax (sdpa). One training step = forward, backward and AdamW update of a batch of random bytes.
 
-Each (attention, length) runs in a fresh subprocess; timing and peak memory come from :mod:`lavo_zoo.bench`
-(median of ``--repeats`` steps after ``--warmup``; CUDA: max_memory_allocated above the start; CPU: the resident-set
+Each (attention, length) runs in fresh subprocesses (:func:`lavo_zoo.bench.run_isolated`: one timed with the
+default allocator, one for peak memory); timing and peak memory come from :mod:`lavo_zoo.bench` (median of
+``--repeats`` steps after ``--warmup``; CUDA: max_memory_allocated above the start; CPU: the resident-set
 high-water mark above the start, reset once the model, optimiser state and batch exist).
 
     python benchmarks/lra_efficiency.py --device cpu --batch 1 --json benchmarks/results/lra_efficiency_cpu.json
@@ -14,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from typing import Any
+
+from lavo_zoo.bench import run_isolated
 
 OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA setting; other mechanisms: defaults
 
@@ -46,19 +48,6 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
     step()  # optimiser state exists before the peak is reset
     return _time(step, {"warmup": spec["warmup"], "repeats": spec["repeats"]}, device)
-
-
-def run_isolated(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    try:
-        proc = subprocess.run([sys.executable, __file__, "--worker"], input=json.dumps(spec), capture_output=True,
-                              text=True, env=env, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:g} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode or not lines:
-        return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-    return json.loads(lines[-1])
 
 
 def noncausal_attentions() -> list[str]:
@@ -115,7 +104,7 @@ def main() -> None:
         for n in lengths:
             spec = {"attention": name, "length": n, "batch": args.batch, "device": args.device,
                     "warmup": args.warmup, "repeats": args.repeats}
-            r = run_isolated(spec, args.timeout)
+            r = run_isolated(spec, args.timeout, [sys.executable, __file__, "--worker"])
             record = {**spec, **({"error": r["error"]} if "error" in r else {
                 "steps_per_s": 1 / sorted(r["times_s"])[len(r["times_s"]) // 2],
                 "peak_mib": r["peak_memory_bytes"] / 2**20, "memory_method": r["memory_method"]})}

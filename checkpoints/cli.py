@@ -178,8 +178,9 @@ Examples:
 @click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
 @click.option("--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Results JSON of `lavo-zoo eval ... --out` to report as the entry's metrics.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUT (refused otherwise).")
 def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None, source: str | None,
-           license_: str, description: str, results: Path | None) -> None:
+           license_: str, description: str, results: Path | None, overwrite: bool) -> None:
     """Pack CHECKPOINT (a checkpoint directory) as OUT (.tar.gz) and print its sha256, size and an index entry.
 
     The weights are checked against meta.json's weights_sha256 first. Paste the printed entry under `checkpoints:`
@@ -187,6 +188,9 @@ def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None
     """
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
+    if out.exists() and not overwrite:  # a published archive's sha256 is in some index: never replace it silently
+        raise UsageError(f"{out} already exists; export does not replace archives. Give another OUT, or add "
+                         "--overwrite to replace it.")
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
     name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"

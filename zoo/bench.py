@@ -3,10 +3,11 @@
 Timing: ``time.perf_counter`` around each run, ``torch.cuda.synchronize()`` before reading the clock on CUDA; the
 median of ``--repeats`` runs after ``--warmup`` untimed ones.
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the runs. On CPU every
-measurement runs in a fresh subprocess (``--isolate``, the default there) that, once the model, inputs and any
-streaming prefill exist, resets the kernel's resident-set high-water mark (``/proc/self/clear_refs``) and reports
-VmHWM - VmRSS: the real peak of every allocation torch made during the runs. glibc is told to return large frees at
-once (``MALLOC_MMAP_THRESHOLD_``) so that reused heap pages do not hide allocations. Where clear_refs is not
+measurement runs in fresh subprocesses (``--isolate``, the default there): one times the runs with the default
+allocator; another, once the model, inputs and any streaming prefill exist, resets the kernel's resident-set
+high-water mark (``/proc/self/clear_refs``) and reports VmHWM - VmRSS: the real peak of every allocation torch made
+during one run. That one tells glibc to return large frees at once (``MALLOC_MMAP_THRESHOLD_``) so that reused heap
+pages do not hide allocations; it is not timed, since that setting slows every allocation. Where clear_refs is not
 available, ru_maxrss - RSS at the start is used (it then also counts set-up peaks).
 """
 from __future__ import annotations
@@ -136,9 +137,10 @@ def _worker() -> None:
     print(json.dumps(result))
 
 
-def _run_isolated(spec: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    cmd = [sys.executable, "-c", "from lavo_zoo.bench import _worker; _worker()"]
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # glibc: every large free returns
+
+
+def _run_worker(cmd: list[str], spec: dict[str, Any], env: dict[str, str], timeout: float | None) -> dict[str, Any]:
     try:
         proc = subprocess.run(cmd, input=json.dumps(spec), capture_output=True, text=True, env=env,
                               timeout=timeout, check=False)
@@ -148,6 +150,22 @@ def _run_isolated(spec: dict[str, Any], timeout: float | None) -> dict[str, Any]
     if proc.returncode or not lines:
         return {"error": f"worker exited with {proc.returncode}: {proc.stderr.strip()[-500:]}"}
     return json.loads(lines[-1])
+
+
+def run_isolated(spec: dict[str, Any], timeout: float | None, cmd: list[str] | None = None) -> dict[str, Any]:
+    """One measurement in two fresh processes running ``cmd`` (a worker reading the JSON spec on stdin, printing a
+    JSON record with ``times_s`` and ``peak_memory_bytes``): the times come from one with glibc's default allocator,
+    the peak memory from one with :data:`MEMORY_ENV` (``spec['repeats']`` = 1). Measuring both in one process
+    would time the memory setting: a mmap and page faults for every allocation over 64 KiB slowed chunked kernels
+    (LAVO's LRA step 2.6x, sdpa's 1.1x)."""
+    cmd = cmd or [sys.executable, "-c", "from lavo_zoo.bench import _worker; _worker()"]
+    timing = _run_worker(cmd, spec, dict(os.environ), timeout)
+    if "error" in timing:
+        return timing
+    memory = _run_worker(cmd, {**spec, "repeats": 1}, {**os.environ, **MEMORY_ENV}, timeout)
+    if "error" in memory:
+        return memory
+    return {**timing, "peak_memory_bytes": memory["peak_memory_bytes"], "memory_method": memory["memory_method"]}
 
 
 # ------------------------------------------------------------------------------------------------- CLI helpers
@@ -306,7 +324,7 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
         for T in length_list:
             spec = {**settings, "attention": n, "length": T, "options": per_options[n]}
             if isolate:
-                record = _run_isolated(spec, timeout)
+                record = run_isolated(spec, timeout)
             else:
                 try:
                     record = measure(spec)

@@ -287,6 +287,7 @@ def train(config: str, overrides: tuple[str, ...], out_dir: Path | None, resume:
 Examples:
   lavo-zoo eval runs/tiny/checkpoints/last
   lavo-zoo eval runs/tiny/checkpoints/last --split validation --out val.json
+  lavo-zoo eval runs/tiny/checkpoints/last --out val.json --overwrite   # replace an earlier val.json
   lavo-zoo eval runs/tiny/checkpoints/last eval.batch_size=4 --device cpu
   lavo-zoo eval release/tiny-lavo.tar.gz         # a packed checkpoint (lavo-zoo export)
   lavo-zoo eval lm/tiny-lavo@v1                 # a name from the checkpoint index (downloads once)""")
@@ -298,8 +299,9 @@ Examples:
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
               help="Score only the first N batches, N >= 1 (quick checks).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file (refused otherwise).")
 def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: Path | None, device: str | None,
-             max_batches: int | None) -> None:
+             max_batches: int | None, overwrite: bool) -> None:
     """Score CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) on a split.
 
     The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation and data settings,
@@ -310,6 +312,9 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
     from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
 
+    if out_file is not None and out_file.exists() and not overwrite:  # before scoring: nothing is lost or wasted
+        raise click.UsageError(f"--out {out_file} already exists; eval does not replace earlier results. Give "
+                               "another --out, or add --overwrite to replace it.")
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
                                       files_dir=out_file.with_suffix("") if out_file is not None else None,

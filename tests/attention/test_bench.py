@@ -1,14 +1,15 @@
 """``lavo-zoo bench attention``: every mode, JSON and plot output, peak memory that sees torch's allocations, any
-registered attention, and usage errors (exit code 2)."""
+registered attention, timing and memory measured in separate processes, and usage errors (exit code 2)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 from lavo_zoo.attention import list_attentions
-from lavo_zoo.bench import bench
+from lavo_zoo.bench import bench, run_isolated
 from lavo_zoo.cli import main
 from lavo_zoo.errors import UsageError
 
@@ -42,6 +43,23 @@ def test_isolated_peak_memory_sees_torch_allocations(tmp_path):
     (r,) = json.loads(out.read_text())["results"]
     assert r["memory_method"] in ("VmHWM-reset", "ru_maxrss")
     assert r["peak_memory_bytes"] >= 8 * T * D * 4  # q, k, v, local, output... each [T, D] fp32 are kept for backward
+
+
+def test_isolated_runs_time_with_the_default_allocator_and_measure_memory_apart(tmp_path):
+    """The timed process must not carry MEMORY_ENV (it slows allocation-heavy kernels), the memory process must."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, os, sys\n"
+        "spec = json.loads(sys.stdin.read())\n"
+        "mem = os.environ.get('MALLOC_MMAP_THRESHOLD_') == '65536'\n"
+        "if spec.get('fail') == mem: sys.exit(3)\n"
+        "print(json.dumps({'times_s': [9.0 if mem else 1.0] * spec['repeats'], 'memory_method': 'fake',\n"
+        "                  'peak_memory_bytes': 123 if mem else 0}))\n")
+    cmd = [sys.executable, str(worker)]
+    record = run_isolated({"repeats": 3}, 60, cmd)
+    assert record == {"times_s": [1.0, 1.0, 1.0], "peak_memory_bytes": 123, "memory_method": "fake"}
+    assert "exited with 3" in run_isolated({"repeats": 3, "fail": True}, 60, cmd)["error"]   # memory run fails
+    assert "exited with 3" in run_isolated({"repeats": 3, "fail": False}, 60, cmd)["error"]  # timed run fails
 
 
 def test_every_registered_attention_runs_with_defaults(tmp_path):

@@ -112,6 +112,15 @@ def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tm
     with tarfile.open(with_state) as tar:
         assert "resumable/train_state.pt" in tar.getnames()
 
+    # an existing archive (its sha256 may already be in an index) is never replaced without --overwrite
+    published = out.read_bytes()
+    code, _, err = run(capsys, "export", str(checkpoint_dir), str(out), "--with-train-state")
+    assert code == 2 and f"{out} already exists" in err and "--overwrite" in err
+    assert out.read_bytes() == published
+    assert run(capsys, "export", str(checkpoint_dir), str(out), "--with-train-state", "--overwrite")[0] == 0
+    with tarfile.open(out) as tar:
+        assert "lm-tiny-v1/train_state.pt" in tar.getnames()
+
 
 def test_export_uses_eval_results_for_metrics(checkpoint_dir: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:

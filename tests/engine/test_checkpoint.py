@@ -112,6 +112,14 @@ def test_eval_writes_results_json(tmp_path):
     bad_split = run_cli("eval", str(out / "checkpoints" / "last"), "--split", "dev")
     assert bad_split.returncode == 2 and "no split 'dev'" in bad_split.stderr
 
+    # earlier results are never replaced without --overwrite, and the refusal comes before any scoring
+    earlier = (tmp_path / "r.json").read_text()
+    last = str(out / "checkpoints" / "last")
+    assert main(["eval", last, "--split", "validation", "--out", str(tmp_path / "r.json")]) == 2
+    assert (tmp_path / "r.json").read_text() == earlier
+    assert main(["eval", last, "--split", "test", "--out", str(tmp_path / "r.json"), "--overwrite"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["split"] == "test"
+
     # a checkpoint packed for release scores the same from its archive
     archive = tmp_path / "toy.tar.gz"
     assert run_cli("export", str(out / "checkpoints" / "last"), str(archive)).returncode == 0
