@@ -43,6 +43,7 @@ def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out_file: Path, s
 @click.command("repeats", epilog="""\b
 Examples:
   lavo-zoo repeats time_series/tiny-lavo --repeats 3 --out runs/ts-repeats
+  lavo-zoo repeats time_series/tiny-lavo --repeats 5 --out runs/ts-repeats   # later: adds seeds 4 and 5
   lavo-zoo repeats time_series/etth1-lavo data.path=data/ETT-small/ETTh1.csv --repeats 5 --out runs/etth1""")
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
@@ -57,11 +58,13 @@ def repeats(config: str, overrides: tuple[str, ...], count: int, seed: int, out_
             max_test_batches: int | None) -> None:
     """Train and test CONFIG with several seeds (OVERRIDES: key.sub=value); print each metric's mean and spread.
 
-    Writes OUT/seed-S/ (each run), OUT/seed-S.test.json (its results) and OUT/summary.json.
+    Writes OUT/seed-S/ (each run), OUT/seed-S.test.json (its results) and OUT/summary.json. Running the same
+    command again continues an interrupted call: finished seeds are kept, a killed one resumes.
     """
     from lavo_zoo.recipes.time_series.repeats import run_repeats
 
-    summary = run_repeats(config, count, out_dir, list(overrides), seed, max_test_batches)
+    summary = run_repeats(config, count, out_dir, list(overrides), seed, max_test_batches,
+                          echo=lambda line: click.echo(line, err=True))
     for name, s in summary["test"].items():
         click.echo(f"{name:<12} {s['mean']:.4f} +- {s['std']:.4f}  ({len(s['values'])} runs)")
 

@@ -112,3 +112,16 @@ def test_repeats_report_mean_and_spread(tmp_path: Path) -> None:
     mse = summary["test"]["mse"]
     assert len(mse["values"]) == 2 and mse["values"][0] != mse["values"][1] and mse["std"] > 0
     assert summary["test"]["s_per_epoch"]["mean"] > 0
+
+    # the same command with more seeds keeps the finished ones and adds the rest; an unscored seed resumes
+    kept = (tmp_path / "seed-1.test.json").read_text()
+    (tmp_path / "seed-2.test.json").unlink()   # as if killed while scoring seed 2
+    assert main(["repeats", "time_series/tiny-lavo", "--repeats", "3", "--out", str(tmp_path), "--max-test-batches",
+                 "1", "train.max_steps=5", "train.eval_every=0", "data.builtin_rows=1000"]) == 0
+    again = json.loads((tmp_path / "summary.json").read_text())
+    assert again["seeds"] == [1, 2, 3] and (tmp_path / "seed-1.test.json").read_text() == kept
+    assert again["test"]["mse"]["values"][:2] == mse["values"]  # seed 2 rescored from its finished run
+    assert not list(tmp_path.glob("*.partial.json"))
+    # another config in the same folder is refused, naming what differs
+    assert main(["repeats", "time_series/tiny-lavo", "--repeats", "3", "--out", str(tmp_path), "--max-test-batches",
+                 "1", "train.max_steps=6", "train.eval_every=0", "data.builtin_rows=1000"]) == 2
