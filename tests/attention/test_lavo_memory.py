@@ -172,15 +172,22 @@ def test_kernel_choice_is_made_in_the_layer():
 
 
 @pytest.mark.slow
-def test_torch_compile_matches_eager():
+@pytest.mark.parametrize("pattern, padded", [("causal", False), ("noncausal", True)])
+def test_torch_compile_matches_eager(pattern, padded):
+    """One graph (fullgraph: no break, also with a padding mask, whose all-real chunks eager mode skips) and the
+    eager outputs and input gradients."""
     torch.manual_seed(0)
-    attn = build_attention("lavo", 16, 2, "causal", num_bases=4, window_size=4)
+    attn = build_attention("lavo", 16, 2, pattern, num_bases=4, window_size=4)
     attn.chunk_size = 8
-    x = torch.randn(2, 20, 16, requires_grad=True)
-    compiled = torch.compile(attn, backend="aot_eager")
-    y = compiled(x)
+    x = torch.randn(2, 40, 16, requires_grad=True)
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 30:] = False
+    mask = mask if padded else None
+    rows = mask[..., None] if padded else 1.0
+    compiled = torch.compile(attn, backend="aot_eager", fullgraph=True)
+    y = compiled(x, mask) * rows
     (gx,) = torch.autograd.grad(y.sum(), x)
-    y_ref = attn(x)
+    y_ref = attn(x, mask) * rows
     (gx_ref,) = torch.autograd.grad(y_ref.sum(), x)
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(gx, gx_ref)

@@ -198,14 +198,16 @@ class WindowAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def _masked(real, key_mask, t0, t1, span, front, T, window):
-        """Whether keys of the chunk t0..t1 can be padding (or masked). On CPU a key_mask that is all True over the
-        chunk's keys counts as none (the common case inside long documents: no masking pass); on CUDA asking would
-        synchronise, so any key_mask counts."""
+        """Whether keys of the chunk t0..t1 can be padding (or masked). In eager mode on CPU a key_mask that is all
+        True over the chunk's keys counts as none (the common case inside long documents: no masking pass); on CUDA
+        asking would synchronise, and under torch.compile it would break the graph, so any key_mask counts there."""
         if t0 < front or t1 + span > window - 1 + T:
             return True
         if key_mask is None:
             return False
-        return key_mask.device.type != "cpu" or not bool(real[:, t0:t1 + span].all())
+        if key_mask.device.type != "cpu" or torch.compiler.is_compiling():
+            return True
+        return not bool(real[:, t0:t1 + span].all())
 
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk):
