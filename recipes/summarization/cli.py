@@ -19,16 +19,10 @@ def read_summaries(path: Path) -> list[str]:
 
 def read_pairs(path: Path) -> tuple[list[str], list[str]]:
     """(hypotheses, references) from the JSON lines ``eval`` writes (``hypothesis`` and ``reference`` fields)."""
-    from lavo_zoo.recipes.summarization.data import read_lines
+    from lavo_zoo.recipes.summarization.data import json_rows, read_lines
 
     hypotheses, references = [], []
-    for number, line in enumerate(read_lines(path), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
+    for number, row in json_rows(read_lines(path), path):
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("hypothesis", "reference")):
             raise DataError(f"{path}, line {number}: expected an object with string fields 'hypothesis' and "
                             "'reference' (as `lavo-zoo eval` writes them)")

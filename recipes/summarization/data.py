@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import Dataset
@@ -179,19 +179,25 @@ def read_multinews(src: Path, tgt: Path) -> Iterator[Example]:
         yield Example(f"{src.stem}:{number}", split_articles(source), clean_summary(target))
 
 
+def json_rows(lines: Iterable[str], path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of each non-blank JSON line of ``path``; invalid JSON is a DataError naming the
+    line."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
+
+
 def read_jsonl(path: Path) -> Iterator[Example]:
     """Examples of a JSON-lines file with string fields ``document`` and ``summary`` (ids ``<name>:<line>``)."""
     lines = read_lines(path)
     if not any(line.strip() for line in lines):
         raise DataError(f"split file {path} is empty: it must hold one JSON object per line with 'document' and "
                         "'summary' fields")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
+    for number, row in json_rows(lines, path):
         if not isinstance(row, dict):
             raise DataError(f"{path}, line {number}: expected a JSON object with 'document' and 'summary' fields, "
                             f"got {type(row).__name__}")
