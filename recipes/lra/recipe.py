@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +43,7 @@ class LRARecipe(Recipe):
     config_class = LRAConfig
     evaluator = "accuracy"
     tiny_config = "lra/tiny-text-lavo"
+    score_commands: ClassVar[dict[str, str]] = {"accuracy": "lavo_zoo.recipes.lra.cli:score_accuracy"}
 
     def resolve(self, cfg: LRAConfig) -> LRAConfig:
         """Fill the data-derived model sizes (vocabulary, classes, positions, two towers) from ``data.task``."""

@@ -1,11 +1,12 @@
 """The lra recipe end to end on tiny built-in data: 2 training steps per task, eval's results JSON, the model's
-padding invariance and two-tower head, every LRA config resolving."""
+padding invariance and two-tower head, every LRA config resolving, `score accuracy` on files."""
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from lavo_zoo.cli import main
 from lavo_zoo.config import available_configs, config_from_dict, resolve_config
 from lavo_zoo.engine.evaluate import evaluate_checkpoint
 from lavo_zoo.engine.trainer import Trainer
@@ -102,3 +103,28 @@ def test_write_data_hook_writes_a_release_folder_the_loader_reads(tmp_path: Path
     assert len(load_examples(DataConfig(task="listops", path=str(root)), "train")) == 20
     with pytest.raises(ConfigError, match="unknown LRA task 'cifar'"):
         recipe.write_data(tmp_path / "x", "cifar")
+
+
+def test_score_accuracy_on_files_matches_scikit_learn(tmp_path):
+    """`lavo-zoo score accuracy` on text ids and on .npy scores: accuracy and confusion matrix as scikit-learn's;
+    malformed and mismatched files refused naming the file."""
+    import numpy as np
+    from sklearn.metrics import accuracy_score, confusion_matrix
+
+    rng = np.random.default_rng(0)
+    true, scores = rng.integers(0, 4, 200), rng.normal(size=(200, 4))
+    pred = scores.argmax(-1)
+    (tmp_path / "true.txt").write_text("\n".join(map(str, true)) + "\n")
+    np.save(tmp_path / "scores.npy", scores)
+    (tmp_path / "pred.txt").write_text("\n".join(map(str, pred)) + "\n\n")
+    for pred_file in ("pred.txt", "scores.npy"):
+        out = tmp_path / f"{pred_file}.json"
+        assert main(["score", "accuracy", "--pred", str(tmp_path / pred_file), "--true", str(tmp_path / "true.txt"),
+                     "--out", str(out)]) == 0
+        res = json.loads(out.read_text())
+        assert res["metrics"]["accuracy"]["value"] == pytest.approx(accuracy_score(true, pred))
+        assert res["details"]["confusion_matrix"] == confusion_matrix(true, pred).tolist()
+    (tmp_path / "short.txt").write_text("1\n2\n")
+    (tmp_path / "bad.txt").write_text("1\ncat\n")
+    assert main(["score", "accuracy", "--pred", str(tmp_path / "short.txt"), "--true", str(tmp_path / "true.txt")]) == 1
+    assert main(["score", "accuracy", "--pred", str(tmp_path / "bad.txt"), "--true", str(tmp_path / "true.txt")]) == 1
