@@ -99,6 +99,11 @@ def main() -> None:
     args = p.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     names = args.attentions.split(",") if args.attentions else noncausal_attentions()
+    from lavo_zoo.engine.env import machine
+
+    host = machine(args.device)  # ratios depend on the CPU (vector ISA) as well as the code: recorded with them
+    print(f"# {host['cpu']} ({', '.join(host['isa']) or 'no ISA flags read'}), {host.get('gpu', args.device)}, "
+          f"torch {host['torch']}, {host['torch_threads']} thread(s)", file=sys.stderr, flush=True)
     results = []
     for name in names:
         for n in lengths:
@@ -114,7 +119,7 @@ def main() -> None:
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"machine": host, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

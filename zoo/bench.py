@@ -306,12 +306,14 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
         raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
     length_list = _parse_lengths(lengths)
     per_options = _parse_options(options, names)
-    from lavo_zoo.engine.env import pick_device
+    from lavo_zoo.engine.env import machine, pick_device
 
     device = str(pick_device(device))
     isolate = device == "cpu" if isolate is None else isolate
+    host = machine(device)  # figures from machines with other vector units are not comparable: recorded with them
     settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "embed_dim": embed_dim,
-                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size}
+                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size,
+                "machine": host}
     for n in names:  # build each once so that a bad option fails now, as a usage error
         try:
             build_attention(n, embed_dim, heads, pattern, **per_options[n])
@@ -320,6 +322,8 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
     results = []
     click.echo(f"# {mode} {pattern} D={embed_dim} H={heads} B={batch} {dtype} on {device}; median of {repeats} "
                f"after {warmup} warm-up; {'isolated processes' if isolate else 'in process'}")
+    click.echo(f"# {host.get('gpu', host['cpu'])} ({', '.join(host['isa']) or 'no ISA flags read'}), "
+               f"torch {host['torch']}, {host['torch_threads']} thread(s)")
     for n in names:
         for T in length_list:
             spec = {**settings, "attention": n, "length": T, "options": per_options[n]}

@@ -3,14 +3,17 @@ registered attention, timing and memory measured in separate processes, and usag
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from lavo_zoo.attention import list_attentions
 from lavo_zoo.bench import bench, run_isolated
 from lavo_zoo.cli import main
+from lavo_zoo.engine.env import machine
 from lavo_zoo.errors import UsageError
 
 TINY = ["--embed-dim", "32", "--heads", "4", "--repeats", "2", "--warmup", "1"]
@@ -33,6 +36,19 @@ def test_modes_json_and_plot(tmp_path, mode):
         by = {(r["attention"], r["length"]): r["state_bytes"] for r in records}
         assert by["sdpa", 100] > by["sdpa", 40] and by["lavo", 100] == by["lavo", 40]
     assert png.read_bytes()[:4] == b"\x89PNG"
+    host = json.loads(out.read_text())["settings"]["machine"]  # what the figures depend on besides the code
+    assert host["torch"] == torch.__version__ and host["torch_threads"] == torch.get_num_threads()
+
+
+def test_machine_reads_the_cpu_model_and_vector_units(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse2 fma avx2 avx avx512_vnni\n\n"
+                    "processor\t: 1\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse2 fma avx2 avx avx512_vnni\n")
+    host = machine("cpu", cpuinfo=info)
+    assert host["cpu"] == "Test CPU 9000" and host["isa"] == ["avx", "avx2", "fma", "avx512_vnni"]
+    assert "gpu" not in host and host["logical_cores"] == os.cpu_count()
+    bare = machine("cpu", cpuinfo=tmp_path / "missing")  # no /proc (macOS, Windows): no flags, still a CPU name
+    assert bare["isa"] == [] and isinstance(bare["cpu"], str)
 
 
 def test_isolated_peak_memory_sees_torch_allocations(tmp_path):

@@ -28,6 +28,30 @@ def versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
+ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+def machine(device: torch.device | str | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+    """What a timing depends on besides the code: CPU model, its vector instruction sets (from /proc/cpuinfo where
+    there is one), logical cores, torch's intra-op threads, versions, and the GPU's name when ``device`` is CUDA.
+    Benchmarks record it, since figures from different machines are not comparable (a CPU without AVX-512 can
+    change a ratio between two kernels by a third)."""
+    info: dict[str, Any] = {"cpu": platform.processor() or platform.machine(), "isa": [],
+                            "logical_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), **versions()}
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        text = ""
+    fields = dict(line.split(":", 1) for line in text.splitlines()[:64] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    info["cpu"] = fields.get("model name") or info["cpu"]
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    info["isa"] = [f for f in ISA_FLAGS if f in flags]
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
 @lru_cache(maxsize=1)
 def git_revision() -> str | None:
     """The source tree's git commit (with ``-dirty`` for local changes), or None outside a checkout."""
