@@ -9,12 +9,14 @@ high-water mark above the start, reset once the model, optimiser state and batch
 
     python benchmarks/lra_efficiency.py --device cpu --batch 1 --json benchmarks/results/lra_efficiency_cpu.json
     python benchmarks/lra_efficiency.py --device cuda --batch 32 --json benchmarks/results/lra_efficiency_gpu.json
+    python benchmarks/lra_efficiency.py --lengths 4096 --attentions sdpa,lavo --rounds 5   # a VM whose speed drifts
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 from typing import Any
 
@@ -57,25 +59,42 @@ def noncausal_attentions() -> list[str]:
     return ["sdpa"] + [n for n in names if n != "sdpa"]
 
 
+def sweep(names: list[str], lengths: list[int], rounds: int) -> list[tuple[int, str, int]]:
+    """(round, attention, length) in the order they run. One round: by mechanism, then length. Several: within each
+    round, per length, every mechanism right after softmax (names start with sdpa), so each ratio compares runs
+    minutes apart."""
+    if rounds == 1:
+        return [(0, name, n) for name in names for n in lengths]
+    return [(k, name, n) for k in range(rounds) for n in lengths for name in names]
+
+
 def table(results: list[dict[str, Any]], lengths: list[int]) -> str:
-    """Markdown: steps/s (x softmax) and peak MiB (x softmax) per attention and length."""
-    by = {(r["attention"], r["length"]): r for r in results}
+    """Markdown: steps/s (x softmax) and peak MiB (x softmax) per attention and length. With several rounds, the
+    medians over rounds, each ratio the median of the per-round ratios (a mechanism against the softmax run next to
+    it in time, so that a machine whose speed drifts is compared with itself) and their range in brackets."""
+    by: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for r in results:
+        by.setdefault((r["attention"], r["length"]), {})[r.get("round", 0)] = r
+    rounds = {r.get("round", 0) for r in results}
+
+    def cell(name: str, n: int, key: str, fmt: str) -> str:
+        runs, base = by.get((name, n), {}), by.get(("sdpa", n), {})
+        values = [r[key] for r in runs.values() if key in r]
+        if not values:
+            return "failed" if runs else "-"
+        ratios = [runs[k][key] / base[k][key] for k in runs if key in runs[k] and base.get(k, {}).get(key)]
+        text = format(statistics.median(values), fmt)
+        if ratios:
+            text += f" ({statistics.median(ratios):.2f}x"
+            text += f", {min(ratios):.2f}-{max(ratios):.2f})" if len(rounds) > 1 else ")"
+        return text
+
     head = "| attention | " + " | ".join(f"{n // 1024}K steps/s" for n in lengths) + " | " + \
         " | ".join(f"{n // 1024}K peak MiB" for n in lengths) + " |"
     lines = [head, "|" + "---|" * (1 + 2 * len(lengths))]
     for name in dict.fromkeys(r["attention"] for r in results):
-        speed, memory = [], []
-        for n in lengths:
-            r, base = by.get((name, n), {}), by.get(("sdpa", n), {})
-            if "steps_per_s" not in r:
-                speed.append("failed" if r else "-")
-                memory.append("-")
-                continue
-            rel = f" ({r['steps_per_s'] / base['steps_per_s']:.2f}x)" if "steps_per_s" in base else ""
-            speed.append(f"{r['steps_per_s']:.3g}{rel}")
-            mrel = (f" ({r['peak_mib'] / base['peak_mib']:.2f}x)" if base.get("peak_mib") else "")
-            memory.append(f"{r['peak_mib']:.0f}{mrel}")
-        lines.append(f"| {name} | " + " | ".join(speed) + " | " + " | ".join(memory) + " |")
+        lines.append(f"| {name} | " + " | ".join(cell(name, n, "steps_per_s", ".3g") for n in lengths) + " | " +
+                     " | ".join(cell(name, n, "peak_mib", ".0f") for n in lengths) + " |")
     return "\n".join(lines)
 
 
@@ -95,26 +114,29 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the whole sweep this many times, every mechanism next to softmax at each length; the "
+                        "table gives medians and the range of the per-round ratios (for machines whose speed drifts)")
     p.add_argument("--json", default="")
     args = p.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     names = args.attentions.split(",") if args.attentions else noncausal_attentions()
+    names = sorted(names, key=lambda name: name != "sdpa")  # softmax first: the others are relative to it
     from lavo_zoo.engine.env import machine
 
     host = machine(args.device)  # ratios depend on the CPU (vector ISA) as well as the code: recorded with them
     print(f"# {host['cpu']} ({', '.join(host['isa']) or 'no ISA flags read'}), {host.get('gpu', args.device)}, "
           f"torch {host['torch']}, {host['torch_threads']} thread(s)", file=sys.stderr, flush=True)
     results = []
-    for name in names:
-        for n in lengths:
-            spec = {"attention": name, "length": n, "batch": args.batch, "device": args.device,
-                    "warmup": args.warmup, "repeats": args.repeats}
-            r = run_isolated(spec, args.timeout, [sys.executable, __file__, "--worker"])
-            record = {**spec, **({"error": r["error"]} if "error" in r else {
-                "steps_per_s": 1 / sorted(r["times_s"])[len(r["times_s"]) // 2],
-                "peak_mib": r["peak_memory_bytes"] / 2**20, "memory_method": r["memory_method"]})}
-            results.append(record)
-            print(json.dumps(record), file=sys.stderr, flush=True)
+    for rnd, name, n in sweep(names, lengths, args.rounds):
+        spec = {"attention": name, "length": n, "batch": args.batch, "device": args.device,
+                "warmup": args.warmup, "repeats": args.repeats}
+        r = run_isolated(spec, args.timeout, [sys.executable, __file__, "--worker"])
+        record = {**spec, "round": rnd, **({"error": r["error"]} if "error" in r else {
+            "steps_per_s": 1 / sorted(r["times_s"])[len(r["times_s"]) // 2],
+            "peak_mib": r["peak_memory_bytes"] / 2**20, "memory_method": r["memory_method"]})}
+        results.append(record)
+        print(json.dumps(record), file=sys.stderr, flush=True)
     print(table(results, lengths))
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
