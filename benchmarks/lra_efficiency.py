@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from lavo_zoo.bench import run_isolated
+from lavo_zoo.engine.env import describe_machine, machine
 
 OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA setting; other mechanisms: defaults
 
@@ -122,11 +123,8 @@ def main() -> None:
     lengths = [int(x) for x in args.lengths.split(",")]
     names = args.attentions.split(",") if args.attentions else noncausal_attentions()
     names = sorted(names, key=lambda name: name != "sdpa")  # softmax first: the others are relative to it
-    from lavo_zoo.engine.env import machine
-
-    host = machine(args.device)  # ratios depend on the CPU (vector ISA) as well as the code: recorded with them
-    print(f"# {host['cpu']} ({', '.join(host['isa']) or 'no ISA flags read'}), {host.get('gpu', args.device)}, "
-          f"torch {host['torch']}, {host['torch_threads']} thread(s)", file=sys.stderr, flush=True)
+    host = machine(args.device)  # ratios depend on the machine as well as the code: recorded with them
+    print(f"# {describe_machine(host)}", file=sys.stderr, flush=True)
     results = []
     for rnd, name, n in sweep(names, lengths, args.rounds):
         spec = {"attention": name, "length": n, "batch": args.batch, "device": args.device,

@@ -306,7 +306,7 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
         raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
     length_list = _parse_lengths(lengths)
     per_options = _parse_options(options, names)
-    from lavo_zoo.engine.env import machine, pick_device
+    from lavo_zoo.engine.env import describe_machine, machine, pick_device
 
     device = str(pick_device(device))
     isolate = device == "cpu" if isolate is None else isolate
@@ -322,8 +322,7 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
     results = []
     click.echo(f"# {mode} {pattern} D={embed_dim} H={heads} B={batch} {dtype} on {device}; median of {repeats} "
                f"after {warmup} warm-up; {'isolated processes' if isolate else 'in process'}")
-    click.echo(f"# {host.get('gpu', host['cpu'])} ({', '.join(host['isa']) or 'no ISA flags read'}), "
-               f"torch {host['torch']}, {host['torch_threads']} thread(s)")
+    click.echo(f"# {describe_machine(host)}")
     for n in names:
         for T in length_list:
             spec = {**settings, "attention": n, "length": T, "options": per_options[n]}
