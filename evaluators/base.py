@@ -1,9 +1,38 @@
-"""The Evaluator protocol shared by every domain: ``reset``, ``update``, ``compute``, ``higher_is_better``."""
+"""The Evaluator protocol shared by every domain: ``reset``, ``update``, ``compute``, ``higher_is_better``, and
+``from_files`` for scoring saved predictions (``lavo-zoo score``)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
+
+from lavo_zoo.errors import DataError, UsageError
+
+
+def input_path(path: Path, option: str, kind: str = "file") -> Path:
+    """``path`` if it exists as a ``kind``: "file" (a regular file or a pipe such as ``<(cmd)``), "folder", or
+    "any"; otherwise a :class:`UsageError` naming the option (the same exit code for the same mistake everywhere)."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{option} {path}: no such file or folder")
+    if kind == "file" and path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file")
+    if kind == "folder" and not path.is_dir():
+        raise UsageError(f"{option} {path} is not a folder")
+    return path
+
+
+def check_finite(values: Any, path: Path, unit: str = "row") -> None:
+    """A :class:`DataError` naming ``path`` and the first ``unit`` (row, line) whose value is NaN or infinite;
+    ``values`` is an array-like whose first dimension counts the units (numbered from 1)."""
+    import numpy as np
+
+    bad = ~np.isfinite(np.asarray(values, dtype=np.float64))
+    if bad.any():
+        first = np.argwhere(bad)[0]
+        value = np.asarray(values, dtype=np.float64)[tuple(first)]
+        raise DataError(f"{path}, {unit} {int(first[0]) + 1}: {value} is not a finite number; scores need finite "
+                        "values (fix or drop that row)")
 
 
 class Evaluator(ABC):
@@ -15,6 +44,15 @@ class Evaluator(ABC):
     """
 
     higher_is_better: ClassVar[dict[str, bool]] = {}
+    # what `lavo-zoo score <name> --pred P --ref R` reads (help text); empty: the evaluator scores no files
+    files: ClassVar[str] = ""
+
+    @classmethod
+    def from_files(cls, pred: Path, ref: Path | None) -> Evaluator:
+        """A fresh evaluator that has scored the predictions saved in ``pred`` (a file or a folder) against the
+        references in ``ref`` (``lavo-zoo score``). Bad input is refused naming the file and row: a missing file is
+        a :class:`UsageError`, unreadable, mismatched or non-finite contents a :class:`DataError`."""
+        raise UsageError(f"evaluator {cls.__name__} cannot score files; `lavo-zoo score --help` lists those that can")
 
     def __init__(self) -> None:
         self.num_samples = 0

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
-from lavo_zoo.evaluators.base import Evaluator
-from lavo_zoo.recipes.point_cloud.ops import gather_points, nearest_indices
+from lavo_zoo.evaluators.base import Evaluator, input_path
+from lavo_zoo.nn.points import gather_points, nearest_indices
 
 F_SCORE_THRESHOLD = 0.01
 METRICS = ("cd_l1", "cd_l2", "fscore")
@@ -70,6 +73,27 @@ def score_clouds(pred: torch.Tensor, gt: torch.Tensor) -> dict[str, float]:
             "fscore": float(f_score(d1, d2))}
 
 
+def paired_clouds(pred: Path, ref: Path) -> list[tuple[str, Path, Path]]:
+    """(name, predicted file, ground-truth file): one pair for two files, or every .pcd under ``ref`` with the file
+    at the same relative path under ``pred``. A ground truth without a prediction, or a prediction without a ground
+    truth, is refused (a partial set of predictions would score a different test set)."""
+    pred, ref = input_path(pred, "--pred", "any"), input_path(ref, "--ref", "any")
+    if pred.is_file() and ref.is_file():
+        return [(pred.name, pred, ref)]
+    if not (pred.is_dir() and ref.is_dir()):
+        raise UsageError(f"--pred {pred} and --ref {ref} must both be .pcd files or both be folders")
+    truths = {f.relative_to(ref) for f in ref.rglob("*.pcd")}
+    predicted = {f.relative_to(pred) for f in pred.rglob("*.pcd")}
+    if not truths:
+        raise DataError(f"--ref {ref}: no .pcd files in this folder")
+    for missing, where, other in ((sorted(truths - predicted), pred, "ground truth"),
+                                  (sorted(predicted - truths), ref, "prediction")):
+        if missing:
+            raise DataError(f"{len(missing)} {other} file(s) have no counterpart at the same relative path under "
+                            f"{where}, e.g. {where / missing[0]}; score complete sets (the same files in both)")
+    return [(str(name), pred / name, ref / name) for name in sorted(truths)]
+
+
 @register_evaluator("chamfer")
 class ChamferEvaluator(Evaluator):
     """``cd_l1``, ``cd_l2`` (both x1000, lower is better) and ``fscore`` (F-Score@1%, higher is better): the mean of
@@ -79,12 +103,37 @@ class ChamferEvaluator(Evaluator):
     the predictions); clouds without one are grouped as ``all``.
     """
 
+    files = ("--pred: a predicted cloud (.pcd) or a folder of them; --ref: the ground-truth cloud, or a folder with "
+             "the same relative paths (a file's category is its first folder: 03001627/m1.pcd is in 03001627)")
+
+    @classmethod
+    def from_files(cls, pred: Path, ref: Path | None) -> ChamferEvaluator:
+        from lavo_zoo.formats.pcd import read_pcd
+
+        if ref is None:
+            raise UsageError("score chamfer needs --ref, the ground-truth clouds")
+        evaluator = cls()
+        for name, p, g in paired_clouds(pred, ref):
+            clouds = []
+            for path in (p, g):
+                cloud = read_pcd(path)
+                if len(cloud) == 0:
+                    raise DataError(f"{path}: the cloud has no points; Chamfer distance needs at least one")
+                clouds.append(torch.from_numpy(cloud))
+            category = Path(name).parts[0] if len(Path(name).parts) > 1 else "all"
+            evaluator.update(PointClouds(clouds[0][None]), PointClouds(clouds[1][None], categories=[category]),
+                             names=[name])
+        return evaluator
+
     def reset(self) -> None:
         self.num_samples = 0
         self.sums: dict[str, dict[str, float]] = {}
         self.counts: dict[str, int] = {}
+        self.files: dict[str, dict[str, float]] = {}
 
-    def update(self, predictions: PointClouds | torch.Tensor, targets: PointClouds | torch.Tensor) -> None:
+    def update(self, predictions: PointClouds | torch.Tensor, targets: PointClouds | torch.Tensor,
+               names: Sequence[str] | None = None) -> None:
+        """``names`` (one per cloud, optional) keep each cloud's scores for :meth:`details`."""
         pred = predictions if isinstance(predictions, PointClouds) else PointClouds(predictions)
         gt = targets if isinstance(targets, PointClouds) else PointClouds(targets)
         if len(pred.points) != len(gt.points):
@@ -98,10 +147,16 @@ class ChamferEvaluator(Evaluator):
                 sums[k] += v
             self.counts[name] = self.counts.get(name, 0) + 1
             self.num_samples += 1
+            if names is not None:
+                self.files[names[i]] = scores
 
     def per_category(self) -> dict[str, dict[str, float]]:
         """{category: {metric: mean over its clouds}}, categories sorted by name."""
         return {c: {k: v / self.counts[c] for k, v in self.sums[c].items()} for c in sorted(self.sums)}
+
+    def details(self) -> dict[str, Any]:
+        """Per-category means and, for named clouds (``score chamfer``), each file's scores."""
+        return {"categories": self.per_category(), **({"files": self.files} if self.files else {})}
 
     def compute(self) -> dict[str, float]:
         if not self.sums:

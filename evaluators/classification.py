@@ -2,12 +2,45 @@
 LRA's ``accuracy``; per-class accuracy and the confusion matrix go to the results JSON's ``details``."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
+from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
-from lavo_zoo.evaluators.base import Evaluator
+from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
+from lavo_zoo.formats.text import read_lines
+
+
+def read_class_ids(path: Path, option: str = "--pred"):
+    """Class ids [N] (int64 numpy) from a .npy file (ids [N], or scores [N, C] whose argmax is the id) or a text
+    file with one integer per line (blank lines skipped); NaN or infinite scores are refused naming the row."""
+    import numpy as np
+
+    path = input_path(path, option)
+    if path.suffix == ".npy":
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise DataError(f"{path}: not a readable .npy array ({e})") from None
+        if array.ndim in (1, 2) and np.issubdtype(array.dtype, np.number):
+            check_finite(array, path)
+        if array.ndim == 2:
+            array = array.argmax(-1)
+        if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or np.all(array == np.round(array))):
+            raise DataError(f"{path}: expected class ids [N] or scores [N, C], got shape {list(array.shape)} of "
+                            f"{array.dtype}")
+        return array.astype(np.int64)
+    ids = []
+    for number, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            ids.append(int(line.strip()))
+        except ValueError:
+            raise DataError(f"{path}, line {number}: '{line.strip()[:40]}' is not an integer class id") from None
+    return np.asarray(ids, dtype=np.int64)
 
 
 @register_evaluator("accuracy")
@@ -21,6 +54,23 @@ class Accuracy(Evaluator):
     """
 
     higher_is_better: ClassVar[dict[str, bool]] = {"accuracy": True}
+    files = ("--pred: predicted class ids, one integer per line, or .npy ids [N] / scores [N, C] (argmax); "
+             "--ref: the true class ids, as many")
+
+    @classmethod
+    def from_files(cls, pred: Path, ref: Path | None) -> Accuracy:
+        if ref is None:
+            raise UsageError("score accuracy needs --ref, the true class ids")
+        predicted, true = read_class_ids(pred, "--pred"), read_class_ids(ref, "--ref")
+        if predicted.shape != true.shape or not len(true):
+            raise DataError(f"--pred {pred} holds {len(predicted)} class ids and --ref {ref} {len(true)}; they must "
+                            "hold the same number, at least one")
+        evaluator = cls()
+        try:
+            evaluator.update(torch.from_numpy(predicted), torch.from_numpy(true))
+        except ValueError as e:  # negative ids
+            raise DataError(f"{pred} / {ref}: {e}") from None
+        return evaluator
 
     def __init__(self, num_classes: int | None = None) -> None:
         self.num_classes = num_classes

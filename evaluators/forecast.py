@@ -3,12 +3,48 @@ channel (on standardised values when the recipe feeds them standardised)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import ClassVar
 
 import torch
 
+from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
-from lavo_zoo.evaluators.base import Evaluator
+from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
+
+
+def read_array(path: Path, option: str = "--pred"):
+    """A float64 array from a .npy file or a CSV of numbers (a 'date' column, if any, is dropped); a missing,
+    unreadable, non-numeric or non-finite value is refused naming the file and row."""
+    import numpy as np
+    import pandas as pd
+
+    path = input_path(path, option)
+    if path.suffix == ".npy":
+        try:
+            array = np.load(path, allow_pickle=False).astype(np.float64)
+        except (ValueError, OSError) as e:
+            raise DataError(f"{path} is not a numeric .npy array: {e}") from None
+        check_finite(array.reshape(len(array), -1) if array.ndim else array.reshape(1), path, "sample")
+        return array
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is not a readable CSV file: {e}") from None
+    table = table.drop(columns=[c for c in table.columns if str(c).lower() == "date"])
+    values = table.apply(pd.to_numeric, errors="coerce")
+    bad = values.isna().to_numpy()
+    if bad.any():
+        row, col = map(int, np.argwhere(bad)[0])
+        raise DataError(f"{path}: column '{table.columns[col]}' has a missing or non-numeric value "
+                        f"{table.iloc[row, col]!r} on line {row + 2}")
+    array = values.to_numpy(np.float64)
+    bad = ~np.isfinite(array)
+    if bad.any():
+        row, col = map(int, np.argwhere(bad)[0])
+        raise DataError(f"{path}: column '{table.columns[col]}' has the non-finite value {array[row, col]} on line "
+                        f"{row + 2}; scores need finite values")
+    return array
 
 
 @register_evaluator("forecast")
@@ -20,6 +56,20 @@ class ForecastEvaluator(Evaluator):
 
     higher_is_better: ClassVar[dict[str, bool]] = {"mse": False, "mae": False, "rmse": False, "mape": False,
                                                    "mspe": False}
+    files = ("--pred: forecasts, .npy (any shape, e.g. [N, horizon, C]; the first dimension counts the samples) or "
+             "CSV (rows x series; a date column is ignored); --ref: the truth, the same shape")
+
+    @classmethod
+    def from_files(cls, pred: Path, ref: Path | None) -> ForecastEvaluator:
+        if ref is None:
+            raise UsageError("score forecast needs --ref, the true values")
+        forecast, truth = read_array(pred, "--pred"), read_array(ref, "--ref")
+        if forecast.shape != truth.shape:
+            raise DataError(f"--pred {pred} has shape {list(forecast.shape)} but --ref {ref} has "
+                            f"{list(truth.shape)}; they must match")
+        evaluator = cls()
+        evaluator.update(torch.tensor(forecast), torch.tensor(truth))
+        return evaluator
 
     def reset(self) -> None:
         self.num_samples = 0

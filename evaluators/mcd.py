@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
-from lavo_zoo.evaluators.base import Evaluator
+from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
 
 MSD_OFFSET = 1e-6
 
@@ -123,9 +125,48 @@ class MelDistortion(Evaluator):
     higher_is_better: ClassVar[dict[str, bool]] = {
         "mcd": False, "msd": False, "mcd_ins": False, "mcd_del": False, "msd_ins": False, "msd_del": False}
 
+    files = ("--pred: a folder of synthesised wavs; --ref: a folder of reference wavs with the same file names, at "
+             "one sample rate (first channel, as eval_sp.py)")
+
     def __init__(self, sample_rate: int = 22_050) -> None:
         self.sample_rate = sample_rate
         super().__init__()
+
+    @classmethod
+    def from_files(cls, pred: Path, ref: Path | None) -> MelDistortion:
+        import soundfile as sf
+
+        if ref is None:
+            raise UsageError("score mcd needs --ref, the folder of reference wavs")
+        syn_dir, ref_dir = input_path(pred, "--pred", "folder"), input_path(ref, "--ref", "folder")
+        ref_names = {p.name for p in ref_dir.glob("*.wav")}
+        syn_names = {p.name for p in syn_dir.glob("*.wav")}
+        if not ref_names:
+            raise DataError(f"--ref {ref_dir}: no .wav files in this folder")
+        for missing, where in ((sorted(ref_names - syn_names), syn_dir), (sorted(syn_names - ref_names), ref_dir)):
+            if missing:
+                raise DataError(f"{len(missing)} wav file(s) have no counterpart of the same name in {where}, e.g. "
+                                f"{missing[0]}; synthesised files must be named as their references")
+        evaluator, rate = None, None
+        for name in sorted(ref_names):
+            waves = []
+            for path in (ref_dir / name, syn_dir / name):
+                try:
+                    wave, sr = sf.read(str(path), dtype="float32", always_2d=True)
+                except (sf.LibsndfileError, RuntimeError, OSError) as e:
+                    raise DataError(f"cannot read {path} as a wav ({e})") from None
+                rate = rate or sr
+                if sr != rate:
+                    raise DataError(f"{path} is at {sr} Hz but the other files are at {rate} Hz; MCD compares files "
+                                    f"at one sample rate (resample them first)")
+                check_finite(wave, path, "sample")
+                waves.append(wave[:, 0])  # first channel, as eval_sp.py
+            evaluator = evaluator or cls(sample_rate=rate)
+            evaluator.update([waves[1]], [waves[0]])
+        return evaluator
+
+    def details(self) -> dict[str, Any]:
+        return {"sample_rate": self.sample_rate}
 
     def reset(self) -> None:
         self.num_samples = 0

@@ -18,8 +18,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
+from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
-from lavo_zoo.evaluators.base import Evaluator
+from lavo_zoo.evaluators.base import Evaluator, input_path
+from lavo_zoo.formats.multinews import clean_summary
+from lavo_zoo.formats.text import json_rows, read_lines
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -70,6 +73,28 @@ class Rouge(Evaluator):
     """
 
     higher_is_better: ClassVar[dict[str, bool]] = dict.fromkeys(ROUGE_TYPES, True)
+    files = ("--pred: generated summaries, one per line (UTF-8), or the JSON lines `eval` writes (fields "
+             "'hypothesis' and 'reference'; then no --ref); --ref: the reference summaries, one per line, aligned "
+             "(a Multi-News .tgt file works as is)")
+
+    @classmethod
+    def from_files(cls, pred: Path, ref: Path | None) -> Rouge:
+        pred = input_path(pred, "--pred")
+        if ref is None:
+            if pred.suffix != ".jsonl":
+                raise UsageError(f"--pred {pred}: without --ref, give the JSON lines `lavo-zoo eval` writes "
+                                "(<results>.summaries.jsonl); else add --ref with the references")
+            hypotheses, references = read_pairs(pred)
+        else:
+            hypotheses, references = read_summaries(pred), read_summaries(input_path(ref, "--ref"))
+            if len(hypotheses) != len(references):
+                raise DataError(f"--pred {pred} has {len(hypotheses)} lines but --ref {ref} has {len(references)}: "
+                                "give one summary per line in both, in the same order")
+        if not hypotheses:
+            raise DataError(f"no summaries to score in {pred}")
+        evaluator = cls()
+        evaluator.update(hypotheses, references)
+        return evaluator
 
     def __init__(self, keep_summaries: bool = False) -> None:
         self.keep_summaries = keep_summaries
@@ -108,6 +133,23 @@ class Rouge(Evaluator):
         if self.num_samples == 0:
             raise ValueError("Rouge.compute() called before any summary was scored")
         return {name: total / self.num_samples for name, total in self.totals.items()}
+
+
+def read_summaries(path: Path) -> list[str]:
+    """One summary per line of a UTF-8 text file (Multi-News ``NEWLINE_CHAR`` and a leading "– " are undone)."""
+    return [clean_summary(line) for line in read_lines(path)]
+
+
+def read_pairs(path: Path) -> tuple[list[str], list[str]]:
+    """(hypotheses, references) from the JSON lines ``eval`` writes (``hypothesis`` and ``reference`` fields)."""
+    hypotheses, references = [], []
+    for number, row in json_rows(read_lines(path), path):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("hypothesis", "reference")):
+            raise DataError(f"{path}, line {number}: expected an object with string fields 'hypothesis' and "
+                            "'reference' (as `lavo-zoo eval` writes them)")
+        hypotheses.append(row["hypothesis"])
+        references.append(row["reference"])
+    return hypotheses, references
 
 
 def score_summaries(hypotheses: Iterable[str], references: Iterable[str]) -> dict[str, float]:

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from lavo_zoo.config import RunConfig
-from lavo_zoo.recipes import Recipe, register_recipe
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 
 
 @dataclass

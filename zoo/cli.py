@@ -1,16 +1,15 @@
 """The ``lavo-zoo`` command line (click).
 
-Exit codes: 0 success, 2 usage error (bad flag, config key, unknown name), 1 any other failure. Errors print one
-short paragraph; ``--debug`` shows the traceback. Commands that live with their subsystem (``bench`` in
-``lavo_zoo.bench``, ``download``/``cache``/``info``/``export`` in ``lavo_zoo.checkpoints.cli``) and the recipes' own
-commands (``Recipe.commands`` -> ``lavo-zoo <name>``, ``Recipe.score_commands`` -> ``lavo-zoo score <name>``) are
-imported only when used, so ``lavo-zoo --help`` stays fast: a built-in recipe's hooks are read from its recipe.py
-source without importing it (torch, pandas), and a recipe's cli.py imports its heavy modules inside the commands.
+Exit codes: 0 success, 2 usage error (bad flag, config key, unknown name, missing input file), 1 any other failure.
+Errors print one short paragraph; ``--debug`` shows the traceback. Commands that live with their subsystem
+(``bench`` in ``lavo_zoo.bench``, ``compare`` in ``lavo_zoo.compare``, ``download``/``cache``/``info``/``export``
+in ``lavo_zoo.checkpoints.cli``) and the recipes' own commands (the ``COMMANDS`` list of each recipe's torch-free
+``cli.py``) are imported only when used, so ``lavo-zoo --help`` stays fast.
 """
 from __future__ import annotations
 
-import ast
 import importlib
+import importlib.util
 import json
 import sys
 import traceback
@@ -22,6 +21,7 @@ from typing import Any
 import click
 
 from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option, write_file
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
@@ -33,74 +33,49 @@ LAZY_COMMANDS = {
     "export": "lavo_zoo.checkpoints.cli:export",
 }
 LAZY_HELP = {
-    "bench": "Benchmark attentions: time and peak memory against length.",
-    "compare": "Train and score one config per attention and seed; a paper-style table.",
+    "bench": "Benchmarks: attention time and memory against length, recipes' throughput and speed.",
+    "compare": "Train and score one config per attention and seed; a table with mean and spread.",
     "new": "Scaffold a plugin package (a recipe or an attention).",
     "download": "Download a released checkpoint (verified, resumable, cached).",
     "cache": "List, verify or remove cached downloads.",
     "info": "Show one entry of the checkpoint index.",
     "export": "Pack a checkpoint directory for release and print its index entry.",
 }
-_DEBUG = False
 
 
-# ------------------------------------------------------------------------------------------- recipe hooks
-def _literal_hooks(path: Path) -> dict[str, dict[str, Any]] | None:
-    """{recipe name: {"commands": {...}, "score_commands": {...}}} read from a recipe.py's source (no import), or
-    None when a hook is not a literal (then the module is imported)."""
-    out = {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        names = [d.args[0].value for d in node.decorator_list if isinstance(d, ast.Call) and d.args
-                 and getattr(d.func, "id", "") == "register_recipe" and isinstance(d.args[0], ast.Constant)]
-        if not names:
-            continue
-        hooks: dict[str, Any] = {"commands": {}, "score_commands": {}}
-        for stmt in node.body:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
-            for target in targets:
-                if isinstance(target, ast.Name) and target.id in hooks and getattr(stmt, "value", None):
-                    try:
-                        hooks[target.id] = ast.literal_eval(stmt.value)
-                    except ValueError:
-                        return None
-        out[names[0]] = hooks
+# ------------------------------------------------------------------------------------------- recipe commands
+def recipe_cli_modules() -> dict[str, str]:
+    """{recipe: its cli module}, found without importing any recipe (they load torch): every built-in
+    ``recipes/<domain>/`` with a recipe.py and a cli.py, and for a plugin recipe (entry point ``lavo_zoo.recipes``)
+    the ``cli`` module beside its recipe module, where there is one."""
+    spec = importlib.util.find_spec("lavo_zoo.recipes")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    out = {p.parent.name: f"lavo_zoo.recipes.{p.parent.name}.cli" for p in sorted(root.glob("*/cli.py"))
+           if (p.parent / "recipe.py").is_file()}
+    for ep in entry_points(group="lavo_zoo.recipes"):
+        package = ep.value.partition(":")[0].rpartition(".")[0]
+        module = f"{package}.cli" if package else "cli"
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken plugin is reported when it is used
+            found = False
+        if ep.name not in out and found:
+            out[ep.name] = module
     return out
 
 
 @cache
-def recipe_hooks() -> dict[str, dict[str, Any]]:
-    """Every recipe's ``commands`` and ``score_commands`` ({recipe: {hook: {command: "module:attr"}}})."""
-    from lavo_zoo.config import recipes_dir
-
-    hooks: dict[str, dict[str, Any]] = {}
-    for path in sorted(recipes_dir().glob("*/recipe.py")):
-        found = _literal_hooks(path)
-        if found is None:
-            module = importlib.import_module(f"lavo_zoo.recipes.{path.parent.name}.recipe")
-            found = {c.name: {"commands": c.commands, "score_commands": c.score_commands}
-                     for c in vars(module).values() if isinstance(c, type) and "name" in vars(c)
-                     and hasattr(c, "score_commands")}
-        hooks.update(found)
-    for ep in entry_points(group="lavo_zoo.recipes"):  # third-party recipes: imported to read their hooks
-        if ep.name not in hooks:
-            cls = ep.load()
-            hooks[ep.name] = {"commands": dict(getattr(cls, "commands", {})),
-                              "score_commands": dict(getattr(cls, "score_commands", {}))}
-    return hooks
-
-
-def recipe_commands(kind: str) -> dict[str, tuple[str, str]]:
-    """{command name: (recipe, "module:attr")} for hook ``kind`` ("commands" or "score_commands")."""
-    out: dict[str, tuple[str, str]] = {}
-    for recipe, hooks in recipe_hooks().items():
-        for name, target in hooks[kind].items():
-            if name in out or (kind == "commands" and (name in LAZY_COMMANDS or name in cli.commands)):
-                other = out[name][0] if name in out else "lavo-zoo itself"
-                raise UsageError(f"recipe '{recipe}' declares command '{name}', which {other} already has; "
-                                 f"rename one of them (Recipe.{kind})")
-            out[name] = (recipe, target)
+def recipe_commands() -> dict[str, tuple[str, click.Command]]:
+    """{command name: (recipe, click command)} from the ``COMMANDS`` list of every recipe's ``cli.py``. Those
+    modules are torch-free, so that ``lavo-zoo --help`` stays fast."""
+    out: dict[str, tuple[str, click.Command]] = {}
+    for recipe, module in recipe_cli_modules().items():
+        for command in getattr(importlib.import_module(module), "COMMANDS", []):
+            if command.name in out or command.name in LAZY_COMMANDS or command.name in cli.commands:
+                other = out[command.name][0] if command.name in out else "lavo-zoo itself"
+                raise UsageError(f"recipe '{recipe}' declares command '{command.name}', which {other} already "
+                                 "has; rename one of them (COMMANDS in its cli.py)")
+            out[command.name] = (recipe, command)
     return out
 
 
@@ -123,41 +98,23 @@ class ZooGroup(click.Group):
     """A group whose subsystem and recipe commands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*self.commands, *LAZY_COMMANDS, *recipe_commands("commands")])
+        return sorted([*self.commands, *LAZY_COMMANDS, *recipe_commands()])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.commands:
             return self.commands[name]
         if name in LAZY_COMMANDS:
             return _load_command(name, LAZY_COMMANDS[name], LAZY_HELP[name])
-        recipe, target = recipe_commands("commands").get(name, (None, ""))
-        return _load_command(name, target, f"A command of recipe '{recipe}'.") if recipe else None
+        return recipe_commands().get(name, (None, None))[1]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, self.commands[n].get_short_help_str(70) if n in self.commands else LAZY_HELP[n])
                 for n in sorted([*self.commands, *LAZY_COMMANDS])]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(56 - len(recipe)))
-                for n, (recipe, _) in sorted(recipe_commands("commands").items())]
+        rows = [(n, f"[{recipe}] " + command.get_short_help_str(56 - len(recipe)))
+                for n, (recipe, command) in sorted(recipe_commands().items())]
         with formatter.section("Recipe commands [recipe]"):
-            formatter.write_dl(rows)
-
-
-class ScoreGroup(click.Group):
-    """``lavo-zoo score <metric>``: the recipes' ``score_commands``, imported on first use."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(recipe_commands("score_commands"))
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        recipe, target = recipe_commands("score_commands").get(name, (None, ""))
-        return _load_command(name, target, f"A metric of recipe '{recipe}'.") if recipe else None
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, f"[{recipe}] " + self.get_command(ctx, n).get_short_help_str(56 - len(recipe)))
-                for n, (recipe, _) in sorted(recipe_commands("score_commands").items())]
-        with formatter.section("Metrics [recipe]"):
             formatter.write_dl(rows)
 
 
@@ -174,15 +131,12 @@ Examples:
 @click.version_option(package_name="lavo-zoo")
 def cli(debug: bool) -> None:
     """lavo-zoo: LAVO attention, its baselines, and six domain recipes to train, evaluate and compare them."""
-    global _DEBUG
-    _DEBUG = debug
 
 
 # ---------------------------------------------------------------------------------------------------------- list
 LIST_KINDS = ("recipes", "attentions", "evaluators", "configs", "checkpoints")
 
 
-SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
 DECODING_LEGEND = ("decoding (step by step): state = streaming state, cache = source prepared once, "
                    "source = source kept and re-projected each step, prefix = falls back to re-running the prefix")
 
@@ -192,22 +146,24 @@ def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> l
         from dataclasses import asdict
 
         from lavo_zoo.attention import list_attentions
+        from lavo_zoo.attention.spec import SITE_PATTERNS
         return [asdict(i) for i in list_attentions(pattern, SITE_PATTERNS.get(supports, supports))]
     if kind == "recipes":
-        from lavo_zoo.recipes import RECIPES
+        from lavo_zoo.engine.recipe import RECIPES
+        commands = recipe_commands()
         return RECIPES.describe(pattern, lambda e: {
             "description": e.load().description, "evaluator": e.load().evaluator,
-            "commands": sorted(e.load().commands) + [f"score {n}" for n in sorted(e.load().score_commands)],
-            "tiny_config": e.load().tiny_config, "source": e.source})
+            "commands": sorted(n for n, (recipe, _) in commands.items() if recipe == e.name),
+            "datasets": list(e.load().datasets), "tiny_config": e.load().tiny_config, "source": e.source})
     if kind == "evaluators":
         from lavo_zoo.evaluators import EVALUATORS
         return EVALUATORS.describe(pattern, lambda e: {
-            "metrics": sorted(e.load().higher_is_better),
+            "metrics": sorted(e.load().higher_is_better), "scores_files": bool(e.load().files),
             "description": (e.load().__doc__ or "").strip().split("\n")[0], "source": e.source})
     if kind == "configs":
         import fnmatch
 
-        from lavo_zoo.config import available_configs
+        from lavo_zoo.engine.recipe import available_configs
         return [{"name": n} for n in available_configs() if pattern is None or fnmatch.fnmatch(n, pattern)]
     from lavo_zoo.checkpoints import list_checkpoints
     return list_checkpoints(pattern)
@@ -224,7 +180,7 @@ Examples:
 @click.argument("pattern", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--pattern", "supports", default=None, metavar="PATTERN|SITE",
-              type=click.Choice(["causal", "noncausal", "cross", *SITE_PATTERNS]),
+              type=click.Choice(["causal", "noncausal", "cross", "encoder_self", "decoder_self"]),
               help="Attentions only: those supporting this attention pattern, or an encoder-decoder site "
                    "(encoder_self = noncausal, decoder_self = causal, cross).")
 def list_cmd(kind: str | None, pattern: str | None, as_json: bool, supports: str | None) -> None:
@@ -263,7 +219,7 @@ Examples:
               help="Run directory (default: runs/<domain>-<name>).")
 @click.option("--resume", default=None, metavar="auto|PATH",
               help="'auto': continue from OUT's newest complete checkpoint if any; or a checkpoint directory.")
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@device_option
 @click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N.")
 def train(config: str, overrides: tuple[str, ...], out_dir: Path | None, resume: str | None, device: str | None,
           max_steps: int | None) -> None:
@@ -272,7 +228,7 @@ def train(config: str, overrides: tuple[str, ...], out_dir: Path | None, resume:
     The run directory receives config.yaml (resolved), metrics.jsonl and checkpoints/step-N/ with checkpoints/last
     pointing at the newest complete one.
     """
-    from lavo_zoo.config import resolve_config
+    from lavo_zoo.engine.recipe import resolve_config
     from lavo_zoo.engine.trainer import Trainer
 
     overrides = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
@@ -294,13 +250,12 @@ Examples:
 @click.argument("checkpoint")
 @click.argument("overrides", nargs=-1)
 @click.option("--split", default="test", show_default=True, help="Which split to score.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the results JSON here.")
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@out_option("Write the results JSON here (its files, if the recipe writes any, go to the folder of the same stem).")
+@device_option
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
               help="Score only the first N batches, N >= 1 (quick checks).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out file (refused otherwise).")
-def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: Path | None, device: str | None,
+@overwrite_option
+def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path | None, device: str | None,
              max_batches: int | None, overwrite: bool) -> None:
     """Score CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) on a split.
 
@@ -312,28 +267,71 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out_file: 
     from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
 
-    if out_file is not None and out_file.exists() and not overwrite:  # before scoring: nothing is lost or wasted
-        raise click.UsageError(f"--out {out_file} already exists; eval does not replace earlier results. Give "
-                               "another --out, or add --overwrite to replace it.")
+    if out is not None:  # before scoring: nothing is lost or wasted
+        check_writable(out, overwrite)
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
-                                      files_dir=out_file.with_suffix("") if out_file is not None else None,
-                                      out_file=out_file)
+                                      files_dir=out.with_suffix("") if out is not None else None,
+                                      out_file=out, overwrite=overwrite)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))
-    if out_file is not None:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(json.dumps(results, indent=2) + "\n")
-        click.echo(f"wrote {out_file}" + "".join(f" and {p}" for p in results.get("outputs", [])))
+    if out is not None:
+        write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
+        click.echo(f"wrote {out}" + "".join(f" and {p}" for p in results.get("outputs", [])))
 
 
 # ---------------------------------------------------------------------------------------------------- score
-@cli.group("score", cls=ScoreGroup, epilog="""\b
+class ScoreCommand(click.Command):
+    """``lavo-zoo score``: its help lists the evaluators that score files, with what each reads."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from lavo_zoo.evaluators import EVALUATORS
+
+        rows = [(e.name, e.load().files) for e in EVALUATORS if getattr(e.load(), "files", "")]
+        with formatter.section("Metrics (METRIC: what --pred and --ref hold)"):
+            formatter.write_dl(rows)
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command("score", cls=ScoreCommand, epilog="""\b
 Examples:
-  lavo-zoo score --help                                    # the metrics the recipes provide
-  lavo-zoo score forecast --pred forecast.npy --true truth.npy""")
-def score() -> None:
-    """Score files of predictions against references with a recipe's metric (no model needed)."""
+  lavo-zoo score forecast --pred forecast.npy --ref truth.npy
+  lavo-zoo score accuracy --pred runs/lra/predictions.txt --ref data/lra/labels.txt --out accuracy.json
+  lavo-zoo score rouge --pred runs/summ/test.summaries.jsonl          # the summaries `eval --out` wrote
+  lavo-zoo score chamfer --pred runs/pc/completed/ --ref data/pcn/test/complete/ --json
+  lavo-zoo score mcd --pred runs/tts/test/synthesized --ref runs/tts/test/reference""")
+@click.argument("metric")
+@click.option("--pred", type=click.Path(path_type=Path), default=None,
+              help="The predictions: a file or a folder, as the metric reads them (see below).")
+@click.option("--ref", type=click.Path(path_type=Path), default=None, help="The references (ground truth).")
+@out_option("Also write the results JSON here.")
+@overwrite_option
+@json_flag
+@click.option("--true", "--gt", "old_ref", type=click.Path(path_type=Path), default=None, hidden=True)
+@click.option("--hyp", "--syn", "old_pred", type=click.Path(path_type=Path), default=None, hidden=True)
+@click.option("--pairs", "old_pairs", type=click.Path(path_type=Path), default=None, hidden=True)
+def score(metric: str, pred: Path | None, ref: Path | None, out: Path | None, overwrite: bool, as_json: bool,
+          old_ref: Path | None, old_pred: Path | None, old_pairs: Path | None) -> None:
+    """Score saved predictions against references with METRIC's evaluator (no model needed).
+
+    The results JSON has `eval`'s schema ({"metrics": {name: {"value", "higher_is_better"}}, "num_samples"}), with
+    per-file, per-category or per-class results under "details". Older spellings (--true, --gt, --hyp, --syn,
+    --pairs) still work and will be removed in a later release.
+    """
+    from lavo_zoo.engine.evaluate import format_table, score_files
+
+    pred, ref = pred or old_pred or old_pairs, ref or old_ref
+    if pred is None:
+        raise click.UsageError("give --pred (the predictions) and --ref (the references); "
+                               "`lavo-zoo score --help` says what each metric reads")
+    if out is not None:
+        check_writable(out, overwrite)
+    results = score_files(metric, pred, ref)
+    click.echo(json.dumps(results, indent=2) if as_json else format_table(results))
+    if out is not None:
+        write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
+        if not as_json:
+            click.echo(f"wrote {out}")
 
 
 # ----------------------------------------------------------------------------------------------------- data
@@ -343,17 +341,17 @@ Examples:
   lavo-zoo data time_series/ettm1 --out data/ETT-small     # a 15-minute ETT-layout CSV
   lavo-zoo data time_series --out data/ETT-small --size 2000""")
 @click.argument("target", metavar="DOMAIN[/DATASET]")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder to write into (created if needed).")
+@out_option("Folder to write into (created if needed).", required=True, folder=True)
 @click.option("--size", type=click.IntRange(min=1), default=None,
               help="A smaller (or larger) instance, in the recipe's unit (books, rows, examples).")
-def data_cmd(target: str, out_dir: Path, size: int | None) -> None:
+@overwrite_option
+def data_cmd(target: str, out: Path, size: int | None, overwrite: bool) -> None:
     """Write a recipe's built-in (generated) dataset to disk in the real dataset's layout; train on it with
     data.path=PATH."""
-    from lavo_zoo.recipes import get_recipe
+    from lavo_zoo.engine.recipe import get_recipe
 
     domain, _, dataset = target.partition("/")
-    path = get_recipe(domain).write_data(out_dir, dataset or None, size)
+    path = get_recipe(domain).write_data(out, dataset or None, size, overwrite)
     click.echo(f"wrote {path}")
 
 

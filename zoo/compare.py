@@ -1,13 +1,14 @@
-"""``lavo-zoo compare``: the paper's kind of study in one command: one recipe config, several attentions (and seeds),
-the same budget for each, one table.
+"""``lavo-zoo compare``: the project's one study runner. One recipe config, several attentions (or the config's own,
+for repeated runs) and seeds, the same budget for each, one table with every metric's mean and spread.
 
 Every (attention, seed) cell is a normal training run in ``OUT/cells/<attention>-seed<seed>/`` (resumed with
 ``--resume auto`` if it was killed) followed by an evaluation of its ``checkpoints/best`` (the validation-selected
 weights) or, when the run kept none, ``checkpoints/last``. A cell is finished once its ``cell.json`` exists: running
-the same command again skips it, so an interrupted study continues where it stopped. The table (``table.md``,
-``table.csv``) and a bar chart (``chart.png``) give every metric's mean and standard deviation over seeds, the best
-value per column marked by the metric's direction, and per cell the parameter count, training time and peak memory
-(measured as :mod:`lavo_zoo.engine.memory` describes).
+the same command again skips it, so an interrupted study continues where it stopped. A cell is reused only while
+its resolved config equals the study's (another budget or option is refused, naming the difference; ``--rerun``
+retrains it). The table (``table.md``, ``table.csv``) and a bar chart (``chart.png``) give every metric's mean and
+standard deviation over seeds, the best value per column marked by the metric's direction, and per cell the
+parameter count, training time and peak memory (measured as :mod:`lavo_zoo.engine.memory` describes).
 
 ``lavo-zoo compare --collect PATH ...`` builds the same table from results JSONs that already exist (files, run
 folders or earlier compare folders).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from typing import Any
 import click
 
 from lavo_zoo.errors import UsageError
+from lavo_zoo.options import device_option, out_option
 
 CELL_FILE = "cell.json"
 
@@ -85,10 +88,41 @@ def _check_attention(cfg: Any, key: str) -> None:
     spec.check(attention_class(spec.name).patterns[0], key)
 
 
-def cell_overrides(key: str, cell: Cell, options: dict[str, dict[str, Any]]) -> list[str]:
-    """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``) and seed."""
+def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any]]) -> list[str]:
+    """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
+    keeps the config's attention, ``key`` None) and seed."""
+    if key is None:
+        return [f"train.seed={cell.seed}"]
     extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
     return [f"{key}.name={cell.attention}", *extra, f"train.seed={cell.seed}"]
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): data}
+
+
+def check_reusable(cell_dir: Path, resolved: dict[str, Any], rerun: bool) -> None:
+    """Keep ``cell_dir`` only if it was trained with ``resolved`` (the cell's resolved config as a mapping); with
+    ``rerun`` a cell trained otherwise is removed (to be trained again), without it the study is refused naming
+    the difference. A cell folder without a config.yaml yet is kept (its run had not started)."""
+    import yaml
+
+    saved_file = cell_dir / "config.yaml"
+    if not saved_file.is_file():
+        return
+    saved, now = _flat(yaml.safe_load(saved_file.read_text())), _flat(resolved)
+    diff = [f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now" for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k)]
+    if not diff:
+        return
+    if rerun:
+        shutil.rmtree(cell_dir)
+        return
+    raise UsageError(f"{cell_dir} was trained with another config ({'; '.join(diff[:6])}"
+                     f"{' ...' if len(diff) > 6 else ''}); its results would not be comparable. Give another --out, "
+                     "the study's earlier settings, or --rerun to train the cell again")
 
 
 def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -105,15 +139,14 @@ def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_cell(config: str, overrides: list[str], cell_dir: Path, device: str | None, split: str) -> dict[str, Any]:
-    """Train (or resume) and evaluate one cell; writes and returns its record."""
-    from lavo_zoo.config import resolve_config
+def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: str,
+             max_batches: int | None = None) -> dict[str, Any]:
+    """Train (or resume) and evaluate one cell (``cfg`` resolved); writes and returns its record."""
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.engine.evaluate import evaluate_checkpoint
     from lavo_zoo.engine.memory import PeakMemory
     from lavo_zoo.engine.trainer import Trainer
 
-    recipe, cfg = resolve_config(config, overrides)
     parameters = sum(p.numel() for p in recipe.build_model(cfg).parameters())
     timing_file = cell_dir / "compare-timing.json"
     spent = json.loads(timing_file.read_text())["train_time_s"] if timing_file.exists() else 0.0
@@ -124,7 +157,7 @@ def run_cell(config: str, overrides: list[str], cell_dir: Path, device: str | No
         timing_file.write_text(json.dumps({"train_time_s": spent}))
         checkpoints = cell_dir / "checkpoints"
         chosen = checkpoints / "best" if (checkpoints / "best").is_dir() else checkpoints / "last"
-        results = evaluate_checkpoint(chosen, split=split, device=device)
+        results = evaluate_checkpoint(chosen, split=split, device=device, max_batches=max_batches)
     (cell_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return {"metrics": results["metrics"], "num_samples": results["num_samples"], "checkpoint": str(chosen),
             "parameters": parameters, "train_time_s": round(spent, 3), "peak_memory_bytes": peak.bytes,
@@ -132,31 +165,43 @@ def run_cell(config: str, overrides: list[str], cell_dir: Path, device: str | No
 
 
 def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
-              options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str) -> list[dict]:
-    """Run every unfinished cell (attention-major order) and return all cell records."""
-    from lavo_zoo.config import resolve_config
+              options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str,
+              rerun: bool = False, max_batches: int | None = None) -> list[dict]:
+    """Run every unfinished cell (attention-major order) and return all cell records. An empty ``attentions``
+    keeps the config's own attention (one row: repeated runs over ``seeds``)."""
+    from lavo_zoo.config import to_dict
+    from lavo_zoo.engine.recipe import resolve_config
 
     _, cfg = resolve_config(config, overrides)  # validates the config and the overrides once, before any training
-    key = attention_key(cfg, site)
+    key = attention_key(cfg, site) if attentions else None
+    if not attentions and (site is not None or options):
+        raise UsageError("--site and -o choose attentions to compare: use them with --attentions")
     unknown = sorted(set(options) - set(attentions))
     if unknown:
         raise UsageError(f"-o names {', '.join(unknown)}, which --attentions does not list")
-    cells = [Cell(a, s) for a in attentions for s in seeds]
-    for cell in cells:  # every cell's config is checked before the first one trains
-        _, cell_cfg = resolve_config(config, overrides + cell_overrides(key, cell, options))
-        _check_attention(cell_cfg, key)
-    records = []
-    for i, cell in enumerate(cells, 1):
+    own = _attention_label(to_dict(cfg))
+    cells = [Cell(a, s) for a in attentions or [own] for s in seeds]
+    planned = []
+    for cell in cells:  # every cell's config is checked (and resolved) before the first one trains
+        cell_overrides_ = overrides + cell_overrides(key, cell, options)
+        recipe, cell_cfg = resolve_config(config, cell_overrides_)
+        if key is not None:
+            _check_attention(cell_cfg, key)
+        cell_cfg = recipe.resolve(cell_cfg)
         cell_dir = out_dir / "cells" / cell.name
+        check_reusable(cell_dir, to_dict(cell_cfg), rerun)
+        planned.append((cell, recipe, cell_cfg, cell_overrides_, cell_dir))
+    records = []
+    for i, (cell, recipe, cell_cfg, cell_overrides_, cell_dir) in enumerate(planned, 1):
         done = cell_dir / CELL_FILE
         if done.exists():
-            click.echo(f"[{i}/{len(cells)}] {cell.name}: finished earlier, kept", err=True)
+            click.echo(f"[{i}/{len(cells)}] {cell.name}: finished earlier with the same config, kept", err=True)
         else:
             click.echo(f"[{i}/{len(cells)}] {cell.name}: training in {cell_dir}", err=True)
             cell_dir.mkdir(parents=True, exist_ok=True)
-            cell_cfg = overrides + cell_overrides(key, cell, options)
             record = {"attention": cell.attention, "seed": cell.seed, "site": site, "config": config,
-                      "overrides": cell_cfg, **run_cell(config, cell_cfg, cell_dir, device, split)}
+                      "overrides": cell_overrides_,
+                      **run_cell(recipe, cell_cfg, cell_dir, device, split, max_batches)}
             tmp = done.with_suffix(".tmp")
             tmp.write_text(json.dumps(record, indent=2) + "\n")
             tmp.rename(done)  # atomic: a cell is either finished or not
@@ -165,6 +210,12 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
 
 
 # ----------------------------------------------------------------------------------------------------- collecting
+def _attention_label(config: dict[str, Any]) -> str:
+    """A config's attention as one name: the mechanism, or its sites' mechanisms (``sdpa``, ``lavo+sdpa+lavo``)."""
+    names = _attention_names(config)
+    return "+".join(names.values()) if names else "model"
+
+
 def _attention_names(config: dict[str, Any]) -> dict[str, str]:
     """{site: mechanism} of a results JSON's config (site "" for single-attention models)."""
     attention = (config.get("model") or {}).get("attention")
@@ -230,7 +281,8 @@ def summarise(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
         row: dict[str, Any] = {"attention": label, "seeds": len(group)}
         for name in directions:
             values = [r["metrics"][name]["value"] for r in group if name in r["metrics"]]
-            row[name] = (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
+            row[name] = ((statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
+                         if values else (math.nan, 0.0, 0))
         for extra in ("parameters", "train_time_s", "peak_memory_bytes"):
             values = [r[extra] for r in group if r.get(extra) is not None]
             row[extra] = statistics.fmean(values) if values else None
@@ -315,28 +367,34 @@ def _csv_list(text: str | None, what: str, cast: type = str) -> list:
 @click.command("compare", epilog="""\b
 Examples:
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa,local --seeds 1,2,3 --out runs/cmp-lm --max-steps 300
+  lavo-zoo compare time_series/tiny-lavo --seeds 1,2,3,4,5 --out runs/ts-repeats   # repeated runs of one config
   lavo-zoo compare summarization/tiny-sdpa --site encoder_self --attentions lavo,sdpa,local --out runs/cmp-summ
   lavo-zoo compare lm/tiny-lavo --attentions lavo,performer -o lavo.num_bases=16 -o performer.num_features=32 \\
       --out runs/cmp train.lr=1e-3
   lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table""")
 @click.argument("config", required=False)
 @click.argument("overrides", nargs=-1)
-@click.option("--attentions", help="Comma-separated registry names, one table row each (lavo-zoo list attentions).")
+@click.option("--attentions", help="Comma-separated registry names, one table row each (lavo-zoo list attentions); "
+                                  "without it the config's own attention, over --seeds (repeated runs).")
 @click.option("--site", default=None, help="Encoder-decoder recipes: the site to vary (encoder_self, decoder_self, "
                                            "cross); the other sites keep the config's mechanisms.")
 @click.option("--seeds", default="1", show_default=True, help="Comma-separated seeds (train.seed), one run each.")
 @click.option("-o", "--option", "options", multiple=True, metavar="ATTN.KEY=VALUE",
               help="An option for one attention of the study (repeatable), e.g. lavo.num_bases=64.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Study folder: cells/<attention>-seed<seed>/ runs, table.md, table.csv, chart.png.")
+@out_option("Study folder: cells/<attention>-seed<seed>/ runs, table.md, table.csv, chart.png.", required=True,
+            folder=True)
 @click.option("--split", default="test", show_default=True, help="Split every cell is scored on.")
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@device_option
 @click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N (the same for every cell).")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help="Score only the first N batches of the split in every cell (quick checks).")
+@click.option("--rerun", is_flag=True, help="Train again the cells of OUT whose config differs from the study's "
+                                            "(refused otherwise).")
 @click.option("--collect", "collect_paths", is_flag=True,
               help="Build the table from existing results: the arguments are results JSONs or folders holding them.")
 def compare(config: str | None, overrides: tuple[str, ...], attentions: str | None, site: str | None, seeds: str,
-            options: tuple[str, ...], out_dir: Path, split: str, device: str | None, max_steps: int | None,
-            collect_paths: bool) -> None:
+            options: tuple[str, ...], out: Path, split: str, device: str | None, max_steps: int | None,
+            max_batches: int | None, rerun: bool, collect_paths: bool) -> None:
     """Train and score CONFIG once per (attention, seed) with the same budget, then write a comparison table.
 
     Finished cells are kept and killed ones resume, so the same command continues an interrupted study.
@@ -351,15 +409,13 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         if not config:
             raise UsageError("give a CONFIG (e.g. lm/tiny-lavo), or --collect with existing results")
         names = _csv_list(attentions, "--attentions")
-        if not names:
-            raise UsageError("--attentions is required, e.g. --attentions lavo,sdpa,local")
         if len(set(names)) != len(names):
             raise UsageError(f"--attentions lists a name twice: {attentions}")
         seed_list = _csv_list(seeds, "--seeds", int)
         extra = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
-        records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out_dir, device,
-                            split)
+        records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
+                            split, rerun, max_batches)
         title = f"{config} on {split}" + (f", varying {site}" if site else "")
-    for path in write_table(records, out_dir, title):
+    for path in write_table(records, out, title):
         click.echo(f"wrote {path}")
-    click.echo((out_dir / "table.md").read_text())
+    click.echo((out / "table.md").read_text())

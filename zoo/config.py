@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,12 +31,6 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from lavo_zoo.errors import ConfigError, did_you_mean
-
-
-def recipes_dir() -> Path:
-    """Where ``lavo_zoo.recipes`` lives (the repository's recipes/ in an editable install, else site-packages)."""
-    spec = importlib.util.find_spec("lavo_zoo.recipes")
-    return Path(next(iter(spec.submodule_search_locations)))
 
 # PyYAML follows YAML 1.1, which reads 3e-4 (no dot) as a string; numbers like that are floats here.
 _SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -160,54 +154,16 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
-# ----------------------------------------------------------------------------------------------- finding & loading
-def config_dirs() -> dict[str, Path]:
-    """``<domain>`` -> the folder of its named configs: ``recipes/<domain>/configs`` for the built-in recipes, and
-    the ``configs/`` folder beside a plugin recipe's module (found without importing the module itself)."""
-    from lavo_zoo.recipes import RECIPES
-
-    dirs = {p.parent.name: p for p in sorted(recipes_dir().glob("*/configs")) if p.is_dir()}
-    for entry in RECIPES:
-        if entry.name in dirs:
-            continue
-        target = entry.target
-        module = target.partition(":")[0] if isinstance(target, str) else getattr(target, "__module__", "")
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):  # a broken plugin is reported when it is used, not when listing configs
-            continue
-        if spec is not None and spec.origin and (folder := Path(spec.origin).parent / "configs").is_dir():
-            dirs[entry.name] = folder
-    return dirs
+# --------------------------------------------------------------------------------------------------------- loading
+NamedConfig = Callable[[str], "Path | None"]  # "<domain>/<name>" -> its file, or None
 
 
-def available_configs() -> list[str]:
-    """Every named config, ``<domain>/<name>``, built-in and from plugin recipes."""
-    return sorted(f"{domain}/{p.stem}" for domain, folder in config_dirs().items() for p in folder.glob("*.yaml"))
-
-
-def find_config(name_or_path: str | Path) -> Path:
-    """A config file from a path or a ``<domain>/<name>`` name."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        raise ConfigError(f"config path {path} is a directory, not a config file; give a .yaml file "
-                          f"(e.g. {path / 'config.yaml'} in a run directory) or a <domain>/<name>")
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        return path
-    domain, _, name = str(name_or_path).partition("/")
-    folder = config_dirs().get(domain) if name else None
-    if folder is not None and (folder / f"{name}.yaml").is_file():
-        return folder / f"{name}.yaml"
-    names = available_configs()
-    raise ConfigError(f"no config named '{name_or_path}'{did_you_mean(str(name_or_path), names)}; "
-                      f"give a <domain>/<name> from `lavo-zoo list configs` or a path to a .yaml file")
-
-
-def load_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping from ``path`` with ``extends:`` and ``!delete`` resolved."""
-    return _without_deletes(_load_yaml(path, ()), str(path))
+def load_yaml(path: Path, named: NamedConfig = lambda name: None,
+              known: Callable[[], list[str]] = list) -> dict[str, Any]:
+    """A YAML mapping from ``path`` with ``extends:`` and ``!delete`` resolved. ``extends: <parent>`` is a path
+    relative to the file or a named config, which ``named`` finds (the recipe registry's lookup,
+    :func:`lavo_zoo.engine.recipe.named_config`); ``known`` lists the names for did-you-mean hints."""
+    return _without_deletes(_load_yaml(path, (), named, known), str(path))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -223,7 +179,8 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"config {path} is not valid YAML: {e}") from None
 
 
-def _load_yaml(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+def _load_yaml(path: Path, seen: tuple[Path, ...], named: NamedConfig, known: Callable[[], list[str]]
+               ) -> dict[str, Any]:
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"config {path} extends itself (cycle: {' -> '.join(map(str, seen + (path,)))})")
@@ -235,11 +192,12 @@ def _load_yaml(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    return merge(_load_yaml(_parent_path(path, parent), seen + (path,)), data, source=str(path))
+    return merge(_load_yaml(_parent_path(path, parent, named, known), seen + (path,), named, known), data,
+                 source=str(path))
 
 
-def _parent_path(child: Path, parent: Any) -> Path:
-    """The file that ``extends: <parent>`` in ``child`` names: a path relative to ``child``, else a built-in name."""
+def _parent_path(child: Path, parent: Any, named: NamedConfig, known: Callable[[], list[str]]) -> Path:
+    """The file that ``extends: <parent>`` in ``child`` names: a path relative to ``child``, else a named config."""
     if not isinstance(parent, str) or not parent:
         raise ConfigError(f"config {child}: 'extends:' must be a config name or path, got {_show(parent)}")
     relative = child.parent / parent
@@ -247,14 +205,12 @@ def _parent_path(child: Path, parent: Any) -> Path:
         return relative
     if relative.is_dir():
         raise ConfigError(f"config {child}: 'extends: {parent}' is the directory {relative}, not a config file")
-    domain, _, name = parent.partition("/")
-    folder = config_dirs().get(domain, recipes_dir() / domain / "configs")
-    builtin = folder / f"{name}.yaml"
-    if name and builtin.is_file():
+    builtin = named(parent) if "/" in parent else None
+    if builtin is not None:
         return builtin
-    hint = did_you_mean(parent, available_configs())
+    where = f"the built-in config {parent}" if "/" in parent else "a built-in config (those are named <domain>/<name>)"
     raise ConfigError(f"config {child}: 'extends: {parent}' names no config; looked for the file {relative} "
-                      f"and the built-in config {builtin if name else '<domain>/<name>'}{hint}")
+                      f"and {where}{did_you_mean(parent, known())}")
 
 
 def merge(base: dict[str, Any], over: dict[str, Any], source: str = "config", prefix: str = "") -> dict[str, Any]:
@@ -436,23 +392,3 @@ def to_dict(cfg: Any) -> Any:
 
 def save_config(cfg: Any, path: Path) -> None:
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
-def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Any, Any]:
-    """(recipe, validated config) from a config name or path plus ``key=value`` overrides."""
-    path = find_config(name_or_path)
-    return config_from_dict(load_yaml(path), list(overrides), source=str(path))
-
-
-def config_from_dict(data: dict[str, Any], overrides: list[str] = (), source: str = "config") -> tuple[Any, Any]:
-    """(recipe, validated config) from an already loaded mapping (e.g. a checkpoint's config.yaml)."""
-    from lavo_zoo.recipes import get_recipe
-
-    data = apply_overrides(data, list(overrides))
-    if overrides:
-        source = f"{source} with overrides {' '.join(overrides)}"
-    name = data.get("recipe")
-    if not name:
-        raise ConfigError(f"{source} has no 'recipe:' key naming the domain (e.g. recipe: lm)")
-    recipe = get_recipe(str(name))
-    return recipe, from_dict(recipe.config_class, data, source)

@@ -1,12 +1,12 @@
-"""The language model's own commands, mounted by ``lavo-zoo`` through ``LMRecipe.commands``: ``generate`` and
-``throughput``. Heavy modules are imported inside the commands so that ``lavo-zoo --help`` stays fast."""
+"""The language model's own commands (``COMMANDS``, mounted as ``lavo-zoo <name>``): ``generate``. Heavy modules are
+imported inside the commands so that ``lavo-zoo --help`` stays fast."""
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import click
+
+from lavo_zoo.options import device_option
 
 
 @click.command("generate", epilog="""\b
@@ -25,7 +25,7 @@ Examples:
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
               help="Nucleus sampling: the smallest set of tokens holding this probability mass.")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling.")
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@device_option
 @click.option("--stream-state/--no-stream-state", default=True, show_default=True,
               help="Decode with the recurrent state / KV cache (when the attention streams) or full re-runs.")
 def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int, top_p: float,
@@ -36,8 +36,8 @@ def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: flo
     from lavo_zoo.engine.checkpoint import load_model
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.errors import UsageError
-    from lavo_zoo.recipes.lm.generate import generate_ids
-    from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
+    from lavo_zoo.nn.tokenizers import get_tokenizer
+    from lavo_zoo.recipes.lm.infer import generate_ids
 
     with open_checkpoint(checkpoint) as path:  # an unpacked archive is removed once the model is loaded
         recipe, cfg, model, _ = load_model(path, pick_device(device))
@@ -54,32 +54,4 @@ def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: flo
     click.echo(f"[{len(new)} tokens in {elapsed:.2f}s, {len(new) / elapsed:.1f} tokens/s, {mode}]", err=True)
 
 
-@click.command("throughput", epilog="""\b
-Examples:
-  lavo-zoo throughput lm/tiny-lavo lm/tiny-sdpa --lengths 512,2048
-  lavo-zoo throughput lm/pg19-lavo --lengths 2048,8192,16384 --device cuda --json throughput.json""")
-@click.argument("configs", nargs=-1, required=True)
-@click.option("--lengths", default="2048,8192,16384", show_default=True, help="Comma-separated context lengths.")
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Timed steps per figure (the median is reported) after one warm-up step.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the rows to this JSON file.")
-def throughput(configs: tuple[str, ...], lengths: str, repeats: int, device: str, json_out: Path | None) -> None:
-    """Training and evaluation tokens/s of LM CONFIGS at several context lengths, one sequence per step."""
-    import torch
-
-    from lavo_zoo.errors import UsageError
-    from lavo_zoo.recipes.lm.throughput import measure
-
-    try:
-        sizes = [int(n) for n in lengths.split(",")]
-    except ValueError:
-        raise UsageError(f"--lengths must be comma-separated integers, got '{lengths}'") from None
-    rows = [measure(c, n, repeats, torch.device(device)) for c in configs for n in sizes]
-    click.echo(f"{'config':<22} {'length':>7} {'train tok/s':>12} {'eval tok/s':>12}")
-    for r in rows:
-        click.echo(f"{r['config']:<22} {r['length']:>7} {r['train_tokens_per_s']:>12.0f} "
-                   f"{r['eval_tokens_per_s']:>12.0f}")
-    if json_out is not None:
-        json_out.write_text(json.dumps(rows, indent=2) + "\n")
+COMMANDS = [generate]

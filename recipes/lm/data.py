@@ -34,11 +34,9 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from lavo_zoo.config import PositiveInt
-from lavo_zoo.engine.env import builtin_dataset
-from lavo_zoo.engine.env import cache_root as project_cache_root
+from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import DataError
-from lavo_zoo.recipes.base import SPLITS
-from lavo_zoo.recipes.lm.tokenizers import Tokenizer
+from lavo_zoo.nn.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # bump when the token file layout changes, so that old caches are rebuilt
@@ -50,12 +48,8 @@ class DataConfig:
     tokenizer: Literal["gpt2", "bytes"] = "gpt2"
     block_size: PositiveInt = 8192  # training context length L
     cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
+    builtin_size: int = 0  # built-in corpus: the first N standard-library modules as books (0: all)
     skip_bad_files: bool = False  # leave out (and name) books that are not UTF-8 text or hold NUL bytes; else refuse
-
-
-def cache_root() -> Path:
-    """``$LAVO_ZOO_CACHE/lm`` or ``<user cache dir>/lavo-zoo/lm``."""
-    return project_cache_root() / "lm"
 
 
 # ------------------------------------------------------------------------------------------------ the PG-19 layout
@@ -101,17 +95,18 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint8 if vocab_size <= 1 << 8 else np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path | None = None,
-                skip_bad_files: bool = False) -> np.ndarray:
+def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path, skip_bad_files: bool = False
+                ) -> np.ndarray:
     """The token ids of ``root/split`` as a read-only memory map, tokenizing into the cache first if needed.
 
-    A book that is not text (:func:`read_book`) is a :class:`DataError`, or with ``skip_bad_files`` left out with a
-    warning that counts and names the skipped files.
+    The token files go to ``cache_dir`` (the recipe's ``tokens/`` cache folder). A book that is not text
+    (:func:`read_book`) is a :class:`DataError`, or with ``skip_bad_files`` left out with a warning that counts and
+    names the skipped files.
     """
     root = Path(root).resolve()
     files = split_files(root, split)
     root_hash = hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    folder = (cache_dir or cache_root() / "tokens") / f"{root.name}-{root_hash}"
+    folder = Path(cache_dir) / f"{root.name}-{root_hash}"
     stem = f"{split}-{tokenizer.name}-"
     path = folder / f"{stem}{_fingerprint(files, tokenizer, skip_bad_files)}.bin"
     skipped_file = path.with_suffix(".skipped.json")
@@ -192,21 +187,10 @@ class TokenBlocks(Dataset):
 
 
 # ------------------------------------------------------------------------------------------- the built-in corpus
-def builtin_corpus(cache_dir: Path | None = None) -> Path:
-    """A PG-19-layout corpus of this Python's standard-library modules (one module source = one "book").
-
-    Generated once into the project's built-in data cache (:func:`~lavo_zoo.engine.env.builtin_dataset`, keyed by
-    the Python version and the layout version); the split of each module is fixed by a hash of its name (about
-    90% train, 5% validation, 5% test).
-    """
-    fingerprint = {"python": "{}.{}.{}".format(*sys.version_info[:3]), "format": CACHE_FORMAT}
-    return builtin_dataset("lm", "stdlib", fingerprint, write_builtin_corpus, cache_dir)
-
-
-def write_builtin_corpus(out: Path, max_books: int | None = None) -> Path:
-    """Write the built-in corpus into ``out`` in the PG-19 layout (``lavo-zoo data lm --out DIR``); returns ``out``.
-
-    ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
+def write_stdlib_corpus(out: Path, max_books: int | None = None) -> Path:
+    """Write a PG-19-layout corpus of this Python's standard-library modules (one module source = one "book") into
+    ``out``; returns ``out``. The split of each module is fixed by a hash of its name (about 90% train, 5%
+    validation, 5% test); ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
     """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     version = "{}.{}.{}".format(*sys.version_info[:3])

@@ -1,10 +1,10 @@
 """The ``lm`` recipe: GPT-2 on PG-19 (or the built-in corpus), perplexity at several lengths and streaming."""
 from __future__ import annotations
 
+import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -13,14 +13,13 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from lavo_zoo.config import EvalConfig, RunConfig
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.evaluators.perplexity import PerplexityTable
-from lavo_zoo.recipes import Recipe, register_recipe
-from lavo_zoo.recipes.base import check_dataset
-from lavo_zoo.recipes.lm.data import DataConfig, TokenBlocks, builtin_corpus, load_tokens, write_builtin_corpus
+from lavo_zoo.nn.tokenizers import get_tokenizer
+from lavo_zoo.recipes.lm.data import CACHE_FORMAT, DataConfig, TokenBlocks, load_tokens, write_stdlib_corpus
 from lavo_zoo.recipes.lm.model import ModelConfig, TransformerLM
-from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
 
 
 @dataclass
@@ -42,38 +41,38 @@ class LMConfig(RunConfig):
     eval: LMEvalConfig = field(default_factory=LMEvalConfig)
 
 
-def split_tokens(cfg: LMConfig, split: str) -> np.ndarray:
-    """The token stream of ``split`` (memory-mapped), from ``data.path`` or the built-in corpus."""
-    cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else None
-    root = Path(cfg.data.path).expanduser() if cfg.data.path else builtin_corpus(cache / "builtin" if cache else None)
-    return load_tokens(root, split, get_tokenizer(cfg.data.tokenizer), cache / "tokens" if cache else None,
-                       skip_bad_files=cfg.data.skip_bad_files)
-
-
 @register_recipe("lm")
 class LMRecipe(Recipe):
     description = "GPT-2 decoder on PG-19: perplexity at and beyond the training length, streaming, generation"
     config_class = LMConfig
     tiny_config = "lm/tiny-lavo"
     evaluator = "perplexity_table"  # ppl@<length> (and ppl@stream, ppl@ctx:<lo>-<hi> with eval.stream)
-    commands: ClassVar[dict[str, str]] = {"generate": "lavo_zoo.recipes.lm.cli:generate",
-                                          "throughput": "lavo_zoo.recipes.lm.cli:throughput"}
+    datasets = ("stdlib",)
 
     def resolve(self, cfg: LMConfig) -> LMConfig:
         """``model.vocab_size`` from ``data.tokenizer``."""
         cfg.model.vocab_size = get_tokenizer(cfg.data.tokenizer).vocab_size
         return cfg
 
-    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
-        """The built-in corpus in the PG-19 layout (``size``: at most that many books)."""
-        check_dataset(self.name, dataset, ("builtin",))
-        return write_builtin_corpus(out, max_books=size)
+    def builtin_key(self, data: DataConfig) -> dict:
+        """The standard-library corpus of this Python version (``builtin_size`` books, 0: all)."""
+        return {"dataset": "stdlib", "python": platform.python_version(), "books": data.builtin_size,
+                "format": CACHE_FORMAT}
+
+    def write_builtin(self, out: Path, data: DataConfig) -> Path:
+        """The standard-library corpus in the PG-19 layout."""
+        return write_stdlib_corpus(out, max_books=data.builtin_size or None)
+
+    def split_tokens(self, cfg: LMConfig, split: str) -> np.ndarray:
+        """The token stream of ``split`` (memory-mapped), from ``data.path`` or the built-in corpus."""
+        return load_tokens(self.data_path(cfg.data), self.check_split(split), get_tokenizer(cfg.data.tokenizer),
+                           self.cache_dir(cfg.data) / "tokens", skip_bad_files=cfg.data.skip_bad_files)
 
     def build_model(self, cfg: LMConfig) -> nn.Module:
         return TransformerLM(cfg.model)
 
     def build_dataset(self, cfg: LMConfig, split: str) -> Dataset:
-        return TokenBlocks(split_tokens(cfg, self.check_split(split)), cfg.data.block_size)
+        return TokenBlocks(self.split_tokens(cfg, split), cfg.data.block_size)
 
     def training_loss(self, model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         nll = model(batch[:, :-1], batch[:, 1:])  # batch [B, T+1] -> nll [B, T]
@@ -100,7 +99,7 @@ class LMRecipe(Recipe):
         was_training = model.training
         model.eval()
         table = self.build_evaluator(cfg)
-        tokens = split_tokens(cfg, self.check_split(split))
+        tokens = self.split_tokens(cfg, split)
         L, batch_size = cfg.data.block_size, self.eval_batch_size(cfg)
         lengths = [round(L * f) for f in cfg.eval.length_factors]
         if (not lengths and not cfg.eval.stream) or min(lengths, default=1) < 1:

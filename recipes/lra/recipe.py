@@ -2,9 +2,10 @@
 noncausal attention, Skyformer's LRA model and training settings, accuracy as the metric."""
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -12,14 +13,22 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import RunConfig, TrainConfig
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import Evaluator, build_evaluator
-from lavo_zoo.recipes import Recipe, register_recipe
-from lavo_zoo.recipes.lra.data import TASKS, DataConfig, collate, load_examples, write_builtin
+from lavo_zoo.recipes.lra.data import (
+    GENERATOR_VERSIONS,
+    TASKS,
+    DataConfig,
+    builtin_lengths,
+    collate,
+    load_examples,
+    write_task,
+)
 from lavo_zoo.recipes.lra.model import LRAClassifier, ModelConfig
 
 
-def skyformer_train_config() -> TrainConfig:
+def paper_train_config() -> TrainConfig:
     """Skyformer's LRA optimisation (ListOps values): AdamW, lr 1e-4, no weight decay, linear warmup then linear
     decay (``cosine`` with min_lr 0 is the closest shared schedule), batch 32."""
     return TrainConfig(optimizer="adamw", lr=1e-4, betas=[0.9, 0.999], weight_decay=0.0, schedule="cosine",
@@ -30,7 +39,7 @@ def skyformer_train_config() -> TrainConfig:
 @dataclass
 class LRAConfig(RunConfig):
     recipe: str = "lra"
-    train: TrainConfig = field(default_factory=skyformer_train_config)
+    train: TrainConfig = field(default_factory=paper_train_config)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
 
@@ -43,7 +52,7 @@ class LRARecipe(Recipe):
     config_class = LRAConfig
     evaluator = "accuracy"
     tiny_config = "lra/tiny-text-lavo"
-    score_commands: ClassVar[dict[str, str]] = {"accuracy": "lavo_zoo.recipes.lra.cli:score_accuracy"}
+    datasets = TASKS
 
     def resolve(self, cfg: LRAConfig) -> LRAConfig:
         """Fill the data-derived model sizes (vocabulary, classes, positions, two towers) from ``data.task``."""
@@ -60,7 +69,7 @@ class LRARecipe(Recipe):
         return LRAClassifier(self.resolve(cfg).model)
 
     def build_dataset(self, cfg: LRAConfig, split: str) -> Dataset:
-        return load_examples(cfg.data, self.check_split(split))
+        return load_examples(cfg.data, self.check_split(split), self.data_path(cfg.data))
 
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         return collate(samples)
@@ -82,14 +91,28 @@ class LRARecipe(Recipe):
     def build_evaluator(self, cfg: LRAConfig) -> Evaluator:
         return build_evaluator(self.evaluator, num_classes=self.resolve(cfg).model.num_classes)
 
-    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
-        """``lavo-zoo data lra/<task> --out DIR [--size N]``: the built-in data of one task (all five when no task
-        is named, each in ``DIR/<task>``) in the release layout; returns the folder."""
-        out = Path(out)
+    def builtin_config(self, dataset: str, size: int | None) -> DataConfig:
+        """Task ``dataset`` with ``size`` training examples (default 2,000)."""
+        return DataConfig(task=dataset, builtin_size=size or DataConfig().builtin_size)
+
+    def builtin_key(self, data: DataConfig) -> dict:
+        if data.task not in TASKS:
+            raise ConfigError(f"unknown LRA task '{data.task}'; choose one of {', '.join(TASKS)}")
+        return {"dataset": data.task, "v": GENERATOR_VERSIONS[data.task], "size": data.builtin_size,
+                "seed": data.builtin_seed, "lengths": builtin_lengths(data),
+                "difficulty": data.difficulty if data.task == "pathfinder" else None,
+                "python": platform.python_version() if data.task in ("text", "retrieval") else None}
+
+    def write_builtin(self, out: Path, data: DataConfig) -> Path:
+        """The task's generated data in its release layout."""
+        return write_task(out, data.task, data.builtin_size, data.builtin_seed, builtin_lengths(data), data.difficulty)
+
+    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None,
+                   overwrite: bool = False) -> Path:
+        """``lavo-zoo data lra/<task> --out DIR [--size N]``: one task's built-in data in its release layout; all
+        five, each in ``DIR/<task>``, when no task is named."""
         if dataset is None:
             for task in TASKS:
-                write_builtin(out / task, task, size or 2000)
-            return out
-        if dataset not in TASKS:
-            raise ConfigError(f"unknown LRA task '{dataset}'; choose one of {', '.join(TASKS)}")
-        return write_builtin(out, dataset, size or 2000)
+                super().write_data(Path(out) / task, task, size, overwrite)
+            return Path(out)
+        return super().write_data(out, dataset, size, overwrite)

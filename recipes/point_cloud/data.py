@@ -37,8 +37,8 @@ import torch
 from torch.utils.data import Dataset
 
 from lavo_zoo.errors import ConfigError, DataError
-from lavo_zoo.recipes.point_cloud.ops import fps
-from lavo_zoo.recipes.point_cloud.pcd import read_pcd, write_pcd
+from lavo_zoo.formats.pcd import read_pcd, write_pcd
+from lavo_zoo.nn.points import fps
 
 SPLIT_FOLDERS = {"train": "train", "validation": "val", "test": "test"}
 TRAIN_VIEWS = 8
@@ -62,7 +62,7 @@ class DataConfig:
     gt_points: int = 16384  # points in every complete cloud (checked on read)
     train_gt_sample: int = 0  # train against a random subset of this many ground-truth points (0 = all)
     mirror: bool = True  # RandomMirrorPoints in train
-    builtin_train: int = 24  # built-in models per category: train (val and test get a quarter and a half)
+    builtin_size: int = 24  # built-in models per category: train (val and test get a quarter and a half)
     builtin_seed: int = 0
 
 
@@ -327,7 +327,7 @@ def builtin_splits(train: int) -> dict[str, int]:
     return {"train": train, "val": max(1, train // 4), "test": max(2, train // 2)}
 
 
-def write_builtin(out: Path, train: int = 24, seed: int = 0, num_points: int = 16384) -> Path:
+def write_shapes(out: Path, train: int = 24, seed: int = 0, num_points: int = 16384) -> Path:
     """Write the built-in dataset in the PCN layout under ``out`` (``train`` models per category in train, a
     quarter in val, half in test); returns ``out``."""
     out = Path(out)
@@ -355,17 +355,3 @@ def write_builtin(out: Path, train: int = 24, seed: int = 0, num_points: int = 1
         index.append(entry)
     (out / "PCN.json").write_text(json.dumps(index, indent=1) + "\n")
     return out
-
-
-def builtin_root(cfg: DataConfig) -> Path:
-    """The built-in dataset for ``cfg``, generated once (atomically) into the cache."""
-    from lavo_zoo.engine.env import builtin_dataset
-
-    fingerprint = {"version": GENERATOR_VERSION, "train": cfg.builtin_train, "seed": cfg.builtin_seed,
-                   "gt_points": cfg.gt_points}
-    return builtin_dataset("point_cloud", "shapes", fingerprint,
-                           lambda out: write_builtin(out, cfg.builtin_train, cfg.builtin_seed, cfg.gt_points))
-
-
-def data_root(cfg: DataConfig) -> Path:
-    return Path(cfg.path).expanduser() if cfg.path else builtin_root(cfg)

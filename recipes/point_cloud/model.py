@@ -26,7 +26,7 @@ from torch import nn
 
 from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention, attention_info
 from lavo_zoo.errors import ConfigError
-from lavo_zoo.recipes.point_cloud.ops import fps, gather_points, knn
+from lavo_zoo.nn.points import fps, gather_points, knn
 
 
 def _timm_layers():
@@ -145,7 +145,7 @@ class DGCNNGrouper(nn.Module):
 
 
 def _fps_index(points: torch.Tensor, num: int) -> torch.Tensor:
-    from lavo_zoo.recipes.point_cloud.ops import farthest_point_sample
+    from lavo_zoo.nn.points import farthest_point_sample
 
     return farthest_point_sample(points, min(num, points.shape[1]))
 

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
 from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.evaluators.chamfer import PointClouds, chamfer_l1
-from lavo_zoo.recipes import Recipe, register_recipe
-from lavo_zoo.recipes.point_cloud.data import CompletionDataset, DataConfig, data_root, write_builtin
+from lavo_zoo.nn.points import nearest_sq_distances
+from lavo_zoo.recipes.point_cloud.data import GENERATOR_VERSION, CompletionDataset, DataConfig, write_shapes
+from lavo_zoo.recipes.point_cloud.infer import complete_clouds
 from lavo_zoo.recipes.point_cloud.model import ModelConfig, PoinTr
-from lavo_zoo.recipes.point_cloud.ops import nearest_sq_distances
 
 
-def pointr_train_config() -> TrainConfig:
+def paper_train_config() -> TrainConfig:
     """PoinTr on PCN: AdamW lr 5e-4, weight decay 5e-4, lr x0.9 every 21 epochs, batch 48, 300 epochs (PCN's 28,974
     training models make 603 steps per epoch). The reference's floor of 0.02 x lr is never reached in 300 epochs
     (0.9^14 = 0.23)."""
@@ -29,19 +30,10 @@ def pointr_train_config() -> TrainConfig:
 @dataclass
 class PointCloudConfig(RunConfig):
     recipe: str = "point_cloud"
-    train: TrainConfig = field(default_factory=pointr_train_config)
+    train: TrainConfig = field(default_factory=paper_train_config)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(batch_size=8))  # 16,384-point clouds: small batches
-
-
-def complete_clouds(model: nn.Module, partial: torch.Tensor, partial_mask: torch.Tensor
-                    ) -> tuple[torch.Tensor, PointClouds]:
-    """(coarse [B, Mc, 3], dense PointClouds whose mask drops the partial's zero padding) for partial [B, N, 3]."""
-    coarse, dense = model(partial)  # [B, Mc, 3], [B, Md + N, 3]
-    folded = dense.shape[1] - partial.shape[1]
-    mask = torch.cat([partial_mask.new_ones(partial.shape[0], folded), partial_mask], dim=1)  # [B, Md + N]
-    return coarse, PointClouds(dense, mask)
 
 
 @register_recipe("point_cloud")
@@ -52,14 +44,13 @@ class PointCloudRecipe(Recipe):
     config_class = PointCloudConfig
     tiny_config = "point_cloud/tiny-lavo"
     evaluator = "chamfer"
-    commands: ClassVar[dict[str, str]] = {"complete": "lavo_zoo.recipes.point_cloud.cli:complete"}
-    score_commands: ClassVar[dict[str, str]] = {"chamfer": "lavo_zoo.recipes.point_cloud.cli:score_chamfer"}
+    datasets = ("shapes",)
 
     def build_model(self, cfg: PointCloudConfig) -> PoinTr:
         return PoinTr(cfg.model)
 
     def build_dataset(self, cfg: PointCloudConfig, split: str) -> CompletionDataset:
-        return CompletionDataset(data_root(cfg.data), self.check_split(split), cfg.data)
+        return CompletionDataset(self.data_path(cfg.data), self.check_split(split), cfg.data)
 
     def training_loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         """CD-L1(coarse, gt) + CD-L1(dense, gt), each averaged over the batch (PoinTr's loss, padding included)."""
@@ -84,6 +75,10 @@ class PointCloudRecipe(Recipe):
         loss, _ = self._loss(coarse, dense.points, batch["gt"])
         return loss, dense, PointClouds(batch["gt"], categories=list(batch["category"]))
 
-    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
-        """The built-in dataset in the PCN layout under ``out`` (``size`` training models per category)."""
-        return write_builtin(Path(out), train=size or DataConfig().builtin_train)
+    def builtin_key(self, data: DataConfig) -> dict:
+        return {"dataset": "shapes", "version": GENERATOR_VERSION, "train": data.builtin_size,
+                "seed": data.builtin_seed, "gt_points": data.gt_points}
+
+    def write_builtin(self, out: Path, data: DataConfig) -> Path:
+        """Procedural shapes in the PCN layout (``builtin_size`` training models per category)."""
+        return write_shapes(out, data.builtin_size, data.builtin_seed, data.gt_points)

@@ -19,29 +19,30 @@ standard library (see :func:`stdlib_examples`), so that every command works offl
 from __future__ import annotations
 
 import ast
-import json
 import logging
-import re
-import sys
 import sysconfig
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.errors import DataError
-from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
+from lavo_zoo.formats.multinews import (
+    ARTICLE_SEPARATOR,
+    SUMMARY_MARK,
+    clean_summary,
+    encode_newlines,
+    split_articles,
+)
+from lavo_zoo.formats.text import json_rows, read_lines
+from lavo_zoo.nn.tokenizers import get_tokenizer
 
 log = logging.getLogger(__name__)
 
-ARTICLE_SEPARATOR = "|||||"
-NEWLINE_MARK = "NEWLINE_CHAR"
-SUMMARY_MARK = "– "  # Multi-News summaries start with an en dash and a space
 SPLIT_FILES = {"train": ("train",), "validation": ("val", "validation"), "test": ("test",)}
 FORMATS = ("multinews", "jsonl")
 BUILTIN_VERSION = 1  # bump when the built-in corpus changes, so that cached copies are regenerated
@@ -54,7 +55,7 @@ class DataConfig:
     tokenizer: Literal["gpt2"] = "gpt2"
     max_source_tokens: int = 4096  # sources are truncated to this many tokens (articles joined, separators included)
     max_target_tokens: int = 400  # summaries are truncated to this many tokens (before BOS/EOS)
-    cache_dir: str | None = None  # where the built-in corpus is generated (default: <cache>/summarization/builtin)
+    cache_dir: str | None = None  # built-in corpus (default: $LAVO_ZOO_CACHE/summarization or the user cache)
 
 
 @dataclass
@@ -73,48 +74,6 @@ class SplitData:
     examples: list[Example]
     skipped: int = 0
     files: list[Path] = field(default_factory=list)
-
-
-# ------------------------------------------------------------------------------------------------ text helpers
-def decode_newlines(text: str) -> str:
-    """Multi-News ``NEWLINE_CHAR`` markers (with the spaces around them) back to line breaks."""
-    return re.sub(rf" *{NEWLINE_MARK} *", "\n", text)
-
-
-def encode_newlines(text: str) -> str:
-    """Line breaks as ``NEWLINE_CHAR`` (the inverse of :func:`decode_newlines` for text without spaces at ends of
-    lines), so that one example is one line."""
-    return re.sub(r" *\r?\n *", f" {NEWLINE_MARK} ", text.strip())
-
-
-def split_articles(document: str) -> list[str]:
-    """The non-empty articles of a ``|||||``-separated document, newlines decoded and whitespace trimmed."""
-    return [a for a in (decode_newlines(part).strip() for part in document.split(ARTICLE_SEPARATOR)) if a]
-
-
-def clean_summary(summary: str) -> str:
-    """A summary without Multi-News' leading "– " and with its newlines decoded."""
-    text = decode_newlines(summary).strip()
-    return text[len(SUMMARY_MARK.strip()):].strip() if text.startswith(SUMMARY_MARK.strip()) else text
-
-
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (without line ends); a line that is not UTF-8 is a DataError naming it."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, line in enumerate(lines, 1):
-        try:
-            out.append(line.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}, line {number}: not UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1}); "
-                            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------ loaders
@@ -177,18 +136,6 @@ def read_multinews(src: Path, tgt: Path) -> Iterator[Example]:
         raise DataError(f"split file {src} is empty (and so is {tgt}): it must hold one example per line")
     for number, (source, target) in enumerate(zip(sources, targets), 1):
         yield Example(f"{src.stem}:{number}", split_articles(source), clean_summary(target))
-
-
-def json_rows(lines: Iterable[str], path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) of each non-blank JSON line of ``path``; invalid JSON is a DataError naming the
-    line."""
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
 
 
 def read_jsonl(path: Path) -> Iterator[Example]:
@@ -364,24 +311,11 @@ def stdlib_examples(sources: list[tuple[str, Path]] | None = None) -> dict[str, 
     return splits
 
 
-def write_builtin(out: Path, sources: list[tuple[str, Path]] | None = None) -> dict[str, int]:
+def write_stdlib_corpus(out: Path, sources: list[tuple[str, Path]] | None = None) -> dict[str, int]:
     """Write the built-in corpus to ``out`` in the Multi-News layout; returns the number of examples per split."""
     split_names = {"train": "train", "validation": "val", "test": "test"}
     return {split: write_multinews(examples, out, split_names[split])
             for split, examples in stdlib_examples(sources).items()}
-
-
-def builtin_corpus(cache_dir: Path | None = None) -> Path:
-    """The built-in corpus folder (Multi-News layout), generated once into the project's built-in data cache
-    (:func:`~lavo_zoo.engine.env.builtin_dataset`, keyed by the Python version, its standard library's location and
-    the corpus version); ``cache_dir`` replaces that cache's ``summarization/builtin`` folder."""
-    fingerprint = {"python": "{}.{}.{}".format(*sys.version_info[:3]), "stdlib": sysconfig.get_paths()["stdlib"],
-                   "format": BUILTIN_VERSION}
-
-    def write(folder: Path) -> None:
-        log.info("generated the built-in summarization corpus: %s", write_builtin(folder))
-
-    return builtin_dataset("summarization", "stdlib", fingerprint, write, cache_dir)
 
 
 # ------------------------------------------------------------------------------------------------ tokenization

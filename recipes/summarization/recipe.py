@@ -2,39 +2,45 @@
 any attention at each site, greedy (or beam) decoding with lengths from the source, ROUGE."""
 from __future__ import annotations
 
+import logging
+import platform
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import RunConfig
-from lavo_zoo.errors import ConfigError, UsageError
+from lavo_zoo.config import EvalConfig, RunConfig
+from lavo_zoo.engine.checkpoint import unwrap
+from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
+from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.evaluators.rouge import Rouge
 from lavo_zoo.nn.losses import label_smoothed_cross_entropy
-from lavo_zoo.recipes import Recipe, register_recipe, to_device
 from lavo_zoo.recipes.summarization.data import (
+    BUILTIN_VERSION,
     DataConfig,
     SummarizationDataset,
     Vocabulary,
-    builtin_corpus,
     collate,
     load_split,
-    write_builtin,
+    write_stdlib_corpus,
 )
+from lavo_zoo.recipes.summarization.infer import generate_summaries
 from lavo_zoo.recipes.summarization.model import ModelConfig, SummarizationTransformer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
-class SummarizationEvalConfig:
-    """Evaluation batch size and decoding. Summary length limits grow with the source's S real tokens:
-    at most ``int(max_len_a * S + max_len_b)`` tokens (EOS included) and at least ``int(min_len_a * S + min_len_b)``.
+class SummarizationEvalConfig(EvalConfig):
+    """Decoding (``batch_size``, shared: sources per evaluation batch). Summary length limits grow with the
+    source's S real tokens: at most ``int(max_len_a * S + max_len_b)`` tokens (EOS included) and at least
+    ``int(min_len_a * S + min_len_b)``.
     """
 
-    batch_size: int = 0  # sources per evaluation batch (0: train.batch_size)
     beam: int = 1  # 1 = greedy (the paper's decoding)
     max_len_a: float = 0.1
     max_len_b: int = 60
@@ -52,21 +58,13 @@ class SummarizationConfig(RunConfig):
     eval: SummarizationEvalConfig = field(default_factory=SummarizationEvalConfig)
 
 
-def data_root(cfg: SummarizationConfig) -> Path:
-    """``data.path``, or the built-in corpus (generated on first use)."""
-    if cfg.data.path:
-        return Path(cfg.data.path).expanduser()
-    return builtin_corpus(Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else None)
-
-
 @register_recipe("summarization")
 class SummarizationRecipe(Recipe):
     description = "6+6 Transformer on Multi-News: any attention per site, greedy/beam decoding, ROUGE"
     config_class = SummarizationConfig
     tiny_config = "summarization/tiny-lavo-noncausal"
     evaluator = "rouge"
-    commands: ClassVar[dict[str, str]] = {"summarize": "lavo_zoo.recipes.summarization.cli:summarize"}
-    score_commands: ClassVar[dict[str, str]] = {"rouge": "lavo_zoo.recipes.summarization.cli:score_rouge"}
+    datasets = ("stdlib",)
 
     def resolve(self, cfg: SummarizationConfig) -> SummarizationConfig:
         """Vocabulary size and padding id from ``data.tokenizer``; length settings checked against the positions."""
@@ -93,19 +91,19 @@ class SummarizationRecipe(Recipe):
         return SummarizationTransformer(cfg.model)
 
     def build_dataset(self, cfg: SummarizationConfig, split: str) -> Dataset:
-        examples = load_split(data_root(cfg), self.check_split(split), cfg.data.format).examples
+        examples = load_split(self.data_path(cfg.data), self.check_split(split), cfg.data.format).examples
         return SummarizationDataset(examples, Vocabulary(cfg.data.tokenizer), cfg.data.max_source_tokens,
                                     cfg.data.max_target_tokens)
 
-    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
-        """The built-in corpus in the Multi-News layout ({train,val,test}.src/.tgt); ``size`` is not supported."""
-        if dataset not in (None, "stdlib"):
-            raise UsageError(f"recipe 'summarization' has one built-in dataset, 'stdlib'; got '{dataset}'")
-        if size is not None:
-            raise UsageError("the built-in summarization corpus has a fixed size (all standard-library modules); "
-                             "drop --size")
-        write_builtin(Path(out))
-        return Path(out)
+    def builtin_key(self, data: DataConfig) -> dict:
+        """The corpus of this Python's standard library (its version and location), a fixed size."""
+        return {"dataset": "stdlib", "python": platform.python_version(), "stdlib": sysconfig.get_paths()["stdlib"],
+                "format": BUILTIN_VERSION}
+
+    def write_builtin(self, out: Path, data: DataConfig) -> Path:
+        """The standard-library corpus in the Multi-News layout ({train,val,test}.src/.tgt)."""
+        log.info("generated the built-in summarization corpus: %s", write_stdlib_corpus(out))
+        return out
 
     def collate(self, samples: list[dict]) -> dict:
         return collate(samples, pad=Vocabulary().pad)
@@ -113,7 +111,7 @@ class SummarizationRecipe(Recipe):
     def training_loss(self, model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         """Label-smoothed cross-entropy of the summary tokens (fairseq's, padding ignored, the tied output head's
         logits computed in chunks); also logs the plain NLL."""
-        core = _unwrap(model)
+        core = unwrap(model)
         pad = core.cfg.pad_id
         target_in, target_out = batch["target"][:, :-1], batch["target"][:, 1:]  # [B, T]
         hidden = model(batch["source"], batch["source_mask"], target_in, target_in != pad)  # [B, T, D]
@@ -121,26 +119,11 @@ class SummarizationRecipe(Recipe):
                                                  weight=core.embed_tokens.weight, ignore_index=pad)  # tied head
         return loss, {"nll": float(nll.detach())}
 
-    @torch.no_grad()
-    def generate(self, model: nn.Module, cfg: SummarizationConfig, source: torch.Tensor, source_mask: torch.Tensor,
-                 beam: int | None = None, max_length: int | None = None) -> list[str]:
-        """Summaries of a padded batch of sources (source [B, S], source_mask [B, S]) as text."""
-        from lavo_zoo.nn.search import generate
-
-        core, e, vocab = _unwrap(model), cfg.eval, Vocabulary(cfg.data.tokenizer)
-        max_len_a, max_len_b = (0.0, max_length) if max_length else (e.max_len_a, e.max_len_b)
-        out = generate(core, source, source_mask, bos_id=vocab.bos, eos_id=vocab.eos, pad_id=vocab.pad,
-                       beam_size=beam or e.beam, max_len_a=max_len_a,
-                       max_len_b=min(max_len_b, core.cfg.max_target_positions),
-                       min_len_a=e.min_len_a, min_len_b=min(e.min_len_b, max_len_b - 1) if max_length else e.min_len_b,
-                       length_penalty=e.length_penalty, no_repeat_ngram_size=e.no_repeat_ngram_size)
-        return [vocab.decode(row[:n].tolist()) for row, n in zip(out.tokens, out.lengths.tolist())]
-
     def predict(self, model: nn.Module, batch: dict) -> tuple[list[str], list[str]]:
         """(generated summaries, reference summaries) of a batch, decoded with the eval settings of the config the
         model was built from (the defaults before any)."""
         cfg = getattr(self, "cfg", None) or self.resolve(SummarizationConfig())
-        return self.generate(model, cfg, batch["source"], batch["source_mask"]), batch["references"]
+        return generate_summaries(model, cfg, batch["source"], batch["source_mask"]), batch["references"]
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: SummarizationConfig, split: str, device: torch.device,
@@ -155,53 +138,10 @@ class SummarizationRecipe(Recipe):
             if max_batches and i >= max_batches:
                 break
             batch = to_device(batch, device)
-            hypotheses = self.generate(model, cfg, batch["source"], batch["source_mask"])
+            hypotheses = generate_summaries(model, cfg, batch["source"], batch["source_mask"])
             evaluator.update(hypotheses, batch["references"], ids=batch["ids"])  # as predict(), with the ids
         model.train(was_training)
         return evaluator
 
-    def eval_batch_size(self, cfg: SummarizationConfig) -> int:
-        return cfg.eval.batch_size or cfg.train.batch_size
 
-
-def _unwrap(model: nn.Module) -> SummarizationTransformer:
-    """The model inside DDP / torch.compile wrappers."""
-    while not isinstance(model, SummarizationTransformer):
-        model = getattr(model, "module", None) or model._orig_mod
-    return model
-
-
-@dataclass
-class Summarizer:
-    """A loaded checkpoint that summarizes lists of articles (``lavo-zoo summarize``)."""
-
-    recipe: SummarizationRecipe
-    cfg: SummarizationConfig
-    model: SummarizationTransformer
-    device: torch.device
-
-    def summarize(self, documents: list[list[str]], beam: int | None = None, max_length: int | None = None
-                  ) -> list[str]:
-        """One summary per document (a list of article texts)."""
-        vocab = Vocabulary(self.cfg.data.tokenizer)
-        samples = [{"id": str(i), "source": torch.tensor(vocab.encode_source(articles)[:self.cfg.data.max_source_tokens]
-                                                        or [vocab.sep]),
-                    "target": torch.tensor([vocab.bos, vocab.eos]), "reference": ""}
-                   for i, articles in enumerate(documents)]
-        batch = to_device(collate(samples, vocab.pad), self.device)
-        return self.recipe.generate(self.model, self.cfg, batch["source"], batch["source_mask"], beam, max_length)
-
-
-def load_summarizer(path: Path, device: str | None = None) -> Summarizer:
-    """A :class:`Summarizer` from a summarization checkpoint directory."""
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
-
-    dev = pick_device(device)
-    recipe, cfg, model, _ = load_model(path, dev)
-    if not isinstance(recipe, SummarizationRecipe):
-        raise UsageError(f"{path} is a '{recipe.name}' checkpoint; `lavo-zoo summarize` needs a summarization one")
-    return Summarizer(recipe, cfg, model, dev)
-
-
-__all__ = ["SummarizationConfig", "SummarizationEvalConfig", "SummarizationRecipe", "Summarizer"]
+__all__ = ["SummarizationConfig", "SummarizationEvalConfig", "SummarizationRecipe"]

@@ -20,9 +20,8 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.engine.env import builtin_dataset
+from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
-from lavo_zoo.recipes.base import SPLITS
 
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
 # `lavo-zoo data time_series/<name>`: (freq, file name, rows of the real file)
@@ -41,7 +40,7 @@ class DataConfig:
     seq_len: int = 96  # encoder input length
     label_len: int = 48  # decoder start-token length (the last label_len input steps)
     pred_len: int = 24  # forecast horizon
-    builtin_rows: int = 17420  # built-in table length (ETTh1 has 17420 rows)
+    builtin_size: int = 17420  # built-in table: rows (ETTh1 has 17420)
     builtin_seed: int = 0
 
 
@@ -196,17 +195,6 @@ def resolve_split(cfg: DataConfig) -> str:
     return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
 
 
-def builtin_table(cfg: DataConfig) -> Path:
-    """The built-in table as an ETT-layout CSV in the project's built-in data cache (generated once per
-    ``builtin_rows`` / ``freq`` / ``builtin_seed``), read back through the same reader as a real file."""
-    fingerprint = {"rows": cfg.builtin_rows, "freq": cfg.freq, "seed": cfg.builtin_seed, "format": 1}
-
-    def write(out: Path) -> None:
-        write_table(generate_ett(cfg.builtin_rows, cfg.freq, cfg.builtin_seed), out / "table.csv")
-
-    return builtin_dataset("time_series", "ett", fingerprint, write) / "table.csv"
-
-
 def write_table(table: pd.DataFrame, path: Path) -> Path:
     """``table`` (a 'date' column and value columns) as a CSV in the ETT layout, values at full precision."""
     table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S"))
@@ -214,8 +202,9 @@ def write_table(table: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def prepare(cfg: DataConfig) -> PreparedSeries:
-    """Read (the built-in table: generate once, then read), select, check and standardise the series."""
+def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:
+    """Read the CSV at ``path`` (``data.path`` or the recipe's built-in table), select, check and standardise the
+    series."""
     for key in ("seq_len", "label_len", "pred_len"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"data.{key} must be >= 1, got {getattr(cfg, key)}")
@@ -223,13 +212,8 @@ def prepare(cfg: DataConfig) -> PreparedSeries:
         raise ConfigError(f"data.label_len ({cfg.label_len}) must not exceed data.seq_len ({cfg.seq_len}): the "
                           "decoder's start token is the end of the encoder input")
     _features_for(cfg.freq)
-    if cfg.path:
-        path = Path(cfg.path).expanduser()
-        source = str(path)
-    else:
-        generate_step(cfg.freq)  # a clear error for a frequency the generator cannot produce, before any file
-        path, source = builtin_table(cfg), "the built-in data"
-    table = _read_csv(path)
+    source = str(path) if cfg.path else "the built-in data"
+    table = _read_csv(Path(path))
     values, columns = _select(table, cfg, source)
     borders = split_borders(len(table), resolve_split(cfg), cfg.seq_len)
     window = cfg.seq_len + cfg.pred_len

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lavo_zoo.recipes.base import Recipe
+from lavo_zoo.engine.recipe import Recipe
 
 
 @torch.no_grad()

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -11,13 +10,14 @@ from torch import nn
 
 from lavo_zoo.config import RunConfig, TrainConfig
 from lavo_zoo.engine.checkpoint import unwrap
-from lavo_zoo.recipes import Recipe, register_recipe
-from lavo_zoo.recipes.base import check_dataset
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.recipes.time_series.data import (
     BUILTIN_DATASETS,
     DataConfig,
     ForecastWindows,
+    PreparedSeries,
     generate_ett,
+    generate_step,
     num_time_features,
     prepare,
     write_table,
@@ -25,7 +25,7 @@ from lavo_zoo.recipes.time_series.data import (
 from lavo_zoo.recipes.time_series.model import Informer, ModelConfig
 
 
-def informer_train_config() -> TrainConfig:
+def paper_train_config() -> TrainConfig:
     """Informer's optimisation (the one place these defaults live; configs only state what they change): Adam 1e-4,
     lr halved every epoch ("type1"), 6 epochs, batch 32, no clipping, validation on the whole split once per
     epoch (keeping checkpoints/best), early stopping after 3 epochs without a lower validation loss."""
@@ -37,7 +37,7 @@ def informer_train_config() -> TrainConfig:
 @dataclass
 class TimeSeriesConfig(RunConfig):
     recipe: str = "time_series"
-    train: TrainConfig = field(default_factory=informer_train_config)
+    train: TrainConfig = field(default_factory=paper_train_config)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
 
@@ -50,28 +50,37 @@ class TimeSeriesRecipe(Recipe):
     config_class = TimeSeriesConfig
     tiny_config = "time_series/tiny-lavo"
     evaluator = "forecast"
-    commands: ClassVar[dict[str, str]] = {"forecast-plot": "lavo_zoo.recipes.time_series.cli:forecast_plot",
-                "repeats": "lavo_zoo.recipes.time_series.cli:repeats"}
-    score_commands: ClassVar[dict[str, str]] = {"forecast": "lavo_zoo.recipes.time_series.cli:score_forecast"}
+    datasets = tuple(BUILTIN_DATASETS)
+
+    def series(self, data: DataConfig) -> PreparedSeries:
+        """The standardised series of ``data.path`` or the built-in table."""
+        return prepare(data, self.data_path(data))
 
     def resolve(self, cfg: TimeSeriesConfig) -> TimeSeriesConfig:
         """``model.channels`` / ``out_channels`` from the data's columns, ``model.time_features`` from data.freq."""
         d, m = cfg.data, cfg.model
-        m.channels = len(prepare(d).columns)
+        m.channels = len(self.series(d).columns)
         m.out_channels = 1 if d.features == "MS" else m.channels
         m.time_features = num_time_features(d.freq)
         return cfg
 
-    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
-        """A generated ETT-layout CSV (``etth1``: hourly, ``ettm1``: 15-minute; ``size`` rows, default the real
-        file's length). ETT-named files use Informer's 12/4/4-month split, which needs the full length: with a
-        smaller ``size`` train with ``data.split=ratio``."""
-        name = check_dataset(self.name, dataset or "etth1", tuple(BUILTIN_DATASETS))
-        freq, file_name, rows = BUILTIN_DATASETS[name]
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / file_name
-        return write_table(generate_ett(size or rows, freq), path)
+    def builtin_config(self, dataset: str, size: int | None) -> DataConfig:
+        """``etth1``: hourly, ``ettm1``: 15-minute; ``size`` rows (default: the real file's length). ETT-named
+        files use Informer's 12/4/4-month split, which needs the full length: with a smaller ``size`` train with
+        ``data.split=ratio``."""
+        freq, _, rows = BUILTIN_DATASETS[dataset]
+        return DataConfig(freq=freq, builtin_size=size or rows)
+
+    def builtin_key(self, data: DataConfig) -> dict:
+        generate_step(data.freq)  # a clear error for a frequency the generator cannot produce, before any file
+        return {"dataset": "ett", "rows": data.builtin_size, "freq": data.freq, "seed": data.builtin_seed,
+                "format": 1}
+
+    def write_builtin(self, out: Path, data: DataConfig) -> Path:
+        """A generated table in the ETT column layout, named as the real file of its frequency (ETTh1.csv,
+        ETTm1.csv; table.csv for other frequencies)."""
+        name = next((file for freq, file, _ in BUILTIN_DATASETS.values() if freq == data.freq), "table.csv")
+        return write_table(generate_ett(data.builtin_size, data.freq, data.builtin_seed), out / name)
 
     def build_model(self, cfg: TimeSeriesConfig) -> Informer:
         d = cfg.data
@@ -79,7 +88,7 @@ class TimeSeriesRecipe(Recipe):
 
     def build_dataset(self, cfg: TimeSeriesConfig, split: str) -> ForecastWindows:
         d = cfg.data
-        return ForecastWindows(prepare(d), self.check_split(split), d.seq_len, d.label_len, d.pred_len)
+        return ForecastWindows(self.series(d), self.check_split(split), d.seq_len, d.label_len, d.pred_len)
 
     def predict(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(forecast [B, pred_len, c_out], truth [B, pred_len, c_out]); MS forecasts the last (target) column."""

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +20,7 @@ import soundfile as sf
 import torch
 
 from lavo_zoo.errors import DataError
+from lavo_zoo.options import write_file
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,14 @@ def read_wav(path: Path, sample_rate: int) -> np.ndarray:
     return wave.astype(np.float32)
 
 
-def write_wav(path: Path, wave: np.ndarray, sample_rate: int) -> None:
-    """16-bit PCM wav (parent folders created; samples clipped to [-1, 1])."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(str(path), np.clip(np.asarray(wave, dtype=np.float32), -1.0, 1.0), sample_rate, subtype="PCM_16")
+def write_wav(path: Path, wave: np.ndarray, sample_rate: int, overwrite: bool = True, exact: bool = False) -> Path:
+    """A wav written atomically: 16-bit PCM (samples clipped to [-1, 1]) to listen to, or with ``exact`` 32-bit
+    float holding the samples as they are (what an evaluation scored, so that ``lavo-zoo score mcd`` on the files
+    gives the same figures). With ``overwrite=False`` an existing file is refused."""
+    buffer = io.BytesIO()
+    wave = np.asarray(wave, dtype=np.float32)
+    if exact:
+        sf.write(buffer, wave, sample_rate, subtype="FLOAT", format="WAV")
+    else:
+        sf.write(buffer, np.clip(wave, -1.0, 1.0), sample_rate, subtype="PCM_16", format="WAV")
+    return write_file(Path(path), buffer.getvalue(), overwrite)

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import sys
 import sysconfig
 import zlib
 from dataclasses import asdict, dataclass
@@ -30,8 +29,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.engine.env import builtin_dataset
-from lavo_zoo.engine.env import cache_root as project_cache_root
 from lavo_zoo.errors import DataError
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav, write_wav
 from lavo_zoo.recipes.tts.text import TextEncoder, text_encoder
@@ -61,13 +58,6 @@ class Utterance:
     id: str
     text: str  # the normalised transcript (third field), or the transcript where that is empty
     wav: Path
-
-
-def cache_root(cfg: DataConfig | None = None) -> Path:
-    """``<cache_dir>`` or ``$LAVO_ZOO_CACHE/tts`` or ``<user cache dir>/lavo-zoo/tts``."""
-    if cfg is not None and cfg.cache_dir:
-        return Path(cfg.cache_dir).expanduser()
-    return project_cache_root() / "tts"
 
 
 # -------------------------------------------------------------------------------------------- the LJSpeech layout
@@ -139,12 +129,6 @@ class SplitFeatures:
         return self.frames[self.offsets[i]:self.offsets[i + 1]]
 
 
-def data_root(cfg: DataConfig) -> Path:
-    if cfg.path:
-        return Path(cfg.path).expanduser().resolve()
-    return builtin_corpus(cache_root(cfg) / "builtin" if cfg.cache_dir else None, cfg.builtin_size)
-
-
 def _key(utts: list[Utterance], cfg: DataConfig) -> str:
     stats = [(u.id, u.text, (s := u.wav.stat()).st_size, s.st_mtime_ns) for u in utts]
     payload = json.dumps({"format": CACHE_FORMAT, "features": asdict(cfg.features()), "max": cfg.max_duration,
@@ -152,13 +136,14 @@ def _key(utts: list[Utterance], cfg: DataConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def split_features(cfg: DataConfig, split: str) -> SplitFeatures:
-    """The split's features from the cache, computing (and caching) them first when the files or settings changed."""
-    root = data_root(cfg)
+def split_features(cfg: DataConfig, split: str, root: Path, cache: Path) -> SplitFeatures:
+    """The features of ``split`` of the LJSpeech-layout folder ``root``, from the feature cache under ``cache`` (the
+    recipe's cache folder), computing (and caching) them first when the files or settings changed."""
+    root = Path(root).resolve()
     utts = split_utterances(read_metadata(root), split)
     if cfg.max_utterances:
         utts = utts[:cfg.max_utterances]
-    folder = cache_root(cfg) / "features" / f"{root.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+    folder = Path(cache) / "features" / f"{root.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
     path = folder / f"{split}-{_key(utts, cfg)}.npz"
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
@@ -198,9 +183,9 @@ def _compute(utts: list[Utterance], cfg: DataConfig, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def feature_stats(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray]:
+def feature_stats(cfg: DataConfig, root: Path, cache: Path) -> tuple[np.ndarray, np.ndarray]:
     """(mean, std) [n_mels] of the train split's log-mel frames (fairseq's global CMVN)."""
-    frames = split_features(cfg, "train").frames.astype(np.float64)
+    frames = split_features(cfg, "train", root, cache).frames.astype(np.float64)
     return frames.mean(0).astype(np.float32), np.sqrt(np.maximum(frames.var(0), 1e-8)).astype(np.float32)
 
 
@@ -233,9 +218,9 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
             "mel_lengths": torch.tensor([len(s["mel"]) for s in samples]), "synthesis": samples[0].get("synthesis")}
 
 
-def build_dataset(cfg: DataConfig, split: str, synthesis: Any = None) -> TTSDataset:
-    mean, std = feature_stats(cfg)
-    return TTSDataset(split_features(cfg, split), text_encoder(cfg.text), mean, std, synthesis)
+def build_dataset(cfg: DataConfig, split: str, root: Path, cache: Path, synthesis: Any = None) -> TTSDataset:
+    mean, std = feature_stats(cfg, root, cache)
+    return TTSDataset(split_features(cfg, split, root, cache), text_encoder(cfg.text), mean, std, synthesis)
 
 
 # ------------------------------------------------------------------------------------------- the built-in corpus
@@ -255,10 +240,11 @@ def corpus_sentences() -> list[str]:
     return sorted(sentences, key=lambda s: hashlib.sha256(s.encode()).hexdigest())
 
 
-def write_corpus(out: Path, size: int = 0) -> Path:
+def write_spoken_corpus(out: Path, size: int = 0) -> Path:
     """Speak the first ``size`` corpus sentences (0: all) into ``out`` in the LJSpeech layout; returns ``out``."""
     from lavo_zoo.recipes.tts.espeak import SAMPLE_RATE, espeak
 
+    log.info("speaking the built-in corpus (%s sentences)", size or "all")
     sentences = corpus_sentences()
     sentences = sentences[:size] if size else sentences
     engine = espeak()
@@ -271,15 +257,3 @@ def write_corpus(out: Path, size: int = 0) -> Path:
         rows.append(f"{uid}|{sentence}|{sentence}\n")
     (out / "metadata.csv").write_text("".join(rows), encoding="utf-8")
     return out
-
-
-def builtin_corpus(cache_dir: Path | None = None, size: int = 0) -> Path:
-    """The built-in corpus folder for this Python version and ``size``, spoken once (``lavo_zoo.engine.env.
-    builtin_dataset``: under ``<cache>/tts/builtin`` unless ``cache_dir``)."""
-    fingerprint = {"format": 1, "python": "{}.{}.{}".format(*sys.version_info[:3]), "size": size}
-
-    def write(out: Path) -> None:
-        log.info("speaking the built-in corpus (%s sentences)", size or "all")
-        write_corpus(out, size)
-
-    return builtin_dataset("tts", f"pydocs-n{size or 'all'}", fingerprint, write, cache_dir)

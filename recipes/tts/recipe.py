@@ -3,10 +3,11 @@ autoregressive synthesis with a stop token, Griffin-Lim, MCD / MSD as fairseq's 
 from __future__ import annotations
 
 import contextlib
+import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -14,20 +15,20 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
+from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.evaluators.base import Evaluator
-from lavo_zoo.recipes import Recipe, register_recipe
-from lavo_zoo.recipes.base import check_dataset, to_device
 from lavo_zoo.recipes.tts import data as tts_data
 from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim, read_wav, write_wav
 from lavo_zoo.recipes.tts.data import DataConfig
+from lavo_zoo.recipes.tts.infer import speak
 from lavo_zoo.recipes.tts.model import (
     ModelConfig,
     TransformerTTS,
+    core,
     group_frames,
     shift_right,
-    synthesize,
     tacotron2_loss,
 )
 from lavo_zoo.recipes.tts.text import text_encoder
@@ -74,30 +75,8 @@ class Synthesis:
     root: str  # the data folder (recordings are <root>/wavs/<id>.wav)
 
     @classmethod
-    def of(cls, cfg: TTSConfig) -> Synthesis:
-        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference,
-                   str(tts_data.data_root(cfg.data)))
-
-
-def core(model: nn.Module) -> TransformerTTS:
-    """The TransformerTTS under torch.compile / DistributedDataParallel wrappers."""
-    while not isinstance(model, TransformerTTS):
-        model = getattr(model, "_orig_mod", None) or model.module
-    return model
-
-
-@torch.no_grad()
-def speak(model: nn.Module, tokens: torch.Tensor, features: FeatureSettings, max_frames: int,
-          stop_threshold: float = 0.5) -> list[dict[str, np.ndarray]]:
-    """Synthesise tokens [B, S] (0 = pad): per utterance ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N]
-    (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder)."""
-    tts = core(model)
-    frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold)
-    mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
-    mel = frames.float().cpu().numpy() * std + mean  # [B, T, n_mels]
-    r = tts.cfg.frames_per_step
-    return [{"mel": mel[i, :n], "wave": griffin_lim(mel[i, :n], features), "grouped": grouped[i, :n // r]}
-            for i, n in enumerate(lengths.tolist())]
+    def of(cls, cfg: TTSConfig, root: Path) -> Synthesis:
+        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference, str(root))
 
 
 @contextlib.contextmanager
@@ -123,8 +102,7 @@ class TTSRecipe(Recipe):
     config_class = TTSConfig
     evaluator = "mcd"
     tiny_config = "tts/tiny-lavo-causal"
-    commands: ClassVar[dict[str, str]] = {"synthesize": "lavo_zoo.recipes.tts.cli:synthesize"}
-    score_commands: ClassVar[dict[str, str]] = {"mcd": "lavo_zoo.recipes.tts.cli:score_mcd"}
+    datasets = ("pydocs",)
 
     # -------------------------------------------------------------------------------------------- set-up
     def resolve(self, cfg: TTSConfig) -> TTSConfig:
@@ -134,14 +112,23 @@ class TTSRecipe(Recipe):
         m.vocab_size = m.vocab_size or text_encoder(cfg.data.text).vocab_size
         m.n_mels = cfg.data.features().n_mels
         if not m.feature_mean:
-            mean, std = tts_data.feature_stats(cfg.data)
+            mean, std = tts_data.feature_stats(cfg.data, self.data_root(cfg.data), self.cache_dir(cfg.data))
             m.feature_mean, m.feature_std = mean.tolist(), std.tolist()
         return cfg
 
-    def write_data(self, out: Path, dataset: str | None = None, size: int | None = None) -> Path:
-        """The built-in spoken corpus in the LJSpeech layout (``size`` sentences; all, about 3,400, by default)."""
-        check_dataset(self.name, dataset, ("builtin",))
-        return tts_data.write_corpus(Path(out), size or 0)
+    def builtin_key(self, data: DataConfig) -> dict:
+        """Sentences of this Python's documentation (``builtin_size`` of them, 0: all), spoken by espeak-ng."""
+        return {"dataset": f"pydocs-n{data.builtin_size or 'all'}", "python": platform.python_version(),
+                "size": data.builtin_size, "format": 1}
+
+    def write_builtin(self, out: Path, data: DataConfig) -> Path:
+        """The built-in spoken corpus in the LJSpeech layout (``builtin_size`` sentences; all, about 3,400, when
+        0)."""
+        return tts_data.write_spoken_corpus(out, data.builtin_size)
+
+    def data_root(self, data: DataConfig) -> Path:
+        """The LJSpeech-layout folder: ``data.path`` or the built-in corpus (spoken on first use)."""
+        return self.data_path(data).resolve()
 
     def build_model(self, cfg: TTSConfig) -> TransformerTTS:
         if not cfg.model.vocab_size or not cfg.model.feature_mean:
@@ -152,7 +139,8 @@ class TTSRecipe(Recipe):
         return TransformerTTS(cfg.model)
 
     def build_dataset(self, cfg: TTSConfig, split: str) -> Dataset:
-        return tts_data.build_dataset(cfg.data, self.check_split(split), Synthesis.of(cfg))
+        return tts_data.build_dataset(cfg.data, self.check_split(split), self.data_root(cfg.data),
+                                      self.cache_dir(cfg.data), Synthesis.of(cfg, self.data_root(cfg.data)))
 
     def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         return tts_data.collate(samples)
@@ -231,8 +219,8 @@ class TTSRecipe(Recipe):
                 continue
             for i, res in enumerate(results):
                 uid = batch["ids"][i]
-                write_wav(out / "synthesized" / f"{uid}.wav", res["wave"], rate)
-                write_wav(out / "reference" / f"{uid}.wav", res["reference"], rate)
+                write_wav(out / "synthesized" / f"{uid}.wav", res["wave"], rate, exact=True)  # what was scored
+                write_wav(out / "reference" / f"{uid}.wav", res["reference"], rate, exact=True)
                 if cfg.eval.plots:
                     tokens = batch["tokens"][i:i + 1, :int(batch["token_lengths"][i])]
                     with reproducible(model):

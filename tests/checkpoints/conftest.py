@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkpoints.ckpt_testing import FileServer, Handler, make_checkpoint
+from tests.checkpoints.helpers import FileServer, Handler, make_checkpoint
 
 
 @pytest.fixture

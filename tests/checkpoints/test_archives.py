@@ -11,7 +11,7 @@ import pytest
 
 from lavo_zoo.checkpoints.archive import find_checkpoint_dir, pack_checkpoint, safe_extract
 from lavo_zoo.errors import CheckpointError
-from tests.checkpoints.ckpt_testing import make_checkpoint
+from tests.checkpoints.helpers import make_checkpoint
 
 
 def _tar(path: Path, *members: tarfile.TarInfo) -> Path:

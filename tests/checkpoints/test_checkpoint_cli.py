@@ -14,7 +14,7 @@ from lavo_zoo.checkpoints.cache import list_entries
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
 from lavo_zoo.errors import CheckpointError
-from tests.checkpoints.ckpt_testing import DATA, FileServer, sha256
+from tests.checkpoints.helpers import DATA, FileServer, sha256
 
 DIGEST = sha256(DATA)
 

@@ -13,7 +13,7 @@ import pytest
 from lavo_zoo.checkpoints.cache import entry_dir, list_entries, read_record
 from lavo_zoo.checkpoints.download import fetch, parse_hf
 from lavo_zoo.errors import CheckpointError, UsageError
-from tests.checkpoints.ckpt_testing import DATA, FileServer, sha256
+from tests.checkpoints.helpers import DATA, FileServer, sha256
 
 DIGEST = sha256(DATA)
 

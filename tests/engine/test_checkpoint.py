@@ -7,10 +7,10 @@ import torch
 import yaml
 
 from lavo_zoo.cli import main
-from lavo_zoo.config import resolve_config
 from lavo_zoo.engine.checkpoint import load_model, save_checkpoint
+from lavo_zoo.engine.recipe import resolve_config
 from lavo_zoo.errors import CheckpointError
-from tests.engine.engine_testing import TOY, run_cli
+from tests.helpers import TOY, run_cli
 
 
 @pytest.fixture

@@ -5,16 +5,8 @@ from typing import Literal
 import pytest
 from toy_recipe import ToyConfig
 
-from lavo_zoo.config import (
-    RunConfig,
-    apply_overrides,
-    config_from_dict,
-    find_config,
-    from_dict,
-    load_yaml,
-    parse_override,
-    resolve_config,
-)
+from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml, parse_override
+from lavo_zoo.engine.recipe import config_from_dict, find_config, resolve_config
 from lavo_zoo.errors import ConfigError, UsageError
 
 
@@ -112,7 +104,7 @@ def test_bad_files_and_names(tmp_path):
 
 
 def test_every_builtin_config_validates():
-    from lavo_zoo.config import available_configs
+    from lavo_zoo.engine.recipe import available_configs
     for name in available_configs():
         recipe, cfg = resolve_config(name)
         assert cfg.recipe == recipe.name, name

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from lavo_zoo.cli import main
-from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml, resolve_config
+from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml
+from lavo_zoo.engine.recipe import resolve_config
 from lavo_zoo.errors import ConfigError
 
 TOY = "tests/engine/data/toy.yaml"

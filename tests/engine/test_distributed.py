@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.engine_testing import RUNNER, TOY, weights
+from tests.helpers import RUNNER, TOY, weights
 
 pytestmark = pytest.mark.slow
 

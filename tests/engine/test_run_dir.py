@@ -10,10 +10,10 @@ import yaml
 from safetensors.torch import load_file
 
 from lavo_zoo.cli import main
-from lavo_zoo.config import resolve_config
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler, lr_factor
+from lavo_zoo.engine.recipe import resolve_config
 from lavo_zoo.engine.run_dir import resume_changes
-from tests.engine.engine_testing import TOY, run_cli
+from tests.helpers import TOY, run_cli
 
 QUIET = ["train.eval_every=0", "train.log_every=1"]
 

@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 
-from lavo_zoo.config import available_configs, config_from_dict, resolve_config, to_dict
+from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint import latest_checkpoint, load_model
+from lavo_zoo.engine.recipe import RECIPES, available_configs, config_from_dict, get_recipe, resolve_config
 from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators import EVALUATORS
-from lavo_zoo.recipes import RECIPES, get_recipe
 from lavo_zoo.testing import recipe_checks
 
 NAMES = RECIPES.names()

@@ -25,8 +25,9 @@ from safetensors.torch import load_model as load_safetensors_model
 from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
-from lavo_zoo.config import config_from_dict, to_dict
+from lavo_zoo.config import to_dict
 from lavo_zoo.engine.env import git_revision, versions
+from lavo_zoo.engine.recipe import config_from_dict
 from lavo_zoo.errors import CheckpointError, ConfigError, UsageError
 
 WEIGHTS, CONFIG, META, TRAIN_STATE = "model.safetensors", "config.yaml", "meta.json", "train_state.pt"

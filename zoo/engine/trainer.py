@@ -40,9 +40,9 @@ from lavo_zoo.engine.distributed import barrier, init_distributed, local_device,
 from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.logging import MetricsLog, Progress
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
+from lavo_zoo.engine.recipe import Recipe, to_device
 from lavo_zoo.engine.run_dir import last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
-from lavo_zoo.recipes.base import Recipe, to_device
 
 
 def seed_everything(seed: int) -> None:

@@ -30,7 +30,7 @@ def check_name(kind: str, name: str) -> None:
     if kind == "attention":
         from lavo_zoo.attention import ATTENTIONS as registry
     else:
-        from lavo_zoo.recipes import RECIPES as registry
+        from lavo_zoo.engine.recipe import RECIPES as registry
     if name in registry:
         raise UsageError(f"{kind} '{name}' is already registered (source: {registry.entry(name).source}); "
                          "choose another name")

@@ -15,12 +15,10 @@ Without ``data.path`` the task's built-in generator writes the same layout once 
 """
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lavo_zoo.engine.env import builtin_dataset
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.recipes.lra.data import image, listops, pathfinder, retrieval, text
 from lavo_zoo.recipes.lra.data.common import (
@@ -75,13 +73,13 @@ class DataConfig:
         return self.max_length or self.info().max_length
 
 
-def _length_range(cfg: DataConfig) -> tuple[int, int]:
+def builtin_lengths(cfg: DataConfig) -> tuple[int, int]:
     lo, hi = {"listops": (500, 2000), "text": (1000, 4000), "retrieval": (1000, 4000)}.get(cfg.task, (0, 0))
     return cfg.builtin_min_length or lo, cfg.builtin_max_length or hi
 
 
-def write_builtin(out: Path, task: str, size: int, seed: int = 0, length_range: tuple[int, int] | None = None,
-                  difficulty: str = "curv_contour_length_14") -> Path:
+def write_task(out: Path, task: str, size: int, seed: int = 0, length_range: tuple[int, int] | None = None,
+               difficulty: str = "curv_contour_length_14") -> Path:
     """Write task ``task``'s built-in data (``size`` training examples) into ``out`` in the release layout;
     returns the folder to give as ``data.path``."""
     if task not in TASKS:
@@ -91,7 +89,7 @@ def write_builtin(out: Path, task: str, size: int, seed: int = 0, length_range: 
     sizes = split_sizes(size)
     cfg = DataConfig(task=task, builtin_min_length=(length_range or (0, 0))[0],
                      builtin_max_length=(length_range or (0, 0))[1])
-    lo, hi = _length_range(cfg)
+    lo, hi = builtin_lengths(cfg)
     out.mkdir(parents=True, exist_ok=True)
     if task == "listops":
         listops.write_dataset(out, sizes, listops.ListOpsGenerator(min_length=lo, max_length=hi), seed)
@@ -106,30 +104,21 @@ def write_builtin(out: Path, task: str, size: int, seed: int = 0, length_range: 
     return out
 
 
-def builtin_root(cfg: DataConfig) -> Path:
-    """The built-in data of ``cfg`` in the cache, generated (atomically) on first use."""
-    fingerprint = {"v": GENERATOR_VERSIONS[cfg.task], "task": cfg.task, "size": cfg.builtin_size,
-                   "seed": cfg.builtin_seed, "lengths": _length_range(cfg),
-                   "difficulty": cfg.difficulty if cfg.task == "pathfinder" else None,
-                   "python": platform.python_version() if cfg.task in ("text", "retrieval") else None}
-    return builtin_dataset("lra", cfg.task, fingerprint, lambda tmp: write_builtin(
-        tmp, cfg.task, cfg.builtin_size, cfg.builtin_seed, _length_range(cfg), cfg.difficulty), cfg.cache_dir)
-
-
-def load_examples(cfg: DataConfig, split: str) -> LRADataset:
-    """``split`` of the configured task as a dataset (release files at ``data.path``, else the built-in data)."""
+def load_examples(cfg: DataConfig, split: str, root: Path | None = None) -> LRADataset:
+    """``split`` of the configured task as a dataset, read from ``root`` (default: ``data.path``; the recipe passes
+    its built-in data's folder when that is unset)."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
     if cfg.task not in TASKS:
         raise ConfigError(f"unknown LRA task '{cfg.task}'; choose one of {', '.join(TASKS)}")
     if cfg.max_length < 0:
         raise ConfigError(f"data.max_length must be >= 0 (0 = LRA's length), got {cfg.max_length}")
-    if cfg.path:
+    if root is None:
+        if not cfg.path:
+            raise ConfigError("no data.path to read the task's files from")
         root = Path(cfg.path).expanduser()
-        if not root.exists():
-            raise DataError(f"data.path {root} does not exist")
-    else:
-        root = builtin_root(cfg)
+    if not root.exists():
+        raise DataError(f"data.path {root} does not exist")
     n = cfg.length()
     module = {"listops": listops, "text": text, "retrieval": retrieval, "image": image}.get(cfg.task)
     if module is not None:
@@ -139,5 +128,15 @@ def load_examples(cfg: DataConfig, split: str) -> LRADataset:
     return LRADataset(examples, f"{root} ({cfg.task}, {split} split)")
 
 
-__all__ = ["TASKS", "TASK_INFO", "DataConfig", "LRADataset", "TaskInfo", "builtin_root", "collate",
-           "load_examples", "write_builtin"]
+__all__ = [
+    "GENERATOR_VERSIONS",
+    "TASKS",
+    "TASK_INFO",
+    "DataConfig",
+    "LRADataset",
+    "TaskInfo",
+    "builtin_lengths",
+    "collate",
+    "load_examples",
+    "write_task",
+]

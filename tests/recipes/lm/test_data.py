@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
+from lavo_zoo.engine.recipe import get_recipe
 from lavo_zoo.errors import DataError
-from lavo_zoo.recipes.lm.data import SPLITS, TokenBlocks, builtin_corpus, load_tokens, split_files
-from lavo_zoo.recipes.lm.tokenizers import get_tokenizer
+from lavo_zoo.nn.tokenizers import get_tokenizer
+from lavo_zoo.recipes.lm.data import SPLITS, DataConfig, TokenBlocks, load_tokens, split_files
 
 
 def make_pg19(root, books=None):
@@ -65,7 +66,7 @@ def test_blocks_cover_every_target_once():
 
 
 def test_builtin_corpus_has_every_split():
-    root = builtin_corpus()
+    root = get_recipe("lm").data_path(DataConfig())
     for split in SPLITS:
         assert len(split_files(root, split)) >= 3
     assert (root / "metadata.csv").read_text().count("\n") == sum(len(split_files(root, s)) for s in SPLITS)

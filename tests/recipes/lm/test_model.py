@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from lavo_zoo.evaluators.perplexity import PerplexityTable
-from lavo_zoo.recipes.lm.generate import generate_ids
+from lavo_zoo.recipes.lm.infer import generate_ids
 from lavo_zoo.recipes.lm.recipe import stream_perplexity
-from tests.recipes.lm.lm_testing import CAUSAL_ATTENTIONS, require_attention, tiny_config
+from tests.recipes.lm.helpers import CAUSAL_ATTENTIONS, require_attention, tiny_config
 
 IDS = ["-".join([name, *(f"{k}={v}" for k, v in opts.items())]) for name, opts in CAUSAL_ATTENTIONS]
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lavo_zoo.config import available_configs, resolve_config
+from lavo_zoo.engine.recipe import available_configs, resolve_config
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.recipes.lm.recipe import bucket_edges
-from tests.recipes.lm.lm_testing import require_attention, tiny_config
+from tests.recipes.lm.helpers import require_attention, tiny_config
 
 
 @pytest.mark.parametrize("name", [n for n in available_configs() if n.startswith("lm/")])

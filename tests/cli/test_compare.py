@@ -1,0 +1,206 @@
+"""``lavo-zoo compare``: every (attention, seed) cell trained with the same budget, an interrupted study continues
+(finished cells are kept, the killed one resumes), the table is right; ``--collect`` rebuilds it from results."""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.compare import collect, run_study, write_table
+from lavo_zoo.config import RunConfig
+from lavo_zoo.engine.recipe import RECIPES, Recipe
+
+
+@dataclass
+class SeqModelConfig:
+    embed_dim: int = 8
+    num_heads: int = 2
+    attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
+
+
+@dataclass
+class SeqConfig(RunConfig):
+    recipe: str = "compare_toy"
+    model: SeqModelConfig = field(default_factory=SeqModelConfig)
+
+
+class _Failure(Exception):
+    pass
+
+
+class SeqRecipe(Recipe):
+    """Regress the mean of a random sequence through one attention layer (test-only)."""
+
+    name = "compare_toy"
+    description = "test-only sequence regression"
+    config_class = SeqConfig
+    evaluator = "mean_loss"
+    fail_at_call = 0  # raise _Failure on this call of training_loss (0 = never): a run killed mid-training
+    calls = 0
+
+    def build_model(self, cfg):
+        m = cfg.model
+        return nn.ModuleDict({"attn": m.attention.build(m.embed_dim, m.num_heads, "noncausal"),
+                              "head": nn.Linear(m.embed_dim, 1)})
+
+    def build_dataset(self, cfg, split):
+        g = torch.Generator().manual_seed({"train": 0, "validation": 1, "test": 2}[split])
+        x = torch.randn(32, 6, cfg.model.embed_dim, generator=g)
+        return TensorDataset(x, x.mean((1, 2))[:, None])
+
+    def _out(self, model, x):
+        return model["head"](model["attn"](x).mean(1))
+
+    def training_loss(self, model, batch):
+        type(self).calls += 1
+        if type(self).calls == type(self).fail_at_call:
+            raise _Failure("killed")
+        x, y = batch
+        return nn.functional.mse_loss(self._out(model, x), y), {}
+
+    def predict(self, model, batch):
+        x, y = batch
+        return ((self._out(model, x) - y) ** 2).mean(1), None
+
+
+@pytest.fixture
+def study(tmp_path):
+    RECIPES.register("compare_toy", SeqRecipe)
+    config = tmp_path / "seq.yaml"
+    config.write_text("recipe: compare_toy\ntrain: {max_steps: 3, batch_size: 8, save_every: 1, eval_every: 0, "
+                      "log_every: 1}\n")
+    yield config
+    RECIPES._entries.pop("compare_toy", None)
+    SeqRecipe.fail_at_call, SeqRecipe.calls = 0, 0
+
+
+def _study(config, out):
+    return run_study(str(config), ["sdpa", "local"], [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu",
+                     "test")
+
+
+def test_interrupted_study_keeps_finished_cells_and_resumes_the_killed_one(study, tmp_path):
+    out = tmp_path / "cmp"
+    SeqRecipe.fail_at_call = 3 + 3 + 2  # two cells finish (3 steps each), the third dies in its second step
+    with pytest.raises(_Failure):
+        _study(study, out)
+    finished = sorted(p.parent.name for p in (out / "cells").glob("*/cell.json"))
+    assert finished == ["sdpa-seed1", "sdpa-seed2"]
+    kept = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("sdpa-*/metrics.jsonl")}
+    assert (out / "cells" / "local-seed1" / "checkpoints" / "step-1").is_dir()  # the killed cell saved step 1
+    SeqRecipe.fail_at_call, SeqRecipe.calls = 0, 0
+    records = _study(study, out)
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # finished cells were not retrained
+    assert SeqRecipe.calls == 2 + 3  # the killed cell resumed at step 2; the last cell trained from scratch
+    assert [(r["attention"], r["seed"]) for r in records] == [("sdpa", 1), ("sdpa", 2), ("local", 1), ("local", 2)]
+    for r in records:
+        assert r["parameters"] > 0 and r["train_time_s"] > 0 and r["peak_memory_bytes"] >= 0
+        saved = json.loads((out / "cells" / f"{r['attention']}-seed{r['seed']}" / "results.json").read_text())
+        assert saved["config"]["model"]["attention"]["name"] == r["attention"]
+        assert saved["config"]["train"]["seed"] == r["seed"]
+    # the resumed cell ends where an uninterrupted run of the same cell ends
+    fresh = _study(study, tmp_path / "fresh")
+    by_cell = {(r["attention"], r["seed"]): r["metrics"]["loss"]["value"] for r in fresh}
+    for r in records:
+        assert r["metrics"]["loss"]["value"] == by_cell[(r["attention"], r["seed"])]
+
+    paths = write_table(records, out, "test study")
+    assert [p.name for p in paths] == ["table.md", "table.csv", "chart.png"] and all(p.stat().st_size for p in paths)
+    rows = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
+    for name in ("sdpa", "local"):
+        losses = [r["metrics"]["loss"]["value"] for r in records if r["attention"] == name]
+        assert float(rows[name]["loss_mean"]) == pytest.approx(statistics.fmean(losses))
+        assert float(rows[name]["loss_std"]) == pytest.approx(statistics.stdev(losses))
+    best = min(rows, key=lambda n: float(rows[n]["loss_mean"]))
+    best_line = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith(f"| {best} "))
+    assert "**" in best_line  # lower loss is better: the lower mean is marked
+
+
+def test_collect_rebuilds_the_table_from_results(study, tmp_path):
+    out = tmp_path / "cmp"
+    records = _study(study, out)
+    collected = collect([out / "cells" / "sdpa-seed1" / "results.json", out / "cells" / "local-seed2"])
+    assert sorted(r["label"] for r in collected) == ["local", "sdpa"]
+    again = collect([out])  # a compare folder: its cell records
+    assert len(again) == len(records)
+
+
+def test_refusals(study, tmp_path):
+    from lavo_zoo.errors import ConfigError, UsageError
+    with pytest.raises(UsageError, match="not sites"):
+        run_study(str(study), ["sdpa"], [1], "encoder_self", [], {}, tmp_path / "x", "cpu", "test")
+    with pytest.raises(UsageError, match="-o names performer"):
+        run_study(str(study), ["sdpa"], [1], None, [], {"performer": {"num_features": 4}}, tmp_path / "x", "cpu",
+                  "test")
+    with pytest.raises((UsageError, ConfigError)):  # an unknown attention is refused before anything trains
+        run_study(str(study), ["sdpa", "nosuch"], [1], None, [], {}, tmp_path / "y", "cpu", "test")
+    assert not (tmp_path / "y" / "cells").exists()
+
+
+def test_repeated_runs_of_the_configs_own_attention(study, tmp_path):
+    """Without --attentions: one row, the config's attention, over the seeds (Informer's --itr): mean and spread of
+    each metric; more seeds later keep the finished ones."""
+    out = tmp_path / "rep"
+    records = run_study(str(study), [], [1, 2], None, [], {}, out, "cpu", "test")
+    assert [(r["attention"], r["seed"]) for r in records] == [("sdpa", 1), ("sdpa", 2)]
+    kept = (out / "cells" / "sdpa-seed1" / "cell.json").read_text()
+    run_study(str(study), [], [1, 2, 3], None, [], {}, out, "cpu", "test")
+    assert (out / "cells" / "sdpa-seed1" / "cell.json").read_text() == kept
+    write_table([json.loads(p.read_text()) for p in sorted(out.rglob("cell.json"))], out, "repeats")
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    values = [json.loads(p.read_text())["metrics"]["loss"]["value"] for p in sorted(out.rglob("cell.json"))]
+    assert len(rows) == 1 and rows[0]["seeds"] == "3"
+    assert float(rows[0]["loss_mean"]) == pytest.approx(statistics.fmean(values))
+    assert float(rows[0]["loss_std"]) == pytest.approx(statistics.stdev(values))
+
+
+def test_a_cell_trained_with_another_config_is_refused_or_rerun(study, tmp_path):
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=2"], {}, out, "cpu", "test")
+    first = (out / "cells" / "sdpa-seed1" / "cell.json").read_text()
+    with pytest.raises(UsageError, match=r"train\.max_steps: 2 there, 3 now.*--rerun"):
+        run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test")
+    assert (out / "cells" / "sdpa-seed1" / "cell.json").read_text() == first  # nothing lost
+    (record,) = run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test", rerun=True)
+    steps = [json.loads(line)["step"] for line in (out / "cells" / "sdpa-seed1" / "metrics.jsonl").read_text()
+             .splitlines() if json.loads(line).get("split") == "train"]
+    assert max(steps) == 3 and record["overrides"][-1] == "train.seed=1"
+
+
+def test_collect_mixes_compare_folders_and_results_files(study, tmp_path):
+    """A compare folder and a single results JSON together (metrics one of them lacks are left blank)."""
+    out = tmp_path / "cmp"
+    _study(study, out)
+    extra = tmp_path / "x.json"
+    extra.write_text(json.dumps({"metrics": {"other": {"value": 1.0, "higher_is_better": True}},
+                                 "config": {"model": {"attention": {"name": "performer"}}, "train": {"seed": 1}}}))
+    paths = write_table(collect([out, extra]), tmp_path / "table", "mixed")
+    table = paths[0].read_text()
+    assert "| performer |" in table and "| sdpa |" in table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, overrides", [
+    ("lm/tiny-lavo", ["model.num_layers=1", "model.embed_dim=64", "model.num_heads=2", "data.block_size=32",
+                      "train.batch_size=2", "eval.length_factors=[1]", "eval.max_tokens=256"]),
+    ("time_series/tiny-lavo", ["--site", "cross", "data.builtin_size=600", "data.seq_len=24", "data.label_len=12",
+                               "data.pred_len=6"]),
+])
+def test_compare_runs_recipes_whose_sizes_come_from_the_data(tmp_path, config, overrides):
+    """The model's data-derived sizes (vocabulary, channels) are resolved before the parameters are counted."""
+    from lavo_zoo.cli import main
+
+    assert main(["compare", config, "--attentions", "lavo,sdpa", "--out", str(tmp_path / "cmp"), "--max-steps", "2",
+                 "--max-batches", "1", "--device", "cpu", "train.eval_every=0", "train.save_every=2",
+                 *overrides]) == 0
+    rows = list(csv.DictReader((tmp_path / "cmp" / "table.csv").open()))
+    assert [r["attention"] for r in rows] == ["lavo", "sdpa"] and all(int(float(r["parameters"])) > 0 for r in rows)

@@ -1,0 +1,142 @@
+"""FPS, k-NN, nearest neighbours and Chamfer / F-score against slow, obviously-correct references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial import cKDTree
+
+from lavo_zoo.evaluators import build_evaluator
+from lavo_zoo.evaluators.chamfer import PointClouds, chamfer_l1, score_clouds
+from lavo_zoo.nn.points import (
+    farthest_point_sample,
+    knn,
+    nearest_indices,
+    nearest_sq_distances,
+)
+
+
+def _naive_fps(points: np.ndarray, num: int) -> list[int]:
+    chosen = [0]
+    for _ in range(1, num):
+        best, best_i = -1.0, -1
+        for i, p in enumerate(points):
+            d = min(float(((p - points[j]) ** 2).sum()) for j in chosen)
+            if d > best:
+                best, best_i = d, i
+        chosen.append(best_i)
+    return chosen
+
+
+def test_farthest_point_sampling_matches_a_naive_loop() -> None:
+    g = torch.Generator().manual_seed(0)
+    points = torch.rand(2, 60, 3, generator=g, dtype=torch.float64)
+    idx = farthest_point_sample(points, 12)
+    for b in range(2):
+        assert idx[b].tolist() == _naive_fps(points[b].numpy(), 12)
+    with pytest.raises(ValueError, match="need 0 < num <= 60"):
+        farthest_point_sample(points, 61)
+
+
+def test_knn_matches_sorting_all_distances() -> None:
+    g = torch.Generator().manual_seed(1)
+    query, points = torch.rand(2, 30, 3, generator=g), torch.rand(2, 50, 3, generator=g)
+    idx = knn(query, points, 5, max_block=64)  # several blocks of rows
+    for b in range(2):
+        for i in range(30):
+            dists = [float(((query[b, i] - points[b, j]) ** 2).sum()) for j in range(50)]
+            assert idx[b, i].tolist() == sorted(range(50), key=dists.__getitem__)[:5]
+
+
+def _clouds(kind: str, n: int, m: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(n, 3, generator=g) - 0.5
+    if kind == "near":  # a prediction close to its ground truth
+        b = a[torch.randint(n, (m,), generator=g)] + 0.01 * torch.randn(m, 3, generator=g)
+    elif kind == "far":  # one cloud spread far wider: most queries need the coarse grids or the dense fallback
+        b = 5 * torch.randn(m, 3, generator=g)
+    elif kind == "duplicates":
+        b = torch.cat([a[:m // 2], a[:m - m // 2]])
+    else:
+        b = torch.rand(m, 3, generator=g) - 0.5
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["uniform", "near", "far", "duplicates"])
+@pytest.mark.parametrize("max_block", [1 << 24, 4096])  # one dense matrix / the grid search with small blocks
+def test_nearest_neighbours_match_a_kd_tree(kind: str, max_block: int) -> None:
+    a, b = _clouds(kind, 600, 500, seed=2) if kind == "far" else _clouds(kind, 1500, 1200, seed=2)
+    ab, ba = nearest_indices(a[None], b[None], max_block=max_block)
+    d1 = (a - b[ab[0]]).norm(dim=-1).numpy()
+    d2 = (b - a[ba[0]]).norm(dim=-1).numpy()
+    np.testing.assert_allclose(d1, cKDTree(b.numpy()).query(a.numpy())[0], atol=1e-6)
+    np.testing.assert_allclose(d2, cKDTree(a.numpy()).query(b.numpy())[0], atol=1e-6)
+
+
+def test_nearest_sq_distances_gradient_matches_dense_cdist() -> None:
+    a, b = _clouds("near", 300, 200, seed=3)
+    a, b = a.double()[None].requires_grad_(), b.double()[None].requires_grad_()
+    d1, d2 = nearest_sq_distances(a, b, max_block=1000)
+    (d1.sqrt().mean() + d2.mean()).backward()
+    grads = a.grad.clone(), b.grad.clone()
+    a.grad, b.grad = None, None
+    dense = torch.cdist(a, b) ** 2  # [1, N, M]
+    (dense.min(-1).values.sqrt().mean() + dense.min(1).values.mean()).backward()
+    torch.testing.assert_close(grads[0], a.grad)
+    torch.testing.assert_close(grads[1], b.grad)
+
+
+def _brute_force(pred: np.ndarray, gt: np.ndarray) -> dict[str, float]:
+    d = ((pred[:, None, :].astype(np.float64) - gt[None, :, :]) ** 2).sum(-1)  # [N, M]
+    d1, d2 = d.min(1), d.min(0)
+    p, r = (np.sqrt(d1) < 0.01).mean(), (np.sqrt(d2) < 0.01).mean()
+    return {"cd_l1": (np.sqrt(d1).mean() + np.sqrt(d2).mean()) / 2 * 1000, "cd_l2": (d1.mean() + d2.mean()) * 1000,
+            "fscore": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+@pytest.mark.parametrize("kind", ["uniform", "near"])
+def test_scores_match_brute_force(kind: str) -> None:
+    pred, gt = _clouds(kind, 700, 900, seed=4)
+    got, want = score_clouds(pred, gt), _brute_force(pred.numpy(), gt.numpy())
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-5, abs=1e-9)
+    assert score_clouds(gt, gt) == {"cd_l1": 0.0, "cd_l2": 0.0, "fscore": 1.0}
+    far = score_clouds(gt, gt + 1.0)
+    assert far["fscore"] == 0.0 and far["cd_l2"] == pytest.approx(_brute_force(gt.numpy(), gt.numpy() + 1)["cd_l2"])
+
+
+def test_chamfer_l1_is_differentiable_in_batches() -> None:
+    a, b = _clouds("near", 200, 200, seed=5)
+    pred = torch.stack([a, b])[None].reshape(2, 200, 3).requires_grad_()
+    d1, d2 = nearest_sq_distances(pred, torch.stack([b, a]))
+    loss = chamfer_l1(d1, d2)
+    assert loss.shape == (2,) and loss.sum().item() == pytest.approx(2 * score_clouds(a, b)["cd_l1"] / 1000, rel=1e-5)
+    loss.sum().backward()
+    assert torch.isfinite(pred.grad).all() and pred.grad.abs().sum() > 0
+
+
+def test_evaluator_overall_is_the_mean_of_category_means_and_ignores_padding() -> None:
+    ev = build_evaluator("chamfer")
+    rng = torch.Generator().manual_seed(6)
+    per_cat: dict[str, list[dict[str, float]]] = {}
+    for cats in (["chair", "chair", "lamp"], ["chair", "plane", "plane"]):
+        gt = torch.rand(3, 80, 3, generator=rng)
+        pred = gt + 0.01 * torch.randn(3, 80, 3, generator=rng)
+        mask = torch.ones(3, 80, dtype=torch.bool)
+        mask[:, 70:] = False
+        padded = pred.clone()
+        padded[:, 70:] = 0.0  # padding that must not count
+        ev.update(PointClouds(padded, mask), PointClouds(gt, categories=cats))
+        for i, c in enumerate(cats):
+            per_cat.setdefault(c, []).append(_brute_force(pred[i, :70].numpy(), gt[i].numpy()))
+    out = ev.compute()
+    assert ev.num_samples == 6
+    for metric in ("cd_l1", "cd_l2", "fscore"):
+        means = {c: np.mean([s[metric] for s in rows]) for c, rows in per_cat.items()}
+        for c, v in means.items():
+            assert out[f"{metric}@{c}"] == pytest.approx(v, rel=1e-5)
+        assert out[metric] == pytest.approx(np.mean(list(means.values())), rel=1e-5)
+        assert out[metric] != pytest.approx(np.mean([s[metric] for rows in per_cat.values() for s in rows]),
+                                            rel=1e-9)  # not the mean over clouds
+    results = ev.results()
+    assert results["fscore@lamp"]["higher_is_better"] and not results["cd_l1"]["higher_is_better"]

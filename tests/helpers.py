@@ -1,0 +1,42 @@
+"""Helpers shared by the tests: run the CLI (with the toy recipe) in a subprocess or a click command in process,
+and compare checkpoint weights."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from lavo_zoo.errors import ZooError
+
+TESTS = Path(__file__).resolve().parent
+TOY = str(TESTS / "engine" / "data" / "toy.yaml")
+RUNNER = str(TESTS / "run_cli.py")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, RUNNER, *args], capture_output=True, text=True, env=full_env,
+                          timeout=timeout, check=False)
+
+
+def weights(checkpoint: Path) -> dict:
+    return load_file(str(checkpoint / "model.safetensors"))
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    wa, wb = weights(a), weights(b)
+    return wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+
+
+def run_command(command: click.Command, args: list[str], input: str | None = None) -> tuple[int, str]:
+    """(exit code, stdout + stderr) of ``command`` with the CLI's error mapping (ZooError -> its exit code)."""
+    runner = CliRunner()
+    result = runner.invoke(command, args, input=input, catch_exceptions=True)
+    if isinstance(result.exception, ZooError):
+        return result.exception.exit_code, result.output + f"error: {result.exception}"
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output

@@ -1,0 +1,131 @@
+"""The tts recipe end to end on the built-in corpus: configs, a 2-step training run, eval writing results, wavs and
+plots, synthesize writing a playable 22,050 Hz wav, the data hook, --help examples."""
+import json
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+from click.testing import CliRunner
+
+from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.cli import main
+from lavo_zoo.engine.recipe import available_configs, resolve_config
+from lavo_zoo.recipes.tts.cli import synthesize
+from lavo_zoo.recipes.tts.data import read_metadata
+from lavo_zoo.recipes.tts.recipe import TTSRecipe
+from tests.recipes.tts.helpers import BUILTIN_SIZE
+
+MICRO = [f"data.builtin_size={BUILTIN_SIZE}", "data.max_duration=6", "model.embed_dim=16", "model.num_heads=2",
+         "model.ffn_dim=32", "model.encoder_layers=1", "model.decoder_layers=1", "model.prenet_dim=16",
+         "model.postnet_dim=16", "model.postnet_layers=2", "model.encoder_conv_layers=1", "train.batch_size=4",
+         "train.log_every=1", "train.save_every=2", "eval.batch_size=2", "eval.max_utterances=2",
+         "eval.max_frames=24"]
+
+
+def test_configs_resolve_with_their_sites() -> None:
+    names = {n for n in available_configs() if n.startswith("tts/")}
+    expected = {f"tts/{p}-{a}" for p in ("ljspeech", "tiny") for a in ("sdpa", "lavo-causal", "lavo-noncausal",
+                                                                         "local-causal")}
+    assert expected <= names
+    for name in expected:
+        _, cfg = resolve_config(name)
+        sites = {k: v["name"] for k, v in cfg.model.attention.to_config().items()}
+        want = {"encoder_self": "sdpa", "decoder_self": "sdpa", "cross": "sdpa"}
+        if name.endswith("lavo-causal"):
+            want["decoder_self"] = "lavo"
+        elif name.endswith("lavo-noncausal"):
+            want["encoder_self"] = "lavo"
+        elif name.endswith("local-causal"):
+            want["decoder_self"] = "local"
+        assert sites == want, name
+    _, paper = resolve_config("tts/ljspeech-lavo-causal")
+    assert (paper.model.embed_dim, paper.model.num_heads, paper.model.ffn_dim, paper.train.batch_size) == \
+        (512, 8, 2048, 48)
+    assert paper.model.attention.decoder_self == AttentionSpec("lavo", {"num_bases": 64, "window_size": 16})
+
+
+@pytest.fixture(scope="module")
+def trained(builtin_root, tmp_path_factory) -> Path:
+    """A 2-step run of tts/tiny-lavo-causal shrunk further, on the session's built-in corpus."""
+    out = tmp_path_factory.mktemp("tts-run")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LAVO_ZOO_CACHE", str(builtin_root.parents[2]))
+    try:
+        assert main(["train", "tts/tiny-lavo-causal", *MICRO, "model.attention.decoder_self.num_bases=4",
+                     "--out", str(out), "--max-steps", "2", "--device", "cpu"]) == 0
+    finally:
+        mp.undo()
+    return out
+
+
+def test_two_training_steps_write_a_checkpoint(trained: Path) -> None:
+    rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if r.get("split") == "train" and "loss" in r]
+    assert len(losses) == 2 and all(0 < x < 1e3 for x in losses)
+    ckpt = trained / "checkpoints" / "last"
+    saved = (ckpt / "config.yaml").read_text()
+    assert "vocab_size: 41" in saved and "feature_mean:" in saved  # resolved from the data, saved with the run
+
+
+def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
+                 "--device", "cpu"]) == 0
+    data = json.loads(results.read_text())
+    assert data["num_samples"] == 2 and {"mcd", "msd", "mcd_ins", "mcd_del"} <= set(data["metrics"])
+    files = tmp_path / "results"
+    synthesized = sorted(p.name for p in (files / "synthesized").glob("*.wav"))
+    assert len(synthesized) == 2 and synthesized == sorted(p.name for p in (files / "reference").glob("*.wav"))
+    assert len(list((files / "plots").glob("*.png"))) == 2
+    rescored = tmp_path / "rescored.json"  # the files hold what eval scored: `score mcd` gives the same figures
+    assert main(["score", "mcd", "--pred", str(files / "synthesized"), "--ref", str(files / "reference"),
+                 "--out", str(rescored)]) == 0
+    for name, metric in json.loads(rescored.read_text())["metrics"].items():
+        assert metric["value"] == pytest.approx(data["metrics"][name]["value"], rel=1e-9), name
+
+
+def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None:
+    out, png = tmp_path / "hello.wav", tmp_path / "hello.png"
+    result = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", "Hello world.",
+                                             "--out", str(out), "--png", str(png), "--max-frames", "16",
+                                             "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    info = sf.info(str(out))
+    assert info.samplerate == 22_050 and info.channels == 1 and info.subtype == "PCM_16" and info.frames > 0
+    assert png.stat().st_size > 1000
+    empty = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", " ", "--out", str(out)])
+    assert empty.exit_code != 0 and "--text is empty" in str(empty.exception)
+
+
+def test_write_data_hook_writes_the_ljspeech_layout(tmp_path: Path) -> None:
+    TTSRecipe().write_data(tmp_path / "corpus", size=3)
+    rows = read_metadata(tmp_path / "corpus")
+    assert len(rows) == 3 and all(sf.info(str(r.wav)).samplerate == 22_050 for r in rows)
+
+
+def test_help_ends_with_examples() -> None:
+    text = CliRunner().invoke(synthesize, ["--help"]).output
+    assert "Examples:" in text and text.rstrip().splitlines()[-1].strip().startswith("lavo-zoo")
+
+
+def test_scoring_in_eval_mode_is_reproducible_and_leaves_the_random_state(trained: Path, builtin_root: Path,
+                                                                          monkeypatch) -> None:
+    import numpy as np
+    import torch
+
+    from lavo_zoo.engine.checkpoint import load_model
+
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(builtin_root.parents[2]))
+    recipe, cfg, model, _ = load_model(trained / "checkpoints" / "last", "cpu")
+    ds = recipe.build_dataset(cfg, "test")
+    batch = recipe.collate([ds[0], ds[1]])
+    model.eval()
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    loss, waves, _ = recipe.validation_step(model, batch)
+    again = recipe.predict(model, batch)[0]
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random stream is untouched
+    assert len(waves) == 2 and all(np.array_equal(a, b) for a, b in zip(waves, again, strict=True))
+    assert loss == recipe.training_loss(model, batch)[0]
+    model.train()  # in training mode the prenet dropout draws fresh masks: two losses differ
+    assert recipe.training_loss(model, batch)[0] != recipe.training_loss(model, batch)[0]

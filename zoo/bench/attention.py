@@ -1,0 +1,265 @@
+"""``lavo-zoo bench attention``: one attention layer's median time after warm-up, peak memory and tokens/s against
+length.
+
+Timing: ``time.perf_counter`` around each run, ``torch.cuda.synchronize()`` before reading the clock on CUDA; the
+median of ``--repeats`` runs after ``--warmup`` untimed ones.
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the runs. On CPU every
+measurement runs in fresh subprocesses (``--isolate``, the default there): one times the runs with the default
+allocator; another, once the model, inputs and any streaming prefill exist, resets the kernel's resident-set
+high-water mark (``/proc/self/clear_refs``) and reports VmHWM - VmRSS: the real peak of every allocation torch made
+during one run. That one tells glibc to return large frees at once (``MALLOC_MMAP_THRESHOLD_``) so that reused heap
+pages do not hide allocations; it is not timed, since that setting slows every allocation. Where clear_refs is not
+available, ru_maxrss - RSS at the start is used (it then also counts set-up peaks).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json
+from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.options import device_option
+
+MODES = ("fwd", "fwdbwd", "decode", "stream")
+DTYPES = ("float32", "bfloat16", "float16")
+DECODE_STEPS = 16  # tokens per timed decode run; the reported time is per token
+
+
+# ------------------------------------------------------------------------------------------------- measurement
+def _state_bytes(state: Any) -> int:
+    """Bytes of the storage the state's tensors keep alive (a view of a larger tensor counts in full)."""
+    import torch
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in vars(state).values() if isinstance(t, torch.Tensor)}
+    return sum(storages.values())
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one (attention, length, mode) measurement described by ``spec``; returns the result record."""
+    import torch
+
+    from lavo_zoo.attention import build_attention
+
+    torch.manual_seed(0)
+    device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
+    attn = build_attention(spec["attention"], spec["embed_dim"], spec["heads"], spec["pattern"], **spec["options"])
+    attn = attn.to(device=device, dtype=dtype)
+    run, tokens, extra = _workload(attn, spec, device, dtype)
+    record = time_runs(run, spec["warmup"], spec["repeats"], device)
+    median = statistics.median(record["times_s"])
+    per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
+    return {"time_s": median / per, **record, **extra, "tokens_per_s": tokens / median,
+            "threads": torch.get_num_threads()}
+
+
+def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
+              ) -> tuple[Callable[[], None], int, dict[str, Any]]:
+    """The function one timed run calls, the tokens it processes, and a dict it may fill (state size)."""
+    import torch
+
+    B, T, D, mode = spec["batch"], spec["length"], spec["embed_dim"], spec["mode"]
+    extra: dict[str, Any] = {}
+    if mode in ("fwd", "fwdbwd"):
+        attn.train(mode == "fwdbwd")
+        x = torch.randn(B, T, D, device=device, dtype=dtype, requires_grad=mode == "fwdbwd")
+        g = torch.randn(B, T, D, device=device, dtype=dtype)
+
+        def run() -> None:
+            if mode == "fwd":
+                with torch.no_grad():
+                    attn(x)
+                return
+            attn.zero_grad(set_to_none=True)
+            x.grad = None
+            attn(x).backward(g)
+        return run, B * T, extra
+    attn.eval()
+    chunk = spec["chunk_size"]
+    if mode == "stream":  # T tokens in chunks from an empty state
+        x = torch.randn(B, min(chunk, T), D, device=device, dtype=dtype)
+
+        def run() -> None:
+            state = None
+            with torch.no_grad():
+                for start in range(0, T, chunk):  # each chunk's output is dropped at once (consumed downstream)
+                    state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)[1]
+            extra["state_bytes"] = _state_bytes(state)
+        return run, B * T, extra
+    box = [None]  # decode: prefill to position T, then each run decodes DECODE_STEPS single tokens
+    with torch.no_grad():
+        for start in range(0, T, chunk):
+            x = torch.randn(B, min(chunk, T - start), D, device=device, dtype=dtype)
+            box[0] = attn(x, state=box[0], return_state=True)[1]
+    extra["state_bytes"] = _state_bytes(box[0])
+    step = torch.randn(B, 1, D, device=device, dtype=dtype)
+
+    def run() -> None:
+        with torch.no_grad():
+            for _ in range(DECODE_STEPS):
+                box[0] = attn(step, state=box[0], return_state=True)[1]
+    return run, B * DECODE_STEPS, extra
+
+
+# ------------------------------------------------------------------------------------------------- CLI helpers
+def _parse_options(items: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
+    """``-o key=value`` (every attention that has the option) or ``-o name.key=value`` -> per-attention options."""
+    from lavo_zoo.attention import attention_info
+
+    known = {n: attention_info(n).options for n in names}
+    per: dict[str, dict[str, Any]] = {n: {} for n in names}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-o/--option takes [ATTENTION.]KEY=VALUE, got '{item}'")
+        value = yaml.safe_load(raw)
+        target, _, key = key.rpartition(".")
+        if target and target not in names:
+            raise UsageError(f"-o {item}: attention '{target}' is not in --attentions ({', '.join(names)})")
+        takers = [n for n in ([target] if target else names) if key in known[n]]
+        if not takers:
+            valid = sorted({k for n in ([target] if target else names) for k in known[n]})
+            raise UsageError(f"-o {item}: no selected attention has option '{key}'; options: {', '.join(valid)}")
+        for n in takers:
+            per[n][key] = value
+    return per
+
+
+def _format(r: dict[str, Any]) -> str:
+    head = f"{r['attention']:<12} {r['mode']:<7} T={r['length']:<9}"
+    if "error" in r:
+        return f"{head} {r['error']}"
+    unit = "per token" if r["mode"] == "decode" else ""
+    state = f"  state {r['state_bytes'] / 2**10:.1f} KiB" if "state_bytes" in r else ""
+    return (f"{head} {r['time_s'] * 1e3:10.3f} ms {unit:<9} {r['tokens_per_s']:12.0f} tok/s  "
+            f"peak {r['peak_memory_bytes'] / 2**20:9.1f} MiB{state}")
+
+
+def plot_results(results: list[dict[str, Any]], path: Path) -> None:
+    """Time and peak memory against length (log-log), one line per attention."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r["attention"] for r in results):
+        ok = [r for r in results if r["attention"] == name and "error" not in r]
+        if ok:
+            lengths = [r["length"] for r in ok]
+            axes[0].plot(lengths, [r["time_s"] for r in ok], "o-", label=name)
+            axes[1].plot(lengths, [max(r["peak_memory_bytes"], 1) / 2**20 for r in ok], "o-", label=name)
+    mode = results[0]["mode"] if results else ""
+    for ax, label in zip(axes, ("time per token (s)" if mode == "decode" else "time (s)", "peak memory (MiB)")):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length" if mode != "decode" else "context position",
+               ylabel=label, title=f"{label.split(' (')[0]} ({mode})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------- commands
+@click.command("attention", epilog="""\b
+Examples:
+  lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096,16384 --mode fwdbwd
+  lavo-zoo bench attention --attentions lavo --lengths 1024,65536 --mode decode
+  lavo-zoo bench attention --attentions lavo --lengths 16384,1048576 --mode stream --chunk-size 16384
+  lavo-zoo bench attention --attentions lavo,local -o window_size=64 -o lavo.num_bases=32 --lengths 4096
+  lavo-zoo bench attention --device cuda --dtype bfloat16 --lengths 8192,32768 --json r.json --plot r.png""")
+@click.option("--attentions", default="lavo,sdpa,local", show_default=True,
+              help="Comma-separated registered attentions (see `lavo-zoo list attentions`).")
+@click.option("--lengths", default="1024,4096,16384", show_default=True,
+              help="Comma-separated sequence lengths (decode: context positions; stream: total tokens).")
+@click.option("--mode", type=click.Choice(MODES), default="fwdbwd", show_default=True,
+              help="fwd (no grad), fwdbwd (forward + backward), decode (per-token latency at a context position, "
+                   "after a streamed prefill), stream (LENGTH tokens in --chunk-size chunks, carrying the state).")
+@click.option("--pattern", type=click.Choice(["causal", "noncausal"]), default="causal", show_default=True)
+@device_option
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--embed-dim", type=click.IntRange(1), default=768, show_default=True)
+@click.option("--heads", type=click.IntRange(1), default=12, show_default=True)
+@click.option("--batch", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--repeats", type=click.IntRange(1), default=5, show_default=True, help="Timed runs (median).")
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True, help="Untimed runs first.")
+@click.option("--chunk-size", type=click.IntRange(1), default=16384, show_default=True,
+              help="Chunk length for stream mode and for the decode prefill.")
+@click.option("-o", "--option", "options", multiple=True, metavar="[ATTN.]KEY=VALUE",
+              help="Attention option, for every selected attention that has it or only ATTN (repeatable).")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Run each measurement in a fresh subprocess (default on CPU: needed for exact peak memory).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds per isolated measurement before it is recorded as a timeout.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write all records (and the settings, the machine included) as JSON (replaced if it exists).")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG of time and peak memory against length (log-log), one line per attention.")
+def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device: str | None, dtype: str,
+                  embed_dim: int, heads: int, batch: int, repeats: int, warmup: int, chunk_size: int,
+                  options: tuple[str, ...], isolate: bool | None, timeout: float | None, json_file: Path | None,
+                  plot_file: Path | None) -> None:
+    """Time attention layers (projections included) against sequence length: median of the timed runs,
+    tokens/s and peak memory of each (attention, length), printed as they finish."""
+    from lavo_zoo.attention import attention_info, build_attention
+
+    names = [n.strip() for n in attentions.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--attentions needs at least one attention name")
+    infos = {n: attention_info(n) for n in names}  # unknown names: UsageError with a did-you-mean
+    for n, info in infos.items():
+        if pattern not in info.patterns:
+            raise UsageError(f"attention '{n}' does not support pattern '{pattern}' (it supports "
+                             f"{', '.join(info.patterns)})")
+        if mode in ("decode", "stream") and not info.streaming:
+            raise UsageError(f"--mode {mode} needs a streaming attention; '{n}' has no streaming state")
+    if mode in ("decode", "stream") and pattern != "causal":
+        raise UsageError(f"--mode {mode} needs --pattern causal")
+    if embed_dim % heads:
+        raise UsageError(f"--embed-dim {embed_dim} must be a multiple of --heads {heads}")
+    if plot_file is not None and plot_file.suffix.lower() != ".png":
+        raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
+    length_list = parse_ints(lengths, "--lengths")
+    per_options = _parse_options(options, names)
+    from lavo_zoo.engine.env import describe_machine, machine, pick_device
+
+    device = str(pick_device(device))
+    isolate = device == "cpu" if isolate is None else isolate
+    host = machine(device)  # figures from machines with other vector units are not comparable: recorded with them
+    settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "embed_dim": embed_dim,
+                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size,
+                "machine": host}
+    for n in names:  # build each once so that a bad option fails now, as a usage error
+        try:
+            build_attention(n, embed_dim, heads, pattern, **per_options[n])
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"attention '{n}' with options {per_options[n]}: {e}") from None
+    results = []
+    click.echo(f"# {mode} {pattern} D={embed_dim} H={heads} B={batch} {dtype} on {device}; median of {repeats} "
+               f"after {warmup} warm-up; {'isolated processes' if isolate else 'in process'}")
+    click.echo(f"# {describe_machine(host)}")
+    for n in names:
+        for T in length_list:
+            spec = {**settings, "attention": n, "length": T, "options": per_options[n]}
+            if isolate:
+                record = run_isolated("lavo_zoo.bench.attention:measure", spec, timeout)
+            else:
+                try:
+                    record = measure(spec)
+                except Exception as e:  # noqa: BLE001 - e.g. out of memory: recorded, the sweep goes on
+                    record = {"error": f"{type(e).__name__}: {e}"}
+            record = {"attention": n, "mode": mode, "length": T, "options": per_options[n], **record}
+            results.append(record)
+            click.echo(_format(record))
+    if json_file is not None:
+        write_json(json_file, {"settings": settings, "results": results})
+        click.echo(f"wrote {json_file}")
+    if plot_file is not None:
+        plot_results(results, plot_file)
+        click.echo(f"wrote {plot_file}")
+    if all("error" in r for r in results):
+        raise ZooError("every measurement failed (see the lines above)")

@@ -1,0 +1,74 @@
+"""``lavo-zoo bench lm``: training and evaluation throughput (tokens/s) of language-model configs at several context
+lengths, one sequence per step.
+
+Evaluation: forward with per-token NLL under no_grad. Training: forward, backward and an AdamW step. Each figure
+is the median over ``--repeats`` timed steps after one warm-up step (:func:`lavo_zoo.bench.timing.time_runs`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lavo_zoo.bench.timing import median_time, parse_ints, time_runs, write_json
+from lavo_zoo.options import device_option
+
+
+def measure(config: str, length: int, repeats: int, device: Any) -> dict[str, Any]:
+    """Train and eval tokens/s of ``config`` at context ``length`` (median of ``repeats`` steps)."""
+    import torch
+
+    from lavo_zoo.engine.recipe import resolve_config
+
+    recipe, cfg = resolve_config(config, ["model.dropout=0.0"])
+    cfg = recipe.resolve(cfg)
+    torch.manual_seed(0)
+    model = recipe.build_model(cfg).to(device)
+    batch = torch.randint(0, cfg.model.vocab_size, (1, length + 1), device=device)
+    x, y = batch[:, :-1], batch[:, 1:]  # [1, T]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(x, y).mean().backward()
+        optimizer.step()
+
+    def eval_step() -> None:
+        with torch.no_grad():
+            model(x, y)
+
+    model.train()
+    train_s = median_time(time_runs(train_step, 1, repeats, device))
+    model.eval()
+    eval_s = median_time(time_runs(eval_step, 1, repeats, device))
+    return {"config": config, "attention": cfg.model.attention.name, "length": length,
+            "train_tokens_per_s": length / train_s, "eval_tokens_per_s": length / eval_s}
+
+
+@click.command("lm", epilog="""\b
+Examples:
+  lavo-zoo bench lm lm/tiny-lavo lm/tiny-sdpa --lengths 512,2048
+  lavo-zoo bench lm lm/pg19-lavo --lengths 2048,8192,16384 --device cuda --json runs/throughput.json""")
+@click.argument("configs", nargs=-1, required=True)
+@click.option("--lengths", default="2048,8192,16384", show_default=True, help="Comma-separated context lengths.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Timed steps per figure (the median is reported) after one warm-up step.")
+@device_option
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the rows (and the machine) to this JSON file (replaced if it exists).")
+def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, device: str | None, json_file: Path | None) -> None:
+    """Training and evaluation tokens/s of LM CONFIGS at several context lengths, one sequence per step."""
+    from lavo_zoo.engine.env import describe_machine, machine, pick_device
+
+    dev = pick_device(device)
+    host = machine(dev)
+    click.echo(f"# {describe_machine(host)}")
+    rows = [measure(c, n, repeats, dev) for c in configs for n in parse_ints(lengths, "--lengths")]
+    click.echo(f"{'config':<22} {'length':>7} {'train tok/s':>12} {'eval tok/s':>12}")
+    for r in rows:
+        click.echo(f"{r['config']:<22} {r['length']:>7} {r['train_tokens_per_s']:>12.0f} "
+                   f"{r['eval_tokens_per_s']:>12.0f}")
+    if json_file is not None:
+        write_json(json_file, {"machine": host, "results": rows})
+        click.echo(f"wrote {json_file}")

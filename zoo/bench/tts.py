@@ -1,0 +1,105 @@
+"""``lavo-zoo bench tts``: synthesis speed with LAVO vs softmax decoder self-attention, side by side in one run.
+
+Builds Transformer-TTS at the paper's size (d 512, 8 heads, FFN 2048, 6 + 6 layers, 4 frames per step; random
+weights, the stop token disabled so that every run decodes exactly ``--frames`` frames) once per decoder
+self-attention (sdpa; lavo r=64, w=16), runs the recipe's own synthesis loop on one 150-character sentence, and
+times every decoder step. Prints per-frame time (median over the 25 steps ending at each ``--at`` frame; the
+fastest of ``--repeats`` decodes, against other jobs on a shared machine), overall
+frames/s and the real-time factor (synthesis seconds / seconds of audio at 22,050 Hz, hop 256; Griffin-Lim not
+included). With LAVO a step's cost does not depend on the frames decoded so far; softmax attends to all of them.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import click
+
+from lavo_zoo.bench.timing import parse_ints, write_json
+from lavo_zoo.options import device_option
+
+SENTENCE = ("Printing, in the only sense with which we are at present concerned, differs from most if not from all "
+            "the arts and crafts represented.")[:150]
+DECODERS = {"sdpa": {"name": "sdpa"}, "lavo": {"name": "lavo", "num_bases": 64, "window_size": 16}}
+
+
+def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: str, repeats: int = 1) -> dict:
+    """Per-frame time at each of ``at`` (ms), frames/s and real-time factor of one decoder self-attention."""
+    import torch
+
+    from lavo_zoo.attention import AttentionSpec, SiteAttention
+    from lavo_zoo.recipes.tts.model import ModelConfig, TransformerTTS, synthesize
+    from lavo_zoo.recipes.tts.text import text_encoder
+
+    if size == "tiny" and decoder_self["name"] == "lavo":  # tts/tiny-*'s LAVO (r = 16, w = 8)
+        decoder_self = {**decoder_self, "num_bases": 16, "window_size": 8}
+    spec = AttentionSpec.from_config(decoder_self, "decoder_self", "the benchmark")
+    cfg = ModelConfig(vocab_size=text_encoder("chars").vocab_size, attention=SiteAttention(decoder_self=spec))
+    if size == "tiny":  # tts/tiny-*'s size
+        cfg.embed_dim, cfg.num_heads, cfg.ffn_dim, cfg.encoder_layers, cfg.decoder_layers = 64, 2, 128, 2, 2
+    torch.manual_seed(0)
+    model = TransformerTTS(cfg).to(device).eval()
+    tokens = torch.tensor([text_encoder("chars").encode(SENTENCE)], device=device)
+    times: list[float] = []
+    step = model.decode_step
+
+    def timed(prev, cache):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = step(prev, cache)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        return out
+
+    model.decode_step = timed  # the real loop (recipes.tts.model.synthesize), timed step by step
+    synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)  # warm-up
+    r = cfg.frames_per_step
+    per_frame, total = {n: float("inf") for n in at}, float("inf")
+    for _ in range(repeats):  # the fastest of the repeats: robust to other jobs on a shared machine
+        times.clear()
+        start = time.perf_counter()
+        _, lengths, _ = synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)
+        total = min(total, time.perf_counter() - start)
+        for n in at:
+            per_frame[n] = min(per_frame[n], statistics.median(times[max(0, n // r - 25):n // r]) / r)
+    audio_s = int(lengths[0]) * 256 / 22_050
+    return {"per_frame_ms": {n: 1e3 * t for n, t in per_frame.items()}, "frames_per_s": int(lengths[0]) / total,
+            "rtf": total / audio_s, "frames": int(lengths[0])}
+
+
+@click.command("tts", epilog="""\b
+Examples:
+  lavo-zoo bench tts                                       # the paper's model size, 2,000 frames
+  lavo-zoo bench tts --size tiny --frames 600 --at 100,600 --repeats 3""")
+@click.option("--frames", type=click.IntRange(min=1), default=2000, show_default=True, help="Frames to decode.")
+@click.option("--at", default="500,2000", show_default=True, help="Frame counts at which to report the per-frame time.")
+@click.option("--size", type=click.Choice(["paper", "tiny"]), default="paper", show_default=True)
+@device_option
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Decode this many times; report the fastest.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the rows (and the machine) to this JSON file (replaced if it exists).")
+def tts_cmd(frames: int, at: str, size: str, device: str | None, repeats: int, json_file: Path | None) -> None:
+    """Per-frame synthesis time, frames/s and real-time factor of Transformer-TTS with LAVO and with softmax
+    decoder self-attention (random weights, the stop token off: every run decodes --frames frames)."""
+    from lavo_zoo.engine.env import describe_machine, machine, pick_device
+
+    device = str(pick_device(device))
+    points = parse_ints(at, "--at")
+    host = machine(device)
+    click.echo(f"# {describe_machine(host)}")
+    click.echo(f"decoder self-attention | ms/frame at {' | at '.join(map(str, points))} | ratio | frames/s | RTF "
+               f"({size} model, {device})")
+    rows = []
+    for name, spec in DECODERS.items():
+        res = measure(spec, frames, points, size, device, repeats)
+        ms = [res["per_frame_ms"][n] for n in points]
+        rows.append({"decoder_self": name, **res})
+        click.echo(f"{name:<6} | " + " | ".join(f"{m:.2f}" for m in ms) + f" | {ms[-1] / ms[0]:.2f}x | "
+                   f"{res['frames_per_s']:.0f} | {res['rtf']:.3f}")
+    if json_file is not None:
+        write_json(json_file, {"machine": host, "results": rows})
+        click.echo(f"wrote {json_file}")
