@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
-from lavo_zoo.attention._blocked import window_attention
-from lavo_zoo.attention._lavo_memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.ops.window import window_attention
 from lavo_zoo.attention.reference import lavo_reference
 from tests.attention.test_lavo import BASE, CONFIGS, _id
 
@@ -201,10 +201,10 @@ def test_window_function_with_query_blocks_smaller_than_the_window(monkeypatch, 
                                                                    block):
     """Blocks of c < w queries (what large windows such as LRA's w = 256 use): outputs and every gradient equal the
     autograd kernel (whole-window blocks), across chunk boundaries and the sequence's ends."""
-    from lavo_zoo.attention import _blocked
+    from lavo_zoo.attention.ops.window import blocked
 
     w = 70 if block == 64 else 5
-    monkeypatch.setattr(_blocked, "query_block", lambda window: block)
+    monkeypatch.setattr(blocked, "query_block", lambda window: block)
     B, H, T, d = 2, 2, 2 * w + 7, 3
     q, k, v, bias = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), device=device)
     pk, pv = _leaves((B, H, prefix, d), (B, H, prefix, d), device=device)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
-from lavo_zoo.attention._blocked import window_attention
-from lavo_zoo.attention._flex import flex_window_attention
+from lavo_zoo.attention.ops.window import window_attention
+from lavo_zoo.attention.ops.window.flex import flex_window_attention
 from lavo_zoo.attention.reference import local_reference, sdpa_reference
 from lavo_zoo.errors import UsageError
 
@@ -104,7 +104,7 @@ def test_cuda_flex_window_logic_matches_blocked(causal, prefix, T, block):
 
 def test_flex_band_block_mask_lists_exactly_the_touched_key_blocks():
     """Every key block holding a key of some query's window is listed for that query block, and no other."""
-    from lavo_zoo.attention._flex import band_block_mask
+    from lavo_zoo.attention.ops.window.flex import band_block_mask
     for q_len, kv_len, w, causal, block in [(100, 100, 11, True, 16), (90, 95, 11, True, 16), (100, 100, 11, False, 8),
                                             (300, 300, 16, True, 128), (64, 64, 40, False, 16)]:
         mask = band_block_mask(q_len, kv_len, w, causal=causal, mask_mod=None, device=torch.device("cpu"), block=block)

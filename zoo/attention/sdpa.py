@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention._blocked import compute_dtype, last_positions, window_attention
 from lavo_zoo.attention.base import PATTERNS, Attention
-from lavo_zoo.attention.common import KVCache, check_cache, merge_heads, split_heads
+from lavo_zoo.attention.common import KVCache, check_cache, compute_dtype, merge_heads, split_heads
+from lavo_zoo.attention.ops.window import last_positions, window_attention
 
 
 def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
