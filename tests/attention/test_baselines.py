@@ -8,14 +8,25 @@ import zlib
 import pytest
 import torch
 
-from lavo_zoo.attention import attention_class, build_attention
-from lavo_zoo.attention.nystromformer import iterative_pinv
-from lavo_zoo.attention.performer import orthogonal_gaussian
-from lavo_zoo.attention.reference_baselines import (
-    REFERENCES,
-    s4d_kernel_reference,
-    softmax_attention,
+from lavo_zoo.attention import (
+    abc,
+    attention_class,
+    build_attention,
+    cosformer,
+    lara,
+    longshort,
+    nystromformer,
+    performer,
+    s4d,
+    vanilla,
 )
+from lavo_zoo.attention.nystromformer import iterative_pinv
+from lavo_zoo.attention.ops.naive import softmax_attention
+from lavo_zoo.attention.performer import orthogonal_gaussian
+
+REFERENCES = {m.__name__.rpartition(".")[2]: m.naive
+              for m in (vanilla, abc, performer, cosformer, longshort, s4d, lara, nystromformer)}
+s4d_kernel_reference = s4d.naive_kernel
 
 D, H = 32, 4
 ATOL, RTOL = 1e-10, 1e-8

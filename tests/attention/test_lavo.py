@@ -9,7 +9,7 @@ import torch
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.lavo import LavoState
-from lavo_zoo.attention.reference import lavo_reference
+from lavo_zoo.attention.lavo.naive import naive as lavo_reference
 
 F64 = torch.float64
 BASE = {"num_bases": 4, "window_size": 4}

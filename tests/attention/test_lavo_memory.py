@@ -9,8 +9,8 @@ import torch
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.lavo.naive import naive as lavo_reference
 from lavo_zoo.attention.ops.window import window_attention
-from lavo_zoo.attention.reference import lavo_reference
 from tests.attention.test_lavo import BASE, CONFIGS, _id
 
 F64 = torch.float64

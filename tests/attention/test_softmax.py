@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.local import naive as local_reference
 from lavo_zoo.attention.ops.window import window_attention
 from lavo_zoo.attention.ops.window.flex import flex_window_attention
-from lavo_zoo.attention.reference import local_reference, sdpa_reference
+from lavo_zoo.attention.sdpa import naive as sdpa_reference
 from lavo_zoo.errors import UsageError
 
 F64 = torch.float64
