@@ -1,5 +1,5 @@
 """Attention-level decoding API beyond the contract kit (whose step and cross-cache checks every mechanism passes in
-test_registry_contract.py): caches that never touch the source, reordered states, refusals.
+test_registry_contract.py): caches that never touch the source, bounded recurrent states, reordered states, refusals.
 
 float64 throughout; tolerances as the attention contract's (chunked sums differ from one pass only by rounding).
 """
@@ -12,6 +12,7 @@ import torch
 
 from lavo_zoo.attention import ATTENTIONS, attention_class, build_attention
 from lavo_zoo.attention.base import SourceCache, reorder_batch
+from tests.attention import mechanism_testing
 
 D, H = 32, 4
 ATOL, RTOL = 1e-9, 1e-7
@@ -86,6 +87,17 @@ def test_reordered_state_decodes_like_the_reordered_batch(name: str, request) ->
     y, _ = _decode(attn, nxt, state, [2, 3])
     ref, _ = _decode(attn, torch.cat([x[index], nxt], 1), None, [4, 5, 2, 3])
     torch.testing.assert_close(y, ref[:, 9:], atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["abc", "performer", "cosformer", "s4d"])
+def test_streaming_state_is_bounded(name: str, request) -> None:
+    """The recurrent state does not grow with the number of tokens fed."""
+    g = _gen(request)
+    attn = mechanism_testing.build(name, "causal", **mechanism_testing.SMALL[name])
+    _, s1 = attn(_randn(g, 2, 3, D), return_state=True)
+    _, s2 = attn(_randn(g, 2, 50, D), state=s1, return_state=True)
+    shapes = lambda s: {k: tuple(t.shape) for k, t in vars(s).items() if torch.is_tensor(t)}
+    assert shapes(s1) == shapes(s2) and shapes(s1)
 
 
 @pytest.mark.parametrize("name", CROSS)

@@ -1,5 +1,8 @@
-"""LAVO: fast path == reference (outputs and gradients) for every pattern and flag, streaming == full, causality,
-padding invariance, orthonormal bases, clear errors, bf16 on 64K tokens. Shapes: D=16, H=2 (d=8), r=4, w=4."""
+"""The LAVO layer (lavo/layer.py): fast path == its naive reference (lavo/naive.py; outputs and gradients) for every
+pattern and flag, streaming == full, causality, padding invariance, orthonormal bases, clear errors, bf16 on 64K
+tokens; the memory-lean training path: the recompute kernels equal the autograd ones and the reference across chunk
+boundaries, gradients flow through a streaming state, nothing O(T w) or O(T r) is saved for backward, the kernel
+choice, torch.compile (parametrised over the available devices). Shapes: D=16, H=2 (d=8), r=4, w=4."""
 from __future__ import annotations
 
 import copy
@@ -9,9 +12,10 @@ import torch
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.lavo import LavoState
-from lavo_zoo.attention.reference import lavo_reference
+from lavo_zoo.attention.lavo.naive import naive
 
 F64 = torch.float64
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 BASE = {"num_bases": 4, "window_size": 4}
 CONFIGS = [  # every flag value appears at least once per pattern it applies to
     ("causal", {}),
@@ -38,7 +42,7 @@ def _id(c: tuple) -> str:
 @pytest.mark.parametrize("config", CONFIGS, ids=_id)
 def test_fast_path_equals_reference(helpers, config, padded, T):
     pattern, opts = config
-    helpers.compare(helpers.make("lavo", pattern, **BASE, **opts), lavo_reference, T, padded)
+    helpers.compare(helpers.make("lavo", pattern, **BASE, **opts), naive, T, padded)
 
 
 @pytest.mark.parametrize("opts", CAUSAL, ids=str)
@@ -148,7 +152,7 @@ def test_dropout_only_in_training(helpers):
     attn = helpers.make("lavo", "causal", **BASE, dropout=0.5)
     x = torch.randn(1, 12, 16, dtype=F64)
     attn.eval()
-    torch.testing.assert_close(attn(x), lavo_reference(attn, x))
+    torch.testing.assert_close(attn(x), naive(attn, x))
     attn.train()
     assert not torch.allclose(attn(x), attn(x))
 
@@ -181,3 +185,121 @@ def test_no_t_by_t_and_no_t_by_w_by_d_tensor(pattern):
         attn(torch.randn(1, T, H * d))
     largest = max(e.cpu_memory_usage for e in prof.events())
     assert 0 < largest < H * T * w * d * 4 / 2
+
+
+# ------------------------------------------------------------------------ the memory-lean training path
+def _grads(attn, x, mask, g, **kw):
+    y = attn(x, mask, **kw)
+    inputs = [x] + ([kw["context"]] if "context" in kw else []) + list(attn.parameters())
+    return y, torch.autograd.grad((y * g).sum(), inputs, materialize_grads=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("config", CONFIGS, ids=_id)
+def test_recompute_equals_autograd_kernels_and_reference_across_chunks(helpers, device, config):
+    """T = 45 in chunks of 8 queries, padded: the recompute path == the autograd kernels (the previous
+    implementation) == the dense float64 reference, outputs and every gradient."""
+    pattern, opts = config
+    attn = helpers.make("lavo", pattern, **BASE, **opts).to(device)
+    B, T = 2, 45
+    x = torch.randn(B, T, 16, dtype=F64, device=device, requires_grad=True)
+    mask = torch.rand(B, T, device=device) > 0.3
+    mask[:, 0] = True
+    kw = {}
+    if pattern == "cross":
+        kw = {"context": torch.randn(B, 30, 16, dtype=F64, device=device, requires_grad=True),
+              "context_mask": torch.arange(30, device=device)[None].expand(B, 30) < 25}
+    g = torch.randn(B, T, 16, dtype=F64, device=device)
+    results = []
+    for backend in ("recompute", "autograd"):
+        attn.backend, attn.chunk_size = backend, 8
+        results.append(_grads(attn, x, mask, g, **kw))
+    y_ref = naive(attn.cpu(), x.cpu(), mask.cpu(), **{k: v.cpu() for k, v in kw.items()})
+    attn.to(device)
+    torch.testing.assert_close(results[0][0].cpu(), y_ref, rtol=1e-9, atol=1e-10)
+    for (y, grads), (y2, grads2) in [(results[0], results[1])]:
+        torch.testing.assert_close(y, y2, rtol=1e-9, atol=1e-10)
+        for a, b in zip(grads, grads2):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("opts", [o for p, o in CONFIGS if p == "causal"], ids=str)
+def test_gradients_flow_through_the_streaming_state(helpers, opts):
+    """Chunks carrying an undetached state (prefix keys/values, sums) give the full-sequence gradients."""
+    attn = helpers.make("lavo", "causal", **BASE, **opts)
+    attn.chunk_size = 3
+    x = torch.randn(2, 23, 16, dtype=F64, requires_grad=True)
+    g = torch.randn(2, 23, 16, dtype=F64)
+    full = torch.autograd.grad((attn(x) * g).sum(), [x, *attn.parameters()], materialize_grads=True)
+    streamed = helpers.stream(attn, x, [5, 2, 7, 1, 8])
+    for a, b in zip(torch.autograd.grad((streamed * g).sum(), [x, *attn.parameters()], materialize_grads=True),
+                    full):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def _saved_storages(attn, x, mask=None, **kw) -> list[int]:
+    """Bytes of every distinct storage autograd saves for backward during one forward pass."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn(x, mask, **kw)
+    return list(saved.values())
+
+
+@pytest.mark.parametrize("pattern, opts", [("causal", {}), ("causal", {"memory_source": "value"}),
+                                           ("noncausal", {}), ("cross", {})])
+def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
+    """Saved: x, q, k, v and the merged output ([T, D] each, at most 5), and per-window tensors (<= T D / w: the
+    window means). A [T, 2w] score or [T, r] probability tensor per head (2 T D / w bytes here) fails it, as the
+    autograd kernels do."""
+    B, T, H, d, w, r = 1, 256, 2, 16, 4, 8
+    D = H * d
+    big = B * T * D * 4
+    x = torch.randn(B, T, D, requires_grad=True)
+    mask = torch.arange(T)[None] < T - 5 if pattern == "noncausal" else None
+    kw = {"context": torch.randn(B, T, D, requires_grad=True)} if pattern == "cross" else {}
+    for backend in ("recompute", "autograd"):
+        attn = build_attention("lavo", D, H, pattern, num_bases=r, window_size=w, backend=backend, **opts)
+        attn.chunk_size = 64
+        sizes = _saved_storages(attn, x, mask, **kw)
+        lean = sum(s == big for s in sizes) <= 5 and all(s == big or s <= big / w for s in sizes)
+        assert lean == (backend == "recompute"), (backend, sorted(sizes))
+
+
+def test_kernel_choice_is_made_in_the_layer():
+    attn = build_attention("lavo", 32, 2, "causal", dropout=0.1).eval()
+    q = torch.randn(1, 2, 512, 16)
+    assert attn.kernels(q) == ("recompute", "recompute")  # CPU, no dropout: saves inputs, recomputes
+    attn.train()
+    assert attn.kernels(q) == ("autograd", "autograd")    # dropout in training: the mask backward must see
+    assert build_attention("lavo", 32, 2, "causal").kernels(q) == ("recompute", "recompute")
+    if torch.cuda.is_available():
+        attn.eval()
+        assert attn.kernels(q.cuda())[0] == "flex"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        build_attention("lavo", 32, 2, "causal", backend="fast")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern, padded", [("causal", False), ("noncausal", True)])
+def test_torch_compile_matches_eager(pattern, padded):
+    """One graph (fullgraph: no break, also with a padding mask, whose all-real chunks eager mode skips) and the
+    eager outputs and input gradients."""
+    torch.manual_seed(0)
+    attn = build_attention("lavo", 16, 2, pattern, num_bases=4, window_size=4)
+    attn.chunk_size = 8
+    x = torch.randn(2, 40, 16, requires_grad=True)
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 30:] = False
+    mask = mask if padded else None
+    rows = mask[..., None] if padded else 1.0
+    compiled = torch.compile(attn, backend="aot_eager", fullgraph=True)
+    y = compiled(x, mask) * rows
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    y_ref = attn(x, mask) * rows
+    (gx_ref,) = torch.autograd.grad(y_ref.sum(), x)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(gx, gx_ref)

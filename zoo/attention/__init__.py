@@ -1,8 +1,11 @@
 """The attention zoo: LAVO and the baselines behind one contract (see :mod:`lavo_zoo.attention.base`).
 
-Every module in this folder (except ``base``, ``common``, ``spec``, ``reference*`` and ``_private`` ones) is
-imported on first use of the registry, so a new mechanism is one new file that decorates its class with
-:func:`register_attention`; the pieces mechanisms share are in ``common``.
+Every module or package in this folder (except ``base``, ``common``, ``spec``, ``ops`` and ``_private`` ones) is
+imported on first use of the registry, so a new mechanism is one new file (or package) that decorates its class with
+:func:`register_attention`; the pieces mechanisms share are in ``common``, the kernels several of them use in
+``ops``. Beside each mechanism sits its slow, loop or dense reference ``naive(attn, x, padding_mask, ...)``, which
+takes the module and its inputs (in the mechanism's module, or in the ``naive`` module of its package);
+tests/attention/test_naive_references.py compares every registered mechanism with its ``naive``.
 Third-party packages add mechanisms through the ``lavo_zoo.attentions`` entry-point group. Configs select a mechanism
 with :class:`AttentionSpec` (``lavo_zoo.attention.spec``).
 """
@@ -20,8 +23,8 @@ from lavo_zoo.registry import Registry
 
 
 def _is_mechanism_module(name: str) -> bool:
-    """Modules named base, common, spec, reference* (test-only references) or _private are not mechanisms."""
-    return name not in ("base", "common", "spec") and not name.startswith(("reference", "_"))
+    """Modules named base, common, spec, ops (shared kernels) or _private are not mechanisms."""
+    return name not in ("base", "common", "spec", "ops") and not name.startswith("_")
 
 
 ATTENTIONS = Registry(

@@ -96,6 +96,9 @@ class Attention(nn.Module):
     # selection over the queries, a scale set by the number of queries): step-by-step decoding then equals
     # re-running every prefix, not one forward over the whole target, and a teacher-forced decoder sees the future.
     mixes_queries: ClassVar[tuple[str, ...]] = ()
+    # False for a control whose output ignores its queries (``mean``): in cross attention the target then gets no
+    # gradient through the site, which the contract allows for such a mechanism only.
+    reads_queries: ClassVar[bool] = True
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
         super().__init__()

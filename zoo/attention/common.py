@@ -1,8 +1,9 @@
-"""What the attention mechanisms share: head split / merge, the standard projections (:class:`ProjectedAttention`),
-a masked softmax, segment means (landmarks) and the one key/value cache type (:class:`KVCache`).
+"""What the attention mechanisms share: the compute dtype of sums and softmaxes, head split / merge, the standard
+projections (:class:`ProjectedAttention`), a masked softmax, segment means (landmarks) and the one key/value cache
+type (:class:`KVCache`).
 
-LAVO's own module (``lavo.py``) and the blocked / flex window kernels (``_blocked.py``, ``_flex.py``) keep their
-specialised pieces; everything else builds on these.
+Kernels shared by several mechanisms live in :mod:`lavo_zoo.attention.ops` (the sliding window); LAVO's package
+(:mod:`lavo_zoo.attention.lavo`) keeps its own; everything else builds on these.
 """
 from __future__ import annotations
 
@@ -13,6 +14,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention.base import Attention
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def heads_major_empty(B: int, H: int, T: int, d: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised [B, H, T, d] tensor laid out as [B, T, H, d] in memory, so that merging the heads afterwards
+    (``transpose(1, 2).reshape(B, T, H * d)``) is a view, not a copy. Not a view itself (autograd allows in-place
+    ops on it when a custom Function returns it)."""
+    return torch.empty_strided((B, H, T, d), (T * H * d, d, H * d, 1), dtype=dtype, device=like.device)
 
 
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:

@@ -31,6 +31,7 @@ import torch
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import StreamingState
 from lavo_zoo.attention.common import ProjectedAttention
+from lavo_zoo.attention.ops.naive import merge, ones, qkv
 
 
 @dataclass
@@ -134,3 +135,30 @@ class CosFormerAttention(ProjectedAttention):
             z_sin = z_sin + ksc.sum(2)
         o = torch.cat(outs, 2) if outs else v.new_zeros(B, H, 0, d)
         return o, CosFormerState(s_cos, s_sin, z_cos, z_sin, n + T)  # (streaming takes no padding mask)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """cosFormer quadratic form: sim_ij = relu(q_i).relu(k_j) cos(pi/2 (i-j)/M), positions counting real tokens."""
+    q, k, v = qkv(m, x, context)
+    B, _, T, _ = q.shape
+    S = k.shape[2]
+    key_mask = context_mask if m.pattern == "cross" else padding_mask
+    qm = ones(B, T) if padding_mask is None else padding_mask
+    km = ones(B, S) if key_mask is None else key_mask
+    out = torch.zeros_like(q)
+    for b in range(B):
+        pq = qm[b].long().cumsum(0).double()
+        pk = km[b].long().cumsum(0).double()
+        if m.pattern == "causal":
+            M = float(m.max_length)
+        elif m.pattern == "cross":
+            M = float(max(int(qm[b].sum()), int(km[b].sum()), 1))
+        else:
+            M = float(max(int(km[b].sum()), 1))
+        rew = torch.cos(math.pi / 2 * (pq[:, None] - pk[None, :]) / M)  # [T, S]
+        sim = torch.relu(q[b]) @ torch.relu(k[b]).transpose(-1, -2) * rew * km[b]  # [H, T, S]
+        if m.pattern == "causal":
+            sim = sim * torch.ones(T, S, dtype=torch.bool).tril()
+        out[b] = (sim @ v[b]) / sim.sum(-1, keepdim=True).clamp_min(m.eps)
+    return merge(m, out)

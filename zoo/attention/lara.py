@@ -21,6 +21,7 @@ import torch
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.common import ProjectedAttention, masked_softmax, segment_means
+from lavo_zoo.attention.ops.naive import merge, ones, qkv, seg_means
 
 
 @register_attention("lara")
@@ -70,3 +71,46 @@ class LARAAttention(ProjectedAttention):
         # log xi(q_n, omega_c) without -|q_n|^2/2, a per-query constant that cancels in the softmax over c
         logits = q @ mu.transpose(-1, -2) + q @ omega.transpose(-1, -2) + (log_z - log_xmu)[:, :, None, :]
         return self.output(masked_softmax(logits, allowed) @ v_bar)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """LARA in its importance-sampling form (eval mode, omega_c = mu_c): for each query n,
+    o_n = sum_c w_nc S_c / sum_c w_nc z_c, S_c = sum_m xi(k_m, w_c) v_m, z_c = sum_m xi(k_m, w_c),
+    w_nc = alpha_nc xi(q_n, w_c) N(w_c; 0, I) / N(w_c; mu_c, I), alpha_nc = softmax_c(q_n . mu_c)."""
+    assert not m.training
+    q, k, v = qkv(m, x, context)
+    B, H, T, d = q.shape
+    S = k.shape[2]
+    q, k = q * d ** -0.25, k * d ** -0.25
+    key_mask = context_mask if m.pattern == "cross" else padding_mask
+    qm = ones(B, T) if padding_mask is None else padding_mask
+    km = ones(B, S) if key_mask is None else key_mask
+    C = min(m.num_landmarks, T, S)
+
+    def xi(z, om):  # z [n, d], om [C, d] -> [n, C]
+        return torch.exp(z @ om.T - 0.5 * (z * z).sum(-1, keepdim=True))
+
+    def log_normal(om, mean):  # log N(om; mean, I) up to the shared constant
+        return -0.5 * ((om - mean) ** 2).sum(-1)
+
+    out = torch.zeros_like(q)
+    for b in range(B):
+        keys = [s for s in range(S) if bool(km[b, s])]
+        if not keys:
+            continue
+        for h in range(H):
+            qb, qok = seg_means(q[b, h], qm[b], C)
+            kb, kok = seg_means(k[b, h], km[b], C)
+            keep = [c for c in range(C) if qok[c] or kok[c]]
+            mu = (qb + kb)[keep]  # [C', d]
+            om = mu
+            xk = xi(k[b, h, keys], om)  # [n, C']
+            s_c = xk.T @ v[b, h, keys]  # [C', d]
+            z_c = xk.sum(0)  # [C']
+            ratio = torch.exp(log_normal(om, torch.zeros_like(om)) - log_normal(om, mu))  # [C']
+            for n in range(T):
+                alpha = torch.softmax(mu @ q[b, h, n], 0)  # [C']
+                wts = alpha * xi(q[b, h, n][None], om)[0] * ratio
+                out[b, h, n] = (wts @ s_c) / (wts @ z_c)
+    return merge(m, out)

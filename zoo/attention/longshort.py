@@ -21,6 +21,7 @@ from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.common import ProjectedAttention, masked_softmax
+from lavo_zoo.attention.ops.naive import merge, ones, qkv
 
 
 @register_attention("longshort")
@@ -108,3 +109,44 @@ class LongShortAttention(ProjectedAttention):
             o = o + torch.einsum("bhjwl,bhld->bhjwd", attn[..., W2:], v_long)
         o = o.reshape(B, H, Tp, d)[:, :, :T]
         return self.output(o)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """Transformer-LS per query: one softmax over [window keys (LN_short); projected keys (LN_long)]."""
+    q, k, v = qkv(m, x, None)
+    B, H, T, d = q.shape
+    w = m.window_size
+    mask = ones(B, T) if padding_mask is None else padding_mask
+    logits = torch.einsum("bhtd,hdr->bhtr", k, m.dyn_proj)  # [B, H, T, r]
+    ks, vs = m.ln_short(k), m.ln_short(v)
+    out = torch.zeros_like(q)
+    for b in range(B):
+        real = [s for s in range(T) if bool(mask[b, s])]
+        if m.pattern == "noncausal" and real:
+            p = torch.softmax(logits[b, :, real], dim=1)  # [H, n, r]
+            kl_all = m.ln_long(p.transpose(-1, -2) @ k[b, :, real])  # [H, r, d]
+            vl_all = m.ln_long(p.transpose(-1, -2) @ v[b, :, real])
+        for t in range(T):
+            j = t // w
+            if m.pattern == "noncausal":
+                lo, hi = j * w - w // 2, (j + 1) * w + w // 2
+                win = [s for s in range(max(lo, 0), min(hi, T)) if bool(mask[b, s])]
+                kl, vl = (kl_all, vl_all) if real else (q.new_zeros(H, 0, d),) * 2
+            else:
+                win = [s for s in range(max((j - 1) * w, 0), t + 1) if bool(mask[b, s])]
+                kls, vls = [], []
+                for jj in range(j):  # complete earlier segments, each projected on its own
+                    seg = [s for s in range(jj * w, (jj + 1) * w) if bool(mask[b, s])]
+                    if seg:
+                        p = torch.softmax(logits[b, :, seg], dim=1)  # [H, n, rk]
+                        kls.append(m.ln_long(p.transpose(-1, -2) @ k[b, :, seg]))
+                        vls.append(m.ln_long(p.transpose(-1, -2) @ v[b, :, seg]))
+                kl = torch.cat(kls, 1) if kls else q.new_zeros(H, 0, d)
+                vl = torch.cat(vls, 1) if vls else q.new_zeros(H, 0, d)
+            keys = torch.cat([ks[b, :, win], kl], 1)  # [H, n, d]
+            vals = torch.cat([vs[b, :, win], vl], 1)
+            if keys.shape[1]:
+                p = torch.softmax(keys @ q[b, :, t, :, None] * d ** -0.5, dim=1)  # [H, n, 1]
+                out[b, :, t] = (p.transpose(-1, -2) @ vals)[:, 0]
+    return merge(m, out)

@@ -18,6 +18,7 @@ import torch
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.common import ProjectedAttention, masked_softmax, segment_means
+from lavo_zoo.attention.ops.naive import merge, ones, qkv, seg_means
 
 
 def iterative_pinv(a: torch.Tensor, iterations: int = 6) -> torch.Tensor:
@@ -65,3 +66,28 @@ class NystromAttention(ProjectedAttention):
         b = masked_softmax(q_land @ k.transpose(-1, -2), kmask) * q_ok[:, None, :, None].to(a.dtype)  # [B,H,Cq,S]
         o = f @ (iterative_pinv(a, self.pinv_iterations) @ (b @ v))  # [B, H, T, d]
         return self.output(o)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """Nystrom formula with explicitly looped landmarks and the exact pseudo-inverse."""
+    q, k, v = qkv(m, x, context)
+    B, H, T, d = q.shape
+    S = k.shape[2]
+    q = q * d ** -0.5
+    key_mask = context_mask if m.pattern == "cross" else padding_mask
+    qm = ones(B, T) if padding_mask is None else padding_mask
+    km = ones(B, S) if key_mask is None else key_mask
+    out = torch.zeros_like(q)
+    for b in range(B):
+        keys = [s for s in range(S) if bool(km[b, s])]
+        for h in range(H):
+            ql, qok = seg_means(q[b, h], qm[b], m.num_landmarks)
+            kl, kok = seg_means(k[b, h], km[b], m.num_landmarks)
+            ql = ql[[c for c, ok in enumerate(qok) if ok]]
+            kl = kl[[c for c, ok in enumerate(kok) if ok]]
+            f = torch.softmax(q[b, h] @ kl.T, -1)
+            a = torch.softmax(ql @ kl.T, -1)
+            bm = torch.softmax(ql @ k[b, h, keys].T, -1)
+            out[b, h] = f @ torch.linalg.pinv(a) @ bm @ v[b, h, keys]
+    return merge(m, out)

@@ -23,6 +23,7 @@ import torch
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import StreamingState
 from lavo_zoo.attention.common import ProjectedAttention
+from lavo_zoo.attention.ops.naive import merge, qkv
 
 
 def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
@@ -136,3 +137,26 @@ class PerformerAttention(ProjectedAttention):
             m = m_new
         o = torch.cat(outs, 2) if outs else v.new_zeros(B, H, 0, d)
         return o, PerformerState(kv, z, m)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """FAVOR+ quadratic form with the module's random features: A = phi(Q) phi(K)^T (causally masked),
+    o = A V / A 1, phi(x) = exp(W x' - |x'|^2/2), x' = d^(-1/4) x (no stabilisation)."""
+    q, k, v = qkv(m, x, context)
+    _, _, T, d = q.shape
+    S = k.shape[2]
+    w = m.features.to(q.dtype)  # [H, mf, d]
+
+    def phi(z):
+        z = z * d ** -0.25
+        return torch.exp(torch.einsum("bhtd,hfd->bhtf", z, w) - 0.5 * (z * z).sum(-1, keepdim=True))
+
+    a = phi(q) @ phi(k).transpose(-1, -2)  # [B, H, T, S]
+    key_mask = context_mask if m.pattern == "cross" else padding_mask
+    if key_mask is not None:
+        a = a * key_mask[:, None, None, :]
+    if m.pattern == "causal":
+        a = a * torch.ones(T, S, dtype=torch.bool).tril()
+    den = a.sum(-1, keepdim=True)
+    return merge(m, (a @ v) / torch.where(den == 0, torch.ones_like(den), den))

@@ -25,6 +25,7 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import Attention
 from lavo_zoo.attention.common import merge_heads, split_heads
+from lavo_zoo.attention.ops.naive import heads, ones
 
 _CHUNK_ELEMENTS = 1 << 24  # bound on the [B, H, chunk, L] scores of a block of queries in the sparsity measurement
 
@@ -173,3 +174,49 @@ class ProbSparseAttention(Attention):
         if causal:
             out = torch.where(sel_active[..., None], out, lazy.gather(2, sel_d))
         return lazy.scatter(2, sel_d, out)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """ProbSparse by its definition, one sequence (on its real tokens), head and query at a time. Eval mode: the
+    sampled keys are the module's fixed-seed draw (the one random part, shared like the parameters). Query i's score
+    is max - mean of q_i . k_j over its sampled keys; it is active when fewer than u queries score strictly higher
+    (causal: among queries 0..i-1); active queries take softmax attention over their keys (causal: 0..i), lazy ones
+    the mean of those values. Padded query rows are zero."""
+    assert not m.training
+    source, source_mask = (x, padding_mask) if context is None else (context, context_mask)
+    B, T, D = x.shape
+    S = source.shape[1]
+    causal = m.pattern == "causal"
+    qm = ones(B, T) if padding_mask is None else padding_mask
+    km = ones(B, S) if source_mask is None else source_mask
+    y = torch.zeros(B, T, D, dtype=x.dtype)
+    for b in range(B):
+        qi = [t for t in range(T) if bool(qm[b, t])]
+        ki = [s for s in range(S) if bool(km[b, s])]
+        if not qi or not ki:
+            continue
+        q = heads(m, m.q_proj(x[b, qi][None]))[0].double()       # [H, Lq, d]
+        k = heads(m, m.k_proj(source[b, ki][None]))[0].double()  # [H, Lk, d]
+        v = heads(m, m.v_proj(source[b, ki][None]))[0].double()
+        H, Lq, d = q.shape
+        Lk = k.shape[1]
+        n_top = min(Lq, max(1, m.factor * math.ceil(math.log(Lq))))
+        idx = m._sample_keys(Lq, Lk, min(Lk, max(1, m.factor * math.ceil(math.log(Lk)))), torch.device("cpu"))
+        out = torch.zeros(H, Lq, d, dtype=torch.float64)
+        for h in range(H):
+            score = []
+            with torch.no_grad():  # the selection is not differentiable
+                for i in range(Lq):
+                    sampled = k[h, idx[i]] @ q[h, i]                   # [U]
+                    score.append(float(sampled.max() - sampled.mean()))
+            for i in range(Lq):
+                rivals = range(i) if causal else range(Lq)
+                keys = list(range(i + 1)) if causal else list(range(Lk))
+                if sum(score[j] > score[i] for j in rivals) < n_top:  # active
+                    p = torch.softmax(k[h, keys] @ q[h, i] / math.sqrt(d), 0)
+                    out[h, i] = p @ v[h, keys]
+                else:
+                    out[h, i] = v[h, keys].mean(0)
+        y[b, qi] = m.out_proj(out.transpose(0, 1).reshape(Lq, D).to(x.dtype))
+    return y

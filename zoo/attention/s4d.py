@@ -75,7 +75,7 @@ class S4DAttention(Attention):
         """2 Re(sum_n coef_n exp(dtA_n l)) for l = 0..L-1: coef [..., D, N2] (broadcast with dtA [..., D, N2])
         -> [..., D, L] real. With l = a*c + j (c ~ sqrt(L)), A^l = A^(a c) A^j, so it is one batched complex matmul
         [nb, N2] x [N2, c] per channel: O(D N L) multiply-adds but only O(D N sqrt(L)) exponentials, and no
-        [D, N2, L] tensor is formed (the direct Vandermonde form is in reference_baselines)."""
+        [D, N2, L] tensor is formed (the direct Vandermonde form is :func:`naive_kernel`)."""
         c = max(1, math.isqrt(max(L - 1, 0)) + 1)
         nb = -(-L // c)
         j = torch.arange(c, device=dtA.device).to(dtA.dtype)
@@ -147,3 +147,33 @@ class S4DAttention(Attention):
         y = y + self.skip[:, None] * u
         y = self.out_proj(F.gelu(y.transpose(1, 2)))  # [B, T, D]
         return (y, S4DState(new_state)) if return_state else y
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None, state=None, return_state=False):
+    """S4D by its recurrence h_t = A_bar h_{t-1} + u_t, y_t = 2 Re(C' h_t) + D u_t (noncausal: plus the same
+    recurrence run backwards with the second parameter set), then out_proj(GELU(y))."""
+    if padding_mask is not None:
+        x = x * padding_mask[..., None]
+    B, T, D = x.shape
+    dtA, cb = m.discretize()
+    a_bar = torch.exp(dtA)  # [ndir, D, N2]
+    y = torch.zeros(B, T, D, dtype=x.dtype)
+    h = torch.zeros(B, D, a_bar.shape[-1], dtype=a_bar.dtype) if state is None else state
+    for t in range(T):
+        h = a_bar[0] * h + x[:, t, :, None]
+        y[:, t] = 2 * (cb[0] * h).sum(-1).real
+    h_last = h
+    if m.pattern == "noncausal":
+        h = torch.zeros_like(h)
+        for t in reversed(range(T)):
+            h = a_bar[1] * h + x[:, t, :, None]
+            y[:, t] += 2 * (cb[1] * h).sum(-1).real
+    y = m.out_proj(F.gelu(y + m.skip * x))
+    return (y, h_last) if return_state else y
+
+
+def naive_kernel(dtA: torch.Tensor, cb: torch.Tensor, L: int) -> torch.Tensor:
+    """The direct Vandermonde form K_l = 2 Re(sum_n C'_n exp(dtA_n l)): [..., N2] -> [..., L]."""
+    pos = torch.arange(L).to(dtA.dtype)
+    return 2 * (cb[..., None] * torch.exp(dtA[..., None] * pos)).sum(-2).real

@@ -12,6 +12,7 @@ import torch
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.common import KVCache, ProjectedAttention, check_cache, masked_softmax
+from lavo_zoo.attention.ops.naive import merge, qkv, softmax_attention
 
 
 @register_attention("vanilla")
@@ -46,3 +47,11 @@ class VanillaAttention(ProjectedAttention):
             allowed = causal if allowed is None else allowed & causal
         y = self.output(masked_softmax(scores, allowed) @ v)
         return (y, KVCache(k, v, offset + T)) if return_state else y
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """Softmax attention by a loop over the queries, each over the keys it may see."""
+    q, k, v = qkv(m, x, context)
+    key_mask = context_mask if m.pattern == "cross" else padding_mask
+    return merge(m, softmax_attention(q, k, v, key_mask, m.pattern == "causal"))

@@ -262,8 +262,9 @@ def check_finite_gradients(name: str, pattern: str, seed: int = 0) -> None:
             ctx = _randn(g, B, S, D, dtype=torch.float32).requires_grad_(True)
             kw = {"context": ctx, "context_mask": _right_padding(B, S, [5, S]) if masked else None}
         attn(x, pm, **kw).square().mean().backward()
-        assert torch.isfinite(x.grad).all(), f"{name}/{pattern}: non-finite input gradient (masked={masked})"
-        assert x.grad.abs().sum() > 0, f"{name}/{pattern}: the input gets no gradient"
+        if pattern != "cross" or attn.reads_queries:  # a control that ignores its queries (mean): none in cross
+            assert torch.isfinite(x.grad).all(), f"{name}/{pattern}: non-finite input gradient (masked={masked})"
+            assert x.grad.abs().sum() > 0, f"{name}/{pattern}: the input gets no gradient"
         if pattern == "cross":
             assert torch.isfinite(kw["context"].grad).all() and kw["context"].grad.abs().sum() > 0, \
                 f"{name}/cross: the context gets no finite gradient"

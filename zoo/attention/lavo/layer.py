@@ -1,4 +1,4 @@
-"""LAVO: linear attention via orthogonal memory, as specified in ``shared/LAVO.md``.
+"""The LAVO layer (registered ``lavo``): linear attention via orthogonal memory, as docs/lavo.md describes it.
 
 Per head, r orthonormal bases B [r, d] compress a mean of features into r numbers H = B mean(f); a query reads them
 with a softmax over the r slots. Causal self-attention (context dissection): an exact w-key sliding window (local
@@ -8,7 +8,7 @@ state (last w-1 keys/values, two fp32 sums, the position) is constant-size, so a
 
 Training memory: the local branch and the memory read are autograd Functions that save only q, k, v, the per-window
 memory means and the bases, and recompute their [T, 2w] and [T, r] internals chunk by chunk in backward
-(:mod:`lavo_zoo.attention._blocked`, :mod:`lavo_zoo.attention._lavo_memory`); everything between them works on
+(:mod:`lavo_zoo.attention.ops.window`, :mod:`lavo_zoo.attention.lavo.memory`); everything between them works on
 per-window sums. Which kernel runs is decided in :meth:`LavoAttention.kernels`.
 """
 from __future__ import annotations
@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import _flex, register_attention
-from lavo_zoo.attention._blocked import CHUNK, compute_dtype, last_positions, window_attention
-from lavo_zoo.attention._lavo_memory import read_memory, read_memory_autograd
+from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
+from lavo_zoo.attention.common import compute_dtype
+from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 EMPTY_MEMORY = ("local", "half")
@@ -146,7 +147,7 @@ class LavoAttention(Attention):
 
         - attention dropout in training: ('autograd', 'autograd'), the composable blocked ops, which keep their
           [T, 2w] and [T, r] probabilities for backward (the dropout mask must be the one backward sees);
-        - CUDA, at least ``_flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'), the fused
+        - CUDA, at least ``flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'), the fused
           flex_attention kernel for the window (it saves q, k, v, its output and log-sum-exp);
         - otherwise ('recompute', 'recompute'): Functions that save q, k, v, the memory rows and the bases and
           recompute chunk by chunk in backward (O(T d) saved, nothing O(T w) or O(T r)).
@@ -156,7 +157,7 @@ class LavoAttention(Attention):
             return "autograd", "autograd"
         if self.backend != "auto":
             return self.backend, "autograd" if self.backend == "autograd" else "recompute"
-        return ("flex" if _flex.enabled(q, 0.0, False) else "recompute"), "recompute"
+        return ("flex" if flex.enabled(q, 0.0, False) else "recompute"), "recompute"
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]

@@ -22,6 +22,7 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import StreamingState
 from lavo_zoo.attention.common import ProjectedAttention, masked_softmax
+from lavo_zoo.attention.ops.naive import allowed_keys, merge, ones, qkv
 
 
 @dataclass
@@ -117,3 +118,28 @@ class ABCAttention(ProjectedAttention):
             m = m_new
         o = torch.cat(outs, 2) if outs else q.new_zeros(B, H, 0, d)
         return o, ABCState(sk, sv, z, m)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """ABC: for each query t, slot memory K~_t = sum_i softmax_i(s_i) k_i over the keys it may see (cumulative in
+    the causal case), then softmax(q_t K~_t^T / sqrt(d)) V~_t."""
+    q, k, v = qkv(m, x, context)
+    src = x if context is None else context
+    B, H, T, d = q.shape
+    S = k.shape[2]
+    s = m.slot_proj(src).view(B, S, H, m.num_slots).transpose(1, 2)  # [B, H, S, n]
+    key_mask = context_mask if m.pattern == "cross" else padding_mask
+    key_mask = ones(B, S) if key_mask is None else key_mask
+    out = torch.zeros_like(q)
+    for b in range(B):
+        for t in range(T):
+            idx = allowed_keys(m, t, S, key_mask[b])
+            if not idx:
+                continue
+            alpha = torch.softmax(s[b, :, idx], dim=1)  # [H, n_keys, n]
+            k_mem = alpha.transpose(-1, -2) @ k[b, :, idx]  # [H, n, d]
+            v_mem = alpha.transpose(-1, -2) @ v[b, :, idx]
+            p = torch.softmax(k_mem @ q[b, :, t, :, None] * d ** -0.5, dim=1)  # [H, n, 1]
+            out[b, :, t] = (p.transpose(-1, -2) @ v_mem)[:, 0]
+    return merge(m, out)

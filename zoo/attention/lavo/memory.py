@@ -1,4 +1,4 @@
-"""LAVO's orthogonal-memory read (LAVO.md, "The orthogonal memory"), with a backward that recomputes.
+"""LAVO's orthogonal-memory read (docs/lavo.md, "Reading the orthogonal memory"), with a backward that recomputes.
 
 Per head, query q reads the memory of mean feature m through the r bases B [r, d]:
 H = B m, s = scale * H * (B q), p = softmax(s) over the r slots, o = B^T (p * H). Queries read different memories
@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lavo_zoo.attention._blocked import CHUNK, compute_dtype, heads_major_empty
+from lavo_zoo.attention.common import compute_dtype, heads_major_empty
+from lavo_zoo.attention.ops.window import CHUNK
 
 
 def _read_core(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, rows: torch.Tensor | None,

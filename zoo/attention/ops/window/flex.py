@@ -1,5 +1,5 @@
 """CUDA fused sliding window: ``flex_attention`` with a banded block mask and a ``score_mod`` for the relative
-bias, compiled once per shape. :func:`lavo_zoo.attention._blocked.window_attention` uses it on CUDA for chunks of at
+bias, compiled once per shape. :func:`lavo_zoo.attention.ops.window.window_attention` uses it on CUDA for chunks of at
 least ``MIN_QUERIES`` queries without attention dropout; ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
 
 The block mask is built from block indices (:func:`band_block_mask`): the band of a w-token window touches at most

@@ -1,18 +1,13 @@
-"""Exact sliding-window softmax attention, computed blockwise: the w queries of block j against the keys of blocks
-j-1 and j (causal) or j-1, j and j+1 (noncausal). No T x T tensor and no gather of a T x w x d tensor; scores and
-softmax in fp32 (or the input's wider dtype). Shared by LAVO's local branch and the ``local`` baseline.
+"""The blocked kernels of the sliding window (:mod:`lavo_zoo.attention.ops.window`): the w queries of block j
+against the keys of blocks j-1 and j (causal) or j-1, j and j+1 (noncausal). No T x T tensor and no gather of a
+T x w x d tensor; scores and softmax in fp32 (or the input's wider dtype).
 
-Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-1]. The optional relative bias
-``bias[h, s - t + w - 1]`` (shape [H, 2w-1]) is LAVO's embedded position encoding.
-
-Three ways to run it (``backend`` of :func:`window_attention`):
-- ``recompute``: :class:`WindowAttentionFunction`, chunks of ``chunk`` queries; saves only q, k, v (and the bias,
-  mask, prefix) for backward and recomputes each chunk's scores there, like FlashAttention. No [T, 2w] scores and
-  no 2w-key blocks survive the forward pass. The default on CPU and for short CUDA chunks.
-- ``autograd``: the same blocked computation on the whole sequence, differentiated by autograd (it keeps the
-  [T, 2w] probabilities and the key/value blocks). Needed with attention dropout in training: the dropout mask
-  must be the one backward sees.
-- ``flex``: the fused CUDA kernel of :mod:`lavo_zoo.attention._flex`.
+- :class:`WindowAttentionFunction` (backend ``recompute``): chunks of ``chunk`` queries; saves only q, k, v (and the
+  bias, mask, prefix) for backward and recomputes each chunk's scores there, like FlashAttention. No [T, 2w] scores
+  and no 2w-key blocks survive the forward pass.
+- :func:`window_autograd` (backend ``autograd``): the same blocked computation on the whole sequence, differentiated
+  by autograd (it keeps the [T, 2w] probabilities and the key/value blocks). Needed with attention dropout in
+  training: the dropout mask must be the one backward sees.
 """
 from __future__ import annotations
 
@@ -22,22 +17,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from lavo_zoo.attention import _flex
+from lavo_zoo.attention.common import compute_dtype, heads_major_empty
 
-BACKENDS = ("auto", "recompute", "autograd", "flex")
 CHUNK = 256  # queries per recomputed chunk: temporaries ~ B * H * CHUNK * (64 + 2w) numbers; smaller costs time
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def heads_major_empty(B: int, H: int, T: int, d: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised [B, H, T, d] tensor laid out as [B, T, H, d] in memory, so that merging the heads afterwards
-    (``transpose(1, 2).reshape(B, T, H * d)``) is a view, not a copy. Not a view itself (autograd allows in-place
-    ops on it when a custom Function returns it)."""
-    return torch.empty_strided((B, H, T, d), (T * H * d, d, H * d, 1), dtype=dtype, device=like.device)
 
 
 def _blocks(t: torch.Tensor, w: int, n: int, num: int) -> torch.Tensor:
@@ -51,14 +33,6 @@ def pad_time(t: torch.Tensor, before: int, after: int) -> torch.Tensor:
     return t if before == after == 0 else F.pad(t, (0, 0, before, after))
 
 
-def last_positions(prefix: torch.Tensor | None, t: torch.Tensor, window: int) -> torch.Tensor:
-    """The last min(w-1, P+T) time steps of cat(prefix, t) as a fresh small tensor: the streaming ring of keys or
-    values (prefix [B, H, P, d] or None, t [B, H, T, d])."""
-    keep = window - 1
-    tail = torch.cat(([prefix] if prefix is not None else []) + [t[:, :, max(0, t.shape[2] - keep):]], 2)
-    return tail[:, :, max(0, tail.shape[2] - keep):].clone()
-
-
 def _pad_cat(parts: Sequence[torch.Tensor], before: int, after: int, dtype: torch.dtype) -> torch.Tensor:
     """[zeros(before), *parts, zeros(after)] along time (dim 2), in one copy."""
     t = parts[-1]
@@ -66,7 +40,7 @@ def _pad_cat(parts: Sequence[torch.Tensor], before: int, after: int, dtype: torc
     return torch.cat([zeros[:, :, :before], *(p.to(dtype) for p in parts), zeros[:, :, before:]], 2)
 
 
-def _window_core(q: torch.Tensor, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], w: int,
+def window_autograd(q: torch.Tensor, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], w: int,
                  causal: bool, bias: torch.Tensor | None, key_real: torch.Tensor | None, lead: int,
                  dropout: float = 0.0, training: bool = False) -> torch.Tensor:
     """Blocked window attention of q [B, H, Tq, d] over the keys/values that ``keys``/``values`` concatenate to
@@ -282,40 +256,3 @@ class WindowAttentionFunction(torch.autograd.Function):
         if dadd is not None:
             dbias = torch.zeros_like(bias, dtype=ct).index_add_(1, index[inside], dadd[:, inside]).to(bias.dtype)
         return dq, dk, dv, dpk, dpv, dbias, None, None, None, None
-
-
-def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
-                     bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
-                     prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
-                     dropout: float = 0.0, training: bool = False, backend: str = "auto",
-                     chunk: int = CHUNK) -> torch.Tensor:
-    """Exact sliding-window attention; returns ``[B, H, T, d]`` in :func:`compute_dtype`.
-
-    q, k, v [B, H, T, d]; key_mask [B, T] bool (True = real key). ``prefix`` = (keys, values) [B, H, P, d], P < w:
-    the previous chunk's last keys and values (causal streaming; no key_mask then), sitting before position 0.
-    A query whose window holds no real key (only possible for padded queries) gets finite garbage, never NaN.
-    ``backend`` (see the module docstring): 'auto' = 'flex' where :func:`_flex.enabled`, 'autograd' with dropout
-    in training, else 'recompute'. Callers that choose explicitly (LAVO's layer does) pass the name.
-    """
-    ct = compute_dtype(q.dtype)
-    if prefix is not None and (not causal or key_mask is not None):
-        raise ValueError("window_attention: a key prefix needs causal=True and no key_mask")
-    if backend not in BACKENDS:
-        raise ValueError(f"window_attention: backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
-    if backend == "auto":
-        backend = "flex" if _flex.enabled(q, dropout, training) else "autograd" if dropout and training \
-            else "recompute"
-    if backend == "flex":
-        fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
-        out = _flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
-        if out is not None:  # None: the kernel cannot be compiled on this device (warned once); recompute below
-            return out.to(ct)
-        backend = "autograd" if dropout and training else "recompute"
-    past_k, past_v = prefix if prefix is not None else (None, None)
-    if backend == "recompute":
-        if dropout and training:
-            raise ValueError("window_attention: the recompute backend has no attention dropout; use 'autograd'")
-        return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk)
-    P = 0 if past_k is None else past_k.shape[2]
-    return _window_core(q, [p for p in (past_k, k) if p is not None], [p for p in (past_v, v) if p is not None],
-                        window, causal, bias, key_mask, P, dropout, training)

@@ -1,17 +1,17 @@
-"""The two softmax attentions LAVO is measured against: ``sdpa`` (full attention through
-``torch.nn.functional.scaled_dot_product_attention``, optional rotary embedding, KV-cache streaming) and ``local``
-(exact sliding window of w keys, optional learned relative bias, streaming with the last w-1 keys and values).
+"""``sdpa``, full softmax attention through ``torch.nn.functional.scaled_dot_product_attention`` (FlashAttention on
+CUDA), optional rotary embedding, KV-cache streaming: one of the two softmax attentions LAVO is measured against (the
+other is ``local``, the exact sliding window).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from lavo_zoo.attention import register_attention
-from lavo_zoo.attention._blocked import compute_dtype, last_positions, window_attention
-from lavo_zoo.attention.base import PATTERNS, Attention
-from lavo_zoo.attention.common import KVCache, check_cache, merge_heads, split_heads
+from lavo_zoo.attention.base import PATTERNS
+from lavo_zoo.attention.common import KVCache, ProjectedAttention, check_cache, compute_dtype, merge_heads, split_heads
+from lavo_zoo.attention.ops.naive import heads, key_mask_4d, merge
+from lavo_zoo.attention.ops.window.naive import dense_attention
 
 
 def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
@@ -25,20 +25,8 @@ def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(t.dtype)
 
 
-class _Projected(Attention):
-    """Standard multi-head projections W_q, W_k, W_v, W_o."""
-
-    def __init__(self, embed_dim: int, num_heads: int, pattern: str, dropout: float, bias: bool) -> None:
-        super().__init__(embed_dim, num_heads, pattern)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.dropout = dropout
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(embed_dim, embed_dim, bias=bias)
-                                                                for _ in range(4))
-
-
 @register_attention("sdpa")
-class SDPAttention(_Projected):
+class SDPAttention(ProjectedAttention):
     """Full softmax attention (torch scaled_dot_product_attention; FlashAttention on CUDA), optional rotary"""
 
     patterns = PATTERNS
@@ -47,7 +35,10 @@ class SDPAttention(_Projected):
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", rope: bool = False,
                  rope_base: float = 10000.0, dropout: float = 0.0, bias: bool = True) -> None:
         """``rope=True`` rotates queries and keys by their positions (self-attention only)."""
-        super().__init__(embed_dim, num_heads, pattern, dropout, bias)
+        super().__init__(embed_dim, num_heads, pattern, bias)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.dropout = dropout
         if rope and pattern == "cross":
             raise ValueError("rope=True needs self-attention (causal or noncausal): cross attention has no shared "
                              "positions between queries and keys")
@@ -95,7 +86,6 @@ class SDPAttention(_Projected):
         y = self.out_proj(merge_heads(out))
         return (y, KVCache(k, v, pos + T)) if return_state else y
 
-
     def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> KVCache:
         """The source's projected keys and values, computed once: a decoding step does not re-project it."""
         super().cross_cache(context, context_mask)  # validates
@@ -116,44 +106,29 @@ class SDPAttention(_Projected):
         return self.out_proj(merge_heads(out))
 
 
-@register_attention("local")
-class LocalAttention(_Projected):
-    """Exact sliding-window softmax attention over w keys (blocked, no T x T), optional learned relative bias"""
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive_rotary(t: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary embedding, rotate-half layout: channel i pairs with i + d/2, angle pos * base^(-2i/d)."""
+    d = t.shape[-1]
+    out = t.double().clone()
+    for i in range(d // 2):
+        angle = positions.double() * base ** (-2 * i / d)            # [T]
+        a, b = t[..., i].double(), t[..., i + d // 2].double()
+        out[..., i] = a * torch.cos(angle) - b * torch.sin(angle)
+        out[..., i + d // 2] = b * torch.cos(angle) + a * torch.sin(angle)
+    return out
 
-    patterns = ("causal", "noncausal")
-    streaming = True
 
-    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", window_size: int = 16,
-                 relative_bias: bool = False, dropout: float = 0.0, bias: bool = True) -> None:
-        """Causal: keys [t-w+1, t]; noncausal: [t-w+1, t+w-1]. ``relative_bias`` adds a learned [H, 2w-1] bias."""
-        super().__init__(embed_dim, num_heads, pattern, dropout, bias)
-        if window_size < 1:
-            raise ValueError(f"window_size must be >= 1, got {window_size}")
-        self.window_size = window_size
-        self.rel_bias = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if relative_bias else None
-
-    @property
-    def encodes_position(self) -> bool:
-        return self.rel_bias is not None
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, window_size={self.window_size}, relative_bias={self.rel_bias is not None}"
-
-    def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
-               context_mask: torch.Tensor | None, state: KVCache | None, return_state: bool
-               ) -> torch.Tensor | tuple[torch.Tensor, KVCache]:
-        q, k, v = (split_heads(p(x), self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
-        if state is not None:
-            check_cache(state, x, self.num_heads)
-        past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
-        prefix = None if state is None else (past_k, past_v)
-        out = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.rel_bias,
-                               key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training)
-        if padding_mask is not None:
-            out = out * padding_mask[:, None, :, None]
-        y = self.out_proj(merge_heads(out).to(x.dtype))
-        if not return_state:
-            return y
-        w = self.window_size
-        position = (state.position if state is not None else 0) + x.shape[1]
-        return y, KVCache(last_positions(past_k, k, w), last_positions(past_v, v, w), position)
+def naive(attn: SDPAttention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
+          context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Full softmax attention with a dense mask (and rotary embedding when the module has rope=True)."""
+    B, T, _ = x.shape
+    src = x if context is None else context
+    S = src.shape[1]
+    q, k, v = heads(attn, attn.q_proj(x)), heads(attn, attn.k_proj(src)), heads(attn, attn.v_proj(src))
+    if attn.rope:
+        q, k = naive_rotary(q, torch.arange(T), attn.rope_base), naive_rotary(k, torch.arange(S), attn.rope_base)
+    allowed = key_mask_4d(context_mask if context is not None else padding_mask, B, S)
+    if attn.pattern == "causal":
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool).tril()
+    return merge(attn, dense_attention(q, k, v, allowed), padding_mask, x.dtype)

@@ -1,0 +1,56 @@
+"""``local`` (local.py): fast path == its naive dense reference (outputs and gradients), streaming == full, a
+constant-size ring of w - 1 keys, padding, the window is exact, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.local import naive
+from lavo_zoo.errors import UsageError
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize("T", [3, 8, 11])  # T < w, a multiple of w, not a multiple
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("pattern, relative_bias", [("causal", True), ("causal", False), ("noncausal", True)])
+def test_local_equals_reference(helpers, pattern, relative_bias, padded, T):
+    helpers.compare(helpers.make("local", pattern, window_size=4, relative_bias=relative_bias), naive, T, padded)
+
+
+def test_streaming_equals_full(helpers):
+    attn = helpers.make("local", "causal", window_size=4, relative_bias=True)
+    x = torch.randn(2, 19, 16, dtype=F64)
+    y = attn(x)
+    torch.testing.assert_close(helpers.stream(attn, x, [2, 1, 6, 3, 7]), y)
+    torch.testing.assert_close(helpers.stream(attn, x, [1] * 19), y)
+
+
+def test_state_size():
+    local = build_attention("local", 16, 2, "causal", window_size=4)
+    _, ring = local(torch.randn(1, 30, 16), return_state=True)
+    assert ring.keys.shape == (1, 2, 3, 8)                      # w - 1 keys, whatever the length
+    assert ring.keys.untyped_storage().nbytes() == 3 * 16 * 4   # not a view that keeps the whole chunk alive
+
+
+def test_noncausal_padding_invariance(helpers):
+    attn = helpers.make("local", "noncausal", window_size=4)
+    x = torch.randn(1, 9, 16, dtype=F64)
+    padded = torch.cat([x, 100 * torch.randn(1, 4, 16, dtype=F64)], 1)
+    torch.testing.assert_close(attn(padded, torch.arange(13)[None] < 9)[:, :9], attn(x))
+
+
+def test_local_window_is_exact():
+    """A key w positions back has no influence; one w-1 back does."""
+    attn = build_attention("local", 16, 2, "causal", window_size=4).to(F64)
+    x = torch.randn(1, 10, 16, dtype=F64)
+    x2 = x.clone()
+    x2[:, 2] += 1.0
+    d = (attn(x2) - attn(x)).abs().amax(-1)[0]
+    assert (d[[0, 1, 6, 7, 8, 9]] == 0).all() and (d[2:6] > 0).all()
+
+
+def test_errors():
+    with pytest.raises(UsageError, match="does not support pattern 'cross'"):
+        build_attention("local", 16, 2, "cross")

@@ -1,0 +1,75 @@
+"""The loop and dense pieces that the mechanisms' slow references share (tests only; never registered).
+
+Each mechanism's reference is the function ``naive`` beside it, in its own module (LAVO's in
+:mod:`lavo_zoo.attention.lavo.naive`; the sliding window's dense form in :mod:`lavo_zoo.attention.ops.window.naive`).
+A reference takes a built module (to share its parameters) and the same inputs as ``module(...)`` and computes the
+output from the mechanism's defining formula: quadratic forms, per-query loops, the recurrence. Use float64.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def heads(m, t: torch.Tensor) -> torch.Tensor:
+    B, T, _ = t.shape
+    return t.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)  # [B, H, T, d]
+
+
+def qkv(m, x, context):
+    src = x if context is None else context
+    return heads(m, m.q_proj(x)), heads(m, m.k_proj(src)), heads(m, m.v_proj(src))
+
+
+def merge(m, o: torch.Tensor, padding_mask: torch.Tensor | None = None, dtype: torch.dtype | None = None
+          ) -> torch.Tensor:
+    """out_proj of the merged heads o [B, H, T, d]; padded query rows zeroed first when ``padding_mask`` is given,
+    cast to ``dtype`` when given."""
+    if padding_mask is not None:
+        o = o * padding_mask[:, None, :, None]
+    B, H, T, d = o.shape
+    o = o.transpose(1, 2).reshape(B, T, H * d)
+    return m.out_proj(o if dtype is None else o.to(dtype))
+
+
+def ones(B: int, T: int) -> torch.Tensor:
+    return torch.ones(B, T, dtype=torch.bool)
+
+
+def key_mask_4d(mask: torch.Tensor | None, B: int, T: int) -> torch.Tensor:
+    """[B, T] key mask (None: every key real) -> [B, 1, 1, T], broadcastable over heads and queries."""
+    return (ones(B, T) if mask is None else mask)[:, None, None, :]
+
+
+def allowed_keys(m, t: int, S: int, key_mask_b: torch.Tensor) -> list[int]:
+    """Indices of keys query t may see (causal: s <= t)."""
+    return [s for s in range(S) if bool(key_mask_b[s]) and (m.pattern != "causal" or s <= t)]
+
+
+def segments(T: int, C: int) -> list[list[int]]:
+    C = min(C, T)
+    return [[t for t in range(T) if t * C // T == c] for c in range(C)]
+
+
+def seg_means(x: torch.Tensor, mask_b: torch.Tensor, C: int) -> tuple[torch.Tensor, list[bool]]:
+    """x [T, d] of one sequence/head -> landmark means [C', d] over real tokens, and their validity."""
+    rows, ok = [], []
+    for seg in segments(x.shape[0], C):
+        idx = [t for t in seg if bool(mask_b[t])]
+        rows.append(x[idx].mean(0) if idx else x.new_zeros(x.shape[1]))
+        ok.append(bool(idx))
+    return torch.stack(rows), ok
+
+
+def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None,
+                      causal: bool = False) -> torch.Tensor:
+    """Per-query loop softmax attention: q [B,H,T,d], k, v [B,H,S,d] -> [B,H,T,d] (scale d^-1/2)."""
+    B, _, T, d = q.shape
+    S = k.shape[2]
+    out = torch.zeros_like(q)
+    for b in range(B):
+        for t in range(T):
+            idx = [s for s in range(S) if (key_mask is None or bool(key_mask[b, s])) and (not causal or s <= t)]
+            if idx:
+                p = torch.softmax(q[b, :, t, None, :] @ k[b, :, idx].transpose(-1, -2) * d ** -0.5, -1)  # [H,1,n]
+                out[b, :, t] = (p @ v[b, :, idx])[:, 0]
+    return out
