@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU measurements of benchmarks/RESULTS.md: GPT-2 layer shapes (D=768, 12 heads, r=64, w=16), batch 1, fp32.
 # Each step is one `lavo-zoo bench attention` command, echoed with the time and load average before it runs;
-# JSON records and the plot go to benchmarks/results/. Then: python benchmarks/summarize.py
+# JSON records and the plot go to benchmarks/results/. Then: lavo-zoo bench report
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmarks/results

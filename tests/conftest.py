@@ -1,5 +1,6 @@
 """Shared test set-up: the test-only toy recipe is registered, caches stay out of the user's cache directory, and
-paths to the repository's shared data."""
+the folder of real datasets some tests read (``LAVO_ZOO_TEST_DATA``; those tests skip where it is absent)."""
+import os
 import sys
 from pathlib import Path
 
@@ -9,15 +10,16 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 import toy_recipe  # noqa: F401  (registers the "toy" recipe)
 
-SHARED_DATA = TESTS.parent.parent / "shared" / "data"
+REAL_DATA = Path(os.environ.get("LAVO_ZOO_TEST_DATA", TESTS.parent.parent / "shared" / "data"))
 
 
 @pytest.fixture
 def shared_data() -> Path:
-    """``../shared/data`` next to the repository; tests that need it skip cleanly where it is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent (it exists only on the project's machines)")
-    return SHARED_DATA
+    """The folder of real datasets (ETT-small, pcn-demo, pg19-mini, ljspeech-mini) that tests of the real-format
+    loaders read; they skip cleanly where it is absent."""
+    if not REAL_DATA.is_dir():
+        pytest.skip(f"real data folder {REAL_DATA} is absent (set LAVO_ZOO_TEST_DATA to use one)")
+    return REAL_DATA
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,7 @@ from lavo_zoo.recipes.lra.data import (
     load_examples,
     write_task,
 )
+from lavo_zoo.recipes.lra.infer import class_logits
 from lavo_zoo.recipes.lra.model import LRAClassifier, ModelConfig
 
 
@@ -85,8 +86,7 @@ class LRARecipe(Recipe):
         return F.cross_entropy(logits.float(), labels), logits, labels
 
     def predict(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(batch["tokens"], batch["mask"], batch.get("tokens2"), batch.get("mask2"))  # [B, C]
-        return logits, batch["label"]  # labels [B]
+        return class_logits(model, batch), batch["label"]  # logits [B, C], labels [B]
 
     def build_evaluator(self, cfg: LRAConfig) -> Evaluator:
         return build_evaluator(self.evaluator, num_classes=self.resolve(cfg).model.num_classes)

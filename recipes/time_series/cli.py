@@ -29,7 +29,8 @@ def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out: Path, overwr
     from lavo_zoo.engine.checkpoint import load_model
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.errors import UsageError
-    from lavo_zoo.recipes.time_series.plot import forecast_windows, plot_forecasts
+    from lavo_zoo.recipes.time_series.infer import forecast_windows
+    from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
     check_writable(out, overwrite)
     dev = pick_device(device)

@@ -6,8 +6,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from lavo_zoo.engine.checkpoint import unwrap
 from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim
-from lavo_zoo.recipes.tts.model import core, synthesize
+from lavo_zoo.recipes.tts.model import synthesize
 
 
 @torch.no_grad()
@@ -15,7 +16,7 @@ def speak(model: nn.Module, tokens: torch.Tensor, features: FeatureSettings, max
           stop_threshold: float = 0.5) -> list[dict[str, np.ndarray]]:
     """Synthesise tokens [B, S] (0 = pad): per utterance ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N]
     (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder)."""
-    tts = core(model)
+    tts = unwrap(model)
     frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold)
     mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
     mel = frames.float().cpu().numpy() * std + mean  # [B, T, n_mels]

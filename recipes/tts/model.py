@@ -246,10 +246,3 @@ def synthesize(model: TransformerTTS, tokens: torch.Tensor, token_mask: torch.Te
     steps = torch.arange(grouped.shape[1], device=grouped.device)[None] < out.lengths[:, None]  # [B, T / r]
     post = (grouped + model.postnet(grouped)) * steps[..., None]
     return model.ungroup(post), out.lengths * model.cfg.frames_per_step, grouped
-
-
-def core(model: nn.Module) -> TransformerTTS:
-    """The TransformerTTS under torch.compile / DistributedDataParallel wrappers."""
-    while not isinstance(model, TransformerTTS):
-        model = getattr(model, "_orig_mod", None) or model.module
-    return model

@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
+from lavo_zoo.engine.checkpoint import unwrap
 from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import build_evaluator
@@ -26,7 +27,6 @@ from lavo_zoo.recipes.tts.infer import speak
 from lavo_zoo.recipes.tts.model import (
     ModelConfig,
     TransformerTTS,
-    core,
     group_frames,
     shift_right,
     tacotron2_loss,
@@ -147,14 +147,14 @@ class TTSRecipe(Recipe):
 
     # ----------------------------------------------------------------------------------------- training
     def training_loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        r = core(model).cfg.frames_per_step
+        r = unwrap(model).cfg.frames_per_step
         target, lengths = group_frames(batch["mel"], batch["mel_lengths"], r)  # [B, T / r, r * n_mels]
         steps = torch.arange(target.shape[1], device=target.device)[None] < lengths[:, None]  # [B, T / r]
         token_mask = batch["tokens"] != 0
         with reproducible(model):
             frames, post, stop = model(batch["tokens"], token_mask, shift_right(target), steps)
         return tacotron2_loss(frames.float(), post.float(), stop.float(), target.float(), lengths,
-                              core(model).cfg.stop_pos_weight)
+                              unwrap(model).cfg.stop_pos_weight)
 
     # ------------------------------------------------------------------------------------------ scoring
     def build_evaluator(self, cfg: TTSConfig) -> Evaluator:
@@ -168,7 +168,7 @@ class TTSRecipe(Recipe):
         syn = batch["synthesis"]
         with reproducible(model):
             results = speak(model, batch["tokens"], syn.features, syn.max_frames, syn.stop_threshold)
-        tts = core(model)
+        tts = unwrap(model)
         mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
         for i, res in enumerate(results):
             res["target"] = batch["mel"][i, :int(batch["mel_lengths"][i])].float().cpu().numpy() * std + mean
@@ -224,7 +224,7 @@ class TTSRecipe(Recipe):
                 if cfg.eval.plots:
                     tokens = batch["tokens"][i:i + 1, :int(batch["token_lengths"][i])]
                     with reproducible(model):
-                        stop, align = teacher_forced_view(core(model), tokens, res["grouped"][None])
+                        stop, align = teacher_forced_view(unwrap(model), tokens, res["grouped"][None])
                     plot_utterance(out / "plots" / f"{uid}.png", res["mel"], res["target"], stop, align,
                                    title=f"{uid}: {batch['texts'][i][:80]}")
         model.train(was_training)

@@ -1,4 +1,4 @@
-"""CLI misuse and damaged files found by the reliability sweep (issue 18: items 8, 10, 14, 16)."""
+"""CLI misuse and damaged files: clear messages, exit codes, nothing lost."""
 import re
 
 import pytest

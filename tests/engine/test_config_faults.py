@@ -1,4 +1,4 @@
-"""Config mistakes a new user makes get an error naming the key or file (issue 18: items 4, 5, 6, 11, 12, 13), and a
+"""Config mistakes a new user makes get an error naming the key or file, and a
 child config can delete an inherited key."""
 from dataclasses import dataclass, field
 

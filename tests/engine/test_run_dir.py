@@ -1,5 +1,5 @@
 """A run directory is never clobbered, a resumed run uses (and records) what it runs with, and a NaN stop names only
-a checkpoint that can be trusted (issue 18: items 1, 2, 9)."""
+a checkpoint that can be trusted."""
 import json
 import re
 import signal

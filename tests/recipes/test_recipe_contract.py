@@ -2,13 +2,15 @@
 writing a test (docs/architecture.md, "The recipe contract"). The last test runs the public kit
 (:mod:`lavo_zoo.testing`) that plugin recipes run in their own suites, so the kit is held to the built-in recipes."""
 import math
+from dataclasses import fields
+from pathlib import Path
 
 import pytest
 import torch
 
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint import latest_checkpoint, load_model
-from lavo_zoo.engine.recipe import RECIPES, available_configs, config_from_dict, get_recipe, resolve_config
+from lavo_zoo.engine.recipe import RECIPES, Recipe, available_configs, config_from_dict, get_recipe, resolve_config
 from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators import EVALUATORS
@@ -34,6 +36,37 @@ def _batch(recipe, cfg, split: str, n: int = 2):
     ds = recipe.build_dataset(cfg, split)
     assert len(ds) > 0, f"{recipe.name}: split '{split}' of {recipe.tiny_config} is empty"
     return recipe.collate([ds[i] for i in range(min(n, len(ds)))])
+
+
+BUILTIN = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "recipes").glob("*/recipe.py"))
+ROOMS = ("recipe.py", "model.py", "data", "infer.py", "cli.py", "configs", "README.md")
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_builtin_recipe_has_the_same_rooms(name):
+    """recipe.py, model.py, data (a module, or a package where a domain has several formats), infer.py, cli.py,
+    configs/ and README.md; the paper's training defaults are paper_train_config(); its eval config is an
+    EvalConfig; its built-in data comes through the one hook (datasets, builtin_key, write_builtin)."""
+    import importlib
+
+    from lavo_zoo.config import EvalConfig
+
+    folder = Path(__file__).resolve().parents[2] / "recipes" / name
+    for room in ROOMS:
+        path = folder / room
+        assert path.is_file() or (folder / f"{room}.py").is_file() or (path / "__init__.py").is_file() or \
+            (room == "configs" and path.is_dir()), f"recipes/{name} has no {room}"
+    recipe = get_recipe(name)
+    eval_field = next(f for f in fields(recipe.config_class) if f.name == "eval")
+    assert issubclass(eval_field.type if isinstance(eval_field.type, type) else type(eval_field.default_factory()),
+                      EvalConfig), f"{name}: its eval config must subclass EvalConfig"
+    module = importlib.import_module(f"lavo_zoo.recipes.{name}.recipe")
+    train_field = next(f for f in fields(recipe.config_class) if f.name == "train")
+    if train_field.default_factory.__module__ == module.__name__:  # the recipe has its own training defaults
+        assert train_field.default_factory is getattr(module, "paper_train_config", None), name
+    assert recipe.datasets, f"{name}: no built-in dataset"
+    for hook in ("builtin_key", "write_builtin"):
+        assert getattr(type(recipe), hook) is not getattr(Recipe, hook), f"{name} does not define {hook}"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -79,7 +79,8 @@ Examples:
   lavo-zoo bench summarization summarization/tiny-sdpa summarization/tiny-lavo-noncausal
   lavo-zoo bench summarization summarization/tiny-sdpa:model.attention.cross.name=lavo --lengths 4096""")
 @click.argument("configs", nargs=-1, required=True)
-@click.option("--lengths", default="1024,2048,4096", show_default=True, help="Source lengths for training.")
+@click.option("--lengths", default="1024,2048,4096", show_default=True,
+              help="Source lengths for training ('': decoding only).")
 @click.option("--decode-length", type=int, default=4096, show_default=True, help="Source length for decoding "
               "(0: no decoding).")
 @click.option("--decode-steps", type=int, default=32, show_default=True)
@@ -100,7 +101,7 @@ def summarization_cmd(configs: tuple[str, ...], lengths: str, decode_length: int
     for config in configs:
         name, overrides = _parse(config)
         base = {"config": name, "overrides": overrides, "repeats": repeats, "steps": decode_steps, "device": device}
-        for length in parse_ints(lengths, "--lengths"):
+        for length in parse_ints(lengths, "--lengths") if lengths else []:
             rows.append({"label": config, "mode": "train", "length": length,
                          **run_fresh(WORKER, {**base, "mode": "train", "length": length})})
             r = rows[-1]

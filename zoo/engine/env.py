@@ -34,8 +34,8 @@ ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx
 def machine(device: torch.device | str | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """What a timing depends on besides the code: CPU model, its vector instruction sets (from /proc/cpuinfo where
     there is one), logical cores, torch's intra-op threads, versions, and the GPU's name when ``device`` is CUDA.
-    Benchmarks record it, since figures from different machines are not comparable (the LRA 4K ratio of LAVO to
-    softmax was 2.49x on one development host and 2.0-2.4x on another)."""
+    Benchmarks record it, since figures from different machines are not comparable (benchmarks/RESULTS.md shows
+    the same LRA ratio differing by host)."""
     info: dict[str, Any] = {"cpu": platform.processor() or platform.machine(), "isa": [],
                             "logical_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), **versions()}
     try:

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from lavo_zoo.attention.base import reorder_batch
 from lavo_zoo.errors import InputError
+from lavo_zoo.nn.transformer import check_has_real_token
 
 
 # ---------------------------------------------------------------------------------------------------- protocols
@@ -171,13 +172,7 @@ def _constrain(lp: torch.Tensor, t: int, hyps: torch.Tensor, min_len: torch.Tens
 
 
 def _check_inputs(src_mask: torch.Tensor, beam_size: int) -> None:
-    if src_mask.dtype != torch.bool or src_mask.dim() != 2:
-        raise InputError(f"src_mask must be a bool tensor [B, S] (True = real token), got {src_mask.dtype} "
-                         f"{list(src_mask.shape)}")
-    empty = (~src_mask.any(1)).nonzero()[:, 0]
-    if len(empty):
-        raise InputError(f"src_mask has no real token in batch row(s) {empty.tolist()[:8]}: every source needs at "
-                         "least one real (True) position")
+    check_has_real_token(src_mask, "src_mask")
     if beam_size < 1:
         raise InputError(f"beam_size must be >= 1, got {beam_size}")
 

@@ -27,7 +27,7 @@ forward over the target so far at each step (``TransformerDecoder.reruns_prefix`
 depends on the target length, so step-by-step decoding equals the forward over each prefix, and a teacher-forced
 forward lets earlier positions see later ones.
 
-The conventions' API, with these additions: sites also accept a name or a mapping; ``DecoderCache`` is
+Beyond the shared block interface: sites also accept a name or a mapping; ``DecoderCache`` is
 immutable (``step`` and ``reorder`` return new caches) and ``reorder(index, cross=False)`` skips the per-source
 cross caches when rows only move between beams of the same source; ``DecoderCache.position`` is the next step's
 position offset (for position embeddings); ``final_norm`` (default ``norm_first``).
@@ -162,11 +162,14 @@ class DecoderBlock(nn.Module):
         return self.ffn_res.outer(x, self.ffn(self.ffn_res.inner(x))), self_state, cross_cache
 
 
-def _check_has_real_token(mask: torch.Tensor | None, name: str, length_dim_tensor: torch.Tensor) -> None:
+def check_has_real_token(mask: torch.Tensor | None, name: str, like: torch.Tensor | None = None) -> None:
+    """Refuse a padding mask that is not a bool [B, S] tensor (the first two dims of ``like`` when given) or that has
+    a row without a real (True) token: such a source has nothing to attend to."""
     if mask is None:
         return
-    if mask.dtype != torch.bool or mask.shape != length_dim_tensor.shape[:2]:
-        raise InputError(f"{name} must be a bool tensor of shape {list(length_dim_tensor.shape[:2])} "
+    shape = list(like.shape[:2]) if like is not None else None
+    if mask.dtype != torch.bool or mask.dim() != 2 or (shape is not None and list(mask.shape) != shape):
+        raise InputError(f"{name} must be a bool tensor of shape {shape or '[B, S]'} "
                          f"(True = real token), got {mask.dtype} {list(mask.shape)}")
     empty = (~mask.any(1)).nonzero()[:, 0]
     if len(empty):
@@ -188,7 +191,7 @@ class TransformerEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, S, D], padding_mask [B, S] bool (True = real token) -> [B, S, D]."""
-        _check_has_real_token(padding_mask, "padding_mask", x)
+        check_has_real_token(padding_mask, "padding_mask", x)
         for layer in self.layers:
             x = layer(x, padding_mask)
         return x if self.norm is None else self.norm(x)
@@ -239,7 +242,7 @@ class TransformerDecoder(nn.Module):
                 padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, T, D] (target, shifted right), memory [B, S, D] (encoder output), memory_mask [B, S],
         padding_mask [B, T] (True = real token) -> [B, T, D]."""
-        _check_has_real_token(memory_mask, "memory_mask", memory)
+        check_has_real_token(memory_mask, "memory_mask", memory)
         for layer in self.layers:
             x = layer(x, memory, memory_mask, padding_mask)
         return x if self.norm is None else self.norm(x)
@@ -249,7 +252,7 @@ class TransformerDecoder(nn.Module):
         cache is computed here, once; the self-attention states start empty."""
         if memory.dim() != 3 or memory.shape[-1] != self.embed_dim:
             raise InputError(f"memory must have shape [B, S, {self.embed_dim}], got {list(memory.shape)}")
-        _check_has_real_token(memory_mask, "memory_mask", memory)
+        check_has_real_token(memory_mask, "memory_mask", memory)
         if self.reruns_prefix:
             return DecoderCache([], [], memory.shape[0], 0, id(self), SourceCache(memory, memory_mask))
         crosses = [layer.cross_attn.cross_cache(memory, memory_mask) for layer in self.layers]

@@ -1,5 +1,4 @@
-"""A PG-19 split holding a file that is not text is refused, or left out by name with data.skip_bad_files
-(issue 18: items 3 and 15)."""
+"""A PG-19 split holding a file that is not text is refused, or left out by name with data.skip_bad_files."""
 import logging
 import os
 

@@ -7,7 +7,8 @@ import torch
 
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import available_configs, config_from_dict, resolve_config
-from lavo_zoo.recipes.time_series.plot import forecast_windows, plot_forecasts
+from lavo_zoo.recipes.time_series.infer import forecast_windows
+from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
 TINY = {"recipe": "time_series",
         "data": {"builtin_size": 1000, "seq_len": 32, "label_len": 16, "pred_len": 8},

@@ -1,0 +1,61 @@
+"""Imports run down the layers of docs/architecture.md (the contracts in pyproject.toml's [tool.importlinter]):
+cli and studies > recipes > checkpoints > engine > evaluators > nn, formats > attention > config, options, registry >
+errors, and no recipe imports another. Checked with import-linter, imports inside functions included.
+
+import-linter reads one package from one folder, and this repository installs ``lavo_zoo`` from four (zoo/,
+recipes/, evaluators/, checkpoints/): the check runs on a copy assembled as the installed package is.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = {"zoo": "lavo_zoo", "recipes": "lavo_zoo/recipes", "evaluators": "lavo_zoo/evaluators",
+           "checkpoints": "lavo_zoo/checkpoints"}
+
+
+def _assemble(root: Path) -> Path:
+    for folder, target in FOLDERS.items():
+        shutil.copytree(REPO / folder, root / target, ignore=shutil.ignore_patterns("__pycache__", "templates"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).parent / "lint-imports"
+    return subprocess.run([str(script), "--no-cache"], cwd=root, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_imports_run_down_the_layers(tmp_path):
+    result = _lint(_assemble(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 kept, 0 broken" in result.stdout
+
+
+def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path):
+    root = _assemble(tmp_path)
+    with open(root / "lavo_zoo" / "engine" / "trainer.py", "a") as f:
+        f.write("\n\ndef _sneaky():\n    from lavo_zoo.recipes.lm import model  # noqa: F401\n")
+    with open(root / "lavo_zoo" / "recipes" / "tts" / "data.py", "a") as f:
+        f.write("\n\ndef _other_recipe():\n    from lavo_zoo.recipes.lm.data import read_book  # noqa: F401\n")
+    result = _lint(root)
+    assert result.returncode != 0
+    assert "lavo_zoo.engine.trainer -> lavo_zoo.recipes.lm" in result.stdout
+    assert "lavo_zoo.recipes.tts.data -> lavo_zoo.recipes.lm.data" in result.stdout
+
+
+def test_every_package_and_recipe_has_its_place_in_the_contracts():
+    """A new top-level module or recipe must be placed in a layer, or its imports go unchecked."""
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layered = {m.strip() for line in contracts[0]["layers"] for m in line.split("|")}
+    top = {f"lavo_zoo.{p.stem}" for p in (REPO / "zoo").iterdir()
+           if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    top |= {f"lavo_zoo.{folder}" for folder in ("recipes", "evaluators", "checkpoints")}
+    assert top == layered
+    recipes = {f"lavo_zoo.recipes.{p.parent.name}" for p in (REPO / "recipes").glob("*/recipe.py")}
+    assert recipes == set(contracts[1]["modules"])
