@@ -14,6 +14,7 @@ from lavo_zoo.checkpoints.download import folder_lock
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import fetch_reference, unpack_checkpoint
 from lavo_zoo.errors import CheckpointError, UsageError
+from lavo_zoo.options import json_flag, overwrite_option
 
 cache_dir_option = click.option(
     "--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -68,7 +69,7 @@ Examples:
   lavo-zoo cache ls 'lm/*' --json""")
 @click.argument("pattern", required=False)
 @cache_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_flag
 def cache_ls(pattern: str | None, cache_dir: Path | None, as_json: bool) -> None:
     """List cached downloads (PATTERN: a glob on index name, source or key)."""
     rows = [e.summary() for e in cache_mod.list_entries(cache_dir, pattern)]
@@ -134,7 +135,7 @@ Examples:
   lavo-zoo info lm/tiny-lavo@v1 --json""")
 @click.argument("name")
 @cache_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@json_flag
 def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
     """Show one entry of the checkpoint index and whether it is cached."""
     entry = load_index().get(name)
@@ -178,7 +179,7 @@ Examples:
 @click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
 @click.option("--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Results JSON of `lavo-zoo eval ... --out` to report as the entry's metrics.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing OUT (refused otherwise).")
+@overwrite_option
 def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None, source: str | None,
            license_: str, description: str, results: Path | None, overwrite: bool) -> None:
     """Pack CHECKPOINT (a checkpoint directory) as OUT (.tar.gz) and print its sha256, size and an index entry.

@@ -178,7 +178,7 @@ Examples:
   lavo-zoo list recipes --json""")
 @click.argument("kind", required=False, type=click.Choice(LIST_KINDS))
 @click.argument("pattern", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_flag
 @click.option("--pattern", "supports", default=None, metavar="PATTERN|SITE",
               type=click.Choice(["causal", "noncausal", "cross", "encoder_self", "decoder_self"]),
               help="Attentions only: those supporting this attention pattern, or an encoder-decoder site "
@@ -215,13 +215,12 @@ Examples:
   lavo-zoo train my_config.yaml --out runs/x --resume auto      # continue where runs/x stopped""")
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Run directory (default: runs/<domain>-<name>).")
+@out_option("Run directory (default: runs/<domain>-<name>).", folder=True)
 @click.option("--resume", default=None, metavar="auto|PATH",
               help="'auto': continue from OUT's newest complete checkpoint if any; or a checkpoint directory.")
 @device_option
 @click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N.")
-def train(config: str, overrides: tuple[str, ...], out_dir: Path | None, resume: str | None, device: str | None,
+def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str | None, device: str | None,
           max_steps: int | None) -> None:
     """Train CONFIG (a <domain>/<name> or a YAML path) with optional key.sub=value OVERRIDES.
 
@@ -233,9 +232,9 @@ def train(config: str, overrides: tuple[str, ...], out_dir: Path | None, resume:
 
     overrides = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
     recipe, cfg = resolve_config(config, overrides)
-    if out_dir is None:
-        out_dir = Path("runs") / str(config).replace("/", "-").removesuffix(".yaml")
-    Trainer(recipe, cfg, out_dir, device=device, resume=resume).fit()
+    if out is None:
+        out = Path("runs") / str(config).replace("/", "-").removesuffix(".yaml")
+    Trainer(recipe, cfg, out, device=device, resume=resume).fit()
 
 
 # ---------------------------------------------------------------------------------------------------------- eval

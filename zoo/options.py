@@ -24,6 +24,9 @@ device_option = click.option("--device", default=None, metavar="cpu|cuda|cuda:N"
 overwrite_option = click.option("--overwrite", is_flag=True,
                                 help="Replace existing output files (an existing --out is refused otherwise).")
 json_flag = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+json_records_option = click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                                   help="Also write every record (and the machine) to this JSON file; a benchmark's "
+                                        "record of its last run, replaced if it exists.")
 
 
 def out_option(help: str, required: bool = False, default: Path | None = None, folder: bool = False

@@ -23,7 +23,7 @@ import yaml
 
 from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json
 from lavo_zoo.errors import UsageError, ZooError
-from lavo_zoo.options import device_option
+from lavo_zoo.options import device_option, json_records_option
 
 MODES = ("fwd", "fwdbwd", "decode", "stream")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -195,8 +195,7 @@ Examples:
               help="Run each measurement in a fresh subprocess (default on CPU: needed for exact peak memory).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds per isolated measurement before it is recorded as a timeout.")
-@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write all records (and the settings, the machine included) as JSON (replaced if it exists).")
+@json_records_option
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of time and peak memory against length (log-log), one line per attention.")
 def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device: str | None, dtype: str,

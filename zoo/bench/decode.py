@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lavo_zoo.bench.timing import parse_ints, write_json
-from lavo_zoo.options import device_option
+from lavo_zoo.options import device_option, json_records_option
 
 if TYPE_CHECKING:
     import torch
@@ -100,8 +100,7 @@ Examples:
               help="Interleaved rounds; the median of their medians.")
 @device_option
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write every record (and the machine) here (replaced if it exists).")
+@json_records_option
 def decode_cmd(attentions: str, prefixes: str, sources: str, batch: int, layers: int, embed_dim: int, heads: int,
                ffn_dim: int, num_bases: int, window_size: int, steps: int, warmup: int, rounds: int,
                device: str | None, dtype: str, json_file: Path | None) -> None:

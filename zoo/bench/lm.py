@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from lavo_zoo.bench.timing import median_time, parse_ints, time_runs, write_json
-from lavo_zoo.options import device_option
+from lavo_zoo.options import device_option, json_records_option
 
 
 def measure(config: str, length: int, repeats: int, device: Any) -> dict[str, Any]:
@@ -55,8 +55,7 @@ Examples:
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed steps per figure (the median is reported) after one warm-up step.")
 @device_option
-@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the rows (and the machine) to this JSON file (replaced if it exists).")
+@json_records_option
 def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, device: str | None, json_file: Path | None) -> None:
     """Training and evaluation tokens/s of LM CONFIGS at several context lengths, one sequence per step."""
     from lavo_zoo.engine.env import describe_machine, machine, pick_device

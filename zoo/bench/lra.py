@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json
-from lavo_zoo.options import device_option
+from lavo_zoo.options import device_option, json_records_option
 
 OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA setting; other mechanisms: defaults
 
@@ -110,8 +110,7 @@ Examples:
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run the whole sweep this many times, every mechanism next to softmax at each length; the table "
                    "gives medians and the range of the per-round ratios (for machines whose speed drifts).")
-@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write every record (and the machine) here (replaced if it exists).")
+@json_records_option
 def lra_cmd(device: str | None, batch: int, lengths: str, attentions: str, warmup: int, repeats: int,
             timeout: float, rounds: int, json_file: Path | None) -> None:
     """Training steps/s and peak memory of the LRA Text model at each length for every noncausal attention,

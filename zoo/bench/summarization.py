@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from lavo_zoo.bench.timing import parse_ints, run_fresh, time_runs, write_json
-from lavo_zoo.options import device_option
+from lavo_zoo.options import device_option, json_records_option
 
 TARGET_TOKENS = 48
 WORKER = "lavo_zoo.bench.summarization:measure"  # run in a fresh process per (config, length)
@@ -86,8 +86,7 @@ Examples:
 @click.option("--decode-steps", type=int, default=32, show_default=True)
 @click.option("--repeats", type=int, default=3, show_default=True)
 @device_option
-@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the rows (and the machine) to this JSON file (replaced if it exists).")
+@json_records_option
 def summarization_cmd(configs: tuple[str, ...], lengths: str, decode_length: int, decode_steps: int, repeats: int,
                       device: str | None, json_file: Path | None) -> None:
     """Training throughput and peak memory against source length, and cached decoding speed, of CONFIGS (each

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from lavo_zoo.bench.timing import parse_ints, write_json
-from lavo_zoo.options import device_option
+from lavo_zoo.options import device_option, json_records_option
 
 SENTENCE = ("Printing, in the only sense with which we are at present concerned, differs from most if not from all "
             "the arts and crafts represented.")[:150]
@@ -80,8 +80,7 @@ Examples:
 @device_option
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Decode this many times; report the fastest.")
-@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the rows (and the machine) to this JSON file (replaced if it exists).")
+@json_records_option
 def tts_cmd(frames: int, at: str, size: str, device: str | None, repeats: int, json_file: Path | None) -> None:
     """Per-frame synthesis time, frames/s and real-time factor of Transformer-TTS with LAVO and with softmax
     decoder self-attention (random weights, the stop token off: every run decodes --frames frames)."""

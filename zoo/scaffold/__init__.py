@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from lavo_zoo.errors import UsageError
+from lavo_zoo.options import out_option
 
 TEMPLATES = Path(__file__).parent / "templates"
 KINDS = ("recipe", "attention")
@@ -91,8 +92,7 @@ Examples:
   pip install -e my-attention && pytest -q my-attention/tests
   lavo-zoo bench attention --attentions my_attention,lavo --lengths 1024,4096""")
 @click.argument("name")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory to create (default: ./NAME); refused if it exists and is not empty.")
+@out_option("Directory to create (default: ./NAME); refused if it exists and is not empty.", folder=True)
 def new_attention(name: str, out: Path | None) -> None:
     """An attention plugin: a working linear attention (causal with streaming state, noncausal, cross), its dense
     reference, and tests that run the lavo-zoo contract kit."""
@@ -105,8 +105,7 @@ Examples:
   pip install -e my-domain && pytest -q my-domain/tests
   lavo-zoo train my_domain/tiny --out runs/mine && lavo-zoo eval runs/mine/checkpoints/last""")
 @click.argument("name")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory to create (default: ./NAME); refused if it exists and is not empty.")
+@out_option("Directory to create (default: ./NAME); refused if it exists and is not empty.", folder=True)
 def new_recipe(name: str, out: Path | None) -> None:
     """A recipe plugin: model.py, data.py (a real on-disk format and a built-in generator), recipe.py, a tiny
     config, a README and tests that run the lavo-zoo recipe kit."""
