@@ -108,6 +108,11 @@ class Accuracy(Evaluator):
 
     def details(self) -> dict[str, Any]:
         per_class = self.confusion.sum(1)
-        return {"per_class_accuracy": {str(c): (float(self.confusion[c, c]) / int(n) if n else None)
-                                       for c, n in enumerate(per_class.tolist())},
-                "confusion_matrix": self.confusion.tolist()}
+        out: dict[str, Any] = {"per_class_accuracy": {str(c): (float(self.confusion[c, c]) / int(n) if n else None)
+                                                      for c, n in enumerate(per_class.tolist())},
+                               "confusion_matrix": self.confusion.tolist()}
+        present = [c for c, n in enumerate(per_class.tolist()) if n]
+        if len(present) == 1:
+            out["note"] = (f"every one of the {self.num_samples} examples is of class {present[0]}: the accuracy says "
+                           "how often the model predicts that class, not how well it tells the classes apart")
+        return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -74,6 +74,7 @@ class ForecastEvaluator(Evaluator):
     def reset(self) -> None:
         self.num_samples = 0
         self.count = 0
+        self.zero_truth = 0  # true values of exactly 0: MAPE / MSPE are infinite or NaN there, as Informer's
         self.sums = dict.fromkeys(("se", "ae", "ape", "spe"), 0.0)
 
     def update(self, predictions: torch.Tensor, targets: torch.Tensor) -> None:
@@ -87,7 +88,17 @@ class ForecastEvaluator(Evaluator):
         self.sums["ape"] += float(pct.abs().sum())
         self.sums["spe"] += float(pct.square().sum())
         self.count += err.numel()
+        self.zero_truth += int((true == 0).sum())
         self.num_samples += err.shape[0]
+
+    def details(self) -> dict[str, Any]:
+        """Why MAPE / MSPE are not finite, when they are not."""
+        if not self.zero_truth:
+            return {}
+        return {"zero_truth_values": self.zero_truth,
+                "note": f"{self.zero_truth} of {self.count} true values are exactly 0 (e.g. a column that is constant "
+                        "over the training rows standardises to 0); MAPE and MSPE divide by the truth, as Informer's "
+                        "metrics do, so they are infinite or NaN: read MSE and MAE"}
 
     def compute(self) -> dict[str, float]:
         if self.count == 0:

@@ -13,8 +13,8 @@ own keys are merged over the parent's, mappings recursively, and ``key: !delete`
 schema's default applies again; on the command line: ``key.sub=!delete``). A mapping may not repeat a key.
 
 Numeric ranges are part of the schema: annotate a field ``Annotated[int, Range(ge=1)]`` (or use the aliases
-``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``) and a value outside the range is a
-:class:`ConfigError` naming the key, before anything runs.
+``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``, ``Probability``) and a value outside
+the range is a :class:`ConfigError` naming the key, before anything runs.
 """
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ PositiveInt = Annotated[int, Range(ge=1)]
 NonNegativeInt = Annotated[int, Range(ge=0)]
 PositiveFloat = Annotated[float, Range(gt=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
+Probability = Annotated[float, Range(ge=0, lt=1)]  # dropout rates
 
 
 class _Delete:
@@ -142,7 +143,7 @@ class TrainConfig:
 class EvalConfig:
     """Evaluation settings every recipe shares (a recipe that needs more subclasses this)."""
 
-    batch_size: int = 0  # examples per evaluation batch (0: train.batch_size)
+    batch_size: NonNegativeInt = 0  # examples per evaluation batch (0: train.batch_size)
 
 
 @dataclass

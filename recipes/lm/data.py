@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from lavo_zoo.config import PositiveInt
+from lavo_zoo.config import NonNegativeInt, PositiveInt
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import DataError
 from lavo_zoo.nn.tokenizers import Tokenizer
@@ -48,7 +48,7 @@ class DataConfig:
     tokenizer: Literal["gpt2", "bytes"] = "gpt2"
     block_size: PositiveInt = 8192  # training context length L
     cache_dir: str | None = None  # token cache and built-in corpus (default: $LAVO_ZOO_CACHE/lm or the user cache)
-    builtin_size: int = 0  # built-in corpus: the first N standard-library modules as books (0: all)
+    builtin_size: NonNegativeInt = 0  # built-in corpus: the first N standard-library modules as books (0: all)
     skip_bad_files: bool = False  # leave out (and name) books that are not UTF-8 text or hold NUL bytes; else refuse
 
 

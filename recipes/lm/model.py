@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.losses import chunked_cross_entropy
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import PreLNDecoderBlock
@@ -26,17 +27,17 @@ from lavo_zoo.nn.transformer import PreLNDecoderBlock
 
 @dataclass
 class ModelConfig:
-    num_layers: int = 12
-    embed_dim: int = 768
-    num_heads: int = 12
-    ffn_dim: int = 3072
-    dropout: float = 0.1
+    num_layers: PositiveInt = 12
+    embed_dim: PositiveInt = 768
+    num_heads: PositiveInt = 12
+    ffn_dim: PositiveInt = 3072
+    dropout: Probability = 0.1
     # any causal attention from `lavo-zoo list attentions`; YAML {name: lavo, num_bases: 64, window_size: 16}
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("lavo"))
     # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary)
     positions: Literal["auto", "sinusoidal", "none"] = "auto"
-    ce_chunk_size: int = 0  # rows per cross-entropy chunk (0: as many as fit 32M fp32 logits)
-    vocab_size: int = 0  # from data.tokenizer (LMRecipe.resolve); saved with the run so eval needs no data
+    ce_chunk_size: NonNegativeInt = 0  # rows per cross-entropy chunk (0: as many as fit 32M fp32 logits)
+    vocab_size: NonNegativeInt = 0  # from data.tokenizer (LMRecipe.resolve); saved with the run so eval needs no data
 
     def __post_init__(self) -> None:
         self.attention.check("causal", "model.attention")

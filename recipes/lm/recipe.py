@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from lavo_zoo.config import EvalConfig, RunConfig
+from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveFloat, RunConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
@@ -25,11 +25,11 @@ from lavo_zoo.recipes.lm.model import ModelConfig, TransformerLM
 @dataclass
 class LMEvalConfig(EvalConfig):
     # batch_size (shared): blocks per batch at length L (0: train.batch_size); longer contexts use fewer
-    length_factors: list[float] = field(default_factory=lambda: [1.0])  # score at round(L * f) (e.g. [1,2,4,8])
-    max_tokens: int = 0  # tokens scored per length (0: the whole split), the same tokens at every length
+    length_factors: list[PositiveFloat] = field(default_factory=lambda: [1.0])  # score at round(L * f) (e.g. [1,2,4,8])
+    max_tokens: NonNegativeInt = 0  # tokens scored per length (0: the whole split), the same tokens at every length
     stream: bool = False  # also stream the split through the recurrent state, with per-position-bucket ppl
-    stream_chunk: int = 0  # tokens per streamed chunk (0: L)
-    stream_tokens: int = 0  # tokens to stream (0: the whole split)
+    stream_chunk: NonNegativeInt = 0  # tokens per streamed chunk (0: L)
+    stream_tokens: NonNegativeInt = 0  # tokens to stream (0: the whole split)
     plot: str | None = None  # PNG path: perplexity against context length
 
 

@@ -19,24 +19,25 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.transformer import TransformerEncoder
 
 
 @dataclass
 class ModelConfig:
-    embed_dim: int = 64
-    num_heads: int = 2
-    ffn_dim: int = 128
-    num_layers: int = 2
-    dropout: float = 0.1
-    attention_dropout: float = 0.0  # the mechanism's own dropout option, where it has one (Skyformer: none)
+    embed_dim: PositiveInt = 64
+    num_heads: PositiveInt = 2
+    ffn_dim: PositiveInt = 128
+    num_layers: PositiveInt = 2
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.0  # the mechanism's own dropout option, where it has one (Skyformer: none)
     activation: str = "gelu"  # the FFN's ("gelu" | "relu")
     # any attention of `lavo-zoo list attentions` that supports pattern noncausal
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
     # sizes that come from the data (resolved from data.task / data.max_length before training; 0 = not yet)
-    vocab_size: int = 0
-    num_classes: int = 0
-    max_positions: int = 0
+    vocab_size: NonNegativeInt = 0
+    num_classes: NonNegativeInt = 0
+    max_positions: NonNegativeInt = 0
     two_tower: bool = False  # Retrieval: classify a pair of documents
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.config import NonNegativeInt, PositiveInt
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.formats.pcd import read_pcd, write_pcd
 from lavo_zoo.nn.points import fps
@@ -58,12 +59,12 @@ class DataConfig:
     categories: list[str] = field(default_factory=list)  # taxonomy ids or names to keep (empty = all)
     partial: Literal["pcn", "crop"] = "pcn"  # pcn: the partial scans on disk; crop: ShapeNet-55/34 cropping
     crop: Literal["easy", "median", "hard"] = "hard"  # evaluation crop with partial=crop
-    input_points: int = 2048  # RandomSamplePoints: partial points per sample (zero padded)
-    gt_points: int = 16384  # points in every complete cloud (checked on read)
-    train_gt_sample: int = 0  # train against a random subset of this many ground-truth points (0 = all)
+    input_points: PositiveInt = 2048  # RandomSamplePoints: partial points per sample (zero padded)
+    gt_points: PositiveInt = 16384  # points in every complete cloud (checked on read)
+    train_gt_sample: NonNegativeInt = 0  # train against a random subset of this many ground-truth points (0 = all)
     mirror: bool = True  # RandomMirrorPoints in train
-    builtin_size: int = 24  # built-in models per category: train (val and test get a quarter and a half)
-    builtin_seed: int = 0
+    builtin_size: PositiveInt = 24  # built-in models per category: train (val and test get a quarter and a half)
+    builtin_seed: NonNegativeInt = 0
 
 
 # -------------------------------------------------------------------------------------------------------- PCN

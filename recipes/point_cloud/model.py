@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention, attention_info
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.nn.points import fps, gather_points, knn
 
@@ -59,23 +60,23 @@ class ModelConfig:
     """PoinTr's PCN model (``cfgs/PCN_models/PoinTr.yaml``: trans_dim 384, depth [6, 8], 6 heads, mlp_ratio 2,
     knn_layer 1, num_query 224, num_pred 14336)."""
 
-    embed_dim: int = 384
-    num_heads: int = 6
-    ffn_dim: int = 768
-    encoder_layers: int = 6
-    decoder_layers: int = 8
-    dropout: float = 0.0
-    attention_dropout: float = 0.0
-    drop_path: float = 0.0
+    embed_dim: PositiveInt = 384
+    num_heads: PositiveInt = 6
+    ffn_dim: PositiveInt = 768
+    encoder_layers: PositiveInt = 6
+    decoder_layers: PositiveInt = 8
+    dropout: Probability = 0.0
+    attention_dropout: Probability = 0.0
+    drop_path: Probability = 0.0
     activation: Literal["gelu", "relu"] = "gelu"
-    knn_layers: int = 1  # the first knn_layers encoder and decoder blocks have the geometry-aware k-NN branch
-    knn_k: int = 8  # neighbours of the k-NN branch
-    grouper_k: int = 16  # neighbours of the DGCNN grouper's edge convolutions
-    proxy_points: list[int] = field(default_factory=lambda: [512, 128])  # grouper FPS sizes; the last = proxies
-    num_query: int = 224  # M: coarse centres / decoder queries
-    num_pred: int = 14336  # M * step^2 points folded around the centres
-    global_dim: int = 1024  # width of the max-pooled global features
-    fold_hidden: int = 256
+    knn_layers: NonNegativeInt = 1  # the first knn_layers encoder and decoder blocks have the k-NN branch
+    knn_k: PositiveInt = 8  # neighbours of the k-NN branch
+    grouper_k: PositiveInt = 16  # neighbours of the DGCNN grouper's edge convolutions
+    proxy_points: list[PositiveInt] = field(default_factory=lambda: [512, 128])  # grouper FPS sizes; the last = proxies
+    num_query: PositiveInt = 224  # M: coarse centres / decoder queries
+    num_pred: PositiveInt = 14336  # M * step^2 points folded around the centres
+    global_dim: PositiveInt = 1024  # width of the max-pooled global features
+    fold_hidden: PositiveInt = 256
     attention: PoinTrSiteAttention = field(default_factory=PoinTrSiteAttention)
 
 

@@ -30,6 +30,7 @@ from typing import Literal
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.config import PositiveInt
 from lavo_zoo.errors import DataError
 from lavo_zoo.formats.multinews import (
     ARTICLE_SEPARATOR,
@@ -53,8 +54,8 @@ class DataConfig:
     path: str | None = None  # a folder in the Multi-News or JSON-lines layout; unset: the built-in corpus
     format: Literal["auto", "multinews", "jsonl"] = "auto"
     tokenizer: Literal["gpt2"] = "gpt2"
-    max_source_tokens: int = 4096  # sources are truncated to this many tokens (articles joined, separators included)
-    max_target_tokens: int = 400  # summaries are truncated to this many tokens (before BOS/EOS)
+    max_source_tokens: PositiveInt = 4096  # sources truncated to this many tokens (articles joined, separators too)
+    max_target_tokens: PositiveInt = 400  # summaries are truncated to this many tokens (before BOS/EOS)
     cache_dir: str | None = None  # built-in corpus (default: $LAVO_ZOO_CACHE/summarization or the user cache)
 
 

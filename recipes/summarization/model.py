@@ -16,27 +16,28 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import SiteAttention
+from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.errors import InputError
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder
 
 
 @dataclass
 class ModelConfig:
-    embed_dim: int = 512
-    num_heads: int = 8
-    ffn_dim: int = 2048
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
+    embed_dim: PositiveInt = 512
+    num_heads: PositiveInt = 8
+    ffn_dim: PositiveInt = 2048
+    encoder_layers: PositiveInt = 6
+    decoder_layers: PositiveInt = 6
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.1
     activation: Literal["gelu", "relu"] = "gelu"
     norm_first: bool = True  # pre-LN blocks (False: post-LN as the original Transformer and BART)
-    max_source_positions: int = 4096
-    max_target_positions: int = 512
-    vocab_size: int = 0  # resolved from data.tokenizer before training (GPT-2 BPE + BOS/EOS/PAD/separator)
+    max_source_positions: PositiveInt = 4096
+    max_target_positions: PositiveInt = 512
+    vocab_size: NonNegativeInt = 0  # resolved from data.tokenizer before training (GPT-2 BPE + BOS/EOS/PAD/separator)
     pad_id: int = -1  # resolved with vocab_size
     never_generate: list[int] = field(default_factory=list)  # ids search must not emit (BOS, PAD, separator)
-    label_smoothing: float = 0.1
+    label_smoothing: NonNegativeFloat = 0.1
     # one attention per site (softmax by default): {encoder_self: {name: lavo, num_bases: 64, window_size: 16}}
     attention: SiteAttention = field(default_factory=SiteAttention)
 

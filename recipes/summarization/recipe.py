@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, RunConfig
+from lavo_zoo.config import EvalConfig, NonNegativeFloat, NonNegativeInt, PositiveInt, RunConfig
 from lavo_zoo.engine.checkpoint import unwrap
 from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
 from lavo_zoo.errors import ConfigError
@@ -41,13 +41,13 @@ class SummarizationEvalConfig(EvalConfig):
     ``int(min_len_a * S + min_len_b)``.
     """
 
-    beam: int = 1  # 1 = greedy (the paper's decoding)
-    max_len_a: float = 0.1
-    max_len_b: int = 60
-    min_len_a: float = 0.0
-    min_len_b: int = 10
+    beam: PositiveInt = 1  # 1 = greedy (the paper's decoding)
+    max_len_a: NonNegativeFloat = 0.1
+    max_len_b: NonNegativeInt = 60
+    min_len_a: NonNegativeFloat = 0.0
+    min_len_b: NonNegativeInt = 10
     length_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
+    no_repeat_ngram_size: NonNegativeInt = 0
 
 
 @dataclass

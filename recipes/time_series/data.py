@@ -10,6 +10,7 @@ that their first window's input reaches back into the previous split):
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,11 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.config import NonNegativeInt, PositiveInt
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
 
+log = logging.getLogger(__name__)
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
 # `lavo-zoo data time_series/<name>`: (freq, file name, rows of the real file)
 BUILTIN_DATASETS = {"etth1": ("h", "ETTh1.csv", 17420), "ettm1": ("t", "ETTm1.csv", 69680)}
@@ -37,11 +40,11 @@ class DataConfig:
     features: Literal["M", "S", "MS"] = "M"  # M: all -> all, S: target -> target, MS: all -> target
     target: str = "OT"
     freq: str = "h"  # timeF granularity: s, t (minutes), h, d, b, w, m, optionally with a multiple (15min, 3h)
-    seq_len: int = 96  # encoder input length
-    label_len: int = 48  # decoder start-token length (the last label_len input steps)
-    pred_len: int = 24  # forecast horizon
-    builtin_size: int = 17420  # built-in table: rows (ETTh1 has 17420)
-    builtin_seed: int = 0
+    seq_len: PositiveInt = 96  # encoder input length
+    label_len: PositiveInt = 48  # decoder start-token length (the last label_len input steps)
+    pred_len: PositiveInt = 24  # forecast horizon
+    builtin_size: PositiveInt = 17420  # built-in table: rows (ETTh1 has 17420)
+    builtin_seed: NonNegativeInt = 0
 
 
 # ------------------------------------------------------------------------------------------------ time features
@@ -131,6 +134,12 @@ def _read_csv(path: Path) -> pd.DataFrame:
         row = int(np.flatnonzero(dates.isna().to_numpy())[0])
         raise DataError(f"{path}: the 'date' value {table['date'].iloc[row]!r} on line {row + 2} is not a "
                         "parseable date (expected e.g. 2016-07-01 00:00:00, the same format on every line)")
+    steps = np.diff(dates.to_numpy().astype("datetime64[ns]").astype(np.int64))
+    if (steps <= 0).any():
+        row = int(np.flatnonzero(steps <= 0)[0]) + 1  # the later of the two rows
+        what = "repeats" if steps[row - 1] == 0 else "comes before"
+        raise DataError(f"{path}: the date {table['date'].iloc[row]!r} on line {row + 2} {what} the one on line "
+                        f"{row + 1}; dates must increase from row to row (sort the file by date and drop duplicates)")
     table["date"] = dates
     return table
 
@@ -138,12 +147,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def _select(table: pd.DataFrame, cfg: DataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
     """The value columns in Informer's order (others, then the target) for the feature mode."""
     columns = [c for c in table.columns if c != "date"]
-    if cfg.target not in columns:
-        if cfg.features != "M":
-            raise DataError(f"{source} has no target column '{cfg.target}'{did_you_mean(cfg.target, map(str, columns))}"
-                            f"; its columns: {', '.join(map(str, columns))} (set data.target=NAME)")
-    else:
-        columns = [c for c in columns if c != cfg.target] + [cfg.target]
+    if cfg.target not in columns:  # M too: the target is the last column, as Informer's Dataset_Custom orders it
+        raise DataError(f"{source} has no target column '{cfg.target}'{did_you_mean(cfg.target, map(str, columns))}"
+                        f"; its columns: {', '.join(map(str, columns))} (set data.target=NAME)")
+    columns = [c for c in columns if c != cfg.target] + [cfg.target]
     if cfg.features == "S":
         columns = [cfg.target]
     values = table[columns].apply(pd.to_numeric, errors="coerce")
@@ -224,6 +231,10 @@ def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:
     raw = values.to_numpy(np.float64)  # [N, C]
     train = raw[borders["train"][0]:borders["train"][1]]
     mean, std = train.mean(0), train.std(0)
+    if (std == 0).any():
+        log.warning("%s: column(s) %s are constant over the training rows: they are scaled by 1, their standardised "
+                    "training values are 0, and MAPE / MSPE (which divide by the truth) are infinite where the truth "
+                    "is 0", source, ", ".join(c for c, sd in zip(columns, std) if sd == 0))
     std = np.where(std == 0, 1.0, std)
     stamps = time_features(pd.DatetimeIndex(table["date"]), cfg.freq)
     return PreparedSeries(((raw - mean) / std).astype(np.float32), stamps, tuple(columns), mean, std, borders)

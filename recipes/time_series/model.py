@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import AttentionSpec, SiteAttention
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import EncoderBlock, TransformerDecoder
 
@@ -37,20 +38,20 @@ class ModelConfig:
     """Informer's model arguments (defaults: the reference's ``main_informer.py``; its d_model, n_heads, e_layers,
     d_layers, ffn_dim are embed_dim, num_heads, encoder_layers, decoder_layers, ffn_dim here)."""
 
-    embed_dim: int = 512
-    num_heads: int = 8
-    encoder_layers: int = 2
-    decoder_layers: int = 1
-    ffn_dim: int = 2048
-    dropout: float = 0.05
+    embed_dim: PositiveInt = 512
+    num_heads: PositiveInt = 8
+    encoder_layers: PositiveInt = 2
+    decoder_layers: PositiveInt = 1
+    ffn_dim: PositiveInt = 2048
+    dropout: Probability = 0.05
     activation: Literal["gelu", "relu"] = "gelu"
     distil: bool = True
     # per site: encoder_self (noncausal), decoder_self (causal), cross; "sdpa" is Informer's attn=full
     attention: SiteAttention = field(default_factory=informer_attention)
     # sizes from the data (TimeSeriesRecipe.resolve), saved with the run so eval needs no CSV; 0 = unresolved
-    channels: int = 0  # input series (Informer's enc_in / dec_in)
-    out_channels: int = 0  # forecast series (c_out: 1 for features=MS, else channels)
-    time_features: int = 0  # timeF calendar features of data.freq
+    channels: NonNegativeInt = 0  # input series (Informer's enc_in / dec_in)
+    out_channels: NonNegativeInt = 0  # forecast series (c_out: 1 for features=MS, else channels)
+    time_features: NonNegativeInt = 0  # timeF calendar features of data.freq
 
 
 class DataEmbedding(nn.Module):

@@ -95,6 +95,10 @@ def read_wav(path: Path, sample_rate: int) -> np.ndarray:
         raise DataError(f"audio file {path} is missing") from None
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
         raise DataError(f"audio file {path} cannot be read as a wav ({e}); re-export it as PCM wav") from None
+    if not np.isfinite(data).all():
+        first = int(np.flatnonzero(~np.isfinite(data).all(1))[0])
+        raise DataError(f"audio file {path} holds NaN or infinite samples (the first at sample {first}); a wav must "
+                        "hold finite samples: re-export it")
     wave = data.mean(axis=1)  # [N]
     if rate != sample_rate:
         import torchaudio.functional as AF

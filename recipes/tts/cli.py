@@ -42,7 +42,7 @@ def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path
     from lavo_zoo.recipes.tts.audio import write_wav
     from lavo_zoo.recipes.tts.infer import speak
     from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
-    from lavo_zoo.recipes.tts.text import text_encoder
+    from lavo_zoo.recipes.tts.text import dropped_characters, text_encoder
 
     if not text.strip():
         raise UsageError("--text is empty; give the sentence to speak")
@@ -56,7 +56,14 @@ def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path
         raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; synthesize needs a text-to-speech ('tts') one")
     cfg.eval.max_frames = max_frames or cfg.eval.max_frames
     cfg.eval.stop_threshold = cfg.eval.stop_threshold if stop_threshold is None else stop_threshold
-    ids = text_encoder(cfg.data.text).encode(text)
+    encoder = text_encoder(cfg.data.text)
+    if not encoder.symbols_of(text):
+        raise UsageError(f"--text {text!r} holds nothing this model can speak (its {cfg.data.text} front end keeps "
+                         "letters, digits (spelled out) and punctuation); give words to say")
+    dropped = dropped_characters(text) if cfg.data.text == "chars" else []
+    if dropped:
+        click.echo(f"note: left out characters the model cannot speak: {' '.join(dropped)}", err=True)
+    ids = encoder.encode(text)
     tokens = torch.tensor([ids], device=dev)
     torch.manual_seed(seed)
     start = time.perf_counter()

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.config import NonNegativeInt, PositiveFloat
 from lavo_zoo.errors import DataError
+from lavo_zoo.formats.text import read_lines
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav, write_wav
 from lavo_zoo.recipes.tts.text import TextEncoder, text_encoder
 
@@ -43,10 +45,10 @@ FASTSPEECH_SPLIT = {"LJ001": "test", "LJ002": "test", "LJ003": "validation"}
 @dataclass
 class DataConfig:
     path: str | None = None  # an LJSpeech-layout folder; unset: the built-in spoken corpus
-    builtin_size: int = 0  # utterances in the built-in corpus (0: every sentence, about 3,400)
+    builtin_size: NonNegativeInt = 0  # utterances in the built-in corpus (0: every sentence, about 3,400)
     text: Literal["chars", "phonemes"] = "chars"  # front end: normalised characters or espeak-ng IPA phonemes
-    max_duration: float = 12.0  # seconds; longer clips are skipped (and counted in the log)
-    max_utterances: int = 0  # use at most this many utterances per split (0: all), in id order
+    max_duration: PositiveFloat = 12.0  # seconds; longer clips are skipped (and counted in the log)
+    max_utterances: NonNegativeInt = 0  # use at most this many utterances per split (0: all), in id order
     cache_dir: str | None = None  # features and built-in corpus (default: $LAVO_ZOO_CACHE/tts or the user cache)
 
     def features(self) -> FeatureSettings:
@@ -70,24 +72,22 @@ def read_metadata(root: Path) -> list[Utterance]:
     if not meta.is_file():
         raise DataError(f"{meta} is missing: an LJSpeech folder has metadata.csv (id|text|normalised text)")
     rows = []
-    with open(meta, encoding="utf-8", newline="") as f:
-        for line_no, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split("|")  # no quote handling: LJSpeech transcripts contain quotes
-            if len(fields) not in (2, 3):
-                raise DataError(f"{meta}, line {line_no}: expected 3 pipe-separated fields (id|text|normalised "
-                                f"text), got {len(fields)}: {line[:80]!r}")
-            uid, text = fields[0].strip(), (fields[-1].strip() or fields[1].strip())
-            if not uid:
-                raise DataError(f"{meta}, line {line_no}: the id (first field) is empty")
-            if not text:
-                raise DataError(f"{meta}, line {line_no}: utterance {uid} has an empty transcript")
-            wav = root / "wavs" / f"{uid}.wav"
-            if not wav.is_file():
-                raise DataError(f"{meta}, line {line_no}: the audio of {uid} is missing (expected {wav})")
-            rows.append(Utterance(uid, text, wav))
+    for line_no, line in enumerate(read_lines(meta), 1):  # a line that is not UTF-8: DataError naming file and line
+        if not line.strip():
+            continue
+        fields = line.split("|")  # no quote handling: LJSpeech transcripts contain quotes
+        if len(fields) not in (2, 3):
+            raise DataError(f"{meta}, line {line_no}: expected 3 pipe-separated fields (id|text|normalised "
+                            f"text), got {len(fields)}: {line[:80]!r}")
+        uid, text = fields[0].strip(), (fields[-1].strip() or fields[1].strip())
+        if not uid:
+            raise DataError(f"{meta}, line {line_no}: the id (first field) is empty")
+        if not text:
+            raise DataError(f"{meta}, line {line_no}: utterance {uid} has an empty transcript")
+        wav = root / "wavs" / f"{uid}.wav"
+        if not wav.is_file():
+            raise DataError(f"{meta}, line {line_no}: the audio of {uid} is missing (expected {wav})")
+        rows.append(Utterance(uid, text, wav))
     if not rows:
         raise DataError(f"{meta} has no utterances")
     return rows

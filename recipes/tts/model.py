@@ -21,36 +21,37 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import SiteAttention
+from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder
 
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 0  # resolved from data.text by the recipe (the text front end's fixed symbol set)
-    n_mels: int = 80
-    frames_per_step: int = 4
-    embed_dim: int = 512
-    num_heads: int = 8
-    ffn_dim: int = 2048
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
+    vocab_size: NonNegativeInt = 0  # resolved from data.text by the recipe (the text front end's fixed symbol set)
+    n_mels: PositiveInt = 80
+    frames_per_step: PositiveInt = 4
+    embed_dim: PositiveInt = 512
+    num_heads: PositiveInt = 8
+    ffn_dim: PositiveInt = 2048
+    encoder_layers: PositiveInt = 6
+    decoder_layers: PositiveInt = 6
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.1
     activation: Literal["gelu", "relu"] = "relu"
     # per site (encoder_self: noncausal, decoder_self: causal, cross), flat: {name: lavo, num_bases: 64, ...}
     attention: SiteAttention = field(default_factory=SiteAttention)
-    encoder_conv_layers: int = 3
-    encoder_conv_kernel: int = 5
-    encoder_dropout: float = 0.5
-    prenet_layers: int = 2
-    prenet_dim: int = 256
-    prenet_dropout: float = 0.5
-    postnet_layers: int = 5
-    postnet_dim: int = 512
-    postnet_kernel: int = 5
-    postnet_dropout: float = 0.5
-    stop_pos_weight: float = 5.0  # BCE positive weight of the stop token (fairseq --bce-pos-weight)
+    encoder_conv_layers: PositiveInt = 3
+    encoder_conv_kernel: PositiveInt = 5
+    encoder_dropout: Probability = 0.5
+    prenet_layers: PositiveInt = 2
+    prenet_dim: PositiveInt = 256
+    prenet_dropout: Probability = 0.5
+    postnet_layers: PositiveInt = 5
+    postnet_dim: PositiveInt = 512
+    postnet_kernel: PositiveInt = 5
+    postnet_dropout: Probability = 0.5
+    stop_pos_weight: NonNegativeFloat = 5.0  # BCE positive weight of the stop token (fairseq --bce-pos-weight)
     # the train split's log-mel mean / std per band (resolved by the recipe from the data; undo the
     # normalisation of synthesised frames without the training data)
     feature_mean: list[float] = field(default_factory=list)

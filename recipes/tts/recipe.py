@@ -7,14 +7,14 @@ import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
+from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveInt, Range, RunConfig, TrainConfig
 from lavo_zoo.engine.checkpoint import unwrap
 from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
 from lavo_zoo.errors import ConfigError
@@ -44,9 +44,9 @@ def paper_train_config() -> TrainConfig:
 
 @dataclass
 class TTSEvalConfig(EvalConfig):
-    max_utterances: int = 0  # synthesise at most this many utterances of the split (0: all)
-    stop_threshold: float = 0.5  # stop when the stop-token probability exceeds this
-    max_frames: int = 2000  # and at the latest after this many frames (about 23 s)
+    max_utterances: NonNegativeInt = 0  # synthesise at most this many utterances of the split (0: all)
+    stop_threshold: Annotated[float, Range(ge=0, le=1)] = 0.5  # stop when the stop-token probability exceeds this
+    max_frames: PositiveInt = 2000  # and at the latest after this many frames (about 23 s)
     reference: Literal["resynthesized", "recording"] = "resynthesized"  # Griffin-Lim of the target features, or
     # the original recording (fairseq --use-resynthesized-target is the default, as CAB scored)
     out_dir: str | None = None  # write synthesized/, reference/ wavs and plots/ here (eval --out sets it beside

@@ -2,8 +2,9 @@
 
 Both vocabularies are fixed (so a checkpoint never needs the training data to rebuild its embedding): ids 0..3 are
 ``<pad>``, ``<eos>`` (appended to every source, as fairseq's TTS dictionary), ``<unk>`` and the word separator
-(space); then the symbols. Characters: the normalised text is lower-cased, curly quotes and dashes made ASCII,
-anything outside the symbol set becomes a space, runs of spaces collapse.
+(space); then the symbols. Characters: numbers are spelled out in English words (as LJSpeech's normalised
+transcripts), the text is lower-cased, curly quotes and dashes made ASCII, anything else outside the symbol set
+becomes a space (:func:`dropped_characters` names it), runs of spaces collapse.
 """
 from __future__ import annotations
 
@@ -21,11 +22,57 @@ FRONT_ENDS = ("chars", "phonemes")
 _REPLACE = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"})
 
 
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"), (100, "hundred"))
+
+
+def number_words(n: int) -> str:
+    """A non-negative integer in English words: 1905 -> 'one thousand nine hundred five'."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    for value, word in _SCALES:
+        if n >= value:
+            rest = n % value
+            return f"{number_words(n // value)} {word}" + ("" if rest == 0 else " " + number_words(rest))
+    raise AssertionError(n)
+
+
+def spell_numbers(text: str) -> str:
+    """Digits as English words ('3.5' -> 'three point five', '1,000' -> 'one thousand'); very long digit runs are
+    read digit by digit."""
+    def words(match: re.Match) -> str:
+        whole, _, fraction = match.group(0).replace(",", "").partition(".")
+        spoken = number_words(int(whole)) if len(whole) <= 15 else " ".join(_ONES[int(d)] for d in whole)
+        if fraction:
+            spoken += " point " + " ".join(_ONES[int(d)] for d in fraction)
+        return spoken
+    text = re.sub(r"(?<=[^\W\d_])(?=\d)|(?<=\d)(?=[^\W\d_])", " ", text)  # '4th' -> '4 th', 'x2' -> 'x 2'
+    return re.sub(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?", words, text)
+
+
+def _ascii(text: str) -> str:
+    return unicodedata.normalize("NFKD", spell_numbers(text).translate(_REPLACE)).encode("ascii", "ignore").decode()
+
+
 def normalise(text: str) -> str:
     """Lower-cased ASCII-ish text with only the character vocabulary's symbols and single spaces."""
-    text = unicodedata.normalize("NFKD", text.translate(_REPLACE)).encode("ascii", "ignore").decode().lower()
-    text = "".join(c if c in CHARACTERS else " " for c in text)
+    text = "".join(c if c in CHARACTERS else " " for c in _ascii(text).lower())
     return re.sub(r" +", " ", text).strip()
+
+
+def dropped_characters(text: str) -> list[str]:
+    """The characters of ``text`` the character front end cannot speak and leaves out (besides spaces; accents are
+    stripped, not dropped), in order of first appearance."""
+    out: list[str] = []
+    for c in spell_numbers(text).translate(_REPLACE):
+        base = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode().lower()
+        if not c.isspace() and c not in out and (not base or any(b not in CHARACTERS for b in base)):
+            out.append(c)
+    return out
 
 
 class TextEncoder:

@@ -77,3 +77,49 @@ def test_a_checkpoint_config_that_is_not_text_is_called_corrupt(run_dir, tmp_pat
     assert main(["eval", str(ckpt), "--max-batches", "1"]) == 1
     err = capsys.readouterr().err
     assert "config.yaml is corrupt: not UTF-8 text (byte 12)" in err and "UnicodeDecodeError" not in err
+
+
+def test_results_are_written_whole_and_never_over_a_file_that_appeared_meanwhile(tmp_path, monkeypatch):
+    """`eval --out` / `score --out` write through a temporary file linked into place: a full disk leaves no
+    0-byte file under the final name (so the rerun is not refused), and a file another process wrote meanwhile
+    is kept."""
+    import errno
+    import os
+
+    from lavo_zoo.errors import UsageError, ZooError
+    from lavo_zoo.options import write_file
+
+    target = tmp_path / "results.json"
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", no_space)
+        with pytest.raises(ZooError, match="could not write .*results.json: the disk is full"):
+            write_file(target, "{}")
+    assert list(tmp_path.iterdir()) == []
+    target.write_text("written by the other eval")
+    with pytest.raises(UsageError, match="created by someone else"):
+        write_file(target, "{}")
+    assert target.read_text() == "written by the other eval"
+    write_file(target, "{}", overwrite=True)
+    assert target.read_text() == "{}"
+
+
+def test_eval_out_in_a_folder_that_cannot_be_written_is_refused_before_scoring(tmp_path):
+    import os
+
+    from lavo_zoo.errors import UsageError
+    from lavo_zoo.options import check_writable
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("this user can write anywhere (root): a read-only folder cannot be made here")
+        with pytest.raises(UsageError, match="is not writable"):
+            check_writable(locked / "sub" / "r.json", overwrite=False)
+    finally:
+        locked.chmod(0o700)

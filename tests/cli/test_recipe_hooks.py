@@ -189,3 +189,26 @@ def test_builtin_dataset_is_written_once_per_key(tmp_path):
     assert first == again != other and len(calls) == 2 and first.name == "data.txt"
     assert first.read_text() == "1" and other.read_text() == "2"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.parent.name, other.parent.name])  # no tmp
+
+
+def test_data_never_replaces_a_users_file_and_leaves_nothing_partial(tmp_path, capsys, monkeypatch):
+    """`lavo-zoo data` refuses, before anything moves, to replace any existing file (naming it) unless --overwrite;
+    a failure while generating (a full disk) leaves the folder as it was."""
+    out = tmp_path / "ETT-small"
+    out.mkdir()
+    (out / "ETTh1.csv").write_text("my own data\n")
+    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "300"]) == 2
+    assert "ETTh1.csv" in capsys.readouterr().err and (out / "ETTh1.csv").read_text() == "my own data\n"
+    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "300", "--overwrite"]) == 0
+    assert (out / "ETTh1.csv").read_text().startswith("date,")
+    recipe = get_recipe("time_series")
+
+    def full_disk(out_dir, data):
+        (out_dir / "ETTm1.csv").write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(type(recipe), "write_builtin", lambda self, o, d: full_disk(o, d))
+    with pytest.raises(OSError):
+        recipe.write_data(out, "ettm1", 300)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ETT-small"]  # no temporary folder left beside it
+    assert sorted(p.name for p in out.iterdir()) == ["ETTh1.csv"]      # no partial ETTm1.csv

@@ -233,3 +233,11 @@ def test_a_pipe_is_read_as_a_file(tmp_path):
     finally:
         os.close(read_end)
     assert code == 0 and res["metrics"]["rouge1"]["value"] == pytest.approx(100.0)
+
+
+def test_accuracy_on_a_one_class_reference_says_so(tmp_path, capsys):
+    (tmp_path / "pred.txt").write_text("1\n1\n1\n")
+    (tmp_path / "true.txt").write_text("1\n1\n1\n")
+    assert main(["score", "accuracy", "--pred", str(tmp_path / "pred.txt"), "--ref", str(tmp_path / "true.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "1" in out and "note: every one of the 3 examples is of class 1" in out

@@ -70,11 +70,68 @@ def test_unreadable_safetensors_with_matching_hash_refused(checkpoint):
         load_model(path)
 
 
+def test_an_edited_config_is_refused_before_any_override_is_blamed(checkpoint):
+    """meta.json records the sha256 of config.yaml: an edit (a window size, an ablation switch) scores a different
+    model, so loading refuses it, naming the file; the harmless evaluation overrides are not blamed."""
+    path, _ = checkpoint
+    text = (path / "config.yaml").read_text()
+    (path / "config.yaml").write_text(text.replace("hidden: 8", "hidden: 9") if "hidden: 8" in text
+                                      else text + "# edited\n")
+    with pytest.raises(CheckpointError, match=r"config\.yaml was changed after the checkpoint was saved"):
+        load_model(path)
+    with pytest.raises(CheckpointError, match="config.yaml was changed") as err:
+        load_model(path, overrides=["eval.batch_size=2"])
+    assert "eval.batch_size" not in str(err.value)  # the override is not blamed
+    meta = json.loads((path / "meta.json").read_text())
+    assert set(meta["files_sha256"]) == {"model.safetensors", "config.yaml"}
+
+
+def test_a_corrupt_training_state_is_refused_by_its_hash(tmp_path):
+    recipe, cfg = resolve_config(TOY)
+    model = recipe.build_model(cfg)
+    state = {"step": 1, "optimizer": {}, "rng": []}
+    path = save_checkpoint(tmp_path / "ck", 1, model, cfg, recipe.name, train_state=state)
+    from lavo_zoo.engine.checkpoint import load_train_state
+
+    assert load_train_state(path)["step"] == 1
+    blob = bytearray((path / "train_state.pt").read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (path / "train_state.pt").write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="train_state.pt is corrupt or truncated"):
+        load_train_state(path)
+
+
+def test_a_full_disk_during_a_save_leaves_the_previous_checkpoint_and_names_the_path(checkpoint, monkeypatch):
+    import errno
+
+    import lavo_zoo.engine.checkpoint as ckpt
+
+    path, model = checkpoint
+    recipe, cfg = resolve_config(TOY)
+    before = sorted(p.name for p in path.parent.iterdir())
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_safetensors_model", full)
+    with pytest.raises(CheckpointError, match=r"could not save checkpoint .*step-4.*the disk is full.*intact"):
+        save_checkpoint(path.parent, 4, model, cfg, recipe.name)
+    assert sorted(p.name for p in path.parent.iterdir()) == before  # no step-4, no temporary folder
+    load_model(path)  # the previous one still loads
+
+
 def test_mismatched_config_refused(checkpoint):
+    """A config that does not fit the weights (meta.json rewritten with it, as a careless tool might) is refused
+    when the weights do not load into the model it builds."""
+    from lavo_zoo.engine.checkpoint import sha256_file
+
     path, _ = checkpoint
     cfg = yaml.safe_load((path / "config.yaml").read_text())
     cfg["model"]["hidden"] = 32
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    meta = json.loads((path / "meta.json").read_text())
+    meta["files_sha256"]["config.yaml"] = sha256_file(path / "config.yaml")
+    (path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="does not match the model built from .*config.yaml.*size mismatch"):
         load_model(path)
 

@@ -143,3 +143,34 @@ def test_nan_stop_names_the_newest_checkpoint_before_the_one_that_produced_it(tm
     good = out / "checkpoints" / f"step-{failed - 2}"
     assert f"Last good checkpoint: {good}" in err
     assert all(torch.isfinite(t).all() for t in load_file(str(good / "model.safetensors")).values())
+
+
+def test_a_run_directory_is_held_by_one_process_and_a_killed_holder_frees_it(tmp_path):
+    """A second `train` into the same --out is refused naming the holder's pid; the OS lock of a killed process goes
+    with it, so the next --resume auto takes the directory over."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from lavo_zoo.engine.run_dir import RunLock
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "run"
+    code = ("import time; from lavo_zoo.engine.run_dir import RunLock; "
+            f"RunLock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UsageError, match=rf"in use: another process \(pid {holder.pid}\) is training into it"):
+            RunLock(out).acquire()
+        result = run_cli("train", TOY, "--out", str(out), "--max-steps", "1")
+        assert result.returncode == 2 and f"pid {holder.pid}" in result.stderr
+        assert not (out / "metrics.jsonl").exists()  # the refused run wrote nothing
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    time.sleep(0.1)
+    lock = RunLock(out).acquire()  # the killed holder's lock went with it
+    lock.release()
+    assert run_cli("train", TOY, "--out", str(out), "--max-steps", "1", "--resume", "auto").returncode == 0

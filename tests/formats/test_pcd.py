@@ -163,3 +163,15 @@ def test_missing_file_and_wrong_point_count(tmp_path: Path) -> None:
     path = write_pcd(tmp_path / "c.pcd", _cloud(10), "binary")
     with pytest.raises(DataError, match="c.pcd: 10 points, expected 16384"):
         read_pcd(path, expected_points=16384)
+
+
+def test_an_out_of_range_coordinate_is_refused_without_a_numpy_warning(tmp_path: Path) -> None:
+    import warnings
+
+    path = tmp_path / "huge.pcd"
+    path.write_text("VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\n"
+                    "VIEWPOINT 0 0 0 1 0 0 0\nPOINTS 2\nDATA ascii\n0 0 0\n1e300 0 0\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match="NaN or infinite"):
+            read_pcd(path)

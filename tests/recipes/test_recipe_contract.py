@@ -142,3 +142,39 @@ KIT = [check for name in BUILT_IN for check in recipe_checks(get_recipe(name).ti
 @pytest.mark.parametrize("check", KIT, ids=repr)
 def test_the_public_recipe_kit(check, tmp_path):
     check(tmp_path)
+
+
+UNRANGED = {"pad_id", "never_generate", "feature_mean", "feature_std",  # resolved from the data, not set by hand
+            "length_penalty"}  # any real number (fairseq: < 1 favours short summaries, > 1 long ones)
+
+
+def _numeric_fields(cls: type, prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted key, type hint) of every int / float field of a config dataclass and its nested sections."""
+    import dataclasses
+    import typing
+
+    out = []
+    for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+        if name not in {f.name for f in fields(cls)}:
+            continue
+        base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+        args = [a for a in typing.get_args(base) if a is not type(None)]
+        if dataclasses.is_dataclass(base):
+            out += _numeric_fields(base, f"{prefix}{name}.")
+        elif base in (int, float) or (args and all(a in (int, float) for a in args)):
+            out.append((f"{prefix}{name}", hint))
+    return out
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_size_and_rate_of_the_schema_declares_its_range(name):
+    """A negative or zero size is a config error naming the key, never a crash deep in the model."""
+    import typing
+
+    from lavo_zoo.config import Range
+
+    unranged = [key for key, hint in _numeric_fields(get_recipe(name).config_class)
+                if key.rsplit(".", 1)[-1] not in UNRANGED
+                and not (typing.get_origin(hint) is typing.Annotated
+                         and any(isinstance(a, Range) for a in hint.__metadata__))]
+    assert not unranged, f"{name}: numeric config keys without a declared range: {unranged}"

@@ -1,7 +1,8 @@
 """Checkpoints on disk (docs/architecture.md): a directory with ``model.safetensors`` (weights only),
-``config.yaml`` (resolved config), ``meta.json`` (recipe, step, metrics, versions, git revision, sha256 of the
-weights) and, for resuming, ``train_state.pt`` (optimiser, scheduler, RNG, data position;
-``torch.load(weights_only=True)``).
+``config.yaml`` (resolved config), ``meta.json`` (recipe, step, metrics, versions, git revision, and the sha256 of
+every other file: the weights, the config that defines the model, the training state) and, for resuming,
+``train_state.pt`` (optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``). Loading verifies
+every file meta.json lists, so an edited config is refused as surely as corrupt weights.
 
 Saves are atomic: everything is written into a temporary sibling directory, flushed, then renamed into place, and
 ``last`` is a symlink swapped with ``os.replace``. A crash mid-save leaves the previous checkpoint intact. Loading
@@ -9,6 +10,7 @@ refuses a missing, corrupt, truncated or mismatched checkpoint with a message na
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -83,23 +85,34 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model = unwrap(model)
-    save_safetensors_model(model, str(tmp / WEIGHTS))
-    (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    meta = {
-        "recipe": recipe_name,
-        "step": step,
-        "metrics": metrics or {},
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "weights_sha256": sha256_file(tmp / WEIGHTS),
-        "versions": versions(),
-        "git_revision": git_revision(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
-    if train_state is not None:
-        torch.save(train_state, tmp / TRAIN_STATE)
-    _fsync_tree(tmp)
+    try:
+        model = unwrap(model)
+        save_safetensors_model(model, str(tmp / WEIGHTS))
+        (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        meta = {
+            "recipe": recipe_name,
+            "step": step,
+            "metrics": metrics or {},
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "weights_sha256": sha256_file(tmp / WEIGHTS),
+            "versions": versions(),
+            "git_revision": git_revision(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        if train_state is not None:
+            torch.save(train_state, tmp / TRAIN_STATE)
+        meta["files_sha256"] = {name: sha256_file(tmp / name) for name in (WEIGHTS, CONFIG, TRAIN_STATE)
+                                if (tmp / name).is_file()}
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        _fsync_tree(tmp)
+    except (OSError, SafetensorError, RuntimeError) as e:  # torch.save and safetensors report I/O failures as
+        # RuntimeError / SafetensorError: a full disk, a quota, a folder made read-only. The previous checkpoint stays.
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e) or \
+            shutil.disk_usage(root).free < (1 << 20)
+        reason = "the disk is full" if full else (getattr(e, "strerror", None) or str(e))
+        raise CheckpointError(f"could not save checkpoint {final} (in {tmp}): {reason}; nothing was replaced, the "
+                              "previous checkpoints are intact. Free space and continue with --resume auto") from None
     if final.exists():  # re-saving (the end of a resumed run, a new best): swap without a gap
         old = root / f".old-{final.name}-{os.getpid()}"
         os.replace(final, old)
@@ -159,12 +172,29 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+def verify_checkpoint(path: Path, meta: dict[str, Any], names: tuple[str, ...] = (WEIGHTS, CONFIG)) -> None:
+    """Check ``names`` of checkpoint ``path`` against the sha256 that meta.json records for them (the weights
+    always; the config and the training state where meta.json lists them: checkpoints written before it did are
+    checked on their weights alone). A file changed after the save is refused, naming it."""
+    recorded = {**(meta.get("files_sha256") or {}), WEIGHTS: meta["weights_sha256"]}
+    for name in names:
+        if name not in recorded:
+            continue
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+        actual = sha256_file(file)
+        if actual != recorded[name]:
+            what = ("is corrupt or truncated" if name != CONFIG else
+                    "was changed after the checkpoint was saved (it defines the model the weights belong to)")
+            raise CheckpointError(f"{file} {what}: its sha256 is {actual} ({file.stat().st_size} bytes) but {META} "
+                                  f"records {recorded[name]}; restore or re-download the checkpoint (to evaluate "
+                                  "with other settings, pass key=value overrides instead of editing the file)")
+
+
 def verify_weights(path: Path, meta: dict[str, Any]) -> None:
-    actual = sha256_file(path / WEIGHTS)
-    if actual != meta["weights_sha256"]:
-        size = (path / WEIGHTS).stat().st_size
-        raise CheckpointError(f"{path / WEIGHTS} is corrupt or truncated: its sha256 is {actual} ({size} bytes) "
-                              f"but {META} records {meta['weights_sha256']}; restore or re-download the checkpoint")
+    """Check the weights (and the config, where meta.json records it) against meta.json."""
+    verify_checkpoint(path, meta)
 
 
 def read_config(path: Path, overrides: list[str] = ()) -> tuple[Any, Any]:
@@ -238,6 +268,10 @@ def load_train_state(path: Path) -> dict[str, Any]:
     if not file.is_file():
         raise CheckpointError(f"cannot resume from {path}: {TRAIN_STATE} is missing (release checkpoints carry "
                               "weights only; resume needs a checkpoint written by `lavo-zoo train`)")
+    recorded = (read_meta(path).get("files_sha256") or {}).get(TRAIN_STATE)
+    if recorded is not None and sha256_file(file) != recorded:
+        raise CheckpointError(f"{file} is corrupt or truncated: its sha256 differs from the one {META} records "
+                              f"({file.stat().st_size} bytes). {_earlier_checkpoints_hint(path)}")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is unusable

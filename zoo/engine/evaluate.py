@@ -88,4 +88,7 @@ def format_table(results: dict[str, Any]) -> str:
     lines = [header,
              f"{'metric':<{w}}  {'value':>12}  better", f"{'-' * w}  {'-' * 12}  ------"]
     lines += [f"{n:<{w}}  {v:>12}  {b}" for n, v, b in rows]
+    note = (results.get("details") or {}).get("note")
+    if note:
+        lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -1,10 +1,11 @@
-"""A run directory's rules: what counts as an earlier run (never overwritten without ``--resume``), which settings a
-resumed run may change (applied and logged) and which it may not (refused with the diff), and which checkpoint is
-"good" after a non-finite loss.
+"""A run directory's rules: one process at a time (:class:`RunLock`), what counts as an earlier run (never
+overwritten without ``--resume``), which settings a resumed run may change (applied and logged) and which it may
+not (refused with the diff), and which checkpoint is "good" after a non-finite loss.
 """
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,43 @@ from lavo_zoo.engine.checkpoint import META, TRAIN_STATE, WEIGHTS, latest_checkp
 from lavo_zoo.errors import CheckpointError, UsageError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "tensorboard", "checkpoints")
+LOCK_FILE = ".lock"  # in a run directory while a process trains into it; holds that process's pid
+
+
+class RunLock:
+    """An exclusive lock on a run directory for as long as one process trains into it, so that two ``train``
+    commands cannot interleave their metrics and checkpoints. It is an OS file lock (``flock``): the system drops it
+    when the holder exits or is killed, so a killed run never leaves it stuck and ``--resume auto`` takes it over.
+    Where ``fcntl`` is missing (Windows) runs are not locked."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = Path(out) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on Linux / macOS
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(f"{self.path.parent} is in use: another process (pid {holder}) is training into it. Two "
+                             "runs in one folder would overwrite each other's metrics and checkpoints; wait for it "
+                             "to finish (then --resume auto continues it), stop it, or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
 
 # Settings a resumed run may change; each takes effect from the first resumed step. Everything else (model, data,
 # optimiser, batch size, accumulation, seed, precision, ...) must match the checkpoint, or the resumed run would not be

@@ -28,12 +28,14 @@ from torch.utils.data import DataLoader, Dataset
 
 from lavo_zoo.config import save_config
 from lavo_zoo.engine.checkpoint import (
+    CONFIG,
+    WEIGHTS,
     load_train_state,
     load_weights,
     read_config,
     read_meta,
     save_checkpoint,
-    verify_weights,
+    verify_checkpoint,
 )
 from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
@@ -41,7 +43,7 @@ from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.logging import MetricsLog, Progress
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.recipe import Recipe, to_device
-from lavo_zoo.engine.run_dir import last_good_checkpoint, resume_changes, resume_source
+from lavo_zoo.engine.run_dir import RunLock, last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
 
 
@@ -199,10 +201,14 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
-        """Train until ``max_steps``, ``max_epochs`` or early stopping; returns the last validation metrics."""
+        """Train until ``max_steps``, ``max_epochs`` or early stopping; returns the last validation metrics. The run
+        directory is locked for the whole run (rank 0): a second process training into it is refused."""
+        lock = RunLock(self.out).acquire() if self.dist.is_main else None
         try:
             return self._fit()
         finally:
+            if lock is not None:
+                lock.release()
             shutdown(self.dist)
 
     def _fit(self) -> dict[str, float]:
@@ -296,8 +302,8 @@ class Trainer:
     def _restore(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any) -> TrainingState:
         """Weights, optimiser, scheduler and this rank's RNG from checkpoint ``path``; returns its training state."""
+        verify_checkpoint(path, read_meta(path), (WEIGHTS, CONFIG))
         self._check_same_run(path)
-        verify_weights(path, read_meta(path))
         load_weights(model, path)
         saved = load_train_state(path)
         if saved.get("world_size", 1) != self.dist.world_size:

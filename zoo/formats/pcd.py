@@ -259,7 +259,8 @@ def _read_ascii(path: Path, header: PcdHeader, body: bytes, first_line: int) -> 
     col = 0
     for name, c in zip(dtype.names, header.counts):
         values = flat[:, col:col + c]
-        out[name] = values[:, 0] if c == 1 else values
+        with np.errstate(over="ignore", invalid="ignore"):  # out of the field's range: inf, refused by the caller
+            out[name] = values[:, 0] if c == 1 else values
         col += c
     return out
 
@@ -344,7 +345,8 @@ def read_pcd(path: str | Path, expected_points: int | None = None) -> np.ndarray
                         "needs x, y and z")
     if any(header.counts[header.fields.index(f)] != 1 for f in ("x", "y", "z")):
         raise DataError(f"{path}: fields x, y, z must each have COUNT 1")
-    points = np.stack([records[f].astype(np.float32) for f in ("x", "y", "z")], axis=1)  # [N, 3]
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf: refused just below
+        points = np.stack([records[f].astype(np.float32) for f in ("x", "y", "z")], axis=1)  # [N, 3]
     if expected_points is not None and len(points) != expected_points:
         raise DataError(f"{path}: {len(points)} points, expected {expected_points}")
     if not np.isfinite(points).all():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lavo_zoo.config import NonNegativeInt, PositiveInt
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.recipes.lra.data import image, listops, pathfinder, retrieval, text
 from lavo_zoo.recipes.lra.data.common import (
@@ -57,13 +58,13 @@ TASK_INFO = {
 class DataConfig:
     task: Literal["listops", "text", "retrieval", "image", "pathfinder"] = "listops"
     path: str | None = None  # the task's release folder (table above); unset: the built-in generated data
-    max_length: int = 0  # tokens kept per sequence (0: LRA's length for the task)
+    max_length: NonNegativeInt = 0  # tokens kept per sequence (0: LRA's length for the task)
     difficulty: str = "curv_contour_length_14"  # Pathfinder: curv_baseline | curv_contour_length_9 | ..._14
-    image_size: int = 32  # Pathfinder image side the loader expects
-    builtin_size: int = 2000  # built-in data: training examples (validation and test: a tenth each, >= 16)
-    builtin_seed: int = 0
-    builtin_min_length: int = 0  # built-in ListOps tokens / Text and Retrieval bytes (0: LRA's range)
-    builtin_max_length: int = 0
+    image_size: PositiveInt = 32  # Pathfinder image side the loader expects
+    builtin_size: PositiveInt = 2000  # built-in data: training examples (validation and test: a tenth each, >= 16)
+    builtin_seed: NonNegativeInt = 0
+    builtin_min_length: NonNegativeInt = 0  # built-in ListOps tokens / Text and Retrieval bytes (0: LRA's range)
+    builtin_max_length: NonNegativeInt = 0
     cache_dir: str | None = None  # folder for built-in data (default: $LAVO_ZOO_CACHE/lra/builtin or the user cache's)
 
     def info(self) -> TaskInfo:

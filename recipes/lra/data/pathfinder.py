@@ -222,8 +222,12 @@ def load_split(root: Path, split: str, max_length: int, difficulty: str, image_s
     base = root / difficulty if (root / difficulty).is_dir() else root
     metadata = sorted((base / "metadata").glob("*.npy"), key=_batch_key)
     if not metadata:
-        raise DataError(f"{base / 'metadata'}: no metadata files (<batch>.npy); the Pathfinder layout is "
-                        f"<root>/<difficulty>/{{imgs/<batch>/sample_<i>.png, metadata/<batch>.npy}}")
+        found = sorted(p.name for p in root.iterdir() if (p / "metadata").is_dir()) if root.is_dir() else []
+        hint = (f"; {root} holds the difficulty folder(s) {', '.join(found)}: set data.difficulty={found[0]}"
+                if found else "")
+        raise DataError(f"{root / difficulty}: no Pathfinder data of difficulty '{difficulty}' (data.difficulty) "
+                        f"here{hint}. The layout is <root>/<difficulty>/{{imgs/<batch>/sample_<i>.png, "
+                        "metadata/<batch>.npy}}")
     rows = []
     for meta in metadata:
         for line_no, line in enumerate(meta.read_text().splitlines(), 1):

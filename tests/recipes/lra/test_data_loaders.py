@@ -191,8 +191,12 @@ def test_pathfinder_refusals(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"0.npy, line 1: malformed metadata row"):
         _load("pathfinder", root, **kw)
     (root / "curv_baseline" / "metadata" / "0.npy").unlink()
-    with pytest.raises(DataError, match=r"no metadata files"):
+    with pytest.raises(DataError, match=r"no Pathfinder data of difficulty 'curv_baseline'"):
         _load("pathfinder", root, **kw)
+    found = _pathfinder(tmp_path / "f")  # data of another difficulty than asked: the message names what is there
+    with pytest.raises(DataError, match=r"holds the difficulty folder\(s\) curv_baseline: set "
+                                        r"data.difficulty=curv_baseline"):
+        _load("pathfinder", found, difficulty="curv_contour_length_14")
     root = _pathfinder(tmp_path / "e", n=1)
     with pytest.raises(DataError, match=r"curv_baseline: the test split is empty"):
         _load("pathfinder", root, "test", **kw)

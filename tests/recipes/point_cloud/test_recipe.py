@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import available_configs, resolve_config
 from lavo_zoo.errors import ConfigError
-from lavo_zoo.formats.pcd import read_pcd
+from lavo_zoo.formats.pcd import read_pcd, write_pcd
 from lavo_zoo.recipes.point_cloud.cli import complete
 
 SMALL = ["data.builtin_size=1", "data.gt_points=1024", "data.train_gt_sample=0", "data.input_points=128",
@@ -142,3 +142,21 @@ def test_complete_a_real_demo_scan(trained: Path, shared_data: Path, tmp_path: P
     assert completed.shape == (128 + min(128, len(partial)), 3)  # folded points + the real input points
     assert all(k in result.output for k in ("cd_l1=", "fscore="))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_complete_never_replaces_an_existing_file(trained: Path, tmp_path: Path) -> None:
+    scan = tmp_path / "scan.pcd"
+    write_pcd(scan, np.random.default_rng(0).uniform(-0.3, 0.3, (200, 3)).astype(np.float32), "binary")
+    out = tmp_path / "mine.pcd"
+    out.write_text("my own cloud")
+    result = CliRunner().invoke(complete, [str(trained / "checkpoints" / "last"), str(scan), "--out", str(out),
+                                           "--device", "cpu"])
+    assert result.exit_code != 0 and "already exists" in str(result.exception)
+    assert out.read_text() == "my own cloud"
+    result = CliRunner().invoke(complete, [str(trained / "checkpoints" / "last"), str(scan), "--out", str(out),
+                                           "--device", "cpu", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert len(read_pcd(out)) > 0
+    missing = CliRunner().invoke(complete, [str(trained / "checkpoints" / "last"), str(tmp_path / "none.pcd"),
+                                            "--out", str(tmp_path / "x.pcd")])
+    assert missing.exit_code != 0 and "no such file" in str(missing.exception)

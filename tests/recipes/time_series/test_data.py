@@ -106,8 +106,36 @@ def _good_rows(n: int) -> str:
 
 def test_missing_target_column_is_refused(tmp_path: Path) -> None:
     path = _csv(tmp_path, "date,a,b\n" + _good_rows(300))
-    with pytest.raises(DataError, match=r"no target column 'OT'.*columns: a, b.*data.target"):
-        prepare(DataConfig(path=path, features="S", seq_len=24, label_len=12, pred_len=12))
+    for features in ("S", "MS", "M"):  # M too: the target orders the columns (Informer's Dataset_Custom needs it)
+        with pytest.raises(DataError, match=r"no target column 'OT'.*columns: a, b.*data.target"):
+            prepare(DataConfig(path=path, features=features, seq_len=24, label_len=12, pred_len=12))
+    with pytest.raises(DataError, match=r"no target column 'b0' \(did you mean 'b'\?\)"):
+        prepare(DataConfig(path=path, target="b0", seq_len=24, label_len=12, pred_len=12))
+
+
+@pytest.mark.parametrize("swap, what, line", [(lambda r: r[:5] + [r[4]] + r[6:], "repeats", 7),
+                                              (lambda r: r[:5] + [r[6], r[5]] + r[7:], "comes before", 8)])
+def test_dates_must_increase(tmp_path: Path, swap, what: str, line: int) -> None:
+    rows = swap(_good_rows(300).splitlines(keepends=True))
+    path = _csv(tmp_path, "date,a,OT\n" + "".join(rows))
+    with pytest.raises(DataError, match=rf"the date .* on line {line} {what} the one on line {line - 1}; dates"):
+        prepare(DataConfig(path=path, seq_len=24, label_len=12, pred_len=12))
+
+
+def test_a_constant_column_is_reported_and_its_mape_explained(tmp_path: Path, caplog) -> None:
+    rows = [f"{(pd.Timestamp('2016-07-01') + pd.Timedelta(hours=h)).strftime('%Y-%m-%d %H:%M:%S')},{h},5"
+            for h in range(300)]
+    path = _csv(tmp_path, "date,a,OT\n" + "\n".join(rows) + "\n")
+    with caplog.at_level("WARNING"):
+        series = prepare(DataConfig(path=path, split="ratio", seq_len=24, label_len=12, pred_len=12))
+    assert "OT" in caplog.text and "constant over the training rows" in caplog.text
+    assert (series.values[:, -1] == 0).all()
+    import torch
+
+    from lavo_zoo.evaluators import build_evaluator
+    ev = build_evaluator("forecast")
+    ev.update(torch.ones(2, 3, 1), torch.from_numpy(series.values[:6, -1:].reshape(2, 3, 1)))
+    assert ev.compute()["mape"] == float("inf") and "exactly 0" in ev.details()["note"]
 
 
 def test_unparseable_dates_are_refused(tmp_path: Path) -> None:
@@ -134,7 +162,7 @@ def test_other_bad_files_are_refused(tmp_path: Path) -> None:
     rows = _good_rows(300).splitlines(keepends=True)
     rows[3] = rows[3].rsplit(",", 1)[0] + ",oops\n"
     with pytest.raises(DataError, match=r"column 'b' has a missing or non-numeric value 'oops' on line 5"):
-        prepare(DataConfig(path=_csv(tmp_path, "date,a,b\n" + "".join(rows)), features="M"))
+        prepare(DataConfig(path=_csv(tmp_path, "date,a,b\n" + "".join(rows)), features="M", target="b"))
     with pytest.raises(ConfigError, match="label_len"):
         prepare(DataConfig(seq_len=12, label_len=24))
 
@@ -144,7 +172,7 @@ def test_non_finite_values_are_refused_with_line_and_column(tmp_path: Path, cell
     rows = [f"2016-07-01 {h:02d}:00:00,{h},{'X' if h == 4 else h * 2}" for h in range(24)]
     (tmp_path / "d.csv").write_text("date,a,b\n" + "\n".join(rows).replace("X", cell) + "\n")
     with pytest.raises(DataError, match=r"column 'b' has the non-finite value .* on line 6"):
-        prepare(DataConfig(path=str(tmp_path / "d.csv"), seq_len=4, label_len=2, pred_len=2))
+        prepare(DataConfig(path=str(tmp_path / "d.csv"), target="b", seq_len=4, label_len=2, pred_len=2))
 
 
 def test_a_directory_as_data_path_is_called_a_directory(tmp_path: Path) -> None:

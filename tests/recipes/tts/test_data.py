@@ -150,3 +150,15 @@ def test_ljspeech_mini(shared_data: Path) -> None:
     assert sizes == {"train": 75, "validation": 15, "test": 30}
     feats = split_features(DataConfig(path=str(root), max_utterances=3), "test")
     assert feats.ids == ["LJ001-0001", "LJ001-0002", "LJ001-0003"] and feats.frames.shape[1] == 80
+
+
+def test_a_metadata_line_that_is_not_utf8_and_a_wav_of_nan_samples_are_named(tmp_path: Path) -> None:
+    root = write_ljspeech(tmp_path / "a", ["PY00001|one two three|one two three"])
+    (root / "metadata.csv").write_bytes(b"PY00001|caf\xe9|caf\xe9\n")
+    with pytest.raises(DataError, match=r"metadata.csv, line 1: not UTF-8"):
+        split_features(DataConfig(path=str(root)), "train")
+    root = write_ljspeech(tmp_path / "b", ["PY00002|four five six|four five six"])
+    wave = np.full(22_050, np.nan, dtype=np.float32)
+    sf.write(str(root / "wavs" / "PY00002.wav"), wave, 22_050, subtype="FLOAT")
+    with pytest.raises(DataError, match=r"PY00002.wav holds NaN or infinite samples"):
+        read_wav(root / "wavs" / "PY00002.wav", 22_050)

@@ -127,3 +127,14 @@ def test_speed_benchmark_decodes_exactly_the_asked_frames() -> None:
     for spec in DECODERS.values():
         res = measure(spec, frames=16, at=[8, 16], size="tiny", device="cpu")
         assert res["frames"] == 16 and set(res["per_frame_ms"]) == {8, 16} and res["rtf"] > 0
+
+
+def test_numbers_are_spelled_out_and_unspeakable_characters_named() -> None:
+    from lavo_zoo.recipes.tts.text import dropped_characters, normalise, number_words
+
+    assert [number_words(n) for n in (0, 13, 40, 105, 1905, 2_000_001)] == [
+        "zero", "thirteen", "forty", "one hundred five", "one thousand nine hundred five", "two million one"]
+    assert normalise("In 1905, 3.5% of 1,000 men.") == \
+        "in one thousand nine hundred five, three point five of one thousand men."
+    assert dropped_characters("Café 42% ☃") == ["%", "☃"]  # the accent is stripped, not dropped
+    assert normalise("☃☃☃") == "" and dropped_characters("☃☃☃") == ["☃"]

@@ -82,6 +82,13 @@ def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path) -> No
                  "--out", str(rescored)]) == 0
     for name, metric in json.loads(rescored.read_text())["metrics"].items():
         assert metric["value"] == pytest.approx(data["metrics"][name]["value"], rel=1e-9), name
+    # an evaluation's folder holds that evaluation only: --overwrite replaces the earlier files, not adds to them
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
+                 "--device", "cpu"]) == 2
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
+                 "--device", "cpu", "--overwrite", "eval.max_utterances=1"]) == 0
+    assert json.loads(results.read_text())["num_samples"] == 1
+    assert len(list((files / "synthesized").glob("*.wav"))) == 1 and len(list((files / "plots").glob("*.png"))) == 1
 
 
 def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None:
@@ -95,6 +102,17 @@ def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None
     assert png.stat().st_size > 1000
     empty = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", " ", "--out", str(out)])
     assert empty.exit_code != 0 and "--text is empty" in str(empty.exception)
+    mine = tmp_path / "mine.wav"
+    mine.write_bytes(b"my recording")
+    again = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", "Hi.", "--out", str(mine)])
+    assert again.exit_code != 0 and "already exists" in str(again.exception) and mine.read_bytes() == b"my recording"
+    snowmen = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", "☃☃☃",
+                                              "--out", str(tmp_path / "s.wav")])
+    assert snowmen.exit_code != 0 and "nothing this model can speak" in str(snowmen.exception)
+    assert not (tmp_path / "s.wav").exists()
+    noted = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", "Hi 5 ☃",
+                                            "--out", str(tmp_path / "n.wav"), "--max-frames", "8", "--device", "cpu"])
+    assert noted.exit_code == 0 and "left out characters the model cannot speak: ☃" in noted.output
 
 
 def test_write_data_hook_writes_the_ljspeech_layout(tmp_path: Path) -> None:
