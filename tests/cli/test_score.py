@@ -241,3 +241,18 @@ def test_accuracy_on_a_one_class_reference_says_so(tmp_path, capsys):
     assert main(["score", "accuracy", "--pred", str(tmp_path / "pred.txt"), "--ref", str(tmp_path / "true.txt")]) == 0
     out = capsys.readouterr().out
     assert "1" in out and "note: every one of the 3 examples is of class 1" in out
+
+
+def test_an_empty_cloud_and_nan_audio_are_refused_naming_the_file(tmp_path, capsys):
+    write_pcd(tmp_path / "empty.pcd", np.zeros((0, 3), np.float32), "binary")
+    write_pcd(tmp_path / "gt.pcd", np.ones((5, 3), np.float32), "binary")
+    assert main(["score", "chamfer", "--pred", str(tmp_path / "empty.pcd"), "--ref", str(tmp_path / "gt.pcd")]) == 1
+    assert "empty.pcd: the cloud has no points" in capsys.readouterr().err
+    for folder in ("syn", "ref"):
+        (tmp_path / folder).mkdir()
+        sf.write(str(tmp_path / folder / "a.wav"), tone(0.3), 22_050, subtype="FLOAT")
+    wave = tone(0.3)
+    wave[100] = np.nan
+    sf.write(str(tmp_path / "syn" / "a.wav"), wave, 22_050, subtype="FLOAT")
+    assert main(["score", "mcd", "--pred", str(tmp_path / "syn"), "--ref", str(tmp_path / "ref")]) == 1
+    assert "a.wav, sample 101" in capsys.readouterr().err
