@@ -73,11 +73,12 @@ def _fsync_tree(path: Path) -> None:
 
 def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_name: str, *,
                     metrics: dict[str, float] | None = None, train_state: dict[str, Any] | None = None,
-                    keep_last: int = 0, name: str | None = None) -> Path:
+                    keep_last: int = 0, name: str | None = None, provenance: dict[str, Any] | None = None) -> Path:
     """Write ``root/step-<step>`` atomically, point ``root/last`` at it and keep only the newest ``keep_last``.
 
     With ``name`` (e.g. ``"best"``) the checkpoint goes to ``root/<name>`` instead, replacing the previous one
-    atomically, and ``last`` and the step directories are left alone.
+    atomically, and ``last`` and the step directories are left alone. ``provenance`` (the command that trained it,
+    the machine, the seed) goes into meta.json, where a model card reads it.
     """
     root.mkdir(parents=True, exist_ok=True)
     final = root / (name or f"step-{step}")
@@ -98,6 +99,7 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
             "versions": versions(),
             "git_revision": git_revision(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **(provenance or {}),
         }
         if train_state is not None:
             torch.save(train_state, tmp / TRAIN_STATE)

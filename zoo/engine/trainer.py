@@ -13,7 +13,9 @@ import contextlib
 import dataclasses
 import math
 import random
+import shlex
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ from lavo_zoo.engine.checkpoint import (
 )
 from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
-from lavo_zoo.engine.env import pick_device
+from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.logging import MetricsLog, Progress
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.recipe import Recipe, to_device
@@ -102,7 +104,9 @@ class Trainer:
     """Trains ``recipe``'s model with config ``cfg`` into ``out_dir`` (see the module docstring)."""
 
     def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
-                 resume: str | None = None) -> None:
+                 resume: str | None = None, command: str | None = None) -> None:
+        """``command``: the command line that runs this training, recorded in every checkpoint's meta.json (for
+        model cards); by default the process's own when it is ``lavo-zoo``."""
         # data-derived model sizes, resolved once here so config.yaml and every checkpoint hold them
         self.recipe, self.cfg, self.tc, self.out = recipe, recipe.resolve(cfg), cfg.train, Path(out_dir)
         self.ckpt_root = self.out / "checkpoints"
@@ -118,6 +122,9 @@ class Trainer:
         self._val_loader: DataLoader | None = None
         self._val_missing = False
         self._resume_changes: dict[str, dict[str, Any]] = {}  # changeable settings a resume changed
+        if command is None and Path(sys.argv[0]).name == "lavo-zoo":
+            command = shlex.join(["lavo-zoo", *sys.argv[1:]])
+        self.provenance = {"command": command, "machine": machine(self.device), "seed": self.tc.seed}
 
     # ------------------------------------------------------------------------------------------------ resume
     def _resume_path(self) -> Path | None:
@@ -383,7 +390,7 @@ class Trainer:
             state.best_val_loss, state.bad_evals = metrics["loss"], 0
             if self.tc.save_best and self.dist.is_main:
                 save_checkpoint(self.ckpt_root, state.step, run.model, self.cfg, self.recipe.name,
-                                metrics=metrics, name="best")
+                                metrics=metrics, name="best", provenance=self.provenance)
             return False
         state.bad_evals += 1
         stop = 0 < self.tc.early_stopping_patience <= state.bad_evals
@@ -403,7 +410,7 @@ class Trainer:
             train_state = {**dataclasses.asdict(state), "optimizer": optimizer.state_dict(),
                            "scheduler": scheduler.state_dict(), "rng": gathered, "world_size": self.dist.world_size}
             path = save_checkpoint(self.ckpt_root, state.step, model, self.cfg, self.recipe.name, metrics=metrics,
-                                   train_state=train_state, keep_last=self.tc.keep_last)
+                                   train_state=train_state, keep_last=self.tc.keep_last, provenance=self.provenance)
             self.progress.message(f"saved {path}")
         self._saved_step = state.step
         barrier(self.dist)
