@@ -18,9 +18,18 @@ FOLDERS = {"zoo": "lavo_zoo", "recipes": "lavo_zoo/recipes", "evaluators": "lavo
            "checkpoints": "lavo_zoo/checkpoints"}
 
 
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    """Caches and templates; and links in zoo/ that map the other folders into one package for a checkout run
+    without installing (zoo/recipes -> ../recipes): those folders are copied into place themselves."""
+    skipped = {n for n in names if n == "__pycache__" or n == "templates"}
+    if Path(folder) == REPO / "zoo":
+        skipped |= {n for n in names if n in FOLDERS and (Path(folder) / n).is_symlink()}
+    return skipped
+
+
 def _assemble(root: Path) -> Path:
     for folder, target in FOLDERS.items():
-        shutil.copytree(REPO / folder, root / target, ignore=shutil.ignore_patterns("__pycache__", "templates"))
+        shutil.copytree(REPO / folder, root / target, ignore=_ignore)
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     return root
 
