@@ -1,4 +1,5 @@
-"""Checkpoint index, downloads, cache and verification.
+"""Checkpoint index, downloads, cache and verification; model cards (``card``) and uploads to the Hugging Face Hub
+(``push``).
 
     list_checkpoints("lm/*")              index entries as rows for `lavo-zoo list checkpoints`
     resolve_checkpoint("lm/tiny-lavo@v1") a local checkpoint directory (downloaded, verified, unpacked as needed)

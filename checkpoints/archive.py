@@ -1,14 +1,18 @@
-"""Checkpoint archives: safe unpacking of .tar.gz/.tgz/.tar/.zip and packing a checkpoint directory as .tar.gz.
+"""Checkpoint archives: safe unpacking of .tar.gz/.tgz/.tar/.zip, packing a checkpoint directory (with its model
+card) as .tar.gz, and reading the card back from an archive in memory.
 
 Every member is checked before anything is written: absolute paths, ``..``, links that point outside the target,
 device files and FIFOs are refused (tar through the standard library's ``data`` filter, PEP 706).
 """
 from __future__ import annotations
 
+import io
 import re
 import stat
 import tarfile
+import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -18,6 +22,7 @@ TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ZIP_SUFFIXES = (".zip",)
 REQUIRED_FILES = ("model.safetensors", "config.yaml", "meta.json")
 TRAIN_STATE = "train_state.pt"
+CARD = "README.md"  # the model card every exported archive carries (lavo_zoo.checkpoints.card)
 
 
 def is_archive(path: Path) -> bool:
@@ -69,7 +74,7 @@ def _zip_member_problem(info: zipfile.ZipInfo) -> str | None:
         return "path leaves the target directory"
     if stat.S_ISLNK(mode):
         return "symbolic link"
-    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # no type bits (0o600): a file
         return "special file"
     return None
 
@@ -97,15 +102,78 @@ def check_checkpoint_dir(path: Path) -> dict[str, Any]:
     return meta
 
 
-def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False) -> None:
-    """Write ``checkpoint``'s files as ``out`` (.tar.gz) under one top-level folder named after ``out``."""
+def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False,
+                    extra: dict[str, str | bytes] | None = None) -> None:
+    """Write ``checkpoint``'s files as ``out`` (.tar.gz) under one top-level folder named after ``out``; ``extra``
+    ({file name: content}, e.g. the model card ``README.md``) is added beside them, replacing a file of that name,
+    and first, so that :func:`read_card` finds it without decompressing the weights."""
     top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
-    files = sorted(p for p in checkpoint.iterdir() if p.is_file() and (with_train_state or p.name != TRAIN_STATE))
+    extra = {name: data.encode("utf-8") if isinstance(data, str) else data for name, data in (extra or {}).items()}
+    files = sorted(p for p in checkpoint.iterdir() if p.is_file() and p.name not in extra
+                   and (with_train_state or p.name != TRAIN_STATE))
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w:gz", dereference=True) as tar:
+        for name, data in sorted(extra.items()):
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime = len(data), int(time.time())
+            tar.addfile(_normalise(info), io.BytesIO(data))
         for path in files:
             tar.add(path, arcname=f"{top}/{path.name}", filter=_normalise)
     tmp.replace(out)
+
+
+def read_card(archive: Path, limit: int = 1 << 20) -> str | None:
+    """The model card (``README.md`` of the checkpoint folder) inside ``archive``, read in memory, nothing unpacked;
+    None when the archive has none. Only a regular file at the archive's root or in a top-level folder counts (where
+    :func:`find_checkpoint_dir` looks), beside meta.json where there are several; links, absolute paths and ``..``
+    are never followed. A card over ``limit`` bytes or an unreadable archive is a CheckpointError."""
+    try:
+        if archive.name.lower().endswith(ZIP_SUFFIXES):
+            with zipfile.ZipFile(archive) as zf:
+                member = _card_member((i.filename, i) for i in zf.infolist()
+                                      if not i.is_dir() and _zip_member_problem(i) is None)
+                if member is None:
+                    return None
+                _check_card_size(member.file_size, limit, archive, member.filename)
+                data = zf.read(member)
+        elif archive.name.lower().endswith(TAR_SUFFIXES):
+            with tarfile.open(archive) as tar:  # members are read lazily: the scan stops once the card is placed
+                member = _card_member((m.name, m) for m in tar if m.isfile())
+                if member is None:
+                    return None
+                _check_card_size(member.size, limit, archive, member.name)
+                data = tar.extractfile(member).read()
+        else:
+            raise CheckpointError(f"{archive} is not an archive lavo-zoo can read ({', '.join(TAR_SUFFIXES)}, .zip)")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
+        raise CheckpointError(f"{archive} is not a readable archive: {e}") from e
+    return data.decode("utf-8", errors="replace")
+
+
+def _card_member(members: Iterator[tuple[str, Any]]) -> Any:
+    """Of (name, member) pairs, the card at the root or in a top-level folder: the first one found beside meta.json,
+    else the first one found."""
+    seen: set[PurePosixPath] = set()
+    cards: dict[PurePosixPath, Any] = {}
+    for name, member in members:
+        if _is_absolute(name):
+            continue
+        path = PurePosixPath(name.replace("\\", "/"))
+        if ".." in path.parts or len(path.parts) > 2:
+            continue
+        seen.add(path)
+        if path.name == CARD:
+            cards.setdefault(path.parent, member)
+        beside_meta = [folder for folder in cards if folder / "meta.json" in seen]
+        if beside_meta:
+            return cards[beside_meta[0]]
+    return next(iter(cards.values()), None)
+
+
+def _check_card_size(size: int, limit: int, archive: Path, member: str) -> None:
+    if size > limit:
+        raise CheckpointError(f"{archive}: {member} is {size} bytes, more than a model card may be ({limit}); "
+                              "it is not shown")
 
 
 def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:

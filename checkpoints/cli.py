@@ -1,7 +1,10 @@
-"""Click commands ``download``, ``cache ls|verify|rm``, ``info`` and ``export`` (loaded lazily by ``lavo_zoo.cli``)."""
+"""Click commands ``download``, ``cache ls|verify|rm``, ``info``, ``export`` and ``push`` (loaded lazily by
+``lavo_zoo.cli``)."""
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -9,16 +12,23 @@ import click
 import yaml
 
 from lavo_zoo.checkpoints import cache as cache_mod
-from lavo_zoo.checkpoints.archive import check_checkpoint_dir, pack_checkpoint
+from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive, pack_checkpoint, read_card
 from lavo_zoo.checkpoints.download import folder_lock
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import fetch_reference, unpack_checkpoint
+from lavo_zoo.engine.checkpoint import read_meta
 from lavo_zoo.errors import CheckpointError, UsageError
-from lavo_zoo.options import json_flag, overwrite_option
+from lavo_zoo.options import json_flag, overwrite_option, write_file
 
 cache_dir_option = click.option(
     "--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Cache root (default: $LAVO_ZOO_CACHE, else the user's cache directory).")
+license_option = click.option("--license", "license_", default="Apache-2.0", show_default=True,
+                              help="License of the weights (an SPDX identifier such as Apache-2.0, MIT, CC-BY-4.0).")
+description_option = click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
+results_option = click.option(
+    "--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    help="Results JSON of `lavo-zoo eval CKPT --out` to report: the entry's metrics, the model card's results.")
 
 
 def human_size(n: float) -> str:
@@ -131,22 +141,34 @@ def cache_rm(patterns: tuple[str, ...], remove_all: bool, cache_dir: Path | None
 # ----------------------------------------------------------------------------------------------------------- info
 @click.command(epilog="""\b
 Examples:
-  lavo-zoo info lm/tiny-lavo@v1
-  lavo-zoo info lm/tiny-lavo@v1 --json""")
+  lavo-zoo info lm/tiny-lavo@v1                      # the index entry, and its model card once downloaded
+  lavo-zoo info lm/tiny-lavo@v1 --json               # the same as JSON (the card as a string, or null)
+  lavo-zoo download lm/tiny-lavo@v1 && lavo-zoo info lm/tiny-lavo@v1""")
 @click.argument("name")
 @cache_dir_option
 @json_flag
 def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
-    """Show one entry of the checkpoint index and whether it is cached."""
+    """Show one entry of the checkpoint index, whether it is cached and, when it is, its model card.
+
+    The card (the README.md inside the archive) is read from the cached archive without unpacking it.
+    """
     entry = load_index().get(name)
     folder = cache_mod.entry_dir(entry.source, cache_dir)
     cached = cache_mod.CacheEntry(folder, cache_mod.read_record(folder))
     is_cached = cached.file is not None and cached.record.get("sha256") == entry.sha256
-    data = {**entry.to_dict(), "cached": str(cached.file) if is_cached else None}
+    card, problem = None, None
+    if is_cached and is_archive(cached.file):
+        try:
+            card = read_card(cached.file)
+        except CheckpointError as e:  # the entry is still worth showing; `cache verify` finds a damaged file
+            problem = str(e)
+    data = {**entry.to_dict(), "cached": str(cached.file) if is_cached else None, "card": card}
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
     for key, value in data.items():
+        if key == "card":
+            continue
         if key == "size":
             value = f"{value} ({human_size(value)})"
         elif key == "metrics":
@@ -154,6 +176,14 @@ def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
         elif key == "cached":
             value = value or f"no (lavo-zoo download {name})"
         click.echo(f"{key + ':':<13}{value}")
+    if card is not None:
+        click.echo(f"\nmodel card ({CARD} in {cached.file.name}):\n\n{card.rstrip()}")
+    elif problem is not None:
+        click.echo(f"card:        unreadable: {problem}")
+    elif is_cached:
+        click.echo(f"card:        none ({cached.file.name} holds no {CARD}: exported before model cards)")
+    else:
+        click.echo(f"card:        in the archive: `lavo-zoo download {name}`, then `lavo-zoo info {name}` shows it")
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -169,60 +199,84 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 Examples:
   lavo-zoo export runs/tiny/checkpoints/last dist/lm-tiny-lavo-v1.tar.gz --name lm/tiny-lavo@v1 \\
       --source https://github.com/ORG/lavo-zoo/releases/download/v1/lm-tiny-lavo-v1.tar.gz --results test.json
+      # writes dist/lm-tiny-lavo-v1.tar.gz and its card dist/lm-tiny-lavo-v1.README.md
   lavo-zoo export runs/tiny/checkpoints/step-2000 out.tar.gz --with-train-state   # resumable archive""")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--with-train-state", is_flag=True, help="Include train_state.pt (left out by default).")
 @click.option("--name", default=None, help="Index name <domain>/<config>@<tag> (default: <recipe>/<OUT stem>@v1).")
 @click.option("--source", default=None, help="Where OUT will be published: https://... or hf://org/repo@rev/path.")
-@click.option("--license", "license_", default="Apache-2.0", show_default=True, help="License of the weights.")
-@click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
-@click.option("--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Results JSON of `lavo-zoo eval ... --out` to report as the entry's metrics.")
+@license_option
+@description_option
+@results_option
 @overwrite_option
 def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None, source: str | None,
            license_: str, description: str, results: Path | None, overwrite: bool) -> None:
-    """Pack CHECKPOINT (a checkpoint directory) as OUT (.tar.gz) and print its sha256, size and an index entry.
+    """Pack CHECKPOINT (a checkpoint directory) as OUT (.tar.gz) with its model card, and print its sha256, size
+    and an index entry.
 
-    The weights are checked against meta.json's weights_sha256 first. Paste the printed entry under `checkpoints:`
-    in checkpoints/index.yaml once OUT is published at --source.
+    The weights are checked against meta.json's weights_sha256 first. The model card (Hugging Face metadata, the
+    config, the commands that trained and scored the model, commit, hardware, seed, licence, limits) goes into the
+    archive as README.md and beside it as <OUT stem>.README.md. Paste the printed entry under `checkpoints:` in
+    checkpoints/index.yaml once OUT is published at --source.
     """
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
     if out.exists() and not overwrite:  # a published archive's sha256 is in some index: never replace it silently
         raise UsageError(f"{out} already exists; export does not replace archives. Give another OUT, or add "
                          "--overwrite to replace it.")
+    card_file = card_path(out)
+    if card_file.exists() and not overwrite:
+        raise UsageError(f"{card_file} (the model card written beside OUT) already exists; give another OUT, or add "
+                         "--overwrite to replace both.")
+    if source and not source.startswith(SOURCE_SCHEMES):
+        raise UsageError(f"--source must be an https:// URL or hf://org/repo@revision/path, got '{source}'")
+    entry, card = export_release(checkpoint, out, name=name, source=source, license_=license_,
+                                 description=description, results=results, with_train_state=with_train_state)
+    write_file(card_file, card, overwrite)
+    click.echo(f"wrote {out} and its model card {card_file} (also inside the archive as {CARD})\n"
+               f"sha256 {entry['sha256']}\nsize   {entry['size']} ({human_size(entry['size'])})\n\n"
+               "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
+    click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
+
+
+def card_path(archive: Path) -> Path:
+    """Where the model card of ``archive`` goes beside it: ``<archive stem>.README.md``."""
+    return archive.with_name(f"{archive.name.removesuffix('.tar.gz').removesuffix('.tgz')}.{CARD}")
+
+
+def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str | None, license_: str,
+                   description: str, results: Path | None, with_train_state: bool = False
+                   ) -> tuple[dict[str, Any], str]:
+    """Pack ``checkpoint`` as ``out`` with its model card inside; (the index entry, the card's text). ``name``
+    defaults to ``<recipe>/<OUT stem>@v1``."""
+    from lavo_zoo.checkpoints.card import build_card, load_results
+
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
     name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
     if not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
-    if source and not source.startswith(SOURCE_SCHEMES):
-        raise UsageError(f"--source must be an https:// URL or hf://org/repo@revision/path, got '{source}'")
-    metrics, command = _release_metrics(meta, results, name)
+    scored = load_results(results, meta) if results is not None else None
+    metrics, command = _release_metrics(meta, scored, name)
+    card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pack_checkpoint(checkpoint.resolve(), out, with_train_state)
+    pack_checkpoint(checkpoint.resolve(), out, with_train_state, extra={CARD: card})
     digest, size = cache_mod.sha256_file(out), out.stat().st_size
     entry = {"name": name, "recipe": recipe, "config": name.split("@")[0],
              "source": source or f"<publish {out.name}, then put its https:// or hf:// address here>",
              "sha256": digest, "size": size, "license": license_,
              **({"description": description} if description else {}), "metrics": metrics, "command": command}
-    click.echo(f"wrote {out}\nsha256 {digest}\nsize   {size} ({human_size(size)})\n\n"
-               "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
-    click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
+    return entry, card
 
 
-def _release_metrics(meta: dict[str, Any], results: Path | None, name: str) -> tuple[dict[str, Any], str]:
+def _release_metrics(meta: dict[str, Any], results: dict[str, Any] | None, name: str) -> tuple[dict[str, Any], str]:
     """(metrics, command): from an eval results JSON when given, else what training recorded in meta.json."""
     if results is None:
         return (_numbers_only(meta.get("metrics") or {}),
                 f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test")
-    try:
-        data = json.loads(results.read_text())
-        metrics = {k: v["value"] if isinstance(v, dict) else v for k, v in data["metrics"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{results} is not a results JSON from `lavo-zoo eval --out` ({e})") from e
-    return _numbers_only(metrics), f"lavo-zoo eval {name} --split {data.get('split', 'test')}"
+    metrics = {k: v["value"] if isinstance(v, dict) and "value" in v else v for k, v in results["metrics"].items()}
+    return _numbers_only(metrics), f"lavo-zoo eval {name} --split {results.get('split', 'test')}"
 
 
 def _numbers_only(tree: Any) -> dict[str, Any]:
@@ -232,3 +286,58 @@ def _numbers_only(tree: Any) -> dict[str, Any]:
     kept = {str(k): (_numbers_only(v) if isinstance(v, dict) else v) for k, v in tree.items()
             if isinstance(v, dict) or (isinstance(v, (int, float)) and not isinstance(v, bool))}
     return {k: v for k, v in kept.items() if v != {}}
+
+
+# ----------------------------------------------------------------------------------------------------------- push
+@click.command(epilog="""\b
+Examples:
+  lavo-zoo push runs/tiny/checkpoints/best hf://ORG/lavo-lm-tiny --name lm/tiny-lavo@v1 --results test.json
+  lavo-zoo push runs/tiny/checkpoints/best hf://ORG/lavo-lm-tiny@v2 --private   # branch v2 of a private repo
+  HF_TOKEN=hf_... HF_ENDPOINT=https://hub.example.org lavo-zoo push CKPT hf://ORG/REPO   # another Hub
+  (needs: pip install 'lavo-zoo[hf]', and `hf auth login` or HF_TOKEN)""")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("repo", metavar="hf://ORG/REPO[@BRANCH]")
+@click.option("--name", default=None, help="Index name <domain>/<config>@<tag> (default: <recipe>/<REPO>@v1).")
+@click.option("--filename", default=None, metavar="NAME.tar.gz",
+              help="The archive's name in the repository (default: the index name, e.g. lm-tiny-lavo-v1.tar.gz).")
+@license_option
+@description_option
+@results_option
+@click.option("--private", is_flag=True, help="Create the repository private (an existing one keeps its visibility).")
+@click.option("--message", default=None, help="Commit message (default: 'lavo-zoo push <name>').")
+@cache_dir_option
+def push(checkpoint: Path, repo: str, name: str | None, filename: str | None, license_: str, description: str,
+         results: Path | None, private: bool, message: str | None, cache_dir: Path | None) -> None:
+    """Export CHECKPOINT and upload it to a Hugging Face repository, verify the upload, print its index entry.
+
+    The archive and its model card (as the repository's README.md) go up in one commit to BRANCH (default main;
+    the repository and the branch are created where missing). The archive is then downloaded back through the
+    hf:// path of `lavo-zoo download`, which checks its sha256 (it stays in the cache), and the index entry is
+    printed with the source pinned to that commit: hf://ORG/REPO@<commit>/<archive>. The endpoint is HF_ENDPOINT
+    (default the public Hub), the token HF_TOKEN or the one `hf auth login` saved.
+    """
+    from lavo_zoo.checkpoints.push import ARCHIVE_RE, hub_api, parse_repo, upload, verify
+
+    repo_id, branch = parse_repo(repo)
+    if filename is not None and not ARCHIVE_RE.match(filename):
+        raise UsageError(f"--filename must be a plain file name ending in .tar.gz or .tgz, got '{filename}'")
+    if name is not None and not NAME_RE.match(name):
+        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    api = hub_api()  # before any work: huggingface_hub installed, not offline
+    name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
+    filename = filename or re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".tar.gz"  # lm/tiny@v1 -> lm-tiny-v1.tar.gz
+    with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
+        archive, card = Path(tmp) / filename, Path(tmp) / CARD
+        entry, text = export_release(checkpoint, archive, name=name, source=None, license_=license_,
+                                     description=description, results=results)
+        card.write_text(text, encoding="utf-8")
+        click.echo(f"uploading {filename} ({human_size(entry['size'])}) and its model card to hf://{repo_id}@{branch}"
+                   " ...", err=True)
+        commit = upload(api, repo_id, branch, {filename: archive, CARD: card},
+                        message or f"lavo-zoo push {entry['name']}", private=private)
+        source, cached = verify(repo_id, commit, filename, entry["sha256"], entry["name"], cache_dir)
+    entry["source"] = source
+    click.echo(f"uploaded {filename} and {CARD} to hf://{repo_id}@{branch} as commit {commit}\n"
+               f"verified: downloaded back, sha256 {entry['sha256']} matches (cached at {cached})\n\n"
+               "index entry (append under `checkpoints:` in checkpoints/index.yaml):\n")
+    click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())

@@ -258,8 +258,10 @@ def _hf_download(ref: str, part: Path) -> None:
     except ImportError as e:
         raise CheckpointError(f"{ref} needs huggingface_hub, which is not installed: pip install 'lavo-zoo[hf]'") from e
     scratch = part.parent / "hf"
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/")  # read now (huggingface_hub reads it once, on import)
     try:
-        downloaded = hf_hub_download(repo_id=repo_id, filename=path, revision=revision, local_dir=scratch)
+        downloaded = hf_hub_download(repo_id=repo_id, filename=path, revision=revision, local_dir=scratch,
+                                     **({"endpoint": endpoint} if endpoint else {}))
     except Exception as e:
         raise CheckpointError(f"cannot download {ref} from the Hugging Face Hub: {e}") from e
     os.replace(downloaded, part)

@@ -2,15 +2,16 @@
 
 Exit codes: 0 success, 2 usage error (bad flag, config key, unknown name, missing input file), 1 any other failure.
 Errors print one short paragraph; ``--debug`` shows the traceback. Commands that live with their subsystem
-(``bench`` in ``lavo_zoo.bench``, ``compare`` in ``lavo_zoo.compare``, ``download``/``cache``/``info``/``export``
-in ``lavo_zoo.checkpoints.cli``) and the recipes' own commands (the ``COMMANDS`` list of each recipe's torch-free
-``cli.py``) are imported only when used, so ``lavo-zoo --help`` stays fast.
+(``bench`` in ``lavo_zoo.bench``, ``compare`` in ``lavo_zoo.compare``, ``download``/``cache``/``info``/``export``/
+``push`` in ``lavo_zoo.checkpoints.cli``) and the recipes' own commands (the ``COMMANDS`` list of each recipe's
+torch-free ``cli.py``) are imported only when used, so ``lavo-zoo --help`` stays fast.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import json
+import shlex
 import sys
 import traceback
 from functools import cache
@@ -31,6 +32,7 @@ LAZY_COMMANDS = {
     "cache": "lavo_zoo.checkpoints.cli:cache",
     "info": "lavo_zoo.checkpoints.cli:info",
     "export": "lavo_zoo.checkpoints.cli:export",
+    "push": "lavo_zoo.checkpoints.cli:push",
 }
 LAZY_HELP = {
     "bench": "Benchmarks: attention time and memory against length, recipes' throughput and speed.",
@@ -38,8 +40,9 @@ LAZY_HELP = {
     "new": "Scaffold a plugin package (a recipe or an attention).",
     "download": "Download a released checkpoint (verified, resumable, cached).",
     "cache": "List, verify or remove cached downloads.",
-    "info": "Show one entry of the checkpoint index.",
-    "export": "Pack a checkpoint directory for release and print its index entry.",
+    "info": "Show one entry of the checkpoint index and, once downloaded, its model card.",
+    "export": "Pack a checkpoint directory with its model card for release; print its index entry.",
+    "push": "Export a checkpoint to a Hugging Face repository, verify the upload, print its index entry.",
 }
 
 
@@ -238,6 +241,17 @@ def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str
 
 
 # ---------------------------------------------------------------------------------------------------------- eval
+def command_line(*args: str, **options: Any) -> str:
+    """The ``lavo-zoo`` command line of a run, built from its arguments (not ``sys.argv``, which is another program
+    under a test or ``python -m``): ``--name value`` for each set option, ``--name`` for a true flag."""
+    words = ["lavo-zoo", *map(str, args)]
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        words += [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return shlex.join(words)
+
+
 @cli.command("eval", epilog="""\b
 Examples:
   lavo-zoo eval runs/tiny/checkpoints/last
@@ -268,10 +282,12 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
 
     if out is not None:  # before scoring: nothing is lost or wasted
         check_writable(out, overwrite)
+    command = command_line("eval", checkpoint, *overrides, "--split", split, device=device, max_batches=max_batches,
+                           out=out, overwrite=overwrite)
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
                                       files_dir=out.with_suffix("") if out is not None else None,
-                                      out_file=out, overwrite=overwrite)
+                                      out_file=out, overwrite=overwrite, command=command)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))
     if out is not None:
@@ -325,7 +341,8 @@ def score(metric: str, pred: Path | None, ref: Path | None, out: Path | None, ov
                                "`lavo-zoo score --help` says what each metric reads")
     if out is not None:
         check_writable(out, overwrite)
-    results = score_files(metric, pred, ref)
+    results = score_files(metric, pred, ref, command_line("score", metric, pred=pred, ref=ref, out=out,
+                                                          overwrite=overwrite))
     click.echo(json.dumps(results, indent=2) if as_json else format_table(results))
     if out is not None:
         write_file(out, json.dumps(results, indent=2) + "\n", overwrite)

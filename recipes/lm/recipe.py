@@ -48,6 +48,9 @@ class LMRecipe(Recipe):
     tiny_config = "lm/tiny-lavo"
     evaluator = "perplexity_table"  # ppl@<length> (and ppl@stream, ppl@ctx:<lo>-<hi> with eval.stream)
     datasets = ("stdlib",)
+    task = ("text-generation", "Language modelling")
+    limits = ("A small language model trained briefly on one corpus: it continues text in that corpus's style and "
+              "is no general-purpose generator; its perplexity depends on the tokenizer and the context length.")
 
     def resolve(self, cfg: LMConfig) -> LMConfig:
         """``model.vocab_size`` from ``data.tokenizer``."""

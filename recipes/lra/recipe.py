@@ -54,6 +54,9 @@ class LRARecipe(Recipe):
     evaluator = "accuracy"
     tiny_config = "lra/tiny-text-lavo"
     datasets = TASKS
+    task = ("text-classification", "Long Range Arena classification")
+    limits = ("A classifier for one Long Range Arena task in its token or pixel-sequence encoding: a probe of "
+              "long-range attention, not a general text or image classifier.")
 
     def resolve(self, cfg: LRAConfig) -> LRAConfig:
         """Fill the data-derived model sizes (vocabulary, classes, positions, two towers) from ``data.task``."""
@@ -90,6 +93,10 @@ class LRARecipe(Recipe):
 
     def build_evaluator(self, cfg: LRAConfig) -> Evaluator:
         return build_evaluator(self.evaluator, num_classes=self.resolve(cfg).model.num_classes)
+
+    def dataset_name(self, data: DataConfig) -> str:
+        """``built-in <task>``, or the release folder's name with the task: a model card names both."""
+        return f"{Path(str(data.path)).name} ({data.task})" if data.path else f"built-in {data.task}"
 
     def builtin_config(self, dataset: str, size: int | None) -> DataConfig:
         """Task ``dataset`` with ``size`` training examples (default 2,000)."""

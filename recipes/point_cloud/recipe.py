@@ -45,6 +45,9 @@ class PointCloudRecipe(Recipe):
     tiny_config = "point_cloud/tiny-lavo"
     evaluator = "chamfer"
     datasets = ("shapes",)
+    task = ("point-cloud-completion", "Point cloud completion")
+    limits = ("It completes partial clouds of the categories and the point density it was trained on; other "
+              "categories or real scans with other noise are outside what it learnt.")
 
     def build_model(self, cfg: PointCloudConfig) -> PoinTr:
         return PoinTr(cfg.model)

@@ -65,6 +65,9 @@ class SummarizationRecipe(Recipe):
     tiny_config = "summarization/tiny-lavo-noncausal"
     evaluator = "rouge"
     datasets = ("stdlib",)
+    task = ("summarization", "Multi-document summarization")
+    limits = ("Its summaries come from a small encoder-decoder and may state what the sources do not say: do not "
+              "rely on them as faithful summaries.")
 
     def resolve(self, cfg: SummarizationConfig) -> SummarizationConfig:
         """Vocabulary size and padding id from ``data.tokenizer``; length settings checked against the positions."""

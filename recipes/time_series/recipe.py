@@ -51,6 +51,9 @@ class TimeSeriesRecipe(Recipe):
     tiny_config = "time_series/tiny-lavo"
     evaluator = "forecast"
     datasets = tuple(BUILTIN_DATASETS)
+    task = ("time-series-forecasting", "Time series forecasting")
+    limits = ("It forecasts the series it was trained on (its columns, frequency and standardisation); it does not "
+              "transfer to other series, and its MSE and MAE are on standardised values.")
 
     def series(self, data: DataConfig) -> PreparedSeries:
         """The standardised series of ``data.path`` or the built-in table."""

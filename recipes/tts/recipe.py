@@ -103,6 +103,9 @@ class TTSRecipe(Recipe):
     evaluator = "mcd"
     tiny_config = "tts/tiny-lavo-causal"
     datasets = ("pydocs",)
+    task = ("text-to-speech", "Text to speech")
+    limits = ("It speaks in the one voice of its training corpus through a Griffin-Lim vocoder: intelligible at "
+              "best, not natural speech; do not use it to imitate a person's voice.")
 
     # -------------------------------------------------------------------------------------------- set-up
     def resolve(self, cfg: TTSConfig) -> TTSConfig:

@@ -93,3 +93,13 @@ def test_packed_checkpoint_unpacks_to_a_checkpoint_dir(tmp_path: Path, suffix: s
     assert found == dest / "lm-tiny"
     assert (found / "model.safetensors").read_bytes() == (source / "model.safetensors").read_bytes()
     assert (found / "train_state.pt").exists() == (suffix == ".zip")  # pack leaves train_state.pt out by default
+
+
+def test_zip_members_without_file_type_bits_are_plain_files(tmp_path: Path) -> None:
+    archive = tmp_path / "written-by-python.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("ckpt/a.txt", "x")  # ZipFile.writestr records mode 0o600, with no file-type bits
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    safe_extract(archive, dest)
+    assert (dest / "ckpt" / "a.txt").read_text() == "x"

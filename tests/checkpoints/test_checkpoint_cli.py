@@ -104,7 +104,7 @@ def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tm
     assert (entry.sha256, entry.size, entry.recipe, entry.config) == (digest, size, "lm", "lm/tiny")
     assert entry.metrics == {"val": {"perplexity": 41.5}} and "step 200" in entry.command
     with tarfile.open(out) as tar:
-        assert sorted(tar.getnames()) == ["lm-tiny-v1/config.yaml", "lm-tiny-v1/meta.json",
+        assert sorted(tar.getnames()) == ["lm-tiny-v1/README.md", "lm-tiny-v1/config.yaml", "lm-tiny-v1/meta.json",
                                           "lm-tiny-v1/model.safetensors"]
 
     with_state = tmp_path / "dist" / "resumable.tar.gz"
@@ -158,6 +158,7 @@ def test_exported_checkpoint_round_trips_through_index_download_and_eval_resolut
     assert not (unpacked / "train_state.pt").exists()
     info = json.loads(run(capsys, "info", "lm/tiny@v1", "--json")[1])
     assert info["cached"] and info["metrics"] == {"val": {"perplexity": 41.5}}
+    assert info["card"] == (tmp_path / "dist" / "lm-tiny-v1.README.md").read_text()  # the card beside = inside
 
     monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")  # eval later, without network: served from the cache
     assert resolve_checkpoint("lm/tiny@v1") == unpacked
@@ -199,6 +200,6 @@ def test_eval_of_a_url_that_is_not_an_archive_is_refused(server: FileServer,
 
 def test_help_ends_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
     for command in (["download"], ["cache"], ["cache", "ls"], ["cache", "verify"], ["cache", "rm"], ["info"],
-                    ["export"]):
+                    ["export"], ["push"]):
         code, out, _ = run(capsys, *command, "--help")
         assert code == 0 and "Examples:" in out.split("Options:")[-1], command

@@ -50,6 +50,8 @@ def test_forecast_reads_npy_and_csv(tmp_path, capsys):
     code, res = _score("forecast", "--pred", str(tmp_path / "p.npy"), "--ref", str(tmp_path / "t.npy"),
                        "--out", str(tmp_path / "s.json"))
     assert code == 0 and res["num_samples"] == 5 and res["metric"] == "forecast"
+    assert res["command"] == (f"lavo-zoo score forecast --pred {tmp_path / 'p.npy'} --ref {tmp_path / 't.npy'} "
+                              f"--out {tmp_path / 's.json'}")
     for name, value in _informer_metrics(pred, true).items():
         assert res["metrics"][name]["value"] == pytest.approx(value, rel=1e-12)
         assert res["metrics"][name]["higher_is_better"] is False

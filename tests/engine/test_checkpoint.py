@@ -1,6 +1,7 @@
 """Loading refuses missing, corrupt, truncated and mismatched checkpoints, naming the file and the reason;
 ``lavo-zoo eval`` writes the results JSON of docs/architecture.md."""
 import json
+import shlex
 
 import pytest
 import torch
@@ -184,3 +185,15 @@ def test_eval_writes_results_json(tmp_path):
     assert packed.returncode == 0, packed.stderr
     from_archive = json.loads((tmp_path / "p.json").read_text())
     assert from_archive["metrics"] == res["metrics"] and from_archive["checkpoint"] == str(archive)
+
+    # the results record the command that scored them, and a release's model card reports them as they are
+    assert res["command"] == shlex.join(["lavo-zoo", "eval", last, "--split", "validation", "--out",
+                                         str(tmp_path / "r.json")])
+    assert from_archive["command"].startswith(f"lavo-zoo eval {archive} --split validation --out ")
+    released = tmp_path / "release" / "toy-v1.tar.gz"
+    assert run_cli("export", last, str(released), "--results", str(tmp_path / "p.json")).returncode == 0
+    card = (tmp_path / "release" / "toy-v1.README.md").read_text()
+    [result] = yaml.safe_load(card.split("---\n")[1])["model-index"][0]["results"]
+    assert result["dataset"]["split"] == "validation"
+    assert {m["name"]: m["value"] for m in result["metrics"]} == {k: v["value"] for k, v in res["metrics"].items()}
+    assert from_archive["command"] in card

@@ -46,7 +46,8 @@ ROOMS = ("recipe.py", "model.py", "data", "infer.py", "cli.py", "configs", "READ
 def test_every_builtin_recipe_has_the_same_rooms(name):
     """recipe.py, model.py, data (a module, or a package where a domain has several formats), infer.py, cli.py,
     configs/ and README.md; the paper's training defaults are paper_train_config(); its eval config is an
-    EvalConfig; its built-in data comes through the one hook (datasets, builtin_key, write_builtin)."""
+    EvalConfig; its built-in data comes through the one hook (datasets, builtin_key, write_builtin); a model card
+    can say its task and limits."""
     import importlib
 
     from lavo_zoo.config import EvalConfig
@@ -65,6 +66,8 @@ def test_every_builtin_recipe_has_the_same_rooms(name):
     if train_field.default_factory.__module__ == module.__name__:  # the recipe has its own training defaults
         assert train_field.default_factory is getattr(module, "paper_train_config", None), name
     assert recipe.datasets, f"{name}: no built-in dataset"
+    assert recipe.task != Recipe.task and all(recipe.task) and recipe.limits, \
+        f"{name}: the model card needs its task (type, name) and limits"
     for hook in ("builtin_key", "write_builtin"):
         assert getattr(type(recipe), hook) is not getattr(Recipe, hook), f"{name} does not define {hook}"
 

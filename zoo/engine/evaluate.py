@@ -15,12 +15,14 @@ from lavo_zoo.engine.env import pick_device, versions
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
                         max_batches: int | None = None, files_dir: Path | None = None,
-                        out_file: Path | None = None, overwrite: bool = False) -> dict[str, Any]:
+                        out_file: Path | None = None, overwrite: bool = False, command: str | None = None
+                        ) -> dict[str, Any]:
     """Results JSON (a dict) for checkpoint directory ``path`` on ``split``. ``files_dir``: where a recipe whose
     eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes its files, unless set explicitly; it
     holds this evaluation's files only (an existing one is refused, or emptied first with ``overwrite``).
     ``out_file`` (where the results JSON will go): the evaluator's own outputs (e.g. the summaries) are written
-    beside it and listed under ``outputs``."""
+    beside it and listed under ``outputs``. ``command``: the command line that ran this evaluation, recorded in the
+    results (a model card cites it)."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
@@ -42,6 +44,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         "versions": versions(),
         "device": str(dev),
         "duration_s": round(time.time() - start, 3),
+        **({"command": command} if command else {}),
         **({"outputs": [str(p) for p in outputs]} if outputs else {}),
     }
     details = evaluator.details()
@@ -61,16 +64,16 @@ def _fresh_folder(folder: Path, overwrite: bool) -> None:
         shutil.rmtree(folder)
 
 
-def score_files(metric: str, pred: Path, ref: Path | None) -> dict[str, Any]:
+def score_files(metric: str, pred: Path, ref: Path | None, command: str | None = None) -> dict[str, Any]:
     """Results JSON (a dict, ``eval``'s schema) of the predictions in ``pred`` against ``ref``, scored by evaluator
-    ``metric`` through its ``from_files`` hook."""
+    ``metric`` through its ``from_files`` hook; ``command``: the command line, recorded in the results."""
     from lavo_zoo.evaluators import EVALUATORS
 
     start = time.time()
     evaluator = EVALUATORS.get(metric).from_files(Path(pred), None if ref is None else Path(ref))
     results = {"metric": metric, "pred": str(pred), "ref": None if ref is None else str(ref),
                "metrics": evaluator.results(), "num_samples": int(evaluator.num_samples), "versions": versions(),
-               "duration_s": round(time.time() - start, 3)}
+               "duration_s": round(time.time() - start, 3), **({"command": command} if command else {})}
     details = evaluator.details()
     if details:
         results["details"] = details

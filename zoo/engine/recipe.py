@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml
 from lavo_zoo.engine.env import builtin_dataset, cache_root
-from lavo_zoo.errors import ConfigError, UsageError, did_you_mean
+from lavo_zoo.errors import ConfigError, UsageError, ZooError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.registry import Registry
 
@@ -73,11 +73,27 @@ class Recipe(ABC):
     # the config the recipe contract test (tests/recipes/test_recipe_contract.py) trains for one step: seconds on a CPU
     tiny_config: ClassVar[str | None] = None
     datasets: ClassVar[tuple[str, ...]] = ()  # built-in datasets (`lavo-zoo data <recipe>/<name>`), the default first
+    # the model card of a released checkpoint (`lavo-zoo export`): the task as (Hugging Face task type, readable name),
+    # and one or two sentences on what a checkpoint of this recipe is not fit for
+    task: ClassVar[tuple[str, str]] = ("other", "Other")
+    limits: ClassVar[str] = ""
 
     def resolve(self, cfg: Any) -> Any:
         """Fill the sizes that come from the data (vocabulary, channels, classes) into ``cfg.model``; called once
         before training, so that the run's config.yaml and checkpoints hold them and ``eval`` needs no data."""
         return cfg
+
+    def dataset_name(self, data: Any) -> str:
+        """How a model card names the data of data section ``data``: the last part of ``data.path``, else
+        ``built-in <dataset>`` (the recipe's only built-in dataset, or the one ``builtin_key`` names)."""
+        if getattr(data, "path", None):
+            return Path(str(data.path)).expanduser().name or str(data.path)
+        if len(self.datasets) == 1:
+            return f"built-in {self.datasets[0]}"
+        try:
+            return f"built-in {self.builtin_key(data).get('dataset', self.name)}"
+        except ZooError:
+            return "built-in data"
 
     # ------------------------------------------------------------------------------------------- built-in data
     def data_config(self) -> Any:

@@ -1,0 +1,288 @@
+"""Model cards: written by ``lavo-zoo export`` inside the archive and beside it; Hugging Face metadata that reports
+the results JSON exactly, the config verbatim, the provenance meta.json records; read back by ``lavo-zoo info``."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lavo_zoo.checkpoints.archive import read_card
+from lavo_zoo.checkpoints.cache import RECORD, entry_dir, write_json_atomic
+from lavo_zoo.checkpoints.card import attention_sites, split_card
+from lavo_zoo.cli import main
+from lavo_zoo.engine.recipe import get_recipe
+from lavo_zoo.errors import CheckpointError
+from tests.checkpoints.helpers import make_checkpoint, sha256
+
+LM_CONFIG = """recipe: lm
+model:
+  num_layers: 1
+  attention:
+    name: lavo
+    num_bases: 32
+    window_size: 16
+data:
+  path: /data/pg19/
+  block_size: 512
+train:
+  seed: 1234
+"""
+SUMMARIZATION_CONFIG = """recipe: summarization
+model:
+  attention:
+    encoder_self: {name: lavo, num_bases: 32, window_size: 16}
+    decoder_self: {name: sdpa}
+    cross: {name: sdpa}
+"""
+MACHINE = {"cpu": "Test CPU 9000", "isa": ["avx2"], "logical_cores": 16, "torch_threads": 8, "torch": "2.11.0",
+           "python": "3.11.7", "gpu": "NVIDIA H100 80GB HBM3"}
+TRAIN_COMMAND = "lavo-zoo train lm/pg19-lavo data.path=/data/pg19 --out runs/pg19"
+EVAL_COMMAND = "lavo-zoo eval runs/pg19/checkpoints/best --split test --out test.json"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def release_checkpoint(path: Path, config: str = LM_CONFIG) -> Path:
+    """A checkpoint whose meta.json records what training records for a card (command, machine, seed)."""
+    make_checkpoint(path)
+    (path / "config.yaml").write_text(config)
+    meta = json.loads((path / "meta.json").read_text())
+    meta.update(recipe=yaml.safe_load(config)["recipe"], command=TRAIN_COMMAND, machine=MACHINE, seed=1234,
+                num_parameters=12, created="2025-01-02T03:04:05+0000", git_revision="0123abcd")
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def results_file(path: Path, checkpoint: Path, **changes: object) -> Path:
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    results = {"recipe": meta["recipe"], "checkpoint": str(checkpoint), "checkpoint_sha256": meta["weights_sha256"],
+               "split": "test", "num_samples": 42, "device": "cuda",
+               "metrics": {"ppl@512": {"value": 38.123456789, "higher_is_better": False},
+                           "ppl@4096": {"value": 1234.5, "higher_is_better": False},
+                           "ppl@stream": {"value": 37, "higher_is_better": False}},
+               "command": EVAL_COMMAND, **changes}
+    path.write_text(json.dumps(results))
+    return path
+
+
+def fenced_blocks(body: str, language: str) -> list[str]:
+    return re.findall(rf"^(`{{3,}}){language}\n(.*?)\n\1$", body, re.MULTILINE | re.DOTALL)
+
+
+def test_card_reports_task_dataset_split_every_metric_and_the_config_verbatim(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    results = results_file(tmp_path / "test.json", checkpoint)
+    out = tmp_path / "dist" / "lm-pg19-lavo-v1.tar.gz"
+    code, text, err = run(capsys, "export", str(checkpoint), str(out), "--name", "lm/pg19-lavo@v1",
+                          "--results", str(results))
+    assert code == 0, err
+    beside = tmp_path / "dist" / "lm-pg19-lavo-v1.README.md"
+    assert f"its model card {beside}" in text
+    card = beside.read_text()
+    with tarfile.open(out) as tar:
+        assert tar.getnames()[0] == "lm-pg19-lavo-v1/README.md", "first, so that reading it stops early"
+        assert tar.extractfile("lm-pg19-lavo-v1/README.md").read().decode() == card
+    assert read_card(out) == card
+
+    front, body = split_card(card)
+    assert card.startswith("---\n") and front == yaml.safe_load(card.split("---\n")[1])
+    assert front["library_name"] == "lavo-zoo" and front["license"] == "apache-2.0"
+    assert {"lavo", "lavo-zoo", "lm", "text-generation"} <= set(front["tags"])
+    [model] = front["model-index"]
+    [result] = model["results"]
+    assert model["name"] == "lm/pg19-lavo@v1"
+    assert result["task"] == {"type": "text-generation", "name": "Language modelling"}
+    assert result["dataset"] == {"type": "pg19", "name": "pg19", "split": "test"}
+    scored = json.loads(results.read_text())["metrics"]
+    assert {m["name"]: m["value"] for m in result["metrics"]} == {k: v["value"] for k, v in scored.items()}
+    assert [m["type"] for m in result["metrics"]] == list(scored)
+
+    [(_, config_block)] = fenced_blocks(body, "yaml")
+    assert yaml.safe_load(config_block) == yaml.safe_load((checkpoint / "config.yaml").read_text())
+    assert [block for _, block in fenced_blocks(body, "sh")][:2] == [TRAIN_COMMAND, EVAL_COMMAND]
+    for fact in ("git commit `0123abcd`", "GPU NVIDIA H100 80GB HBM3", "CPU Test CPU 9000 (16 logical cores)",
+                 "8 torch thread(s)", "torch 2.11.0", "seed: 1234", "Apache-2.0", "12 parameters",
+                 "| `model.attention` | `lavo` | num_bases=32, window_size=16 |", "| ppl@512 | 38.1235 | lower |",
+                 "Scored on the `test` split (42 samples), on cuda", get_recipe("lm").limits,
+                 "comparable only with models trained and scored on the same data"):
+        assert fact in body, fact
+
+
+def test_card_of_an_encoder_decoder_lists_every_site_and_without_results_has_no_model_index(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best", SUMMARIZATION_CONFIG)
+    out = tmp_path / "summ.tar.gz"
+    code, _, err = run(capsys, "export", str(checkpoint), str(out), "--license", "CC-BY-NC-4.0")
+    assert code == 0, err
+    front, body = split_card(read_card(out))
+    assert "model-index" not in front, "no evaluation given: nothing to report as scored"
+    assert front["license"] == "cc-by-nc-4.0" and "summarization" in front["tags"] and "sdpa" in front["tags"]
+    assert "No evaluation results were given" in body and "val/perplexity=41.5" in body
+    for site in ("encoder_self", "decoder_self", "cross"):
+        assert f"| `model.attention.{site}` |" in body
+    assert "trained on built-in stdlib" in body and get_recipe("summarization").limits in body
+
+
+def test_unknown_licence_and_missing_provenance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = make_checkpoint(tmp_path / "old")  # written before meta.json recorded command, machine and seed
+    out = tmp_path / "old.tar.gz"
+    assert run(capsys, "export", str(checkpoint), str(out), "--license", "My Own Licence 1.0")[0] == 0
+    front, body = split_card(read_card(out))
+    assert front["license"] == "other" and front["license_name"] == "my-own-licence-1.0"
+    assert "Trained with:\n\n(not recorded" in body and "hardware: not recorded" in body
+    assert "seed: not recorded" in body
+
+
+def test_results_of_another_checkpoint_or_recipe_are_refused(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    for changes, message in (({"checkpoint_sha256": "f" * 64}, "scored other weights"),
+                             ({"recipe": "tts"}, "scored a 'tts' checkpoint"),
+                             ({"metrics": [1]}, "not a results JSON")):
+        results = results_file(tmp_path / "r.json", checkpoint, **changes)
+        code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--results", str(results))
+        assert code == 2 and message in err
+        assert not (tmp_path / "x.tar.gz").exists() and not (tmp_path / "x.README.md").exists()
+
+
+def test_an_existing_card_beside_out_is_not_replaced_without_overwrite(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    (tmp_path / "x.README.md").write_text("my notes")
+    code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"))
+    assert code == 2 and "x.README.md" in err and "--overwrite" in err
+    assert (tmp_path / "x.README.md").read_text() == "my notes" and not (tmp_path / "x.tar.gz").exists()
+    assert run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--overwrite")[0] == 0
+    assert (tmp_path / "x.README.md").read_text() == read_card(tmp_path / "x.tar.gz")
+
+
+def test_a_card_in_the_checkpoint_folder_is_replaced_not_duplicated(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    (checkpoint / "README.md").write_text("the card of an earlier release")
+    assert run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"))[0] == 0
+    with tarfile.open(tmp_path / "x.tar.gz") as tar:
+        assert tar.getnames().count("x/README.md") == 1
+    assert read_card(tmp_path / "x.tar.gz").startswith("---\nlibrary_name: lavo-zoo")
+
+
+def test_attention_sites() -> None:
+    assert attention_sites("sdpa") == [("model.attention", "sdpa", {})]
+    assert attention_sites({"name": "lavo", "window_size": 8}) == [("model.attention", "lavo", {"window_size": 8})]
+    assert attention_sites({"encoder_self": "sdpa", "cross": {"name": "lavo", "num_bases": 4}}) == [
+        ("model.attention.encoder_self", "sdpa", {}), ("model.attention.cross", "lavo", {"num_bases": 4})]
+    assert attention_sites(None) == []
+
+
+def test_dataset_names() -> None:
+    from lavo_zoo.engine.recipe import config_from_dict
+
+    for data, recipe, expected in ((None, "lm", "built-in stdlib"), ({"path": "/d/pg19/"}, "lm", "pg19"),
+                                   ({"task": "image"}, "lra", "built-in image"),
+                                   ({"task": "image", "path": "/d/lra_release/cifar10"}, "lra", "cifar10 (image)"),
+                                   (None, "time_series", "built-in ett")):
+        found, cfg = config_from_dict({"recipe": recipe, **({"data": data} if data else {})})
+        assert found.dataset_name(cfg.data) == expected
+
+
+# ---------------------------------------------------------------------------------------------- reading cards
+def _tar_with(path: Path, members: list[tuple[str, bytes | None, bytes]]) -> Path:
+    """(name, link target or None, content) members."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, link, data in members:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link.decode()
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_read_card_takes_the_checkpoint_folders_card_and_nothing_outside(tmp_path: Path) -> None:
+    ok = [("ckpt/meta.json", None, b"{}"), ("ckpt/README.md", None, b"the card")]
+    assert read_card(_tar_with(tmp_path / "a.tar.gz", ok)) == "the card"
+    assert read_card(_tar_with(tmp_path / "root.tar.gz", [("README.md", None, b"at the root")])) == "at the root"
+    two = [("README.md", None, b"the archive's notes"), ("ckpt/README.md", None, b"the card"),
+           ("ckpt/meta.json", None, b"{}")]
+    assert read_card(_tar_with(tmp_path / "two.tar.gz", two)) == "the card", "the one beside meta.json"
+    for name, members in (("deep", [("a/b/README.md", None, b"x")]),
+                          ("escape", [("../README.md", None, b"x"), ("ckpt/../../README.md", None, b"x")]),
+                          ("absolute", [("/README.md", None, b"x")]),
+                          ("link", [("ckpt/README.md", b"/etc/passwd", b"")]),
+                          ("none", [("ckpt/meta.json", None, b"{}")])):
+        assert read_card(_tar_with(tmp_path / f"{name}.tar.gz", members)) is None, name
+    with zipfile.ZipFile(tmp_path / "c.zip", "w") as zf:
+        zf.writestr("ckpt/README.md", "zip card")
+        zf.writestr("../README.md", "outside")
+    assert read_card(tmp_path / "c.zip") == "zip card"
+    huge = _tar_with(tmp_path / "huge.tar.gz", [("ckpt/README.md", None, b"x" * 2000)])
+    with pytest.raises(CheckpointError, match="more than a model card may be"):
+        read_card(huge, limit=1000)
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a tarball")
+    with pytest.raises(CheckpointError, match="not a readable archive"):
+        read_card(tmp_path / "bad.tar.gz")
+
+
+def fake_release(tmp_path: Path, archive: Path, monkeypatch: pytest.MonkeyPatch, cache: bool) -> dict:
+    """An index entry for ``archive`` at a URL nothing serves, and the archive in the cache as a download leaves it."""
+    source = f"https://example.invalid/{archive.name}"
+    entry = {"name": "lm/card@v1", "recipe": "lm", "config": "lm/card", "source": source,
+             "sha256": sha256(archive.read_bytes()), "size": archive.stat().st_size, "license": "Apache-2.0",
+             "metrics": {"ppl@512": 38.1}, "command": "lavo-zoo eval lm/card@v1 --split test"}
+    index = tmp_path / "index.yaml"
+    index.write_text(yaml.safe_dump({"version": 1, "checkpoints": [entry]}))
+    monkeypatch.setenv("LAVO_ZOO_INDEX", str(index))
+    if cache:
+        folder = entry_dir(source)
+        folder.mkdir(parents=True)
+        (folder / archive.name).write_bytes(archive.read_bytes())
+        write_json_atomic(folder / RECORD, {"source": source, "name": entry["name"], "file": archive.name,
+                                            "sha256": entry["sha256"], "size": entry["size"]})
+    return entry
+
+
+def test_info_shows_the_card_of_a_cached_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    archive = tmp_path / "lm-card-v1.tar.gz"
+    assert run(capsys, "export", str(checkpoint), str(archive), "--name", "lm/card@v1")[0] == 0
+    fake_release(tmp_path, archive, monkeypatch, cache=False)
+    code, out, _ = run(capsys, "info", "lm/card@v1")
+    assert code == 0 and "cached:      no (lavo-zoo download lm/card@v1)" in out
+    assert "card:        in the archive: `lavo-zoo download lm/card@v1`, then `lavo-zoo info lm/card@v1`" in out
+    assert json.loads(run(capsys, "info", "lm/card@v1", "--json")[1])["card"] is None
+
+    fake_release(tmp_path, archive, monkeypatch, cache=True)
+    card = read_card(archive)
+    code, out, _ = run(capsys, "info", "lm/card@v1")
+    assert code == 0 and out.endswith(card.rstrip() + "\n")
+    assert "model card (README.md in lm-card-v1.tar.gz):" in out
+    data = json.loads(run(capsys, "info", "lm/card@v1", "--json")[1])
+    assert data["card"] == card and data["cached"].endswith("lm-card-v1.tar.gz")
+    assert sorted(p.name for p in Path(data["cached"]).parent.iterdir()) == ["lm-card-v1.tar.gz", "record.json"], \
+        "nothing was unpacked"
+
+
+def test_info_of_a_cached_archive_without_a_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    archive = _tar_with(tmp_path / "old.tar.gz", [("old/meta.json", None, b"{}")])
+    fake_release(tmp_path, archive, monkeypatch, cache=True)
+    code, out, _ = run(capsys, "info", "lm/card@v1")
+    assert code == 0 and "card:        none (old.tar.gz holds no README.md" in out
+    (tmp_path / "broken.tar.gz").write_bytes(b"not a tarball")
+    fake_release(tmp_path, tmp_path / "broken.tar.gz", monkeypatch, cache=True)
+    code, out, _ = run(capsys, "info", "lm/card@v1")
+    assert code == 0 and "card:        unreadable: " in out and "not a readable archive" in out
