@@ -57,6 +57,8 @@ def zoo_table(files: list[Path]) -> None:
         data = json.loads(path.read_text())
         pattern = data["settings"]["pattern"]
         for r in data["results"]:
+            if r.get("bisection"):  # the efficiency search's extra lengths: the table keeps the sweep's columns
+                continue
             lengths.add(r["length"])
             text = (f"{r['time_s']:.2f} s / {r['peak_memory_bytes'] / 2**20:.0f} MiB" if r.get("time_s") is not None
                     else r.get("error", "failed"))
