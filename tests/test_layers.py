@@ -1,6 +1,6 @@
 """Imports run down the layers of docs/architecture.md (the contracts in pyproject.toml's [tool.importlinter]):
-cli and studies > recipes > checkpoints > engine > evaluators > nn, formats > attention > config, options, registry >
-errors, and no recipe imports another. Checked with import-linter, imports inside functions included.
+cli and studies > benchmarks > recipes > checkpoints > engine > evaluators > nn, formats > attention > config, options,
+registry > errors, and no recipe imports another. Checked with import-linter, imports inside functions included.
 
 import-linter reads one package from one folder, and this repository installs ``lavo_zoo`` from four (zoo/,
 recipes/, evaluators/, checkpoints/): the check runs on a copy assembled as the installed package is.
@@ -18,9 +18,15 @@ FOLDERS = {"zoo": "lavo_zoo", "recipes": "lavo_zoo/recipes", "evaluators": "lavo
            "checkpoints": "lavo_zoo/checkpoints"}
 
 
+def _skipped(folder: str, names: list[str]) -> list[str]:
+    """Caches, templates, and links (a checkout that maps recipes/ etc. into zoo/ by symlinks: copied once, from
+    their own folder)."""
+    return [n for n in names if n in ("__pycache__", "templates") or (Path(folder) / n).is_symlink()]
+
+
 def _assemble(root: Path) -> Path:
     for folder, target in FOLDERS.items():
-        shutil.copytree(REPO / folder, root / target, ignore=shutil.ignore_patterns("__pycache__", "templates"))
+        shutil.copytree(REPO / folder, root / target, ignore=_skipped)
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     return root
 
