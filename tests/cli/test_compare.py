@@ -244,6 +244,15 @@ def test_efficiency_lengths_beside_the_metrics_kept_and_collected(study, tmp_pat
     assert json.loads((out / "efficiency" / "local.json").read_text())["key"]["lengths"] == [8, 16]
 
 
+def test_repeated_runs_measure_the_configs_own_attention(study, tmp_path):
+    out = tmp_path / "rep"
+    (record,) = run_study(str(study), [], [1], None, ["model.attention.name=local", "model.attention.window_size=3"],
+                          {}, out, "cpu", "test", efficiency=TINY_EFFICIENCY)
+    assert record["attention"] == "local" and record["efficiency"]["memory"]["text"]
+    key = json.loads((out / "efficiency" / "local.json").read_text())["key"]
+    assert key["options"] == {"window_size": 3} and key["pattern"] == "noncausal"
+
+
 def test_compare_command_measures_and_switches_off_the_efficiency_lengths(study, tmp_path, in_process):
     from lavo_zoo.cli import main
 
