@@ -1,6 +1,6 @@
 """Imports run down the layers of docs/architecture.md (the contracts in pyproject.toml's [tool.importlinter]):
-cli and studies > recipes > checkpoints > engine > evaluators > nn, formats > attention > config, options, registry >
-errors, and no recipe imports another. Checked with import-linter, imports inside functions included.
+cli and studies > benchmarks > recipes > checkpoints > engine > evaluators > nn, formats > attention > config, options,
+registry > errors, and no recipe imports another. Checked with import-linter, imports inside functions included.
 
 import-linter reads one package from one folder, and this repository installs ``lavo_zoo`` from four (zoo/,
 recipes/, evaluators/, checkpoints/): the check runs on a copy assembled as the installed package is.

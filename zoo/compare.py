@@ -10,8 +10,17 @@ retrains it). The table (``table.md``, ``table.csv``) and a bar chart (``chart.p
 standard deviation over seeds, the best value per column marked by the metric's direction, and per cell the
 parameter count, training time and peak memory (measured as :mod:`lavo_zoo.engine.memory` describes).
 
+Beside the metrics, each attention row gets its efficiency lengths against softmax (``sdpa``), as CAB reports them:
+the shortest sequence length at which one layer of that attention (the study site's mechanism and options, at the
+model's ``embed_dim`` / ``num_heads`` and the site's pattern) is faster than ``sdpa``, and the shortest at which it
+needs less peak memory, forward + backward, found by the search of ``lavo-zoo bench attention``
+(:mod:`lavo_zoo.bench.efficiency`: a sweep over ``--efficiency-lengths``, 256..16384 by default, then bisection to
+within 10 %; :class:`Efficiency`). The measurements are kept in ``OUT/efficiency/<attention>.json`` and reused while
+their settings are the same, so a re-run or ``--collect`` does not measure again; ``--no-efficiency`` leaves them
+out. The ``sdpa`` row shows "-".
+
 ``lavo-zoo compare --collect PATH ...`` builds the same table from results JSONs that already exist (files, run
-folders or earlier compare folders).
+folders or earlier compare folders, with their efficiency measurements).
 """
 from __future__ import annotations
 
@@ -31,6 +40,8 @@ from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
 
 CELL_FILE = "cell.json"
+EFFICIENCY_DIR = "efficiency"
+EFFICIENCY_COLUMNS = {"time": "faster than softmax from", "memory": "smaller than softmax from"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,28 @@ class Cell:
     @property
     def name(self) -> str:
         return f"{self.attention}-seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How a study measures each row's efficiency lengths: one attention layer, forward + backward, float32, batch 1,
+    median of ``repeats`` timed runs after ``warmup``, swept over ``lengths`` and bisected to ``tolerance``
+    (relative), every length of both the row's attention and ``sdpa`` in fresh processes on CPU (``isolate`` None:
+    exact peak memory there) and in process on CUDA."""
+
+    lengths: tuple[int, ...] = (256, 1024, 4096, 16384)
+    repeats: int = 3
+    warmup: int = 1
+    tolerance: float = 0.1
+    step: int = 1
+    timeout: float | None = None  # seconds per isolated measurement
+    isolate: bool | None = None
+
+    def settings(self, device: str) -> dict[str, Any]:
+        """What the measurement depends on besides the attention (the cache key's part)."""
+        return {"mode": "fwdbwd", "dtype": "float32", "batch": 1, "device": device, "lengths": list(self.lengths),
+                "repeats": self.repeats, "warmup": self.warmup, "tolerance": self.tolerance, "step": self.step,
+                "isolate": device == "cpu" if self.isolate is None else self.isolate}
 
 
 # ------------------------------------------------------------------------------------------------------ running
@@ -164,11 +197,127 @@ def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: s
             "memory_method": peak.method, "device": results["device"], "split": split}
 
 
+# ---------------------------------------------------------------------------------------------------- efficiency
+def attention_setup(recipe: Any, cfg: Any, key: str) -> dict[str, Any] | None:
+    """The attention layer a row's efficiency lengths measure: the mechanism and options at ``key`` with the model's
+    ``embed_dim`` and ``num_heads`` and the site's pattern (a site is built as the model's site attention builds it;
+    a single-attention model's pattern is read from the attention layers of the built model). None where the model
+    has no ``embed_dim`` / ``num_heads`` or no such layer."""
+    from lavo_zoo.attention.base import Attention
+
+    spec = cfg
+    for part in key.split("."):
+        spec = getattr(spec, part)
+    embed_dim, heads = getattr(cfg.model, "embed_dim", None), getattr(cfg.model, "num_heads", None)
+    if not isinstance(embed_dim, int) or not isinstance(heads, int):
+        return None
+    if key == "model.attention":
+        layers = [m for m in recipe.build_model(cfg).modules() if isinstance(m, Attention)]
+    else:
+        layers = [cfg.model.attention.build(key.rpartition(".")[2], embed_dim, heads)]
+    if not layers:
+        return None
+    return {"attention": spec.name, "options": dict(spec.options), "embed_dim": layers[0].embed_dim,
+            "heads": layers[0].num_heads, "pattern": layers[0].pattern}
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, device: str | None,
+                     efficiency: Efficiency) -> dict[str, dict[str, Any]]:
+    """{row label: its efficiency lengths (``{"time": ..., "memory": ...}``, ``{"is_baseline": True}`` for sdpa)} for
+    every row with a setup (:func:`attention_setup`). Each is read from ``out_dir/efficiency/<label>.json`` when
+    that was measured with the same attention, model sizes, pattern and :class:`Efficiency` settings; the others
+    are measured together (one ``sdpa`` sweep per model shape, with the study's ``sdpa`` options where it is a row)
+    and written there."""
+    from lavo_zoo.bench.attention import run_sweep
+    from lavo_zoo.bench.efficiency import BASELINE
+    from lavo_zoo.engine.env import pick_device
+
+    settings = efficiency.settings(str(pick_device(device)))
+    folder = out_dir / EFFICIENCY_DIR
+    baseline_options = next((s["options"] for s in setups.values() if s and s["attention"] == BASELINE), {})
+    found: dict[str, dict[str, Any]] = {}
+    todo: dict[tuple, list[tuple[str, dict[str, Any]]]] = {}
+    for label, setup in setups.items():
+        if setup is None:
+            continue
+        if setup["attention"] == BASELINE:
+            found[label] = {"is_baseline": True}
+            continue
+        key = {**setup, "baseline_options": baseline_options, **settings}
+        cached = _read_json(folder / f"{label}.json")
+        if cached is not None and cached.get("key") == key:
+            found[label] = _found(cached)
+            click.echo(f"efficiency lengths of {label}: measured earlier with the same settings, kept", err=True)
+            continue
+        todo.setdefault((setup["embed_dim"], setup["heads"], setup["pattern"]), []).append((label, key))
+    for (embed_dim, heads, pattern), rows in todo.items():
+        names = [key["attention"] for _, key in rows]
+        click.echo(f"efficiency lengths of {', '.join(label for label, _ in rows)} against {BASELINE}: one layer, "
+                   f"D={embed_dim} H={heads} {pattern}, forward + backward at {settings['lengths']} and bisection "
+                   f"(--no-efficiency skips this)", err=True)
+        options = {key["attention"]: key["options"] for _, key in rows}
+        layer = {"pattern": pattern, "embed_dim": embed_dim, "heads": heads, "chunk_size": 16384,
+                 **{k: settings[k] for k in ("mode", "device", "dtype", "batch", "repeats", "warmup")}}
+        data = run_sweep([*names, BASELINE], settings["lengths"], {**options, BASELINE: baseline_options}, layer,
+                         settings["isolate"], efficiency.timeout,
+                         {"tolerance": settings["tolerance"], "step": settings["step"]},
+                         echo=lambda line: click.echo(line, err=True))
+        folder.mkdir(parents=True, exist_ok=True)
+        for label, key in rows:
+            name = key["attention"]
+            entry = {"key": key, "settings": data["settings"],
+                     "results": [r for r in data["results"] if r["attention"] in (name, BASELINE)],
+                     "efficiency_lengths": {name: data["efficiency_lengths"][name]}}
+            tmp = folder / f"{label}.json.tmp"
+            tmp.write_text(json.dumps(entry, indent=2) + "\n")
+            tmp.rename(folder / f"{label}.json")
+            found[label] = _found(entry)
+    return found
+
+
+def _found(entry: dict[str, Any]) -> dict[str, Any]:
+    """A row's efficiency lengths from its efficiency/<label>.json, with the swept lengths and the machine."""
+    from lavo_zoo.engine.env import describe_machine
+
+    lengths = next(iter(entry["efficiency_lengths"].values()))
+    return {**lengths, "swept": entry["key"]["lengths"], "tolerance": entry["key"]["tolerance"],
+            "machine": describe_machine(entry["settings"]["machine"])}
+
+
+def collect_efficiency(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """{row label: efficiency lengths} from the ``efficiency/`` folders of compare folders under ``paths``; a label
+    measured differently in two of them (other model sizes or settings) reads "varies"."""
+    found: dict[str, dict[str, Any]] = {}
+    keys: dict[str, Any] = {}
+    for path in paths:
+        for file in sorted(path.rglob(f"{EFFICIENCY_DIR}/*.json")) if path.is_dir() else []:
+            entry = _read_json(file)
+            if not entry or not isinstance(entry.get("efficiency_lengths"), dict) or "key" not in entry:
+                continue
+            label, key = file.stem, entry["key"]
+            if label in keys and keys[label] != key:
+                found[label] = {c: {"text": "varies"} for c in EFFICIENCY_COLUMNS}
+                continue
+            keys.setdefault(label, key)
+            found.setdefault(label, _found(entry))
+    return found
+
+
 def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
               options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str,
-              rerun: bool = False, max_batches: int | None = None) -> list[dict]:
+              rerun: bool = False, max_batches: int | None = None,
+              efficiency: Efficiency | None = None) -> list[dict]:
     """Run every unfinished cell (attention-major order) and return all cell records. An empty ``attentions``
-    keeps the config's own attention (one row: repeated runs over ``seeds``)."""
+    keeps the config's own attention (one row: repeated runs over ``seeds``). With ``efficiency``, every record also
+    gets its row's efficiency lengths (:func:`study_efficiency`; not in cell.json)."""
     from lavo_zoo.config import to_dict
     from lavo_zoo.engine.recipe import resolve_config
 
@@ -206,7 +355,27 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
             tmp.write_text(json.dumps(record, indent=2) + "\n")
             tmp.rename(done)  # atomic: a cell is either finished or not
         records.append(json.loads(done.read_text()))
+    if efficiency is not None:
+        setups: dict[str, dict[str, Any] | None] = {}
+        for cell, recipe, cell_cfg, _, _ in planned:
+            if cell.attention not in setups:
+                setups[cell.attention] = _row_setup(recipe, cell_cfg, key)
+        found = study_efficiency(setups, out_dir, device, efficiency)
+        for record in records:
+            if record["attention"] in found:
+                record["efficiency"] = found[record["attention"]]
     return records
+
+
+def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
+    """:func:`attention_setup` of a row; repeated runs of a config (``key`` None) measure its attention when the
+    model has one (not sites)."""
+    if key is None:
+        try:
+            key = attention_key(cfg, None)
+        except UsageError:
+            return None
+    return attention_setup(recipe, cfg, key)
 
 
 # ----------------------------------------------------------------------------------------------------- collecting
@@ -226,8 +395,10 @@ def _attention_names(config: dict[str, Any]) -> dict[str, str]:
     return {"": str(attention)} if attention is not None else {}
 
 
-def collect(paths: list[Path]) -> list[dict[str, Any]]:
-    """Cell records from compare folders (their cell.json files), run folders or results JSON files."""
+def collect(paths: list[Path], efficiency: bool = True) -> list[dict[str, Any]]:
+    """Cell records from compare folders (their cell.json files), run folders or results JSON files; with
+    ``efficiency``, each record gets the efficiency lengths its row has in a compare folder's ``efficiency/``
+    (:func:`collect_efficiency`, never measured here)."""
     records = []
     for path in paths:
         if not path.exists():
@@ -249,6 +420,14 @@ def collect(paths: list[Path]) -> list[dict[str, Any]]:
     if not records:
         raise UsageError(f"--collect found no results JSON (a file with 'metrics') under {', '.join(map(str, paths))}")
     _label(records)
+    found = collect_efficiency(paths) if efficiency else {}
+    if found:
+        from lavo_zoo.bench.efficiency import BASELINE
+
+        found.setdefault(BASELINE, {"is_baseline": True})
+    for r in records:
+        if r["label"] in found:
+            r["efficiency"] = found[r["label"]]
     return records
 
 
@@ -286,6 +465,7 @@ def summarise(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
         for extra in ("parameters", "train_time_s", "peak_memory_bytes"):
             values = [r[extra] for r in group if r.get(extra) is not None]
             row[extra] = statistics.fmean(values) if values else None
+        row["efficiency"] = next((r["efficiency"] for r in group if r.get("efficiency")), None)
         rows.append(row)
     return rows, directions
 
@@ -299,12 +479,35 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def efficiency_text(found: dict[str, Any] | None, criterion: str) -> str:
+    """A row's efficiency length as the table shows it: "-" for softmax itself, "n/a" where it was not measured."""
+    if not found:
+        return "n/a"
+    return "-" if found.get("is_baseline") else found[criterion]["text"]
+
+
+def _efficiency_note(rows: list[dict[str, Any]]) -> list[str]:
+    measured = [row["efficiency"] for row in rows if row["efficiency"] and "swept" in row["efficiency"]]
+    if not measured:
+        return []
+    swept = sorted({n for found in measured for n in found["swept"]})
+    machines = "; ".join(dict.fromkeys(found["machine"] for found in measured))
+    tolerance = "/".join(dict.fromkeys(f"{found['tolerance'] * 100:g} %" for found in measured))
+    return ["", ("Faster / smaller than softmax from: the shortest sequence length at which one layer of the attention "
+                 "(the model's width and heads, the site's pattern) beats sdpa in forward + backward time / peak "
+                 f"memory, swept over {', '.join(map(str, swept))} and bisected to within {tolerance} (\"<= L\": "
+                 f"already at the shortest, \"> L\": not up to the longest); measured on {machines}, records in "
+                 f"{EFFICIENCY_DIR}/.")]
+
+
 def write_table(records: list[dict[str, Any]], out_dir: Path, title: str) -> list[Path]:
-    """table.md, table.csv and chart.png in ``out_dir``; returns their paths."""
+    """table.md, table.csv and chart.png in ``out_dir``; returns their paths. The efficiency columns appear when a
+    record has efficiency lengths (``record["efficiency"]``)."""
     rows, directions = summarise(records)
     out_dir.mkdir(parents=True, exist_ok=True)
+    efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row["efficiency"] for row in rows) else []
     header = ["attention", "seeds", *(f"{m} ({'higher' if h else 'lower'} is better)" for m, h in directions.items()),
-              "parameters", "train time (s)", "peak memory (MiB)"]
+              *efficiency, "parameters", "train time (s)", "peak memory (MiB)"]
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     best = {m: _best(rows, m, h) for m, h in directions.items()}
     for row in rows:
@@ -313,19 +516,23 @@ def write_table(records: list[dict[str, Any]], out_dir: Path, title: str) -> lis
             mean, std, n = row[m]
             text = "-" if not n else _fmt(mean) + (f" ± {_fmt(std)}" if n > 1 else "")
             cells.append(f"**{text}**" if n and best[m] is not None and mean == best[m] else text)
+        cells += [efficiency_text(row["efficiency"], c) for c in EFFICIENCY_COLUMNS] if efficiency else []
         cells.append(f"{row['parameters']:,.0f}" if row["parameters"] is not None else "-")
         cells.append(f"{row['train_time_s']:.1f}" if row["train_time_s"] is not None else "-")
         cells.append(f"{row['peak_memory_bytes'] / 2**20:.0f}" if row["peak_memory_bytes"] is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold."]
+    lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold.",
+              *(_efficiency_note(rows) if efficiency else [])]
     md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
     md.write_text("\n".join(lines) + "\n")
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
-                         "parameters", "train_time_s", "peak_memory_bytes"])
+                         *efficiency, "parameters", "train_time_s", "peak_memory_bytes"])
         for row in rows:
+            found = [efficiency_text(row["efficiency"], c) for c in EFFICIENCY_COLUMNS] if efficiency else []
             writer.writerow([row["attention"], row["seeds"], *(v for m in directions for v in row[m][:2]),
+                             *("" if text == "n/a" else text for text in found),
                              row["parameters"], row["train_time_s"], row["peak_memory_bytes"]])
     _chart(rows, directions, png, title)
     return [md, csv_path, png]
@@ -369,6 +576,7 @@ Examples:
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa,local --seeds 1,2,3 --out runs/cmp-lm --max-steps 300
   lavo-zoo compare time_series/tiny-lavo --seeds 1,2,3,4,5 --out runs/ts-repeats   # repeated runs of one config
   lavo-zoo compare summarization/tiny-sdpa --site encoder_self --attentions lavo,sdpa,local --out runs/cmp-summ
+  lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --out runs/cmp-lm --efficiency-lengths 512,2048,8192
   lavo-zoo compare lm/tiny-lavo --attentions lavo,performer -o lavo.num_bases=16 -o performer.num_features=32 \\
       --out runs/cmp train.lr=1e-3
   lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table""")
@@ -392,9 +600,16 @@ Examples:
                                             "(refused otherwise).")
 @click.option("--collect", "collect_paths", is_flag=True,
               help="Build the table from existing results: the arguments are results JSONs or folders holding them.")
+@click.option("--efficiency/--no-efficiency", default=True, show_default=True,
+              help="Columns 'faster / smaller than softmax from': each attention's efficiency lengths against sdpa "
+                   "(one layer at the model's width, heads and the site's pattern, forward + backward, as `lavo-zoo "
+                   "bench attention` finds them), measured once and kept in OUT/efficiency/.")
+@click.option("--efficiency-lengths", default=",".join(map(str, Efficiency.lengths)), show_default=True,
+              help="The lengths swept before the bisection (comma-separated).")
 def compare(config: str | None, overrides: tuple[str, ...], attentions: str | None, site: str | None, seeds: str,
             options: tuple[str, ...], out: Path, split: str, device: str | None, max_steps: int | None,
-            max_batches: int | None, rerun: bool, collect_paths: bool) -> None:
+            max_batches: int | None, rerun: bool, collect_paths: bool, efficiency: bool,
+            efficiency_lengths: str) -> None:
     """Train and score CONFIG once per (attention, seed) with the same budget, then write a comparison table.
 
     Finished cells are kept and killed ones resume, so the same command continues an interrupted study.
@@ -404,7 +619,7 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         if not paths:
             raise UsageError("--collect needs results JSONs or folders, e.g. lavo-zoo compare --collect runs/a runs/b "
                              "--out runs/table")
-        records, title = collect(paths), "collected results"
+        records, title = collect(paths, efficiency), "collected results"
     else:
         if not config:
             raise UsageError("give a CONFIG (e.g. lm/tiny-lavo), or --collect with existing results")
@@ -413,8 +628,13 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
             raise UsageError(f"--attentions lists a name twice: {attentions}")
         seed_list = _csv_list(seeds, "--seeds", int)
         extra = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
+        how = None  # how the efficiency lengths are measured (None: not at all)
+        if efficiency:
+            from lavo_zoo.bench.timing import parse_ints
+
+            how = Efficiency(lengths=tuple(sorted(set(parse_ints(efficiency_lengths, "--efficiency-lengths")))))
         records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
-                            split, rerun, max_batches)
+                            split, rerun, max_batches, how)
         title = f"{config} on {split}" + (f", varying {site}" if site else "")
     for path in write_table(records, out, title):
         click.echo(f"wrote {path}")

@@ -26,10 +26,12 @@ def test_modes_json_and_plot(tmp_path, mode):
     code = main(["bench", "attention", "--attentions", "lavo,sdpa,local", "--lengths", "40,100", "--mode", mode,
                  "--chunk-size", "32", "--no-isolate", "--json", str(out), "--plot", str(png), *TINY])
     assert code == 0
-    records = json.loads(out.read_text())["results"]
+    data = json.loads(out.read_text())
+    records = [r for r in data["results"] if not r.get("bisection")]  # the sweep (then the efficiency search's)
     assert [(r["attention"], r["length"]) for r in records] == [(a, n) for a in ("lavo", "sdpa", "local")
                                                                 for n in (40, 100)]
-    for r in records:
+    assert set(data["efficiency_lengths"]) == {"lavo", "local"}  # in every mode, against sdpa
+    for r in data["results"]:
         assert "error" not in r, r
         assert r["time_s"] > 0 and r["tokens_per_s"] > 0 and len(r["times_s"]) == 2 and r["peak_memory_bytes"] >= 0
         assert ("state_bytes" in r) == (mode in ("decode", "stream"))
@@ -56,7 +58,8 @@ def test_isolated_peak_memory_sees_torch_allocations(tmp_path):
     out = tmp_path / "r.json"
     T, D = 8192, 128
     assert main(["bench", "attention", "--attentions", "lavo", "--lengths", str(T), "--mode", "fwdbwd",
-                 "--embed-dim", str(D), "--heads", "2", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+                 "--embed-dim", str(D), "--heads", "2", "--repeats", "1", "--warmup", "0", "--no-efficiency",
+                 "--json", str(out)]) == 0
     (r,) = json.loads(out.read_text())["results"]
     assert r["memory_method"] in ("VmHWM-reset", "ru_maxrss")
     assert r["peak_memory_bytes"] >= 8 * T * D * 4  # q, k, v, local, output... each [T, D] fp32 are kept for backward
@@ -79,6 +82,63 @@ def test_isolated_runs_time_with_the_default_allocator_and_measure_memory_apart(
     assert "exited with 3" in run_isolated("fake_worker:measure", {"repeats": 3, "fail": False}, 60)["error"]
 
 
+def test_efficiency_lengths_are_bisected_printed_and_recorded(tmp_path):
+    """sdpa is added to the sweep (and said so); each other attention gets a time and a memory length, bisected
+    between the swept lengths with further measurements of both, kept in the JSON marked as bisection records."""
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(bench, ["attention", "--attentions", "local,mean", "--lengths", "16,256,1024",
+                                        "--no-isolate", "--efficiency-tolerance", "0.25", "--json", str(out), *TINY])
+    assert result.exit_code == 0, result.output
+    assert "sdpa added to the sweep" in result.output
+    data = json.loads(out.read_text())
+    assert data["settings"]["efficiency"] == {"baseline": "sdpa", "tolerance": 0.25, "step": 1, "baseline_added": True}
+    found = data["efficiency_lengths"]
+    assert set(found) == {"local", "mean"}
+    table = result.output[result.output.index("# efficiency lengths"):].splitlines()
+    assert table[1].split() == ["attention", "faster", "than", "softmax", "from", "smaller", "than", "softmax", "from"]
+    records = {(r["attention"], r["length"]): r for r in data["results"]}
+    for name, lengths in found.items():
+        assert lengths["baseline"] == "sdpa"
+        assert f"{name} " in "\n".join(table) and lengths["time"]["text"] in table[2 + list(found).index(name)]
+        for criterion in ("time", "memory"):
+            r = lengths[criterion]
+            assert r["bound"] in ("crossing", "at_start", "never") and isinstance(r["monotone"], bool)
+            assert r["text"].split(" (")[0] == {"crossing": f"{r['length']}", "at_start": "<= 16",
+                                                 "never": "> 1024"}[r["bound"]]
+            for n in r["bisection"]:  # both measured there, in the same mode, marked
+                assert 16 < n < 1024 and n != 256
+                assert records[name, n]["bisection"] and records["sdpa", n]["bisection"]
+                assert records[name, n]["mode"] == "fwdbwd" and len(records[name, n]["times_s"]) == 2
+            if r["bound"] == "crossing":
+                lo, hi = r["bracket"]
+                assert hi - lo <= 0.25 * lo or hi - lo <= 1
+                assert records[name, hi]["time_s" if criterion == "time" else "peak_memory_bytes"] < \
+                    records["sdpa", hi]["time_s" if criterion == "time" else "peak_memory_bytes"]
+    swept = [r for r in data["results"] if not r.get("bisection")]
+    assert [(r["attention"], r["length"]) for r in swept] == [(a, n) for a in ("local", "mean", "sdpa")
+                                                               for n in (16, 256, 1024)]
+
+
+def test_no_efficiency_adds_no_baseline(tmp_path):
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(bench, ["attention", "--attentions", "local", "--lengths", "16,64", "--no-isolate",
+                                        "--no-efficiency", "--json", str(out), *TINY])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert "efficiency_lengths" not in data and "efficiency" not in data["settings"]
+    assert {r["attention"] for r in data["results"]} == {"local"} and "sdpa" not in result.output
+    assert "# efficiency lengths" not in result.output
+
+
+def test_cross_pattern_measures_attention_over_a_source(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["bench", "attention", "--attentions", "lavo", "--pattern", "cross", "--lengths", "32",
+                 "--no-isolate", "--json", str(out), *TINY]) == 0
+    data = json.loads(out.read_text())
+    assert {r["attention"] for r in data["results"]} == {"lavo", "sdpa"} and all("error" not in r
+                                                                                for r in data["results"])
+
+
 def test_every_registered_attention_runs_with_defaults(tmp_path):
     names = [i.name for i in list_attentions() if "causal" in i.patterns]
     out = tmp_path / "r.json"
@@ -99,6 +159,7 @@ def test_every_registered_attention_runs_with_defaults(tmp_path):
     (["--embed-dim", "30", "--heads", "4"], "multiple of --heads"),
     (["--device", "tpu"], "--device must be cpu, cuda or cuda:N"),
     (["--plot", "x.svg"], ".png"),
+    (["--mode", "decode", "--pattern", "cross", "--attentions", "lavo"], "needs --pattern causal"),
 ])
 def test_usage_errors(args, match):
     with pytest.raises(UsageError, match=match):

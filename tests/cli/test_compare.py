@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from lavo_zoo.attention import AttentionSpec
-from lavo_zoo.compare import collect, run_study, write_table
+from lavo_zoo.compare import Efficiency, attention_setup, collect, run_study, write_table
 from lavo_zoo.config import RunConfig
 from lavo_zoo.engine.recipe import RECIPES, Recipe
 
@@ -188,6 +188,103 @@ def test_collect_mixes_compare_folders_and_results_files(study, tmp_path):
     assert "| performer |" in table and "| sdpa |" in table
 
 
+TINY_EFFICIENCY = Efficiency(lengths=(8, 64), repeats=1, warmup=0, isolate=False)  # in process: milliseconds
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """Isolated efficiency measurements run in this process (isolation is tested in tests/bench)."""
+    from lavo_zoo.bench import attention
+
+    monkeypatch.setattr(attention, "run_isolated", lambda target, spec, timeout=None: attention.measure(spec))
+
+
+def test_efficiency_lengths_beside_the_metrics_kept_and_collected(study, tmp_path, monkeypatch):
+    out = tmp_path / "cmp"
+    records = run_study(str(study), ["sdpa", "local"], [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu",
+                        "test", efficiency=TINY_EFFICIENCY)
+    found = {r["attention"]: r["efficiency"] for r in records}
+    assert found["sdpa"] == {"is_baseline": True}  # softmax itself: "-"
+    local = found["local"]
+    assert local["time"]["bound"] in ("crossing", "at_start", "never") and local["swept"] == [8, 64]
+    cached = json.loads((out / "efficiency" / "local.json").read_text())  # the study's layer, measured with sdpa
+    assert {k: cached["key"][k] for k in ("attention", "options", "embed_dim", "heads", "pattern", "lengths",
+                                          "mode")} == {"attention": "local", "options": {"window_size": 3},
+                                                       "embed_dim": 8, "heads": 2, "pattern": "noncausal",
+                                                       "lengths": [8, 64], "mode": "fwdbwd"}
+    assert {r["attention"] for r in cached["results"]} == {"local", "sdpa"}
+    assert not (out / "efficiency" / "sdpa.json").exists()
+
+    write_table(records, out, "test study")
+    lines = (out / "table.md").read_text().splitlines()
+    header = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert header[2:5] == ["loss (lower is better)", "faster than softmax from", "smaller than softmax from"]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines[4:6]}
+    assert rows["sdpa"][3:5] == ["-", "-"] and rows["local"][3:5] == [local["time"]["text"], local["memory"]["text"]]
+    assert "Faster / smaller than softmax from" in (out / "table.md").read_text()
+    table = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
+    assert table["local"]["faster than softmax from"] == local["time"]["text"]
+    assert table["sdpa"]["smaller than softmax from"] == "-"
+
+    from lavo_zoo.bench import attention
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured again")
+    monkeypatch.setattr(attention, "run_sweep", no_measuring)
+    again = run_study(str(study), ["sdpa", "local"], [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu",
+                      "test", efficiency=TINY_EFFICIENCY)  # a re-run keeps the measurement
+    assert [r["efficiency"] for r in again] == [r["efficiency"] for r in records]
+    collected = collect([out])  # so does --collect
+    assert {r["label"]: r["efficiency"] for r in collected} == found
+    assert all("efficiency" not in r for r in collect([out], efficiency=False))
+    monkeypatch.undo()
+    other = Efficiency(lengths=(8, 16), repeats=1, warmup=0, isolate=False)  # other settings: measured again
+    run_study(str(study), ["sdpa", "local"], [1], None, [], {"local": {"window_size": 3}}, out, "cpu", "test",
+              efficiency=other)
+    assert json.loads((out / "efficiency" / "local.json").read_text())["key"]["lengths"] == [8, 16]
+
+
+def test_repeated_runs_measure_the_configs_own_attention(study, tmp_path):
+    out = tmp_path / "rep"
+    (record,) = run_study(str(study), [], [1], None, ["model.attention.name=local", "model.attention.window_size=3"],
+                          {}, out, "cpu", "test", efficiency=TINY_EFFICIENCY)
+    assert record["attention"] == "local" and record["efficiency"]["memory"]["text"]
+    key = json.loads((out / "efficiency" / "local.json").read_text())["key"]
+    assert key["options"] == {"window_size": 3} and key["pattern"] == "noncausal"
+
+
+def test_compare_command_measures_and_switches_off_the_efficiency_lengths(study, tmp_path, in_process):
+    from lavo_zoo.cli import main
+
+    out = tmp_path / "cmp"
+    args = ["compare", str(study), "--attentions", "local,sdpa", "-o", "local.window_size=3", "--out", str(out),
+            "--device", "cpu"]
+    assert main([*args, "--efficiency-lengths", "0"]) == 2 and not (out / "cells").exists()
+    assert main([*args, "--efficiency-lengths", "8,32"]) == 0
+    rows = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
+    assert rows["sdpa"]["faster than softmax from"] == "-" and rows["local"]["faster than softmax from"]
+    assert json.loads((out / "efficiency" / "local.json").read_text())["key"]["isolate"] is True  # CPU: isolated
+    assert main([*args, "--no-efficiency"]) == 0
+    assert "softmax" not in (out / "table.md").read_text()
+    assert main(["compare", "--collect", str(out), "--out", str(tmp_path / "table")]) == 0
+    assert "faster than softmax from" in (tmp_path / "table" / "table.md").read_text()
+
+
+@pytest.mark.parametrize("config, site, pattern", [
+    ("summarization/tiny-sdpa", "decoder_self", "causal"),
+    ("summarization/tiny-sdpa", "cross", "cross"),
+    ("point_cloud/tiny-lavo", "decoder_self", "noncausal"),  # PoinTr's queries are a set
+])
+def test_attention_setup_uses_the_sites_pattern_and_the_models_sizes(config, site, pattern):
+    from lavo_zoo.engine.recipe import resolve_config
+
+    recipe, cfg = resolve_config(config, [])
+    setup = attention_setup(recipe, cfg, f"model.attention.{site}")
+    spec = getattr(cfg.model.attention, site)
+    assert setup == {"attention": spec.name, "options": dict(spec.options), "embed_dim": cfg.model.embed_dim,
+                     "heads": cfg.model.num_heads, "pattern": pattern}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config, overrides", [
     ("lm/tiny-lavo", ["model.num_layers=1", "model.embed_dim=64", "model.num_heads=2", "data.block_size=32",
@@ -195,12 +292,16 @@ def test_collect_mixes_compare_folders_and_results_files(study, tmp_path):
     ("time_series/tiny-lavo", ["--site", "cross", "data.builtin_size=600", "data.seq_len=24", "data.label_len=12",
                                "data.pred_len=6"]),
 ])
-def test_compare_runs_recipes_whose_sizes_come_from_the_data(tmp_path, config, overrides):
-    """The model's data-derived sizes (vocabulary, channels) are resolved before the parameters are counted."""
+def test_compare_runs_recipes_whose_sizes_come_from_the_data(tmp_path, config, overrides, in_process):
+    """The model's data-derived sizes (vocabulary, channels) are resolved before the parameters are counted (and
+    before the attention layer of the efficiency lengths is read from the built model)."""
     from lavo_zoo.cli import main
 
     assert main(["compare", config, "--attentions", "lavo,sdpa", "--out", str(tmp_path / "cmp"), "--max-steps", "2",
-                 "--max-batches", "1", "--device", "cpu", "train.eval_every=0", "train.save_every=2",
-                 *overrides]) == 0
+                 "--max-batches", "1", "--device", "cpu", "--efficiency-lengths", "8,16", "train.eval_every=0",
+                 "train.save_every=2", *overrides]) == 0
     rows = list(csv.DictReader((tmp_path / "cmp" / "table.csv").open()))
     assert [r["attention"] for r in rows] == ["lavo", "sdpa"] and all(int(float(r["parameters"])) > 0 for r in rows)
+    assert rows[1]["faster than softmax from"] == "-" and rows[0]["faster than softmax from"]
+    key = json.loads((tmp_path / "cmp" / "efficiency" / "lavo.json").read_text())["key"]
+    assert key["pattern"] == ("cross" if "--site" in overrides else "causal") and key["embed_dim"] > 0

@@ -9,7 +9,9 @@
 - ``chamfer``: seconds per scored pair of 16,384-point clouds; ``step``: seconds per training step of any config
 - ``report``: the tables of benchmarks/RESULTS.md from the JSON the others write
 
-Timing and isolation (fresh processes, peak memory) are shared in :mod:`lavo_zoo.bench.timing`. Every JSON a
+Timing and isolation (fresh processes, peak memory) are shared in :mod:`lavo_zoo.bench.timing`; the efficiency-length
+search (the shortest length at which an attention beats softmax, as CAB reports it) in
+:mod:`lavo_zoo.bench.efficiency`, used by ``attention`` and by ``lavo-zoo compare``. Every JSON a
 benchmark writes records the machine (:func:`lavo_zoo.engine.env.machine`): figures from different machines are not
 comparable.
 """
@@ -20,7 +22,8 @@ import importlib
 import click
 
 SUBCOMMANDS = {
-    "attention": ("lavo_zoo.bench.attention:attention_cmd", "Attention time and peak memory against length."),
+    "attention": ("lavo_zoo.bench.attention:attention_cmd",
+                  "Attention time and peak memory against length; lengths from which it beats softmax."),
     "lm": ("lavo_zoo.bench.lm:lm_cmd", "LM training and evaluation tokens/s at several context lengths."),
     "summarization": ("lavo_zoo.bench.summarization:summarization_cmd",
                       "Summarization training throughput, memory and decoding speed against source length."),

@@ -10,6 +10,11 @@ high-water mark (``/proc/self/clear_refs``) and reports VmHWM - VmRSS: the real 
 during one run. That one tells glibc to return large frees at once (``MALLOC_MMAP_THRESHOLD_``) so that reused heap
 pages do not hide allocations; it is not timed, since that setting slows every allocation. Where clear_refs is not
 available, ru_maxrss - RSS at the start is used (it then also counts set-up peaks).
+
+Efficiency lengths (:mod:`lavo_zoo.bench.efficiency`, on unless ``--no-efficiency``): after the sweep, for every
+mechanism but ``sdpa`` (added to the sweep when not listed), the shortest length at which it beats ``sdpa`` in time
+and in peak memory, bisected between the swept lengths with further measurements of the same kind. The bisection
+records are kept in the JSON beside the sweep's, marked ``"bisection": true``.
 """
 from __future__ import annotations
 
@@ -21,11 +26,13 @@ from typing import Any
 import click
 import yaml
 
+from lavo_zoo.bench.efficiency import BASELINE, DEFAULT_STEP, DEFAULT_TOLERANCE, efficiency_search
 from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json
 from lavo_zoo.errors import UsageError, ZooError
 from lavo_zoo.options import device_option, json_records_option
 
 MODES = ("fwd", "fwdbwd", "decode", "stream")
+PATTERNS = ("causal", "noncausal", "cross")  # cross: queries and source of the same length (fwd and fwdbwd)
 DTYPES = ("float32", "bfloat16", "float16")
 DECODE_STEPS = 16  # tokens per timed decode run; the reported time is per token
 
@@ -68,15 +75,20 @@ def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
         attn.train(mode == "fwdbwd")
         x = torch.randn(B, T, D, device=device, dtype=dtype, requires_grad=mode == "fwdbwd")
         g = torch.randn(B, T, D, device=device, dtype=dtype)
+        source = (torch.randn(B, T, D, device=device, dtype=dtype, requires_grad=mode == "fwdbwd")
+                  if spec["pattern"] == "cross" else None)  # cross attention over a source of the same length
+        inputs = {"context": source} if source is not None else {}
 
         def run() -> None:
             if mode == "fwd":
                 with torch.no_grad():
-                    attn(x)
+                    attn(x, **inputs)
                 return
             attn.zero_grad(set_to_none=True)
             x.grad = None
-            attn(x).backward(g)
+            if source is not None:
+                source.grad = None
+            attn(x, **inputs).backward(g)
         return run, B * T, extra
     attn.eval()
     chunk = spec["chunk_size"]
@@ -131,12 +143,112 @@ def _parse_options(items: tuple[str, ...], names: list[str]) -> dict[str, dict[s
 
 def _format(r: dict[str, Any]) -> str:
     head = f"{r['attention']:<12} {r['mode']:<7} T={r['length']:<9}"
+    mark = "  (bisection)" if r.get("bisection") else ""
     if "error" in r:
-        return f"{head} {r['error']}"
+        return f"{head} {r['error']}{mark}"
     unit = "per token" if r["mode"] == "decode" else ""
     state = f"  state {r['state_bytes'] / 2**10:.1f} KiB" if "state_bytes" in r else ""
     return (f"{head} {r['time_s'] * 1e3:10.3f} ms {unit:<9} {r['tokens_per_s']:12.0f} tok/s  "
-            f"peak {r['peak_memory_bytes'] / 2**20:9.1f} MiB{state}")
+            f"peak {r['peak_memory_bytes'] / 2**20:9.1f} MiB{state}{mark}")
+
+
+# ------------------------------------------------------------------------------------------------- sweeps
+class Sweep:
+    """Measures (attention, length) with one command's settings, each pair once (isolated or in process), printing
+    every record as it finishes and keeping them all in ``records``."""
+
+    def __init__(self, settings: dict[str, Any], options: dict[str, dict[str, Any]], isolate: bool,
+                 timeout: float | None, echo: Callable[[str], None]) -> None:
+        self.settings, self.options, self.isolate, self.timeout, self.echo = settings, options, isolate, timeout, echo
+        self.records: list[dict[str, Any]] = []
+        self._done: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def __call__(self, name: str, length: int, bisection: bool = False) -> dict[str, Any]:
+        if (name, length) in self._done:
+            return self._done[name, length]
+        spec = {**self.settings, "attention": name, "length": length, "options": self.options[name]}
+        if self.isolate:
+            record = run_isolated("lavo_zoo.bench.attention:measure", spec, self.timeout)
+        else:
+            try:
+                record = measure(spec)
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory: recorded, the sweep goes on
+                record = {"error": f"{type(e).__name__}: {e}"}
+        record = {"attention": name, "mode": spec["mode"], "length": length, "options": self.options[name],
+                  **({"bisection": True} if bisection else {}), **record}
+        self._done[name, length] = record
+        self.records.append(record)
+        self.echo(_format(record))
+        return record
+
+
+def efficiency_lengths(sweep: Sweep, names: list[str], lengths: list[int], tolerance: float = DEFAULT_TOLERANCE,
+                       step: int = DEFAULT_STEP) -> dict[str, dict[str, Any]]:
+    """{attention: {"time": ..., "memory": ...}} for every name but the baseline, against the baseline measured in
+    the same sweep (:func:`lavo_zoo.bench.efficiency.efficiency_search`); lengths outside ``lengths`` are measured
+    (both attentions) and marked as bisection records."""
+    swept = set(lengths)
+    out = {}
+    for name in names:
+        if name == BASELINE:
+            continue
+
+        def pair(length: int, name: str = name) -> dict[str, Any]:
+            extra = length not in swept
+            return {"attention": sweep(name, length, extra), "baseline": sweep(BASELINE, length, extra)}
+        out[name] = {**efficiency_search(pair, lengths, tolerance, step), "baseline": BASELINE}
+    return out
+
+
+def efficiency_table(lengths: dict[str, dict[str, Any]]) -> list[str]:
+    """The efficiency lengths as aligned text lines (a header and one line per attention)."""
+    width = max([9, *map(len, lengths)])
+    lines = [f"{'attention':<{width}}  {'faster than softmax from':<28}  smaller than softmax from"]
+    for name, found in lengths.items():
+        lines.append(f"{name:<{width}}  {found['time']['text']:<28}  {found['memory']['text']}")
+    return lines
+
+
+def run_sweep(names: list[str], lengths: list[int], options: dict[str, dict[str, Any]], settings: dict[str, Any],
+              isolate: bool, timeout: float | None = None, efficiency: dict[str, Any] | None = None,
+              echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
+    """Measure every (name, length) with ``settings`` (mode, pattern, device, dtype, embed_dim, heads, batch,
+    repeats, warmup, chunk_size), then, with ``efficiency`` (``{"tolerance", "step"}``), the efficiency lengths
+    against ``sdpa``, added to the sweep when not in ``names``. Prints as it goes; returns the JSON the command
+    writes: ``settings`` (with the machine), ``results`` and ``efficiency_lengths``."""
+    from lavo_zoo.engine.env import describe_machine, machine
+
+    names, options = list(names), dict(options)
+    host = machine(settings["device"])  # figures from machines with other vector units are not comparable
+    settings = {**settings, "machine": host}
+    added = efficiency is not None and BASELINE not in names and bool(names)
+    if added:
+        names.append(BASELINE)
+        options[BASELINE] = {}
+    if efficiency is not None:
+        settings["efficiency"] = {"baseline": BASELINE, "tolerance": efficiency["tolerance"],
+                                  "step": efficiency["step"], "baseline_added": added}
+    echo(f"# {settings['mode']} {settings['pattern']} D={settings['embed_dim']} H={settings['heads']} "
+         f"B={settings['batch']} {settings['dtype']} on {settings['device']}; median of {settings['repeats']} after "
+         f"{settings['warmup']} warm-up; {'isolated processes' if isolate else 'in process'}")
+    echo(f"# {describe_machine(host)}")
+    if added:
+        echo(f"# {BASELINE} added to the sweep: the efficiency lengths are measured against it "
+             "(--no-efficiency leaves it out)")
+    sweep = Sweep(settings, options, isolate, timeout, echo)
+    for name in names:
+        for length in lengths:
+            sweep(name, length)
+    data: dict[str, Any] = {"settings": settings, "results": sweep.records}
+    if efficiency is not None and len(names) > 1:
+        found = efficiency_lengths(sweep, names, lengths, efficiency["tolerance"], efficiency["step"])
+        data["efficiency_lengths"] = found
+        grid = f", lengths multiples of {efficiency['step']}" if efficiency["step"] > 1 else ""
+        echo(f"# efficiency lengths: the shortest length at which each beats {BASELINE} ({settings['mode']}), "
+             f"bisected to within {efficiency['tolerance'] * 100:g}%{grid}")
+        for line in efficiency_table(found):
+            echo(line)
+    return data
 
 
 def plot_results(results: list[dict[str, Any]], path: Path) -> None:
@@ -147,7 +259,7 @@ def plot_results(results: list[dict[str, Any]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for name in dict.fromkeys(r["attention"] for r in results):
-        ok = [r for r in results if r["attention"] == name and "error" not in r]
+        ok = sorted((r for r in results if r["attention"] == name and "error" not in r), key=lambda r: r["length"])
         if ok:
             lengths = [r["length"] for r in ok]
             axes[0].plot(lengths, [r["time_s"] for r in ok], "o-", label=name)
@@ -168,8 +280,9 @@ def plot_results(results: list[dict[str, Any]], path: Path) -> None:
 @click.command("attention", epilog="""\b
 Examples:
   lavo-zoo bench attention --attentions lavo,sdpa --lengths 1024,4096,16384 --mode fwdbwd
-  lavo-zoo bench attention --attentions lavo --lengths 1024,65536 --mode decode
-  lavo-zoo bench attention --attentions lavo --lengths 16384,1048576 --mode stream --chunk-size 16384
+  lavo-zoo bench attention --attentions lavo,performer --lengths 256,1024,4096,16384 --efficiency-tolerance 0.05
+  lavo-zoo bench attention --attentions lavo --lengths 1024,65536 --mode decode --no-efficiency
+  lavo-zoo bench attention --attentions lavo --lengths 16384,1048576 --mode stream --chunk-size 16384 --no-efficiency
   lavo-zoo bench attention --attentions lavo,local -o window_size=64 -o lavo.num_bases=32 --lengths 4096
   lavo-zoo bench attention --device cuda --dtype bfloat16 --lengths 8192,32768 --json r.json --plot r.png""")
 @click.option("--attentions", default="lavo,sdpa,local", show_default=True,
@@ -179,7 +292,8 @@ Examples:
 @click.option("--mode", type=click.Choice(MODES), default="fwdbwd", show_default=True,
               help="fwd (no grad), fwdbwd (forward + backward), decode (per-token latency at a context position, "
                    "after a streamed prefill), stream (LENGTH tokens in --chunk-size chunks, carrying the state).")
-@click.option("--pattern", type=click.Choice(["causal", "noncausal"]), default="causal", show_default=True)
+@click.option("--pattern", type=click.Choice(PATTERNS), default="causal", show_default=True,
+              help="cross: attention over a source as long as the queries (fwd and fwdbwd only).")
 @device_option
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
 @click.option("--embed-dim", type=click.IntRange(1), default=768, show_default=True)
@@ -195,15 +309,27 @@ Examples:
               help="Run each measurement in a fresh subprocess (default on CPU: needed for exact peak memory).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds per isolated measurement before it is recorded as a timeout.")
+@click.option("--efficiency/--no-efficiency", default=True, show_default=True,
+              help="After the sweep, find each attention's efficiency lengths: the shortest length at which it "
+                   f"beats {BASELINE} in time and in peak memory, bisected between the swept lengths ({BASELINE} "
+                   "is added to the sweep when not listed).")
+@click.option("--efficiency-tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE, show_default=True,
+              help="Bisect until the bracket [lo, hi] is within this fraction of lo (or --efficiency-step); the "
+                   "length reported is hi, the shortest measured length at which it wins.")
+@click.option("--efficiency-step", type=click.IntRange(1), default=DEFAULT_STEP, show_default=True,
+              help="Bisection lengths are multiples of this (e.g. 64 for block kernels); it also ends the "
+                   "bisection once the bracket is this narrow.")
 @json_records_option
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of time and peak memory against length (log-log), one line per attention.")
 def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device: str | None, dtype: str,
                   embed_dim: int, heads: int, batch: int, repeats: int, warmup: int, chunk_size: int,
-                  options: tuple[str, ...], isolate: bool | None, timeout: float | None, json_file: Path | None,
+                  options: tuple[str, ...], isolate: bool | None, timeout: float | None, efficiency: bool,
+                  efficiency_tolerance: float, efficiency_step: int, json_file: Path | None,
                   plot_file: Path | None) -> None:
     """Time attention layers (projections included) against sequence length: median of the timed runs,
-    tokens/s and peak memory of each (attention, length), printed as they finish."""
+    tokens/s and peak memory of each (attention, length), printed as they finish; then each attention's efficiency
+    lengths against sdpa (the shortest length at which it is faster, and at which it needs less peak memory)."""
     from lavo_zoo.attention import attention_info, build_attention
 
     names = [n.strip() for n in attentions.split(",") if n.strip()]
@@ -224,41 +350,24 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
         raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
     length_list = parse_ints(lengths, "--lengths")
     per_options = _parse_options(options, names)
-    from lavo_zoo.engine.env import describe_machine, machine, pick_device
+    from lavo_zoo.engine.env import pick_device
 
     device = str(pick_device(device))
     isolate = device == "cpu" if isolate is None else isolate
-    host = machine(device)  # figures from machines with other vector units are not comparable: recorded with them
     settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "embed_dim": embed_dim,
-                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size,
-                "machine": host}
+                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size}
     for n in names:  # build each once so that a bad option fails now, as a usage error
         try:
             build_attention(n, embed_dim, heads, pattern, **per_options[n])
         except (ValueError, TypeError) as e:
             raise UsageError(f"attention '{n}' with options {per_options[n]}: {e}") from None
-    results = []
-    click.echo(f"# {mode} {pattern} D={embed_dim} H={heads} B={batch} {dtype} on {device}; median of {repeats} "
-               f"after {warmup} warm-up; {'isolated processes' if isolate else 'in process'}")
-    click.echo(f"# {describe_machine(host)}")
-    for n in names:
-        for T in length_list:
-            spec = {**settings, "attention": n, "length": T, "options": per_options[n]}
-            if isolate:
-                record = run_isolated("lavo_zoo.bench.attention:measure", spec, timeout)
-            else:
-                try:
-                    record = measure(spec)
-                except Exception as e:  # noqa: BLE001 - e.g. out of memory: recorded, the sweep goes on
-                    record = {"error": f"{type(e).__name__}: {e}"}
-            record = {"attention": n, "mode": mode, "length": T, "options": per_options[n], **record}
-            results.append(record)
-            click.echo(_format(record))
+    search = {"tolerance": efficiency_tolerance, "step": efficiency_step} if efficiency else None
+    data = run_sweep(names, length_list, per_options, settings, isolate, timeout, search)
     if json_file is not None:
-        write_json(json_file, {"settings": settings, "results": results})
+        write_json(json_file, data)
         click.echo(f"wrote {json_file}")
     if plot_file is not None:
-        plot_results(results, plot_file)
+        plot_results(data["results"], plot_file)
         click.echo(f"wrote {plot_file}")
-    if all("error" in r for r in results):
+    if all("error" in r for r in data["results"]):
         raise ZooError("every measurement failed (see the lines above)")

@@ -57,12 +57,15 @@ def zoo_table(files: list[Path]) -> None:
         data = json.loads(path.read_text())
         pattern = data["settings"]["pattern"]
         for r in data["results"]:
+            if r.get("bisection"):  # the efficiency search's extra lengths: the table keeps the sweep's columns
+                continue
             lengths.add(r["length"])
             text = (f"{r['time_s']:.2f} s / {r['peak_memory_bytes'] / 2**20:.0f} MiB" if r.get("time_s") is not None
                     else r.get("error", "failed"))
             cells.setdefault((r["attention"], pattern), {})[r["length"]] = text
     cols = sorted(lengths)
-    click.echo("| attention | pattern | " + " | ".join(f"T={n // 1024}K" for n in cols) + " |")
+    heads = [f"T={n // 1024}K" if n % 1024 == 0 else f"T={n}" for n in cols]
+    click.echo("| attention | pattern | " + " | ".join(heads) + " |")
     click.echo("|---|---|" + "---|" * len(cols))
     for (name, pattern), row in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         click.echo(f"| {name} | {pattern} | " + " | ".join(row.get(n, "not run") for n in cols) + " |")
