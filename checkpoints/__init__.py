@@ -5,6 +5,7 @@
     resolve_checkpoint("lm/tiny-lavo@v1") a local checkpoint directory (downloaded, verified, unpacked as needed)
     with open_checkpoint(ref) as path:    any reference a user may type: directory, archive, index name, URL, hf://
     fetch_reference("https://.../x.tar.gz#sha256=...")   the verified cached file
+    load_predictor("runs/x")              the domain's predictor of a trained model (lavo_zoo.load)
 """
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ from typing import Any
 from lavo_zoo.checkpoints.index import IndexEntry, load_index
 from lavo_zoo.checkpoints.resolve import fetch_reference, open_checkpoint, parse_reference, resolve_checkpoint
 
-__all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "open_checkpoint", "parse_reference",
-           "resolve_checkpoint"]
+__all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "load_predictor", "open_checkpoint",
+           "parse_reference", "resolve_checkpoint"]
+
+
+def load_predictor(name_or_path: Any, device: str | None = None, overrides: Any = (), recipe: str | None = None
+                   ) -> Any:
+    """The predictor of a trained model (:func:`lavo_zoo.checkpoints.predictor.load_predictor`; imports torch)."""
+    from lavo_zoo.checkpoints.predictor import load_predictor as load
+
+    return load(name_or_path, device, overrides, recipe)
 
 
 def list_checkpoints(pattern: str | None = None) -> list[dict[str, Any]]:

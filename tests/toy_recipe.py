@@ -3,6 +3,7 @@
 Linear targets y = x @ W* + noise, fitted by a small MLP with dropout (so the RNG matters for exact resume).
 Test-only fault injection, read from the environment of a subprocess run:
   TOY_KILL_AFTER_BATCHES=N   SIGKILL this process in the middle of the N-th training micro-batch.
+  TOY_SIGNAL_AFTER_BATCHES=N:NAME   send SIGINT / SIGTERM (NAME) to this process in the N-th micro-batch.
 """
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ class ToyRecipe(Recipe):
         _calls += 1
         if _calls == int(os.environ.get("TOY_KILL_AFTER_BATCHES", "0")):
             os.kill(os.getpid(), signal.SIGKILL)
+        at, _, name = os.environ.get("TOY_SIGNAL_AFTER_BATCHES", "0:").partition(":")
+        if _calls == int(at):
+            os.kill(os.getpid(), getattr(signal, name))
         x, y = batch
         loss = nn.functional.mse_loss(model(x), y)
         return loss, {"rmse": float(loss.detach().sqrt())}

@@ -1,7 +1,19 @@
-"""lavo_zoo: LAVO (linear attention via orthogonal memory), its baselines and a multi-domain model zoo."""
-from importlib.metadata import PackageNotFoundError, version
+"""lavo_zoo: LAVO (linear attention via orthogonal memory), its baselines and a multi-domain model zoo.
 
-try:
-    __version__ = version("lavo-zoo")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
+    import lavo_zoo
+    model = lavo_zoo.load("runs/tiny-lavo")        # the domain's predictor: generate / forecast / synthesize / ...
+"""
+from typing import Any
+
+from lavo_zoo.version import __version__
+
+
+def __getattr__(name: str) -> Any:
+    """``lavo_zoo.load`` is imported on first use, so that ``import lavo_zoo`` (and the CLI's --help) stays light."""
+    if name == "load":
+        from lavo_zoo.checkpoints.predictor import load_predictor
+        return load_predictor
+    raise AttributeError(f"module 'lavo_zoo' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "load"]

@@ -215,7 +215,8 @@ Examples:
   lavo-zoo train lm/tiny-lavo --out runs/tiny                  # built-in data, CPU
   lavo-zoo train lm/tiny-lavo train.lr=1e-3 model.num_layers=2 --max-steps 100
   torchrun --nproc-per-node 2 -m lavo_zoo.cli train lm/tiny-lavo --out runs/ddp   # DDP, 2 processes
-  lavo-zoo train my_config.yaml --out runs/x --resume auto      # continue where runs/x stopped""")
+  lavo-zoo train my_config.yaml --out runs/x --resume auto      # continue where runs/x stopped
+  lavo-zoo train lm/pg19-lavo data.path=data/pg19 --dry-run     # check a long run first""")
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
 @out_option("Run directory (default: runs/<domain>-<name>).", folder=True)
@@ -223,8 +224,11 @@ Examples:
               help="'auto': continue from OUT's newest complete checkpoint if any; or a checkpoint directory.")
 @device_option
 @click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N.")
+@click.option("--dry-run", is_flag=True,
+              help="Check the config, the data's layout, the model and --out, print what the run would do and "
+                   "write, and stop: nothing is trained or written.")
 def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str | None, device: str | None,
-          max_steps: int | None) -> None:
+          max_steps: int | None, dry_run: bool) -> None:
     """Train CONFIG (a <domain>/<name> or a YAML path) with optional key.sub=value OVERRIDES.
 
     The run directory receives config.yaml (resolved), metrics.jsonl and checkpoints/step-N/ with checkpoints/last
@@ -233,11 +237,20 @@ def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str
     from lavo_zoo.engine.recipe import resolve_config
     from lavo_zoo.engine.trainer import Trainer
 
+    command = command_line("train", config, *overrides, out=out, resume=resume, device=device, max_steps=max_steps)
     overrides = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
     recipe, cfg = resolve_config(config, overrides)
     if out is None:
         out = Path("runs") / str(config).replace("/", "-").removesuffix(".yaml")
-    Trainer(recipe, cfg, out, device=device, resume=resume).fit()
+    if dry_run:
+        from lavo_zoo.engine.dry_run import describe_run
+
+        rows = describe_run(recipe, cfg, out, device, resume, config_name=config)
+        click.echo("dry run: the config, data, model and --out check out; nothing is trained or written")
+        for label, text in rows:
+            click.echo(f"  {label:<12} {text}")
+        return
+    Trainer(recipe, cfg, out, device=device, resume=resume, command=command).fit()
 
 
 # ---------------------------------------------------------------------------------------------------------- eval

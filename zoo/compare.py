@@ -314,10 +314,11 @@ def collect_efficiency(paths: list[Path]) -> dict[str, dict[str, Any]]:
 def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
               options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str,
               rerun: bool = False, max_batches: int | None = None,
-              efficiency: Efficiency | None = None) -> list[dict]:
+              efficiency: Efficiency | None = None, dry_run: bool = False) -> list[dict]:
     """Run every unfinished cell (attention-major order) and return all cell records. An empty ``attentions``
     keeps the config's own attention (one row: repeated runs over ``seeds``). With ``efficiency``, every record also
-    gets its row's efficiency lengths (:func:`study_efficiency`; not in cell.json)."""
+    gets its row's efficiency lengths (:func:`study_efficiency`; not in cell.json). ``dry_run``: check every cell
+    (its config, the data of the first, each model) and print the plan; nothing is trained or written."""
     from lavo_zoo.config import to_dict
     from lavo_zoo.engine.recipe import resolve_config
 
@@ -340,6 +341,9 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
         cell_dir = out_dir / "cells" / cell.name
         check_reusable(cell_dir, to_dict(cell_cfg), rerun)
         planned.append((cell, recipe, cell_cfg, cell_overrides_, cell_dir))
+    if dry_run:
+        _print_plan(planned, config, device)
+        return []
     records = []
     for i, (cell, recipe, cell_cfg, cell_overrides_, cell_dir) in enumerate(planned, 1):
         done = cell_dir / CELL_FILE
@@ -376,6 +380,23 @@ def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
         except UsageError:
             return None
     return attention_setup(recipe, cfg, key)
+
+
+def _print_plan(planned: list[tuple], config: str, device: str | None) -> None:
+    """``compare --dry-run``: the first cell as ``train --dry-run`` describes it, then one line per cell."""
+    from lavo_zoo.engine.dry_run import describe_run
+
+    _, recipe, cfg, _, cell_dir = planned[0]
+    rows = describe_run(recipe, cfg, cell_dir, device, resume="auto", config_name=config)
+    click.echo(f"dry run: {len(planned)} cells check out; nothing is trained or written")
+    for label, text in rows:
+        if label not in ("start", "would write"):
+            click.echo(f"  {label:<12} {text}")
+    for cell, recipe, cell_cfg, _, cell_dir in planned:
+        state = ("finished, kept" if (cell_dir / CELL_FILE).exists() else
+                 "resumes" if (cell_dir / "checkpoints").is_dir() else "trains")
+        params = sum(p.numel() for p in recipe.build_model(cell_cfg).parameters())
+        click.echo(f"  cell {cell.name:<28} {params:>12,} parameters  {state} in {cell_dir}")
 
 
 # ----------------------------------------------------------------------------------------------------- collecting
@@ -606,10 +627,12 @@ Examples:
                    "bench attention` finds them), measured once and kept in OUT/efficiency/.")
 @click.option("--efficiency-lengths", default=",".join(map(str, Efficiency.lengths)), show_default=True,
               help="The lengths swept before the bisection (comma-separated).")
+@click.option("--dry-run", is_flag=True, help="Check every cell's config, the data and the models, print the plan "
+                                              "and stop: nothing is trained or written.")
 def compare(config: str | None, overrides: tuple[str, ...], attentions: str | None, site: str | None, seeds: str,
             options: tuple[str, ...], out: Path, split: str, device: str | None, max_steps: int | None,
             max_batches: int | None, rerun: bool, collect_paths: bool, efficiency: bool,
-            efficiency_lengths: str) -> None:
+            efficiency_lengths: str, dry_run: bool) -> None:
     """Train and score CONFIG once per (attention, seed) with the same budget, then write a comparison table.
 
     Finished cells are kept and killed ones resume, so the same command continues an interrupted study.
@@ -634,7 +657,9 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
 
             how = Efficiency(lengths=tuple(sorted(set(parse_ints(efficiency_lengths, "--efficiency-lengths")))))
         records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
-                            split, rerun, max_batches, how)
+                            split, rerun, max_batches, how, dry_run)
+        if dry_run:
+            return
         title = f"{config} on {split}" + (f", varying {site}" if site else "")
     for path in write_table(records, out, title):
         click.echo(f"wrote {path}")

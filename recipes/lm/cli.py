@@ -32,26 +32,17 @@ def generate(checkpoint: str, prompt: str, max_new_tokens: int, temperature: flo
              seed: int | None, device: str | None, stream_state: bool) -> None:
     """Continue PROMPT with the language model in CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or
     an hf:// reference)."""
-    from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
-    from lavo_zoo.errors import UsageError
-    from lavo_zoo.nn.tokenizers import get_tokenizer
-    from lavo_zoo.recipes.lm.infer import generate_ids
+    from lavo_zoo.checkpoints import load_predictor
 
-    with open_checkpoint(checkpoint) as path:  # an unpacked archive is removed once the model is loaded
-        recipe, cfg, model, _ = load_model(path, pick_device(device))
-    if recipe.name != "lm":
-        raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; generate needs a language model ('lm')")
-    tokenizer = get_tokenizer(cfg.data.tokenizer)
-    prompt_ids = tokenizer.encode(prompt) or [tokenizer.eod]
+    lm = load_predictor(checkpoint, device, recipe="lm")
     start = time.perf_counter()
-    new = generate_ids(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       stop=tokenizer.eod, seed=seed, use_state=stream_state and model.streaming)
+    text = lm.generate(prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                       stream_state=stream_state)
     elapsed = time.perf_counter() - start
-    click.echo(prompt + tokenizer.decode([i for i in new if i != tokenizer.eod]))
-    mode = "with the carried state" if stream_state and model.streaming else "by full re-runs"
-    click.echo(f"[{len(new)} tokens in {elapsed:.2f}s, {len(new) / elapsed:.1f} tokens/s, {mode}]", err=True)
+    click.echo(prompt + text)
+    tokens = len(lm.tokenizer.encode(text))
+    mode = "with the carried state" if stream_state and lm.model.streaming else "by full re-runs"
+    click.echo(f"[{tokens} tokens in {elapsed:.2f}s, {tokens / max(elapsed, 1e-9):.1f} tokens/s, {mode}]", err=True)
 
 
 COMMANDS = [generate]

@@ -1,12 +1,18 @@
-"""Text generation from a language model (the ``lavo-zoo generate`` command is in :mod:`lavo_zoo.recipes.lm.cli`).
+"""Text generation from a language model: :class:`LanguageModel`, what ``lavo_zoo.load`` returns for an ``lm``
+checkpoint (``lavo-zoo generate`` calls it).
 
 With a streaming attention the prompt is consumed once and every new token costs one step with the carried state
 (LAVO's O(1) recurrent state, the softmax attentions' KV cache); otherwise each step re-runs the whole sequence.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
+
+from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.nn.tokenizers import Tokenizer, get_tokenizer
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -57,3 +63,28 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
         if ids[-1] == stop:
             break
     return ids[len(prompt):]
+
+
+class LanguageModel(Predictor):
+    """A trained language model: ``generate`` continues prompts (``lavo_zoo.load`` returns it for an ``lm``
+    checkpoint)."""
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return get_tokenizer(self.cfg.data.tokenizer)
+
+    def generate(self, prompt: str | Sequence[str], max_new_tokens: int = 200, *, temperature: float = 1.0,
+                 top_k: int = 50, top_p: float = 1.0, seed: int | None = None, stream_state: bool = True
+                 ) -> str | list[str]:
+        """The continuation of ``prompt`` (a string, or a list of them: one continuation each), decoded with the
+        carried recurrent state / KV cache when the attention streams (``stream_state``), else by re-running the
+        sequence each step. ``temperature`` 0 is greedy; ``top_k`` 0 and ``top_p`` 1 switch those filters off;
+        generation stops at the end-of-document token."""
+        if not isinstance(prompt, str):
+            return [self.generate(p, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                  stream_state=stream_state) for p in prompt]
+        tokenizer = self.tokenizer
+        ids = tokenizer.encode(prompt) or [tokenizer.eod]
+        new = generate_ids(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                           stop=tokenizer.eod, seed=seed, use_state=stream_state and self.model.streaming)
+        return tokenizer.decode([i for i in new if i != tokenizer.eod])

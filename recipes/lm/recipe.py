@@ -19,6 +19,7 @@ from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.nn.tokenizers import get_tokenizer
 from lavo_zoo.recipes.lm.data import CACHE_FORMAT, DataConfig, TokenBlocks, load_tokens, write_stdlib_corpus
+from lavo_zoo.recipes.lm.infer import LanguageModel
 from lavo_zoo.recipes.lm.model import ModelConfig, TransformerLM
 
 
@@ -51,6 +52,7 @@ class LMRecipe(Recipe):
     task = ("text-generation", "Language modelling")
     limits = ("A small language model trained briefly on one corpus: it continues text in that corpus's style and "
               "is no general-purpose generator; its perplexity depends on the tokenizer and the context length.")
+    predictor = LanguageModel
 
     def resolve(self, cfg: LMConfig) -> LMConfig:
         """``model.vocab_size`` from ``data.tokenizer``."""
@@ -98,7 +100,7 @@ class LMRecipe(Recipe):
         """Perplexity at every length in ``eval.length_factors`` (``ppl@<length>``, the same tokens at each) and,
         with ``eval.stream``, over the streamed split (``ppl@stream`` and ``ppl@ctx:<lo>-<hi>`` per bucket of
         context length). ``max_batches`` caps the tokens scored at ``max_batches`` batches of length L (at least one
-        block of the longest length)."""
+        block of the longest length), and the stream at ``max_batches`` chunks."""
         was_training = model.training
         model.eval()
         table = self.build_evaluator(cfg)
@@ -114,8 +116,10 @@ class LMRecipe(Recipe):
             length_perplexity(model, tokens, table, lengths, tokens_per_batch=batch_size * L,
                               max_tokens=min(x for x in limits if x), device=device)
         if cfg.eval.stream:
-            stream_perplexity(model, tokens, table, chunk=cfg.eval.stream_chunk or L, bucket_start=L,
-                              max_tokens=cfg.eval.stream_tokens or None, device=device)
+            chunk = cfg.eval.stream_chunk or L
+            limits = (cfg.eval.stream_tokens, max_batches * chunk if max_batches else 0)
+            stream_perplexity(model, tokens, table, chunk=chunk, bucket_start=L,
+                              max_tokens=min((x for x in limits if x), default=None), device=device)
         if cfg.eval.plot:
             plot_perplexity(table.compute(), Path(cfg.eval.plot))
         model.train(was_training)

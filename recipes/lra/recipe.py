@@ -25,7 +25,7 @@ from lavo_zoo.recipes.lra.data import (
     load_examples,
     write_task,
 )
-from lavo_zoo.recipes.lra.infer import class_logits
+from lavo_zoo.recipes.lra.infer import Classifier, class_logits
 from lavo_zoo.recipes.lra.model import LRAClassifier, ModelConfig
 
 
@@ -57,6 +57,7 @@ class LRARecipe(Recipe):
     task = ("text-classification", "Long Range Arena classification")
     limits = ("A classifier for one Long Range Arena task in its token or pixel-sequence encoding: a probe of "
               "long-range attention, not a general text or image classifier.")
+    predictor = Classifier
 
     def resolve(self, cfg: LRAConfig) -> LRAConfig:
         """Fill the data-derived model sizes (vocabulary, classes, positions, two towers) from ``data.task``."""

@@ -34,18 +34,13 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     """Complete the partial scan INPUT_PCD (coordinates normalised as PCN's, y up) with the PoinTr model in
     CHECKPOINT (a directory, a .tar.gz/.zip, an index name, a URL or an hf:// reference) and write the dense
     completion as a .pcd."""
-    import numpy as np
     import torch
 
-    from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
+    from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.errors import UsageError
     from lavo_zoo.evaluators.base import input_path
     from lavo_zoo.evaluators.chamfer import score_clouds
     from lavo_zoo.formats.pcd import read_pcd, write_pcd
-    from lavo_zoo.recipes.point_cloud.data import random_sample_points
-    from lavo_zoo.recipes.point_cloud.infer import complete_clouds
 
     check_writable(out, overwrite)
     if png_file is not None:
@@ -54,15 +49,7 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     if len(partial) == 0:
         raise UsageError(f"{input_pcd}: the scan has no points to complete")
     gt = read_pcd(input_path(gt_file, "--gt")) if gt_file is not None else None
-    dev = pick_device(device)
-    with open_checkpoint(checkpoint) as path:
-        recipe, cfg, model, _ = load_model(path, dev)
-    if recipe.name != "point_cloud":
-        raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; complete needs a point_cloud checkpoint")
-    sampled, mask = random_sample_points(partial, cfg.data.input_points, np.random.default_rng(seed))
-    with torch.no_grad():
-        _, dense = complete_clouds(model, torch.from_numpy(sampled)[None].to(dev), torch.from_numpy(mask)[None].to(dev))
-    completed = dense.cloud(0).float().cpu().numpy()
+    completed = load_predictor(checkpoint, device, recipe="point_cloud").complete(partial, seed=seed)
     write_pcd(out, completed, encoding, overwrite=overwrite)
     click.echo(f"wrote {out} ({len(completed)} points from {len(partial)} input points)")
     if gt is not None:

@@ -14,7 +14,7 @@ from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.evaluators.chamfer import PointClouds, chamfer_l1
 from lavo_zoo.nn.points import nearest_sq_distances
 from lavo_zoo.recipes.point_cloud.data import GENERATOR_VERSION, CompletionDataset, DataConfig, write_shapes
-from lavo_zoo.recipes.point_cloud.infer import complete_clouds
+from lavo_zoo.recipes.point_cloud.infer import Completer, complete_clouds
 from lavo_zoo.recipes.point_cloud.model import ModelConfig, PoinTr
 
 
@@ -48,6 +48,7 @@ class PointCloudRecipe(Recipe):
     task = ("point-cloud-completion", "Point cloud completion")
     limits = ("It completes partial clouds of the categories and the point density it was trained on; other "
               "categories or real scans with other noise are outside what it learnt.")
+    predictor = Completer
 
     def build_model(self, cfg: PointCloudConfig) -> PoinTr:
         return PoinTr(cfg.model)

@@ -8,52 +8,63 @@ from pathlib import Path
 import click
 
 from lavo_zoo.errors import UsageError
-from lavo_zoo.options import device_option
-
-
-def read_articles(text: str) -> list[str]:
-    """Articles of a ``summarize`` input: separated by ``|||||`` or, without it, by blank lines."""
-    from lavo_zoo.formats.multinews import ARTICLE_SEPARATOR, split_articles
-
-    if ARTICLE_SEPARATOR in text:
-        return split_articles(text)
-    return [a.strip() for a in text.replace("\r\n", "\n").split("\n\n") if a.strip()]
+from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("summarize", epilog="""\b
 Examples:
   lavo-zoo summarize runs/tiny/checkpoints/last --input articles.txt
   cat articles.txt | lavo-zoo summarize runs/tiny/checkpoints/last
-  lavo-zoo summarize runs/tiny/checkpoints/last --input articles.txt --beam 4 --max-length 120""")
+  lavo-zoo summarize runs/tiny/checkpoints/last --input articles.txt --beam 4 --max-length 120
+  lavo-zoo summarize runs/tiny/checkpoints/last --input data/multi-news/test.src --per-line --out test.hyp""")
 @click.argument("checkpoint")
 @click.option("--input", "input_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Text file with the articles (default: standard input), separated by '|||||' or blank lines.")
+@click.option("--per-line", is_flag=True,
+              help="Each line of the input is one document (Multi-News .src: articles separated by '|||||', "
+                   "newlines as NEWLINE_CHAR); one summary per line.")
+@out_option("Write the summaries here, one per line (default: print them).")
+@overwrite_option
 @click.option("--beam", type=int, default=None, help="Beam size (default: the checkpoint's eval.beam, greedy = 1).")
 @click.option("--max-length", type=int, default=None, help="Longest summary in tokens (default: from the source).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Documents decoded at once (with --per-line).")
 @device_option
-def summarize(checkpoint: str, input_file: Path | None, beam: int | None, max_length: int | None,
-              device: str | None) -> None:
-    """Summarize the articles in INPUT with a summarization CHECKPOINT and print the summary."""
-    from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.recipes.summarization.infer import load_summarizer
+def summarize(checkpoint: str, input_file: Path | None, per_line: bool, out: Path | None, overwrite: bool,
+              beam: int | None, max_length: int | None, batch_size: int, device: str | None) -> None:
+    """Summarize the articles in INPUT with a summarization CHECKPOINT and print the summary (with --per-line:
+    one summary per input line, the layout `lavo-zoo score rouge --pred` reads)."""
+    from lavo_zoo.checkpoints import load_predictor
+    from lavo_zoo.recipes.summarization.infer import split_document
 
+    if out is not None:
+        check_writable(out, overwrite)
     if input_file is not None:
         from lavo_zoo.evaluators.base import input_path
         from lavo_zoo.formats.text import read_lines
 
-        text = "\n".join(read_lines(input_path(input_file, "--input")))
+        lines = read_lines(input_path(input_file, "--input"))
     else:
         if sys.stdin.isatty():
             raise UsageError("give the articles with --input FILE or on standard input")
-        text = sys.stdin.read()
-    articles = read_articles(text)
-    if not articles:
-        raise UsageError("the input holds no article text")
+        lines = sys.stdin.read().splitlines()
+    documents = [split_document(line) for line in lines] if per_line else [split_document("\n".join(lines))]
+    empty = [i + 1 for i, articles in enumerate(documents) if not articles]
+    if empty:
+        raise UsageError(f"line {empty[0]} of the input holds no article text" if per_line else
+                         "the input holds no article text")
     if beam is not None and beam < 1 or max_length is not None and max_length < 1:
         raise UsageError("--beam and --max-length must be positive")
-    with open_checkpoint(checkpoint) as path:
-        summarizer = load_summarizer(path, device=device)
-    click.echo(summarizer.summarize([articles], beam=beam, max_length=max_length)[0])
+    summarizer = load_predictor(checkpoint, device, recipe="summarization")
+    summaries = summarizer.summarize(documents, beam=beam, max_length=max_length, batch_size=batch_size)
+    text = "".join(" ".join(s.split()) + "\n" for s in summaries) if per_line else summaries[0] + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        from lavo_zoo.options import write_file
+
+        write_file(out, text, overwrite)
+        click.echo(f"wrote {out} ({len(summaries)} summaries)")
 
 
 COMMANDS = [summarize]

@@ -1,17 +1,19 @@
 """Summarization inference: decode summaries of padded source batches with a trained model (the recipe's
-evaluation), and :class:`Summarizer`, a loaded checkpoint that summarizes article texts (``lavo-zoo summarize``)."""
+evaluation), and :class:`Summarizer`, what ``lavo_zoo.load`` returns for a ``summarization`` checkpoint
+(``lavo-zoo summarize`` calls it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from lavo_zoo.engine.checkpoint import unwrap
-from lavo_zoo.engine.recipe import Recipe, to_device
-from lavo_zoo.errors import UsageError
+from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.engine.recipe import to_device
+from lavo_zoo.errors import InputError
+from lavo_zoo.formats.multinews import ARTICLE_SEPARATOR, split_articles
 from lavo_zoo.recipes.summarization.data import Vocabulary, collate
 
 
@@ -32,34 +34,36 @@ def generate_summaries(model: nn.Module, cfg: Any, source: torch.Tensor, source_
     return [vocab.decode(row[:n].tolist()) for row, n in zip(out.tokens, out.lengths.tolist())]
 
 
-@dataclass
-class Summarizer:
-    """A loaded checkpoint that summarizes lists of articles (``lavo-zoo summarize``)."""
+def split_document(text: str) -> list[str]:
+    """The articles of one document given as text: separated by ``|||||`` (Multi-News) or, without it, by blank
+    lines."""
+    if ARTICLE_SEPARATOR in text:
+        return split_articles(text)
+    return [a.strip() for a in text.replace("\r\n", "\n").split("\n\n") if a.strip()]
 
-    recipe: Recipe
-    cfg: Any
-    model: nn.Module
-    device: torch.device
 
-    def summarize(self, documents: list[list[str]], beam: int | None = None, max_length: int | None = None
-                  ) -> list[str]:
-        """One summary per document (a list of article texts)."""
+class Summarizer(Predictor):
+    """A trained summarization model: ``summarize`` turns documents into summaries (``lavo_zoo.load`` returns it for
+    a ``summarization`` checkpoint)."""
+
+    def summarize(self, documents: str | Sequence[str] | Sequence[Sequence[str]], beam: int | None = None,
+                  max_length: int | None = None, batch_size: int = 8) -> str | list[str]:
+        """The summary of one document (a string: articles separated by ``|||||`` or blank lines), or one summary per
+        document of a list (each a string or a list of article texts), decoded ``batch_size`` documents at a time
+        with the checkpoint's eval settings (``beam``, ``max_length`` in tokens override them)."""
+        single = isinstance(documents, str)
+        docs = [documents] if single else list(documents)
+        articles = [split_document(d) if isinstance(d, str) else [a for a in d if a.strip()] for d in docs]
+        empty = [i for i, a in enumerate(articles) if not a]
+        if empty:
+            raise InputError(f"document {empty[0]} holds no article text")
         vocab = Vocabulary(self.cfg.data.tokenizer)
-        samples = [{"id": str(i), "source": torch.tensor(vocab.encode_source(articles)[:self.cfg.data.max_source_tokens]
-                                                        or [vocab.sep]),
-                    "target": torch.tensor([vocab.bos, vocab.eos]), "reference": ""}
-                   for i, articles in enumerate(documents)]
-        batch = to_device(collate(samples, vocab.pad), self.device)
-        return generate_summaries(self.model, self.cfg, batch["source"], batch["source_mask"], beam, max_length)
-
-
-def load_summarizer(path: Path, device: str | None = None) -> Summarizer:
-    """A :class:`Summarizer` from a summarization checkpoint directory."""
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
-
-    dev = pick_device(device)
-    recipe, cfg, model, _ = load_model(path, dev)
-    if recipe.name != "summarization":
-        raise UsageError(f"{path} is a '{recipe.name}' checkpoint; `lavo-zoo summarize` needs a summarization one")
-    return Summarizer(recipe, cfg, model, dev)
+        summaries: list[str] = []
+        for start in range(0, len(articles), batch_size):
+            samples = [{"id": str(i), "target": torch.tensor([vocab.bos, vocab.eos]), "reference": "",
+                        "source": torch.tensor(vocab.encode_source(a)[:self.cfg.data.max_source_tokens] or [vocab.sep])}
+                       for i, a in enumerate(articles[start:start + batch_size])]
+            batch = to_device(collate(samples, vocab.pad), self.device)
+            summaries += generate_summaries(self.model, self.cfg, batch["source"], batch["source_mask"], beam,
+                                            max_length)
+        return summaries[0] if single else summaries

@@ -28,7 +28,7 @@ from lavo_zoo.recipes.summarization.data import (
     load_split,
     write_stdlib_corpus,
 )
-from lavo_zoo.recipes.summarization.infer import generate_summaries
+from lavo_zoo.recipes.summarization.infer import Summarizer, generate_summaries
 from lavo_zoo.recipes.summarization.model import ModelConfig, SummarizationTransformer
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class SummarizationRecipe(Recipe):
     task = ("summarization", "Multi-document summarization")
     limits = ("Its summaries come from a small encoder-decoder and may state what the sources do not say: do not "
               "rely on them as faithful summaries.")
+    predictor = Summarizer
 
     def resolve(self, cfg: SummarizationConfig) -> SummarizationConfig:
         """Vocabulary size and padding id from ``data.tokenizer``; length settings checked against the positions."""

@@ -1,5 +1,6 @@
-"""The forecasting recipe's own commands (``COMMANDS``, mounted as ``lavo-zoo <name>``): ``forecast-plot``. Heavy
-modules are imported inside the commands so that ``lavo-zoo --help`` stays fast."""
+"""The forecasting recipe's own commands (``COMMANDS``, mounted as ``lavo-zoo <name>``): ``forecast`` (continue a
+new series) and ``forecast-plot`` (windows of a split). Both call :class:`~lavo_zoo.recipes.time_series.infer.
+Forecaster`; heavy modules are imported inside the commands so that ``lavo-zoo --help`` stays fast."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +8,41 @@ from pathlib import Path
 import click
 
 from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+
+
+@click.command("forecast", epilog="""\b
+Examples:
+  lavo-zoo forecast runs/ts/checkpoints/best --csv data/etth1/ETTh1.csv --out forecast.csv
+  lavo-zoo forecast runs/ts --csv data/etth1/ETTh1.csv --at "2017-06-01 00:00:00" --out june.csv
+  lavo-zoo forecast runs/ts --csv latest.csv          # CSV on standard output""")
+@click.argument("checkpoint")
+@click.option("--csv", "csv_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The series to continue: a 'date' column and the columns the model was trained on.")
+@click.option("--at", "at", default=None, metavar="DATE",
+              help="Forecast the steps after the row of this date (default: after the last row).")
+@out_option("CSV file to write (default: standard output).", default=None)
+@overwrite_option
+@device_option
+def forecast(checkpoint: str, csv_file: Path, at: str | None, out: Path | None, overwrite: bool,
+             device: str | None) -> None:
+    """Forecast the pred_len steps after the end of a CSV (or after --at) with the time_series model in CHECKPOINT
+    (a run or checkpoint directory, an archive, an index name, a URL or an hf:// reference). The scaler, columns
+    and time step of the training data come from the checkpoint; the forecast is in the CSV's units, its dates
+    continue the CSV's at its frequency."""
+    from lavo_zoo.checkpoints import load_predictor
+    from lavo_zoo.evaluators.base import input_path
+    from lavo_zoo.options import write_file
+    from lavo_zoo.recipes.time_series.infer import forecast_csv
+
+    if out is not None:
+        check_writable(out, overwrite)
+    input_path(csv_file, "--csv")
+    text = forecast_csv(load_predictor(checkpoint, device, recipe="time_series").forecast(csv_file, at=at))
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        write_file(out, text, overwrite)
+        click.echo(f"wrote {out}")
 
 
 @click.command("forecast-plot", epilog="""\b
@@ -25,23 +61,15 @@ Examples:
 def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out: Path, overwrite: bool, split: str, windows: int,
                   device: str | None) -> None:
     """Plot forecast against truth (standardised) for a few windows of a split of a time_series CHECKPOINT."""
-    from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
-    from lavo_zoo.errors import UsageError
-    from lavo_zoo.recipes.time_series.infer import forecast_windows
+    from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
     check_writable(out, overwrite)
-    dev = pick_device(device)
-    with open_checkpoint(checkpoint) as path:
-        recipe, cfg, model, _ = load_model(path, dev, list(overrides))
-    if recipe.name != "time_series":
-        raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; forecast-plot needs a time_series one")
-    history, truth, forecast, indices = forecast_windows(recipe, model, cfg, split, windows, dev)
-    written = plot_forecasts(history, truth, forecast, out, [f"{split} window {i}" for i in indices],
-                             title=f"{checkpoint}: {cfg.data.path or 'built-in data'}")
+    forecaster = load_predictor(checkpoint, device, overrides, recipe="time_series")
+    history, truth, predicted, indices = forecaster.split_windows(split, windows)
+    written = plot_forecasts(history, truth, predicted, out, [f"{split} window {i}" for i in indices],
+                             title=f"{checkpoint}: {forecaster.cfg.data.path or 'built-in data'}")
     click.echo(f"wrote {written}")
 
 
-COMMANDS = [forecast_plot]
+COMMANDS = [forecast, forecast_plot]

@@ -115,7 +115,8 @@ def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------------- reading
-def _read_csv(path: Path) -> pd.DataFrame:
+def read_table(path: Path) -> pd.DataFrame:
+    """The CSV at ``path`` with its 'date' column parsed and checked (:func:`check_dates`)."""
     if path.is_dir():
         raise DataError(f"data.path {path} is a directory; set data.path=FILE to a CSV file with a 'date' column "
                         "(e.g. a file inside it), or data.path=null for the built-in data")
@@ -126,45 +127,62 @@ def _read_csv(path: Path) -> pd.DataFrame:
         table = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
         raise DataError(f"{path} is not a readable CSV file: {e}") from None
+    return check_dates(table, str(path))
+
+
+def check_dates(table: pd.DataFrame, source: str) -> pd.DataFrame:
+    """``table`` with its 'date' column parsed (a copy); refuses a missing column, an unparseable date and dates
+    that do not increase, naming the line (a table's row i is line i + 2 of its CSV)."""
     if "date" not in table.columns:
-        raise DataError(f"{path} has no 'date' column (columns: {', '.join(map(str, table.columns))}); "
+        raise DataError(f"{source} has no 'date' column (columns: {', '.join(map(str, table.columns))}); "
                         "a forecasting CSV needs a 'date' column followed by numeric series")
     dates = pd.to_datetime(table["date"], errors="coerce")
     if dates.isna().any():
         row = int(np.flatnonzero(dates.isna().to_numpy())[0])
-        raise DataError(f"{path}: the 'date' value {table['date'].iloc[row]!r} on line {row + 2} is not a "
+        raise DataError(f"{source}: the 'date' value {table['date'].iloc[row]!r} on line {row + 2} is not a "
                         "parseable date (expected e.g. 2016-07-01 00:00:00, the same format on every line)")
     steps = np.diff(dates.to_numpy().astype("datetime64[ns]").astype(np.int64))
     if (steps <= 0).any():
         row = int(np.flatnonzero(steps <= 0)[0]) + 1  # the later of the two rows
         what = "repeats" if steps[row - 1] == 0 else "comes before"
-        raise DataError(f"{path}: the date {table['date'].iloc[row]!r} on line {row + 2} {what} the one on line "
+        raise DataError(f"{source}: the date {table['date'].iloc[row]!r} on line {row + 2} {what} the one on line "
                         f"{row + 1}; dates must increase from row to row (sort the file by date and drop duplicates)")
-    table["date"] = dates
-    return table
+    return table.assign(date=dates).reset_index(drop=True)
 
 
-def _select(table: pd.DataFrame, cfg: DataConfig, source: str) -> tuple[pd.DataFrame, list[str]]:
-    """The value columns in Informer's order (others, then the target) for the feature mode."""
-    columns = [c for c in table.columns if c != "date"]
-    if cfg.target not in columns:  # M too: the target is the last column, as Informer's Dataset_Custom orders it
-        raise DataError(f"{source} has no target column '{cfg.target}'{did_you_mean(cfg.target, map(str, columns))}"
-                        f"; its columns: {', '.join(map(str, columns))} (set data.target=NAME)")
-    columns = [c for c in columns if c != cfg.target] + [cfg.target]
-    if cfg.features == "S":
-        columns = [cfg.target]
+def usual_step(dates: pd.Series) -> pd.Timedelta | None:
+    """The most common time step between consecutive dates (None for fewer than two rows)."""
+    if len(dates) < 2:
+        return None
+    return pd.Timedelta(pd.Series(np.diff(dates.to_numpy())).mode().iloc[0])
+
+
+def numeric_values(table: pd.DataFrame, columns: list[str], source: str) -> np.ndarray:
+    """[N, C] float64 values of ``columns``; refuses a missing, non-numeric or non-finite value naming its line."""
     values = table[columns].apply(pd.to_numeric, errors="coerce")
     bad = values.isna().to_numpy()
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
         raise DataError(f"{source}: column '{columns[col]}' has a missing or non-numeric value "
                         f"{table[columns[col]].iloc[row]!r} on line {row + 2}")
-    infinite = ~np.isfinite(values.to_numpy(np.float64))
+    raw = values.to_numpy(np.float64)
+    infinite = ~np.isfinite(raw)
     if infinite.any():
         row, col = map(int, np.argwhere(infinite)[0])
         raise DataError(f"{source}: column '{columns[col]}' has the non-finite value "
                         f"{table[columns[col]].iloc[row]!r} on line {row + 2}; every value must be a finite number")
-    return values, [str(c) for c in columns]
+    return raw
+
+
+def model_columns(table: pd.DataFrame, cfg: DataConfig, source: str) -> list[str]:
+    """The value columns in Informer's order (others, then the target) for the feature mode."""
+    columns = [str(c) for c in table.columns if c != "date"]
+    if cfg.target not in columns:  # M too: the target is the last column, as Informer's Dataset_Custom orders it
+        raise DataError(f"{source} has no target column '{cfg.target}'{did_you_mean(cfg.target, columns)}"
+                        f"; its columns: {', '.join(columns)} (set data.target=NAME)")
+    if cfg.features == "S":
+        return [cfg.target]
+    return [c for c in columns if c != cfg.target] + [cfg.target]
 
 
 def split_borders(rows: int, split: str, seq_len: int) -> dict[str, tuple[int, int]]:
@@ -193,6 +211,7 @@ class PreparedSeries:
     mean: np.ndarray  # [C] training-split mean (float64)
     std: np.ndarray  # [C] training-split std (ddof=0; 1 for constant columns, as scikit-learn)
     borders: dict[str, tuple[int, int]]
+    step: pd.Timedelta | None  # the most common time step between rows
 
 
 def resolve_split(cfg: DataConfig) -> str:
@@ -220,15 +239,15 @@ def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:
                           "decoder's start token is the end of the encoder input")
     _features_for(cfg.freq)
     source = str(path) if cfg.path else "the built-in data"
-    table = _read_csv(Path(path))
-    values, columns = _select(table, cfg, source)
+    table = read_table(Path(path))
+    columns = model_columns(table, cfg, source)
+    raw = numeric_values(table, columns, source)  # [N, C]
     borders = split_borders(len(table), resolve_split(cfg), cfg.seq_len)
     window = cfg.seq_len + cfg.pred_len
     for name, (b1, b2) in borders.items():
         if b1 < 0 or b2 - b1 < window:
             raise DataError(f"{source} has {len(table)} rows: its {name} split (rows {max(b1, 0)}-{b2}) is too short "
                             f"for one window of seq_len + pred_len = {window} rows")
-    raw = values.to_numpy(np.float64)  # [N, C]
     train = raw[borders["train"][0]:borders["train"][1]]
     mean, std = train.mean(0), train.std(0)
     if (std == 0).any():
@@ -237,7 +256,8 @@ def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:
                     "is 0", source, ", ".join(c for c, sd in zip(columns, std) if sd == 0))
     std = np.where(std == 0, 1.0, std)
     stamps = time_features(pd.DatetimeIndex(table["date"]), cfg.freq)
-    return PreparedSeries(((raw - mean) / std).astype(np.float32), stamps, tuple(columns), mean, std, borders)
+    return PreparedSeries(((raw - mean) / std).astype(np.float32), stamps, tuple(columns), mean, std, borders,
+                          usual_step(table["date"]))
 
 
 class ForecastWindows(Dataset):

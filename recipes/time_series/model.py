@@ -52,6 +52,11 @@ class ModelConfig:
     channels: NonNegativeInt = 0  # input series (Informer's enc_in / dec_in)
     out_channels: NonNegativeInt = 0  # forecast series (c_out: 1 for features=MS, else channels)
     time_features: NonNegativeInt = 0  # timeF calendar features of data.freq
+    # the training series, saved so that forecasts of new data need neither the training CSV nor its rows
+    columns: list[str] = field(default_factory=list)  # input columns in order (the target last for M / MS)
+    scaler_mean: list[float] = field(default_factory=list)  # per column, over the training split
+    scaler_std: list[float] = field(default_factory=list)  # per column (ddof=0; 1 for a constant column)
+    step: str = ""  # the usual time step between rows, a pandas offset (1h, 15min); "" = unknown
 
 
 class DataEmbedding(nn.Module):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,6 +23,7 @@ from lavo_zoo.recipes.time_series.data import (
     prepare,
     write_table,
 )
+from lavo_zoo.recipes.time_series.infer import Forecaster
 from lavo_zoo.recipes.time_series.model import Informer, ModelConfig
 
 
@@ -50,6 +52,7 @@ class TimeSeriesRecipe(Recipe):
     config_class = TimeSeriesConfig
     tiny_config = "time_series/tiny-lavo"
     evaluator = "forecast"
+    predictor = Forecaster
     datasets = tuple(BUILTIN_DATASETS)
     task = ("time-series-forecasting", "Time series forecasting")
     limits = ("It forecasts the series it was trained on (its columns, frequency and standardisation); it does not "
@@ -60,11 +63,16 @@ class TimeSeriesRecipe(Recipe):
         return prepare(data, self.data_path(data))
 
     def resolve(self, cfg: TimeSeriesConfig) -> TimeSeriesConfig:
-        """``model.channels`` / ``out_channels`` from the data's columns, ``model.time_features`` from data.freq."""
+        """``model.channels`` / ``out_channels`` from the data's columns, ``model.time_features`` from data.freq, and
+        the training series' columns, scaler and time step (what :class:`Forecaster` needs for new data)."""
         d, m = cfg.data, cfg.model
-        m.channels = len(self.series(d).columns)
+        series = self.series(d)
+        m.channels = len(series.columns)
         m.out_channels = 1 if d.features == "MS" else m.channels
         m.time_features = num_time_features(d.freq)
+        m.columns = list(series.columns)
+        m.scaler_mean, m.scaler_std = series.mean.tolist(), series.std.tolist()
+        m.step = pd.tseries.frequencies.to_offset(series.step).freqstr if series.step is not None else ""
         return cfg
 
     def builtin_config(self, dataset: str, size: int | None) -> DataConfig:

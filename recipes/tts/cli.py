@@ -34,49 +34,30 @@ def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path
     or an hf:// reference): autoregressive mel frames until the stop token, then Griffin-Lim."""
     import time
 
-    import torch
-
-    from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.checkpoint import load_model
-    from lavo_zoo.engine.env import pick_device
+    from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.recipes.tts.audio import write_wav
-    from lavo_zoo.recipes.tts.infer import speak
     from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
-    from lavo_zoo.recipes.tts.text import dropped_characters, text_encoder
+    from lavo_zoo.recipes.tts.text import dropped_characters
 
     if not text.strip():
         raise UsageError("--text is empty; give the sentence to speak")
     check_writable(out, overwrite)
     if png is not None:
         check_writable(png, overwrite, "--png")
-    dev = pick_device(device)
-    with open_checkpoint(checkpoint) as path:
-        recipe, cfg, model, _ = load_model(path, dev)
-    if recipe.name != "tts":
-        raise UsageError(f"{checkpoint} is a '{recipe.name}' checkpoint; synthesize needs a text-to-speech ('tts') one")
-    cfg.eval.max_frames = max_frames or cfg.eval.max_frames
-    cfg.eval.stop_threshold = cfg.eval.stop_threshold if stop_threshold is None else stop_threshold
-    encoder = text_encoder(cfg.data.text)
-    if not encoder.symbols_of(text):
-        raise UsageError(f"--text {text!r} holds nothing this model can speak (its {cfg.data.text} front end keeps "
-                         "letters, digits (spelled out) and punctuation); give words to say")
-    dropped = dropped_characters(text) if cfg.data.text == "chars" else []
+    tts = load_predictor(checkpoint, device, recipe="tts")
+    start = time.perf_counter()
+    result = tts.speak([text], max_frames=max_frames, stop_threshold=stop_threshold, seed=seed)[0]
+    elapsed = time.perf_counter() - start
+    dropped = dropped_characters(text) if tts.cfg.data.text == "chars" else []
     if dropped:
         click.echo(f"note: left out characters the model cannot speak: {' '.join(dropped)}", err=True)
-    ids = encoder.encode(text)
-    tokens = torch.tensor([ids], device=dev)
-    torch.manual_seed(seed)
-    start = time.perf_counter()
-    model.eval()
-    result = speak(model, tokens, cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold)[0]
-    elapsed = time.perf_counter() - start
-    rate = cfg.data.features().sample_rate
-    write_wav(out, result["wave"], rate, overwrite=overwrite)
-    frames, seconds = len(result["mel"]), len(result["wave"]) / rate
+    write_wav(out, result["wave"], tts.sample_rate, overwrite=overwrite)
+    frames, seconds = len(result["mel"]), len(result["wave"]) / tts.sample_rate
     if png is not None:
-        stop, align = teacher_forced_view(model, tokens, result["grouped"][None])
+        stop, align = teacher_forced_view(tts.model, tts.tokens([text]), result["grouped"][None])
         plot_utterance(png, result["mel"], None, stop, align, title=text[:80])
-    stopped = "stop token" if frames < cfg.eval.max_frames - cfg.model.frames_per_step else "max frames"
+    limit = max_frames or tts.cfg.eval.max_frames
+    stopped = "stop token" if frames < limit - tts.cfg.model.frames_per_step else "max frames"
     click.echo(f"wrote {out}: {seconds:.2f} s of audio, {frames} frames (ended by the {stopped}), "
                f"{elapsed:.2f} s to synthesise and vocode" + (f"; {png}" if png else ""))
 

@@ -23,7 +23,7 @@ from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.recipes.tts import data as tts_data
 from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim, read_wav, write_wav
 from lavo_zoo.recipes.tts.data import DataConfig
-from lavo_zoo.recipes.tts.infer import speak
+from lavo_zoo.recipes.tts.infer import Synthesizer, speak
 from lavo_zoo.recipes.tts.model import (
     ModelConfig,
     TransformerTTS,
@@ -106,6 +106,7 @@ class TTSRecipe(Recipe):
     task = ("text-to-speech", "Text to speech")
     limits = ("It speaks in the one voice of its training corpus through a Griffin-Lim vocoder: intelligible at "
               "best, not natural speech; do not use it to imitate a person's voice.")
+    predictor = Synthesizer
 
     # -------------------------------------------------------------------------------------------- set-up
     def resolve(self, cfg: TTSConfig) -> TTSConfig:

@@ -166,6 +166,8 @@ def test_eval_writes_results_json(tmp_path):
     assert res["split"] == "validation" and res["num_samples"] == 10 and res["device"] == "cpu"
     meta = json.loads((out / "checkpoints" / "last" / "meta.json").read_text())
     assert res["checkpoint_sha256"] == meta["weights_sha256"]
+    assert meta["command"] == shlex.join(["lavo-zoo", "train", TOY, "train.max_steps=4", "train.save_every=4",
+                                          "--out", str(out)])  # the training command, as the user would type it
     assert res["metrics"]["loss"]["higher_is_better"] is False and res["metrics"]["loss"]["value"] > 0
     bad_split = run_cli("eval", str(out / "checkpoints" / "last"), "--split", "dev")
     assert bad_split.returncode == 2 and "no split 'dev'" in bad_split.stderr

@@ -61,6 +61,21 @@ def test_sigkill_during_a_step_resumes_to_identical_weights(reference_run, tmp_p
     assert steps == [2, 4, 6, 8, 10, 12]  # records after the checkpoint were replayed, not duplicated
 
 
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_sigint_or_sigterm_saves_the_step_and_resumes_to_identical_weights(reference_run, tmp_path, name):
+    # batch 19 is the first half of step 10; save_every is 4, so only a save on the signal keeps step 10
+    out = tmp_path / "run"
+    stopped = run_cli("train", TOY, "--out", str(out), env={"TOY_SIGNAL_AFTER_BATCHES": f"19:{name}"})
+    assert stopped.returncode == 128 + getattr(signal, name), (stopped.returncode, stopped.stderr)
+    assert f"{name}: training stopped at step 10 of 12" in stopped.stderr and "--resume auto" in stopped.stderr
+    ck = out / "checkpoints"
+    assert (ck / "last").resolve().name == "step-10" and (ck / "step-10" / "train_state.pt").is_file()
+    resumed = run_cli("train", TOY, "--out", str(out), "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stderr and "step 10" in resumed.stderr
+    assert same_weights(ck / "last", reference_run / "checkpoints" / "last")
+
+
 def test_sigkill_during_checkpoint_save_keeps_previous_and_resumes(reference_run, tmp_path):
     out = tmp_path / "run"
     killed = run_cli("train", TOY, "--out", str(out), env={"TOY_KILL_IN_SAVE_AT_STEP": "8"})

@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import lavo_zoo
+from lavo_zoo.checkpoints import load_predictor
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint import latest_checkpoint, load_model
+from lavo_zoo.engine.predictor import Predictor
 from lavo_zoo.engine.recipe import RECIPES, Recipe, available_configs, config_from_dict, get_recipe, resolve_config
 from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.errors import UsageError
@@ -70,6 +73,9 @@ def test_every_builtin_recipe_has_the_same_rooms(name):
         f"{name}: the model card needs its task (type, name) and limits"
     for hook in ("builtin_key", "write_builtin"):
         assert getattr(type(recipe), hook) is not getattr(Recipe, hook), f"{name} does not define {hook}"
+    infer = importlib.import_module(f"lavo_zoo.recipes.{name}.infer")
+    assert recipe.predictor is not None and issubclass(recipe.predictor, Predictor), f"{name}: no predictor"
+    assert recipe.predictor.__module__ == infer.__name__, f"{name}: its predictor belongs in infer.py"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -134,6 +140,15 @@ def test_one_trainer_step_and_the_checkpoint_round_trip(tiny, tmp_path):
     torch.manual_seed(0)
     second = recipe.predict(again, batch)[0]
     assert str(first) == str(second)  # the same weights give the same predictions (tensors or mappings of them)
+    if recipe.predictor is None:  # test toys; every built-in recipe has one (test_every_builtin_recipe_has_...)
+        with pytest.raises(UsageError, match="no predictor"):
+            lavo_zoo.load(tmp_path / "run", device="cpu")
+        return
+    predictor = lavo_zoo.load(tmp_path / "run", device="cpu")  # a run directory: its newest checkpoint
+    assert type(predictor) is recipe.predictor and isinstance(predictor, Predictor)
+    assert to_dict(predictor.cfg) == to_dict(cfg) and not predictor.model.training
+    with pytest.raises(UsageError, match="needs a 'no-such-recipe' one"):
+        load_predictor(ckpt, "cpu", recipe="no-such-recipe")
 
 
 KIT_OVERRIDES = ["train.batch_size=2", "train.grad_accum=1", "train.max_epochs=null", "eval.batch_size=2"]
@@ -148,6 +163,7 @@ def test_the_public_recipe_kit(check, tmp_path):
 
 
 UNRANGED = {"pad_id", "never_generate", "feature_mean", "feature_std",  # resolved from the data, not set by hand
+            "scaler_mean", "scaler_std",
             "length_penalty"}  # any real number (fairseq: < 1 favours short summaries, > 1 long ones)
 
 

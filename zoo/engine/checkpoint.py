@@ -189,6 +189,11 @@ def verify_checkpoint(path: Path, meta: dict[str, Any], names: tuple[str, ...] =
         if actual != recorded[name]:
             what = ("is corrupt or truncated" if name != CONFIG else
                     "was changed after the checkpoint was saved (it defines the model the weights belong to)")
+            if name == CONFIG:
+                try:
+                    file.read_bytes().decode("utf-8")
+                except UnicodeDecodeError as e:
+                    what = f"is corrupt: not UTF-8 text (byte {e.start})"
             raise CheckpointError(f"{file} {what}: its sha256 is {actual} ({file.stat().st_size} bytes) but {META} "
                                   f"records {recorded[name]}; restore or re-download the checkpoint (to evaluate "
                                   "with other settings, pass key=value overrides instead of editing the file)")

@@ -23,8 +23,8 @@ from lavo_zoo.errors import UsageError
 def versions() -> dict[str, str]:
     import numpy
 
-    import lavo_zoo
-    return {"lavo_zoo": lavo_zoo.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+    from lavo_zoo.version import __version__
+    return {"lavo_zoo": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}
 
 

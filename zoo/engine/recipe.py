@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml
 from lavo_zoo.engine.env import builtin_dataset, cache_root
+from lavo_zoo.engine.predictor import Predictor
 from lavo_zoo.errors import ConfigError, UsageError, ZooError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.registry import Registry
@@ -77,6 +78,7 @@ class Recipe(ABC):
     # and one or two sentences on what a checkpoint of this recipe is not fit for
     task: ClassVar[tuple[str, str]] = ("other", "Other")
     limits: ClassVar[str] = ""
+    predictor: ClassVar[type[Predictor] | None] = None  # its infer.py class: what lavo_zoo.load returns
 
     def resolve(self, cfg: Any) -> Any:
         """Fill the sizes that come from the data (vocabulary, channels, classes) into ``cfg.model``; called once

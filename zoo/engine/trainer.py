@@ -42,6 +42,7 @@ from lavo_zoo.engine.checkpoint import (
 from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
 from lavo_zoo.engine.env import machine, pick_device
+from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
 from lavo_zoo.engine.logging import MetricsLog, Progress
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.recipe import Recipe, to_device
@@ -231,11 +232,25 @@ class Trainer:
             if resume_from is not None and self._resume_changes:
                 log.log({"step": state.step, "split": "resume", "checkpoint": str(resume_from),
                          "changed": self._resume_changes})
+        run.model.train()
+        try:
+            with deferred_interrupts(enabled=not self.dist.enabled) as interrupts:
+                val_metrics = self._steps(run, stream, log, interrupts)
+        finally:
+            log.close()
+        self.progress.close()
+        return val_metrics
+
+    def _steps(self, run: _Run, stream: Iterator[Any], log: MetricsLog, interrupts: Interrupts) -> dict[str, float]:
+        """Optimiser steps until a stop condition; a SIGINT / SIGTERM (``interrupts``) ends the step in flight, saves
+        a resumable checkpoint and raises :class:`TrainingInterrupted`."""
+        tc, state = self.tc, run.state
         window: list[float] = []
         val_metrics: dict[str, float] = {}
         t0 = time.time()
-        run.model.train()
         while state.step < tc.max_steps:
+            if interrupts.requested is not None:
+                self._stop_interrupted(run, val_metrics, interrupts)
             step_out = self._optimizer_step(run, stream)
             if step_out is None:  # the last epoch ran out: a partial step is not taken
                 break
@@ -255,9 +270,21 @@ class Trainer:
                 break
         if state.step != self._saved_step:  # the epochs ran out before max_steps
             self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
-        self.progress.close()
-        log.close()
         return val_metrics
+
+    def _stop_interrupted(self, run: _Run, val_metrics: dict[str, float], interrupts: Interrupts) -> None:
+        """Save the step reached (unless just saved) and stop with a message naming the command that continues."""
+        state = run.state
+        if state.step != self._saved_step and state.step > 0:
+            self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
+        if state.step == 0:
+            advice = "nothing was trained yet; run the same command again"
+        else:
+            advice = (f"saved {self.ckpt_root / f'step-{state.step}'}; continue with the same command and "
+                      f"--resume auto (--out {self.out})")
+        self.progress.close()
+        raise TrainingInterrupted(f"{interrupts.name}: training stopped at step {state.step} of {self.tc.max_steps}; "
+                                  f"{advice}", interrupts.requested)
 
     def _prepare_run_dir(self) -> Path | None:
         """Clean up after a crash mid-save (rank 0), then the checkpoint to resume from, if any."""

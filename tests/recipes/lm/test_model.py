@@ -76,3 +76,11 @@ def test_sampling_is_reproducible_with_a_seed():
     a = generate_ids(model, [1, 2, 3], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
     b = generate_ids(model, [1, 2, 3], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
     assert a == b
+
+
+def test_max_batches_caps_the_stream_at_that_many_chunks():
+    recipe, cfg = tiny_config("local", {"window_size": 8}, eval={"length_factors": [], "stream": True,
+                                                                  "stream_chunk": 16})
+    model = recipe.build_model(cfg).eval()
+    table = recipe.evaluate(model, cfg, "validation", torch.device("cpu"), max_batches=3)
+    assert table.num_samples == 3 * 16

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import available_configs, resolve_config
-from lavo_zoo.errors import ConfigError
+from lavo_zoo.errors import ConfigError, InputError
 from lavo_zoo.formats.pcd import read_pcd, write_pcd
 from lavo_zoo.recipes.point_cloud.cli import complete
 
@@ -142,6 +142,25 @@ def test_complete_a_real_demo_scan(trained: Path, shared_data: Path, tmp_path: P
     assert completed.shape == (128 + min(128, len(partial)), 3)  # folded points + the real input points
     assert all(k in result.output for k in ("cd_l1=", "fscore="))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_python_api_completes_what_the_command_writes(trained: Path, tmp_path: Path) -> None:
+    import lavo_zoo
+
+    rng = np.random.default_rng(0)
+    scans = [rng.uniform(-0.3, 0.3, (n, 3)).astype(np.float32) for n in (200, 90)]
+    completer = lavo_zoo.load(trained, device="cpu")
+    one = completer.complete(scans[0], seed=1)
+    both = completer.complete(scans, seed=1)  # one batch; the first cloud draws the same subset
+    assert len(both) == 2 and both[1].shape == (128 + 90, 3)
+    np.testing.assert_allclose(both[0], one, atol=1e-5)
+    write_pcd(tmp_path / "scan.pcd", scans[0], "binary")
+    result = CliRunner().invoke(complete, [str(trained), str(tmp_path / "scan.pcd"), "--out",
+                                           str(tmp_path / "done.pcd"), "--seed", "1", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(read_pcd(tmp_path / "done.pcd"), one)
+    with pytest.raises(InputError, match=r"cloud 0: expected finite points \[N, 3\]"):
+        completer.complete(np.zeros((5, 2), np.float32))
 
 
 def test_complete_never_replaces_an_existing_file(trained: Path, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import available_configs, get_recipe, resolve_config
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators.rouge import score_summaries
-from lavo_zoo.recipes.summarization.cli import read_articles, summarize
+from lavo_zoo.recipes.summarization.cli import summarize
 from lavo_zoo.recipes.summarization.data import (
     builtin_split,
     load_split,
@@ -17,6 +17,7 @@ from lavo_zoo.recipes.summarization.data import (
     stdlib_sources,
     write_stdlib_corpus,
 )
+from lavo_zoo.recipes.summarization.infer import split_document
 from tests.helpers import run_command
 
 SMALL = ["model.embed_dim=32", "model.num_heads=2", "model.ffn_dim=64", "model.encoder_layers=1",
@@ -93,12 +94,13 @@ def test_two_training_steps_and_eval_writes_results_and_summaries(trained, corpu
 
 
 def test_summarize_a_saved_checkpoint(trained, tmp_path):
-    from lavo_zoo.recipes.summarization.infer import load_summarizer
+    import lavo_zoo
 
     text = "def area(r):\n    return 3.14 * r * r\n\ndef perimeter(r):\n    return 2 * 3.14 * r\n"
     (tmp_path / "in.txt").write_text(text)
-    summarizer = load_summarizer(trained / "checkpoints" / "last", device="cpu")
-    expected = summarizer.summarize([read_articles(text)])[0]
+    summarizer = lavo_zoo.load(trained, device="cpu")  # the run directory: its newest checkpoint
+    expected = summarizer.summarize(text)
+    assert summarizer.summarize([text, split_document(text)]) == [expected, expected]  # batched, text or articles
     code, out = run_command(summarize, [str(trained / "checkpoints" / "last"), "--input", str(tmp_path / "in.txt"),
                                         "--device", "cpu"])
     assert code == 0 and out == expected + "\n"
@@ -107,11 +109,19 @@ def test_summarize_a_saved_checkpoint(trained, tmp_path):
     assert code == 0 and out == expected + "\n"
     code, out = run_command(summarize, [str(trained / "checkpoints" / "last"), "--input", str(tmp_path / "none")])
     assert code == 2 and "no such file" in out
+    # one document per line (Multi-News .src), one summary per line: what `score rouge --pred` reads
+    (tmp_path / "test.src").write_text("def area(r): ||||| return 3.14 * r * r\ndef f(x): NEWLINE_CHAR return x\n")
+    code, out = run_command(summarize, [str(trained), "--input", str(tmp_path / "test.src"), "--per-line",
+                                        "--out", str(tmp_path / "test.hyp")])
+    assert code == 0 and "2 summaries" in out
+    expected = summarizer.summarize([split_document(line) for line in (tmp_path / "test.src").read_text().splitlines()])
+    assert split_document("def area(r): ||||| return 3.14 * r * r") == ["def area(r):", "return 3.14 * r * r"]
+    assert (tmp_path / "test.hyp").read_text().splitlines() == [" ".join(e.split()) for e in expected]
 
 
-def test_read_articles_splits_on_separators_or_blank_lines():
-    assert read_articles("a\nb\n\nc\n") == ["a\nb", "c"]
-    assert read_articles("a\n\nb ||||| c NEWLINE_CHAR d") == ["a\n\nb", "c\nd"]
+def test_split_document_splits_on_separators_or_blank_lines():
+    assert split_document("a\nb\n\nc\n") == ["a\nb", "c"]
+    assert split_document("a\n\nb ||||| c NEWLINE_CHAR d") == ["a\n\nb", "c\nd"]
 
 
 def test_write_data_writes_the_multinews_layout(tmp_path, monkeypatch):

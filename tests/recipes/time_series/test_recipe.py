@@ -7,8 +7,6 @@ import torch
 
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import available_configs, config_from_dict, resolve_config
-from lavo_zoo.recipes.time_series.infer import forecast_windows
-from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
 TINY = {"recipe": "time_series",
         "data": {"builtin_size": 1000, "seq_len": 32, "label_len": 16, "pred_len": 8},
@@ -88,18 +86,13 @@ def test_short_training_lowers_validation_mse() -> None:
     assert after < 0.8 * before, (before, after)
 
 
-def test_cli_train_eval_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "run"
-    assert main(["train", "time_series/tiny-lavo", "--out", str(out), "--max-steps", "20", "train.eval_every=10",
-                 "train.eval_batches=2", "data.builtin_size=1000"]) == 0
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+def test_cli_train_eval_and_plot(trained: Path, tmp_path: Path) -> None:
+    records = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "validation"] == [10, 20]
-    assert main(["eval", str(out / "checkpoints" / "last"), "--out", str(tmp_path / "test.json")]) == 0
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--out", str(tmp_path / "test.json")]) == 0
     results = json.loads((tmp_path / "test.json").read_text())
     assert results["recipe"] == "time_series" and results["split"] == "test"
     assert {"mse", "mae", "rmse", "mape", "mspe"} == set(results["metrics"])
     assert results["num_samples"] == 248 - 60 + 1  # test rows [1000 - 200 - 48, 1000), windows of 48 + 12 rows
-    recipe, cfg = resolve_config("time_series/tiny-lavo", ["data.builtin_size=1000"])
-    model = recipe.build_model(recipe.resolve(cfg))
-    png = plot_forecasts(*forecast_windows(recipe, model, cfg, "test", 3)[:3], tmp_path / "forecast.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["forecast-plot", str(trained), "--windows", "3", "--out", str(tmp_path / "forecast.png")]) == 0
+    assert (tmp_path / "forecast.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

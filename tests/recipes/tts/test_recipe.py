@@ -3,6 +3,7 @@ plots, synthesize writing a playable 22,050 Hz wav, the data hook, --help exampl
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 from click.testing import CliRunner
@@ -113,6 +114,21 @@ def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None
     noted = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", "Hi 5 ☃",
                                             "--out", str(tmp_path / "n.wav"), "--max-frames", "8", "--device", "cpu"])
     assert noted.exit_code == 0 and "left out characters the model cannot speak: ☃" in noted.output
+
+
+def test_the_python_api_speaks_what_the_command_writes(trained: Path, tmp_path: Path) -> None:
+    import lavo_zoo
+
+    tts = lavo_zoo.load(trained, device="cpu")
+    samples, rate = tts.synthesize("Hello world.", max_frames=16)
+    assert rate == 22_050 and samples.dtype == np.float32 and np.abs(samples).max() <= 1.0
+    out = tmp_path / "hello.wav"
+    result = CliRunner().invoke(synthesize, [str(trained), "--text", "Hello world.", "--out", str(out),
+                                             "--max-frames", "16", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    written, _ = sf.read(str(out), dtype="float64")
+    np.testing.assert_allclose(written, samples, atol=2 / 32767)  # 16-bit rounding only
+    assert len(tts.synthesize(["Hello world.", "Hi."], max_frames=16)) == 2
 
 
 def test_write_data_hook_writes_the_ljspeech_layout(tmp_path: Path) -> None:

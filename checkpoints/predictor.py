@@ -1,0 +1,52 @@
+"""``lavo_zoo.load`` (this module's :func:`load_predictor`) turns anything ``lavo-zoo eval`` accepts into the
+domain's predictor; the recipes' inference commands call it too.
+
+    import lavo_zoo
+    lm = lavo_zoo.load("runs/tiny-lavo/checkpoints/last")          # a run, a checkpoint, an archive, an index name,
+    print(lm.generate("def read(self", max_new_tokens=40, seed=1))  # a URL or an hf:// reference
+
+The predictor of each domain is its recipe's ``infer.py`` class (``lavo_zoo.engine.predictor.Predictor``).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lavo_zoo.errors import CheckpointError, UsageError
+
+
+def checkpoint_dir(path: Path) -> Path:
+    """A run directory's newest complete checkpoint (``checkpoints/last``, else the newest step), or ``path``."""
+    from lavo_zoo.engine.checkpoint import META, latest_checkpoint
+
+    if (path / META).is_file() or not (path / "checkpoints").is_dir():
+        return path
+    latest = latest_checkpoint(path / "checkpoints")
+    if latest is None:
+        raise CheckpointError(f"{path} is a run directory without a complete checkpoint yet")
+    return latest
+
+
+def load_predictor(name_or_path: str | Path, device: str | None = None, overrides: Sequence[str] = (),
+                   recipe: str | None = None) -> Any:
+    """The predictor of a trained model: ``name_or_path`` is a run directory, a checkpoint directory, a .tar.gz /
+    .zip archive, an index name (``lm/tiny-lavo@v1``), a URL or an ``hf://org/repo@revision/file`` reference
+    (downloaded once, verified, cached); ``device`` cpu / cuda / cuda:N (default: cuda when available);
+    ``overrides`` change evaluation or data settings (``key=value``), never the model; ``recipe``: refuse a
+    checkpoint of another domain (a :class:`UsageError` naming both)."""
+    from lavo_zoo.checkpoints import open_checkpoint
+    from lavo_zoo.engine.checkpoint import load_model
+    from lavo_zoo.engine.env import pick_device
+
+    dev = pick_device(device)
+    ref = str(name_or_path)
+    if Path(ref).is_dir():
+        ref = str(checkpoint_dir(Path(ref)))
+    with open_checkpoint(ref) as path:
+        found, cfg, model, _ = load_model(path, dev, list(overrides))
+    if recipe is not None and found.name != recipe:
+        raise UsageError(f"{name_or_path} is a '{found.name}' checkpoint; this needs a '{recipe}' one")
+    if found.predictor is None:
+        raise UsageError(f"recipe '{found.name}' has no predictor for new inputs; use `lavo-zoo eval` to score it")
+    return found.predictor(found, cfg, model, dev, checkpoint=str(name_or_path))

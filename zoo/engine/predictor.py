@@ -1,0 +1,31 @@
+"""A trained model ready for new inputs: what :func:`lavo_zoo.load` returns. Each recipe's ``infer.py`` subclasses
+:class:`Predictor` with its domain's calls (``generate``, ``forecast``, ``synthesize``, ``summarize``,
+``complete``, ``classify``), and the recipe names the class (``Recipe.predictor``). A predictor needs only the
+checkpoint: the model is rebuilt from the checkpoint's own config, and every size and statistic it needs was stored
+there when the model was trained."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class Predictor:
+    """``recipe``, ``cfg`` (the checkpoint's resolved config), ``model`` (in eval mode) on ``device``."""
+
+    def __init__(self, recipe: Any, cfg: Any, model: nn.Module, device: torch.device | str = "cpu",
+                 checkpoint: str | None = None) -> None:
+        self.recipe, self.cfg, self.model = recipe, cfg, model.eval()
+        self.device = torch.device(device)
+        self.checkpoint = checkpoint
+
+    def to(self, device: torch.device | str) -> Predictor:
+        """The same predictor on another device."""
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        return self
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(recipe={self.recipe.name!r}, checkpoint={self.checkpoint!r}, "
+                f"device={str(self.device)!r})")
