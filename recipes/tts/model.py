@@ -75,9 +75,12 @@ class EncoderPrenet(nn.Module):
         self.proj = nn.Linear(d, d)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Padding (token 0) reads as zeros in every convolution, as past the end of an unpadded sequence, so an
+        utterance's encoding does not depend on the other utterances of its batch."""
+        real = (tokens != 0)[:, None].to(self.embed.weight.dtype)  # [B, 1, S]
         x = self.embed(tokens).transpose(1, 2)  # [B, D, S]
         for conv in self.convs:
-            x = conv(x)
+            x = conv(x * real)
         return self.proj(x.transpose(1, 2))  # [B, S, D]
 
 
@@ -115,10 +118,13 @@ class Postnet(nn.Module):
             layers = [conv, nn.BatchNorm1d(conv.out_channels)] + ([] if last else [nn.Tanh()])
             self.convs.append(nn.Sequential(*layers, nn.Dropout(cfg.postnet_dropout)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, step_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, C], step_mask [B, T] (True = real step): the steps past an utterance's end read as zeros in
+        every convolution, as past the end of an unpadded one."""
+        real = None if step_mask is None else step_mask[:, None].to(x.dtype)  # [B, 1, T]
         x = x.transpose(1, 2)  # [B, C, T]
         for conv in self.convs:
-            x = conv(x)
+            x = conv(x if real is None else x * real)
         return x.transpose(1, 2)  # [B, T, C]
 
 
@@ -179,7 +185,7 @@ class TransformerTTS(nn.Module):
         memory = self.encode(tokens, token_mask)
         h = self.decoder(self.decoder_input(prev), memory, token_mask, step_mask)
         frames, stop = self.heads(h)
-        return frames, frames + self.postnet(frames), stop
+        return frames, frames + self.postnet(frames, step_mask), stop
 
     # ----------------------------------------------------------------------------------------- decoding
     # the frame-model protocol of lavo_zoo.nn.search.generate_frames: encode / init_cache / decode_step
@@ -245,5 +251,5 @@ def synthesize(model: TransformerTTS, tokens: torch.Tensor, token_mask: torch.Te
     out = generate_frames(model, tokens, token_mask, start, max_len_b=max_steps, stop=StopProbability(threshold))
     grouped = out.frames  # [B, T / r, r * n_mels]
     steps = torch.arange(grouped.shape[1], device=grouped.device)[None] < out.lengths[:, None]  # [B, T / r]
-    post = (grouped + model.postnet(grouped)) * steps[..., None]
+    post = (grouped + model.postnet(grouped, steps)) * steps[..., None]
     return model.ungroup(post), out.lengths * model.cfg.frames_per_step, grouped

@@ -63,16 +63,17 @@ def test_sigkill_during_a_step_resumes_to_identical_weights(reference_run, tmp_p
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_sigint_or_sigterm_saves_the_step_and_resumes_to_identical_weights(reference_run, tmp_path, name):
-    # batch 19 is the first half of step 10; save_every is 4, so only a save on the signal keeps step 10
+    # the 19th loss call (validation's calls count too) falls in step 9; save_every is 4, so only the save on the
+    # signal keeps step 9
     out = tmp_path / "run"
     stopped = run_cli("train", TOY, "--out", str(out), env={"TOY_SIGNAL_AFTER_BATCHES": f"19:{name}"})
     assert stopped.returncode == 128 + getattr(signal, name), (stopped.returncode, stopped.stderr)
-    assert f"{name}: training stopped at step 10 of 12" in stopped.stderr and "--resume auto" in stopped.stderr
+    assert f"{name}: training stopped at step 9 of 12" in stopped.stderr and "--resume auto" in stopped.stderr
     ck = out / "checkpoints"
-    assert (ck / "last").resolve().name == "step-10" and (ck / "step-10" / "train_state.pt").is_file()
+    assert (ck / "last").resolve().name == "step-9" and (ck / "step-9" / "train_state.pt").is_file()
     resumed = run_cli("train", TOY, "--out", str(out), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
-    assert "resumed from" in resumed.stderr and "step 10" in resumed.stderr
+    assert "resumed from" in resumed.stderr and "step 9" in resumed.stderr
     assert same_weights(ck / "last", reference_run / "checkpoints" / "last")
 
 

@@ -36,6 +36,8 @@ def test_rerun_without_resume_never_touches_a_run_killed_after_its_best_checkpoi
         assert "checkpoints/best" in err and "another --out" in err and "Traceback" not in err
         if not resume:
             assert "config.yaml, metrics.jsonl" in err and "--resume auto" in err
+        else:  # says what the weights-only checkpoint is good for
+            assert "cannot be continued" in err and f"lavo-zoo eval {out / 'checkpoints' / 'best'}" in err
         assert (out / "checkpoints" / "best" / "model.safetensors").read_bytes() == best
         assert (out / "metrics.jsonl").read_text() == metrics
 

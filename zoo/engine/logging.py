@@ -6,6 +6,8 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -87,3 +89,20 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+@contextmanager
+def phase(text: str, enabled: bool = True, say: Callable[[str], None] | None = None,
+          quiet_below: float = 2.0) -> Iterator[None]:
+    """Say ``text ...`` before a piece of preparation that may take long (tokenising and caching a corpus, building
+    a split) and how long it took once done, so a long silent wait never looks like a hang. ``say`` prints a line
+    (default: to stderr; a :class:`Progress`'s ``message`` while its bar is shown). The closing line is left out
+    when it took under ``quiet_below`` seconds."""
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    if enabled:
+        say(f"{text} ...")
+    start = time.time()
+    yield
+    took = time.time() - start
+    if enabled and took >= quiet_below:
+        say(f"{text}: done in {took:.1f} s")

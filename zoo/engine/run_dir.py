@@ -111,9 +111,14 @@ def resume_source(out: Path, resume: str | None) -> Path | None:
             return resumable[-1]
         found = [f for f in run_contents(out) if f.startswith("checkpoints/")]
         if found:
-            raise UsageError(f"--resume auto: {out} holds {_listing(found)} but no checkpoint to resume from (a "
-                             f"checkpoints/step-N with {TRAIN_STATE}); starting afresh would overwrite them. Choose "
-                             "another --out, or --resume PATH to a checkpoint written by `lavo-zoo train`")
+            best = ckpts / "best"
+            usable = (f" {best} holds the weights of the best validation step without the optimiser and data "
+                      f"position, so it cannot be continued, but it can be scored or exported as it is (`lavo-zoo "
+                      f"eval {best}`).") if (best / META).is_file() else ""
+            raise UsageError(f"--resume auto: {out} holds {_listing(found)} but no checkpoint to continue from (a "
+                             f"checkpoints/step-N with {TRAIN_STATE}: saved every train.save_every steps, at the "
+                             f"last step, and when a run is stopped with Ctrl-C or SIGTERM).{usable} Starting "
+                             "afresh would overwrite them: choose another --out, or remove them yourself")
         return None
     path = Path(resume)
     if not path.is_dir():

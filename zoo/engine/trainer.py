@@ -43,7 +43,7 @@ from lavo_zoo.engine.data import EpochBatches
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
 from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
-from lavo_zoo.engine.logging import MetricsLog, Progress
+from lavo_zoo.engine.logging import MetricsLog, Progress, phase
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.recipe import Recipe, to_device
 from lavo_zoo.engine.run_dir import RunLock, last_good_checkpoint, resume_changes, resume_source
@@ -169,7 +169,8 @@ class Trainer:
     def _validation_loader(self) -> DataLoader | None:
         if self._val_loader is None and not self._val_missing:
             try:
-                ds = self.recipe.build_dataset(self.cfg, "validation")
+                with phase("preparing the validation split", self.dist.is_main, self.progress.message):
+                    ds = self.recipe.build_dataset(self.cfg, "validation")
             except DataError as e:
                 self._val_missing = True
                 self.progress.message(f"no validation split, periodic validation is off: {e}")
@@ -303,7 +304,9 @@ class Trainer:
         model = self.recipe.build_model(self.cfg).to(self.device)
         if self.dist.enabled:
             torch.manual_seed(tc.seed + 7919 * self.dist.rank)  # distinct dropout per rank; init came from rank 0
-        train_ds = self.recipe.build_dataset(self.cfg, "train")
+        with phase("preparing the training split (the first run of a dataset reads and caches it)",
+                   self.dist.is_main):
+            train_ds = self.recipe.build_dataset(self.cfg, "train")
         plan = EpochBatches(len(train_ds), tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
         steps_per_epoch = max(1, len(plan) // tc.grad_accum)
         optimizer = build_optimizer(model, tc)

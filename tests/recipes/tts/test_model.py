@@ -138,3 +138,25 @@ def test_numbers_are_spelled_out_and_unspeakable_characters_named() -> None:
         "in one thousand nine hundred five, three point five of one thousand men."
     assert dropped_characters("Café 42% ☃") == ["%", "☃"]  # the accent is stripped, not dropped
     assert normalise("☃☃☃") == "" and dropped_characters("☃☃☃") == ["☃"]
+
+
+@pytest.mark.parametrize("sites", SITES, ids=lambda s: "-".join(f"{k}={v['name']}" for k, v in s.items()) or "sdpa")
+def test_an_utterance_is_synthesised_the_same_alone_or_in_any_batch(sites: dict) -> None:
+    torch.manual_seed(4)
+    model = TransformerTTS(tiny_config(**sites)).double().eval()
+    with torch.no_grad():  # BatchNorm shifts make padded positions non-zero after a convolution
+        for bn in (m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)):
+            bn.bias.uniform_(-1, 1)
+            bn.running_mean.uniform_(-1, 1)
+        model.stop_head.bias.fill_(-50.0)  # every utterance decodes max_frames: same decoder steps alone and batched
+    short, long = torch.randint(3, 20, (1, 5)), torch.randint(3, 20, (1, 12))
+    alone, lengths, _ = synthesize(model, short, short != 0, max_frames=12)
+    batch = torch.cat([torch.cat([short, short.new_zeros(1, 7)], 1), long])  # right-padded beside a longer one
+    together, batch_lengths, _ = synthesize(model, batch, batch != 0, max_frames=12)
+    assert batch_lengths[0] == lengths[0]
+    torch.testing.assert_close(together[:1, :int(lengths[0])], alone[:, :int(lengths[0])], rtol=1e-10, atol=1e-10)
+    # the postnet reads zeros past an utterance's end, as past the end of an unpadded batch
+    frames = torch.randn(2, 6, model.group, dtype=torch.double)
+    mask = torch.tensor([[True] * 4 + [False] * 2, [True] * 6])
+    torch.testing.assert_close(model.postnet(frames, mask)[:1, :4], model.postnet(frames[:1, :4]), rtol=1e-10,
+                               atol=1e-10)
