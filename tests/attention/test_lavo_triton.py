@@ -1,0 +1,209 @@
+"""LAVO's Triton kernels (ops/window/triton.py, lavo/triton.py), run in Triton's interpreter on CPU tensors: float32
+outputs and every gradient against float64 references (the dense window, the autograd read, the layer's recompute
+path), causal / noncausal / cross, with padding, T not a multiple of w or of the block, T < w; and the layer's
+kernel choice. Block sizes are 16 so that small sequences cross block boundaries.
+
+Triton decides on interpretation when it is first imported (its own library functions are ``@triton.jit`` too), so
+these tests run in a subprocess started with TRITON_INTERPRET=1 (:func:`test_kernels_in_the_triton_interpreter`);
+in a process started that way (``TRITON_INTERPRET=1 pytest tests/attention/test_lavo_triton.py``) they run
+directly, and the driver skips."""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.lavo.memory import read_memory_autograd
+from lavo_zoo.attention.ops.naive import key_mask_4d
+from lavo_zoo.attention.ops.window.naive import dense_attention, relative_bias, window_mask
+
+pytest.importorskip("triton")
+
+F32, F64 = torch.float32, torch.float64
+TOL = {"rtol": 1e-4, "atol": 2e-5}  # float32 kernels against float64 (measured errors ~1e-6)
+
+
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INTERPRETING, reason="runs in the Triton-interpreter subprocess of "
+                                 "test_kernels_in_the_triton_interpreter")
+
+
+@pytest.mark.skipif(INTERPRETING, reason="this process runs the tests itself")
+def test_kernels_in_the_triton_interpreter():
+    """Runs this file's other tests in a fresh process with TRITON_INTERPRET=1 (it must be set before Triton is
+    first imported, which other tests of this session may have done)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env.pop("LAVO_ZOO_TRITON", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "not test_kernels_in_the_triton_interpreter"], env=env, cwd=Path(__file__).parents[2],
+                         capture_output=True, text=True, timeout=900, check=False)
+    summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    assert run.returncode == 0 and "skipped" not in summary, run.stdout[-8000:] + run.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """(window module, read module), decorated for the interpreter in this process."""
+    from lavo_zoo.attention.lavo import triton as lavo_triton
+    from lavo_zoo.attention.ops.window import triton as window_triton
+    assert window_triton.INTERPRETED and lavo_triton.usable(torch.zeros(1))
+    return window_triton, lavo_triton
+
+
+def _leaves(*shapes: tuple[int, ...]) -> list[torch.Tensor]:
+    return [torch.randn(*s, dtype=F32, requires_grad=True) for s in shapes]
+
+
+def _f64(*ts: torch.Tensor) -> list[torch.Tensor]:
+    return [t.detach().double().requires_grad_() for t in ts]
+
+
+def _close(got: list[torch.Tensor], want: list[torch.Tensor], names: list[str]) -> None:
+    for name, a, b in zip(names, got, want):
+        torch.testing.assert_close(a.double(), b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
+
+
+# ------------------------------------------------------------------------------------------------- the window
+@interpreted
+@pytest.mark.parametrize("causal, w, T, masked, bias, block_n", [
+    (True, 5, 37, True, True, 16),    # T % w and T % block != 0, padding holes
+    (False, 5, 37, True, True, 32),   # noncausal; key tiles larger than query blocks
+    (True, 5, 3, False, True, 16),    # T < w
+    (False, 18, 24, False, False, 16),  # w > block: the band spans three key tiles; no bias
+])
+def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked, bias, block_n):
+    window_triton, _ = kernels
+    B, H, d = 2, 2, 8
+    q, k, v, table = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1))
+    mask = None
+    if masked:
+        mask = torch.rand(B, T) > 0.3
+        mask[:, 0] = True
+    rows = torch.ones(B, 1, T, 1) if mask is None else mask[:, None, :, None].to(F32)  # padded rows: garbage
+    g = torch.randn(B, H, T, d) * rows
+    out = window_triton.triton_window_attention(q, k, v, w, causal=causal, bias=table if bias else None,
+                                                key_mask=mask, block_m=16, block_n=block_n)
+    leaves = [q, k, v] + ([table] if bias else [])
+    grads = torch.autograd.grad((out * g).sum(), leaves)
+    q2, k2, v2, t2 = _f64(q, k, v, table)
+    allowed = window_mask(T, w, causal)[None, None] & key_mask_4d(mask, B, T)
+    ref = dense_attention(q2, k2, v2, allowed, relative_bias(t2, T, w) if bias else None)
+    refs = torch.autograd.grad((ref * g.double()).sum(), [q2, k2, v2] + ([t2] if bias else []))
+    _close([out * rows, *grads], [ref * rows.double(), *refs], ["out", "dq", "dk", "dv", "dbias"])
+
+
+@interpreted
+def test_window_dispatch_falls_back_for_a_prefix_and_fp64(kernels):
+    """backend='triton' with a streaming prefix or fp64 runs the blocked kernel (same results)."""
+    from lavo_zoo.attention.ops.window import triton_applies, window_attention
+    q, k, v = (torch.randn(1, 2, 9, 8) for _ in range(3))
+    prefix = (torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8))
+    assert triton_applies(q, None, 0.0, False) and not triton_applies(q, prefix, 0.0, False)
+    assert not triton_applies(q.double(), None, 0.0, False) and not triton_applies(q, None, 0.1, True)
+    for kw in ({"prefix": prefix}, {}):
+        torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, backend="triton", **kw),
+                                   window_attention(q, k, v, 4, causal=True, backend="recompute", **kw), **TOL)
+
+
+# --------------------------------------------------------------------------------------------- the memory read
+@interpreted
+@pytest.mark.parametrize("offset, group, n, d, r, blocks", [
+    (2, 5, 8, 8, 4, 16),     # one row per window (context dissection), the chunk starting 2 into its window
+    (3, 1, 40, 8, 4, 2),     # one row per token (running mean), offset; backward in 2 programs (partial sums)
+    (0, 1, 1, 24, 20, 16),   # one row per sequence (noncausal, cross); d, r not powers of two
+])
+def test_read_kernels_match_the_autograd_read(kernels, monkeypatch, offset, group, n, d, r, blocks):
+    _, lavo_triton = kernels
+    monkeypatch.setattr(lavo_triton, "BLOCKS", blocks)
+    B, H, T = 2, 2, 37
+    q, mem = _leaves((B, H, T, d), (B, H, n, d))
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    g = torch.randn(B, H, T, d)
+    out = lavo_triton.read_memory_triton(q, mem, bases, offset, group, block_m=16)
+    grads = torch.autograd.grad((out * g).sum(), (q, mem, bases))
+    q2, m2, b2 = _f64(q, mem, bases)
+    ref = read_memory_autograd(q2, m2, b2, offset, group)
+    refs = torch.autograd.grad((ref * g.double()).sum(), (q2, m2, b2))
+    _close([out, *grads], [ref, *refs], ["out", "dq", "dmem", "dbases"])
+
+
+# ------------------------------------------------------------------------------------------------- the layer
+CONFIGS = [("causal", {}, 11), ("causal", {}, 3), ("causal", {"context_dissection": False}, 11),
+           ("noncausal", {}, 11), ("cross", {}, 11)]
+
+
+def _layer(pattern: str, **opts) -> torch.nn.Module:
+    attn = build_attention("lavo", 16, 2, pattern, num_bases=4, window_size=4, backend="triton", **opts)
+    with torch.no_grad():
+        for p in attn.parameters():
+            if not p.any():
+                p.normal_()  # the EPE
+    return attn
+
+
+@interpreted
+@pytest.mark.parametrize("pattern, opts, T", CONFIGS, ids=lambda c: str(c))
+def test_layer_triton_equals_recompute_in_float64(kernels, pattern, opts, T):
+    """The layer on the Triton kernels (float32) == the same layer on the recompute kernels in float64: outputs,
+    the input gradients and every parameter gradient, padded (T = 11 with w = 4; T = 3 < w)."""
+    attn = _layer(pattern, **opts)
+    ref = copy.deepcopy(attn).double()
+    ref.backend = "recompute"
+    B = 2
+    x = torch.randn(B, T, 16, requires_grad=True)
+    mask = torch.rand(B, T) > 0.3
+    mask[:, 0] = True
+    kw, kw2 = {}, {}
+    inputs = [x]
+    if pattern == "cross":
+        ctx = torch.randn(B, 9, 16, requires_grad=True)
+        kw = {"context": ctx, "context_mask": torch.arange(9)[None].expand(B, 9) < 7}
+        kw2 = {"context": ctx.detach().double().requires_grad_(), "context_mask": kw["context_mask"]}
+        inputs.append(ctx)
+    x2 = x.detach().double().requires_grad_()
+    g = torch.randn(B, T, 16)
+    y = attn(x, mask, **kw)
+    assert attn.mode == "triton"
+    y2 = ref(x2, mask, **kw2)
+    assert ref.mode == "recompute"
+    grads = torch.autograd.grad((y * g).sum(), inputs + list(attn.parameters()), materialize_grads=True)
+    inputs2 = [x2] + ([kw2["context"]] if kw2 else [])
+    grads2 = torch.autograd.grad((y2 * g.double()).sum(), inputs2 + list(ref.parameters()), materialize_grads=True)
+    names = ["y", "x"] + (["context"] if kw else []) + [n for n, _ in attn.named_parameters()]
+    _close([y, *grads], [y2, *grads2], names)
+
+
+@interpreted
+def test_streaming_on_triton_equals_the_full_call(kernels):
+    """Chunks carrying the constant-size state (the window of a chunk with a key prefix on the blocked kernel, the
+    read on Triton) give the one-pass output; decoding token by token too."""
+    attn = _layer("causal")
+    x = torch.randn(2, 14, 16)
+    with torch.no_grad():
+        y = attn(x)
+        state, ys = None, []
+        for a, b in ((0, 5), (5, 6), (6, 11), (11, 12), (12, 13), (13, 14)):
+            y_t, state = attn(x[:, a:b], state=state, return_state=True)
+            ys.append(y_t)
+    assert attn.mode == "triton" and state.keys.shape[2] == 3
+    torch.testing.assert_close(torch.cat(ys, 1), y, **TOL)
+
+
+@interpreted
+def test_kernel_choice_and_mode(kernels, monkeypatch):
+    q = torch.randn(1, 2, 512, 8)
+    assert build_attention("lavo", 16, 2, "causal").kernels(q) == ("recompute", "recompute")  # auto on CPU
+    attn = build_attention("lavo", 16, 2, "causal", backend="triton", dropout=0.1)
+    assert attn.kernels(q) == ("autograd", "autograd") and attn.mode == "autograd"       # dropout in training
+    attn.eval()
+    assert attn.kernels(q) == ("triton", "triton") and attn.mode == "triton"
+    assert attn.kernels(q.double()) == ("recompute", "recompute")                          # fp64: the fallback
+    monkeypatch.setenv("LAVO_ZOO_TRITON", "0")
+    assert attn.kernels(q) == ("recompute", "recompute") and attn.mode == "recompute"
+    assert build_attention("lavo", 16, 2, "causal").mode == "recompute"                    # before any call
