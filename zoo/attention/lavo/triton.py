@@ -56,7 +56,7 @@ def _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sb
 @triton.jit
 def _fwd(Q, MEM, BASES, O, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, sob, soh, sot, H, T, D, R, n_rows, offset,
          group, scale, BM: tl.constexpr, BD: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd, rr = tl.arange(0, BD), tl.arange(0, BR)
@@ -73,7 +73,7 @@ def _bwd(Q, MEM, BASES, G, DQ, DH, PART, sqb, sqh, sqt, smb, smh, smt, sbh, sbr,
          PREC: tl.constexpr):
     """dq [B, H, T, d]; DH [B H, T, BR] = dL/dh per query; PART [B H, programs, BR, BD] = this program's part of
     dL/dB from o = B^T (p h) and s = scale h (B q), plus dh^T m (h = B m)."""
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
     dd, rr = tl.arange(0, BD), tl.arange(0, BR)
     dm = dd < D
@@ -123,7 +123,7 @@ class MemoryReadTritonFunction(torch.autograd.Function):
         out = heads_major_empty(B, H, T, d, q, torch.float32)
         _fwd[(triton.cdiv(T, block_m), B * H)](
             q, mem, bases, out, *_strides(q), *_strides(mem), *_strides(bases), *_strides(out), H, T, d, r, n,
-            offset, group, d ** -0.5, **MemoryReadTritonFunction._config(q, bases, block_m))
+            offset, group, d ** -0.5, num_warps=8, **MemoryReadTritonFunction._config(q, bases, block_m))
         ctx.save_for_backward(q, mem, bases)
         ctx.config = (offset, group, block_m)
         return out
@@ -143,7 +143,8 @@ class MemoryReadTritonFunction(torch.autograd.Function):
         dh = torch.empty(B, H, T, cfg["BR"], dtype=torch.float32, device=q.device)
         part = torch.empty(B * H, programs, cfg["BR"], cfg["BD"], dtype=torch.float32, device=q.device)
         _bwd[(programs, B * H)](q, mem, bases, g, dq, dh, part, *_strides(q), *_strides(mem), *_strides(bases),
-                                *_strides(g), *_strides(dq), H, T, d, r, n, offset, group, d ** -0.5, blocks, **cfg)
+                                *_strides(g), *_strides(dq), H, T, d, r, n, offset, group, d ** -0.5, blocks,
+                                num_warps=8, **cfg)
         dh = dh[..., :r]                                                                 # [B, H, T, r]
         if n == 1:
             dh_rows = dh.sum(2, keepdim=True)                                            # [B, H, 1, r]

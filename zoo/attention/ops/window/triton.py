@@ -76,7 +76,7 @@ def _load_rows(ptr, rows, dd, T, D):
 def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, smb,
          H, T, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
          BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr, PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
@@ -107,7 +107,7 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
             sdb, sdh, sdt, smb, H, T, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr,
             PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
@@ -135,7 +135,7 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
               sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
               NQ: tl.constexpr, PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
     s = pid * BN + tl.arange(0, BN)
     dd = tl.arange(0, BD)
@@ -169,7 +169,7 @@ def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, s
                BM: tl.constexpr, BD: tl.constexpr):
     """PART[bh, block, o] = sum over the block's queries t of dS[t, t + o - (w - 1)], o < NO (w causal, 2w - 1
     noncausal), as fp32 row products of shifted key/value rows."""
-    pid, bh = tl.program_id(0), tl.program_id(1)
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
@@ -212,7 +212,7 @@ class WindowTritonFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, key_mask, window, causal, block_m, block_n):
-        q, k, v = _rowmajor(q), _rowmajor(k), _rowmajor(v)
+        q, k, v = _rowmajor(q), _rowmajor(k.to(q.dtype)), _rowmajor(v.to(q.dtype))  # tl.dot wants one dtype
         B, H, T, d = q.shape
         cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
         span = (1 if causal else 2) * (window - 1)
