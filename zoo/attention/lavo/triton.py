@@ -7,8 +7,8 @@ h = B m, s = scale h * (B q), p = softmax(s) over the r slots, o = B^T (p * h). 
 token: group = 1) and noncausal / cross attention (one row per sequence).
 
 - ``_fwd``: one program per (block of ``block_m`` queries, batch x head); it gathers each query's memory row, and
-  h, B q, the softmax and the output are computed in registers (fp32, ``tl.dot`` with IEEE products for fp32
-  inputs, TF32 for half inputs), so nothing [T, r] reaches memory.
+  h, B q, the softmax and the output are computed in registers (fp32; ``tl.dot`` with IEEE products for fp32
+  inputs unless torch allows TF32, TF32 for half inputs), so nothing [T, r] reaches memory.
 - ``_bwd``: one program per run of ``blocks`` query blocks of one head recomputes the same and writes dq, the
   per-query gradient of h (dh [T, r], fp32) and its partial gradient of the bases (summed over its queries: no
   atomics, so the result is deterministic). Torch then sums dh per memory row (an index_add over T / group rows)
@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from lavo_zoo.attention.common import heads_major_empty
-from lavo_zoo.attention.ops.window.triton import INTERPRETED, NEG, block_dim
+from lavo_zoo.attention.ops.window.triton import INTERPRETED, NEG, block_dim, precision
 
 BLOCK_M = 64  # queries per block
 BLOCKS = 16  # query blocks per backward program (one partial bases gradient per program)
@@ -113,7 +113,7 @@ class MemoryReadTritonFunction(torch.autograd.Function):
     @staticmethod
     def _config(q, bases, block_m):
         return {"BM": block_m, "BD": block_dim(q.shape[-1]), "BR": block_dim(bases.shape[1]),
-                "PREC": "ieee" if q.dtype == torch.float32 else "tf32"}
+                "PREC": precision(q.dtype)}
 
     @staticmethod
     def forward(ctx, q, mem, bases, offset, group, block_m):

@@ -6,7 +6,8 @@ Same contract as the blocked ``recompute`` kernel, without a key prefix: query t
 
 - ``_fwd``: one program per (block of ``block_m`` queries, batch x head) walks the ``block_n``-key tiles of its band
   with an online softmax (scores, max, sum and the output accumulator in fp32; ``tl.dot`` on the input dtype, IEEE
-  fp32 products for fp32 inputs) and stores the output and the log-sum-exp (fp32);
+  fp32 products for fp32 inputs unless torch allows TF32: :func:`precision`) and stores the output and the
+  log-sum-exp (fp32);
 - ``_bwd_dq``: per query block, recomputes the probabilities from the log-sum-exp; dQ = scale dS K;
 - ``_bwd_dkdv``: per key block, over the query tiles that see it; dV = P^T dO, dK = scale dS^T Q;
 - ``_bwd_dbias``: per query block, the 2w - 1 (w causal) diagonals of dS, one relative offset at a time (the bias
@@ -38,6 +39,15 @@ def usable(t: torch.Tensor) -> bool:
     """Whether these kernels can run on tensors like t: CUDA (or any device in the interpreter), fp16/bf16/fp32
     (fp64 stays on the blocked kernels)."""
     return (t.is_cuda or INTERPRETED) and t.dtype in DTYPES
+
+
+def precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision for operands of this dtype: fp32 products ('ieee') for fp32 inputs unless torch
+    allows TF32 matmuls (``torch.set_float32_matmul_precision('high')``), as cuBLAS does; half inputs multiply in
+    their own dtype (the flag is ignored for them)."""
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+        return "ieee"
+    return "tf32"
 
 
 def block_dim(n: int) -> int:
@@ -208,7 +218,7 @@ class WindowTritonFunction(torch.autograd.Function):
     @staticmethod
     def _config(q, window, causal, block_m, block_n):
         return {"W": window, "CAUSAL": causal, "BM": block_m, "BN": block_n, "BD": block_dim(q.shape[-1]),
-                "PREC": "ieee" if q.dtype == torch.float32 else "tf32"}
+                "PREC": precision(q.dtype)}
 
     @staticmethod
     def forward(ctx, q, k, v, bias, key_mask, window, causal, block_m, block_n):
