@@ -10,9 +10,10 @@ Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-
   autograd; needed with attention dropout in training.
 - ``flex``: the fused CUDA kernel of ``flex.py``.
 - ``triton``: the Triton kernels of ``triton.py`` (forward and backward; LAVO's layer picks them on CUDA). Where they
-  do not apply (a key prefix, i.e. streaming; fp64; a CPU tensor outside Triton's interpreter; Triton missing; attention
-  dropout in training; ``LAVO_ZOO_TRITON=0``) the call runs on ``recompute`` (``autograd`` with dropout) instead:
-  :func:`triton_applies`. 'auto' never picks it (the ``local`` mechanism keeps ``flex`` on CUDA).
+  do not apply (a key prefix, i.e. a streaming chunk; fp64; a CPU tensor outside Triton's interpreter; Triton missing;
+  attention dropout in training; ``LAVO_ZOO_TRITON=0``: :func:`triton_applies`) the call runs as 'auto' would: on
+  ``flex`` where it is enabled (CUDA, at least ``flex.MIN_QUERIES`` queries), else ``recompute`` (``autograd`` with
+  dropout). 'auto' never picks it (the ``local`` mechanism keeps ``flex`` on CUDA).
 ``naive.py`` holds the dense masked O(T^2) reference the tests compare with.
 """
 from __future__ import annotations
@@ -72,7 +73,7 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
         if triton_applies(q, prefix, dropout, training):
             from lavo_zoo.attention.ops.window import triton as window_triton
             return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask)
-        backend = "autograd" if dropout and training else "recompute"
+        backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training else "recompute"
     if backend == "flex":
         fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
         out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
