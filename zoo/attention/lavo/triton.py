@@ -30,7 +30,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def usable(q: torch.Tensor) -> bool:
     """Whether the kernels can run on queries like q: CUDA (or any device in the interpreter), fp16/bf16/fp32."""
-    return (q.is_cuda or INTERPRETED) and q.dtype in DTYPES
+    return (q.is_cuda or INTERPRETED) and q.dtype in DTYPES and q.numel() > 0
 
 
 @triton.jit
@@ -42,8 +42,8 @@ def _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sb
     q = tl.load(Q + b * sqb + h * sqh + t[:, None] * sqt + dd[None, :], mask=tq[:, None] & dm[None, :],
                 other=0.0).to(tl.float32)
     row = tl.where(n_rows == 1, 0, (offset + t) // group)                               # [BM] memory row read
-    m = tl.load(MEM + b * smb + h * smh + row[:, None] * smt + dd[None, :], mask=tq[:, None] & dm[None, :],
-                other=0.0).to(tl.float32)
+    m = tl.load(MEM + b * smb + h * smh + row[:, None] * smt + dd[None, :],
+                mask=(tq & (row < n_rows))[:, None] & dm[None, :], other=0.0).to(tl.float32)
     basis = tl.load(BASES + h * sbh + rr[:, None] * sbr + dd[None, :], mask=(rr < R)[:, None] & dm[None, :],
                     other=0.0).to(tl.float32)                                           # [BR, BD]
     hm = tl.dot(m, tl.trans(basis), input_precision=PREC)                              # [BM, BR]  h = B m
@@ -157,6 +157,7 @@ class MemoryReadTritonFunction(torch.autograd.Function):
         return dq.to(q.dtype), dmem.to(mem.dtype), dbases.to(bases.dtype), None, None, None
 
 
+@torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
 def read_memory_triton(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
                        block_m: int = BLOCK_M) -> torch.Tensor:
     """q [B, H, T, d] reads mem [B, H, n, d] (query t: row (offset + t) // group; n == 1: the one row) through bases

@@ -38,7 +38,7 @@ NEG = -1.0e30  # masked score: finite, so rows without a real key stay finite
 def usable(t: torch.Tensor) -> bool:
     """Whether these kernels can run on tensors like t: CUDA (or any device in the interpreter), fp16/bf16/fp32
     (fp64 stays on the blocked kernels)."""
-    return (t.is_cuda or INTERPRETED) and t.dtype in DTYPES
+    return (t.is_cuda or INTERPRETED) and t.dtype in DTYPES and t.numel() > 0
 
 
 def precision(dtype: torch.dtype) -> str:
@@ -270,6 +270,7 @@ class WindowTritonFunction(torch.autograd.Function):
         return dq, dk.to(k.dtype), dv.to(v.dtype), dbias, None, None, None, None, None
 
 
+@torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
 def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                             bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                             block_m: int = BLOCK_M, block_n: int = BLOCK_N) -> torch.Tensor:
