@@ -21,6 +21,7 @@ import torch
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.lavo.memory import read_memory_autograd
 from lavo_zoo.attention.ops.naive import key_mask_4d
+from lavo_zoo.attention.ops.window import triton_applies, window_attention
 from lavo_zoo.attention.ops.window.naive import dense_attention, relative_bias, window_mask
 
 pytest.importorskip("triton")
@@ -100,16 +101,32 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
 
 
 @interpreted
-def test_window_dispatch_falls_back_for_a_prefix_and_fp64(kernels):
-    """backend='triton' with a streaming prefix or fp64 runs the blocked kernel (same results)."""
-    from lavo_zoo.attention.ops.window import triton_applies, window_attention
+@pytest.mark.parametrize("P, T", [(3, 37), (4, 2)])  # a streaming chunk after 3 tokens; a 2-token chunk, T < w
+def test_window_kernels_with_a_streaming_prefix(kernels, P, T):
+    """Causal chunk whose window reaches into the state's last P keys: output and the gradients of q, k, v, the EPE
+    and the prefix keys and values against the float64 blocked kernel."""
+    window_triton, _ = kernels
+    B, H, d, w = 2, 2, 8, 5
+    q, k, v, table, pk, pv = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), (B, H, P, d),
+                                     (B, H, P, d))
+    g = torch.randn(B, H, T, d)
+    out = window_triton.triton_window_attention(q, k, v, w, causal=True, bias=table, prefix=(pk, pv), block_m=16,
+                                                block_n=16)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v, table, pk, pv))
+    q2, k2, v2, t2, pk2, pv2 = _f64(q, k, v, table, pk, pv)
+    ref = window_attention(q2, k2, v2, w, causal=True, bias=t2, prefix=(pk2, pv2), backend="recompute")
+    refs = torch.autograd.grad((ref * g.double()).sum(), (q2, k2, v2, t2, pk2, pv2))
+    _close([out, *grads], [ref, *refs], ["out", "dq", "dk", "dv", "dbias", "dprefix_k", "dprefix_v"])
+
+
+@interpreted
+def test_window_dispatch(kernels):
+    """backend='triton' runs the kernels where they apply and falls back (same results) for fp64 and dropout."""
     q, k, v = (torch.randn(1, 2, 9, 8) for _ in range(3))
-    prefix = (torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8))
-    assert triton_applies(q, None, 0.0, False) and not triton_applies(q, prefix, 0.0, False)
-    assert not triton_applies(q.double(), None, 0.0, False) and not triton_applies(q, None, 0.1, True)
-    for kw in ({"prefix": prefix}, {}):
-        torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, backend="triton", **kw),
-                                   window_attention(q, k, v, 4, causal=True, backend="recompute", **kw), **TOL)
+    assert triton_applies(q, 0.0, False) and not triton_applies(q.double(), 0.0, False)
+    assert not triton_applies(q, 0.1, True)
+    torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, backend="triton"),
+                               window_attention(q, k, v, 4, causal=True, backend="recompute"), **TOL)
 
 
 @interpreted
@@ -216,18 +233,22 @@ def test_layer_triton_equals_recompute_in_float64(kernels, pattern, opts, T):
 
 @interpreted
 def test_streaming_on_triton_equals_the_full_call(kernels):
-    """Chunks carrying the constant-size state (the window of a chunk with a key prefix on the blocked kernel, the
-    read on Triton) give the one-pass output; decoding token by token too."""
+    """Chunks carrying the constant-size state (the window reaching into the state's keys, the memory sums) give the
+    one-pass output, decoding token by token too, and the one-pass gradients through an undetached state."""
     attn = _layer("causal")
-    x = torch.randn(2, 14, 16)
-    with torch.no_grad():
-        y = attn(x)
-        state, ys = None, []
-        for a, b in ((0, 5), (5, 6), (6, 11), (11, 12), (12, 13), (13, 14)):
-            y_t, state = attn(x[:, a:b], state=state, return_state=True)
-            ys.append(y_t)
+    x = torch.randn(2, 14, 16, requires_grad=True)
+    g = torch.randn(2, 14, 16)
+    y = attn(x)
+    full = torch.autograd.grad((y * g).sum(), [x, *attn.parameters()])
+    state, ys = None, []
+    for a, b in ((0, 5), (5, 6), (6, 11), (11, 12), (12, 13), (13, 14)):
+        y_t, state = attn(x[:, a:b], state=state, return_state=True)
+        ys.append(y_t)
     assert attn.mode == "triton" and state.keys.shape[2] == 3
-    torch.testing.assert_close(torch.cat(ys, 1), y, **TOL)
+    streamed = torch.cat(ys, 1)
+    torch.testing.assert_close(streamed, y, **TOL)
+    for a, b in zip(torch.autograd.grad((streamed * g).sum(), [x, *attn.parameters()]), full):
+        torch.testing.assert_close(a, b, **TOL)
 
 
 @interpreted

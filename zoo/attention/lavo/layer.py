@@ -149,8 +149,7 @@ class LavoAttention(Attention):
         - attention dropout in training: ('autograd', 'autograd'), the composable blocked ops, which keep their
           [T, 2w] and [T, r] probabilities for backward (the dropout mask must be the one backward sees);
         - CUDA, Triton importable, ``LAVO_ZOO_TRITON`` not 0, fp16/bf16/fp32: ('triton', 'triton'), the fused
-          Triton kernels (``ops/window/triton.py``, ``lavo/triton.py``; a streaming chunk's window, which has a key
-          prefix, runs on flex or the blocked kernel, see ``window_attention``);
+          Triton kernels (``ops/window/triton.py``, ``lavo/triton.py``), streaming chunks included;
         - otherwise on CUDA, at least ``flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'),
           the fused flex_attention kernel for the window (it saves q, k, v, its output and log-sum-exp);
         - otherwise ('recompute', 'recompute'): Functions that save q, k, v, the memory rows and the bases and

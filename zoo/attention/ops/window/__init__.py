@@ -9,9 +9,9 @@ Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-
 - ``autograd``: :func:`~lavo_zoo.attention.ops.window.blocked.window_autograd`, the same blocked computation left to
   autograd; needed with attention dropout in training.
 - ``flex``: the fused CUDA kernel of ``flex.py``.
-- ``triton``: the Triton kernels of ``triton.py`` (forward and backward; LAVO's layer picks them on CUDA). Where they
-  do not apply (a key prefix, i.e. a streaming chunk; fp64; a CPU tensor outside Triton's interpreter; Triton missing;
-  attention dropout in training; ``LAVO_ZOO_TRITON=0``: :func:`triton_applies`) the call runs as 'auto' would: on
+- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix included; LAVO's layer picks
+  them on CUDA). Where they do not apply (fp64; a CPU tensor outside Triton's interpreter; Triton missing; attention
+  dropout in training; ``LAVO_ZOO_TRITON=0``: :func:`triton_applies`) the call runs as 'auto' would: on
   ``flex`` where it is enabled (CUDA, at least ``flex.MIN_QUERIES`` queries), else ``recompute`` (``autograd`` with
   dropout). 'auto' never picks it (the ``local`` mechanism keeps ``flex`` on CUDA).
 ``naive.py`` holds the dense masked O(T^2) reference the tests compare with.
@@ -29,9 +29,9 @@ from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction
 BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")
 
 
-def triton_applies(q: torch.Tensor, prefix: object, dropout: float, training: bool) -> bool:
+def triton_applies(q: torch.Tensor, dropout: float, training: bool) -> bool:
     """Whether the ``triton`` backend runs for these queries (else it falls back to the blocked kernels)."""
-    if prefix is not None or (dropout and training) or os.environ.get("LAVO_ZOO_TRITON", "1") == "0":
+    if (dropout and training) or os.environ.get("LAVO_ZOO_TRITON", "1") == "0":
         return False
     try:
         from lavo_zoo.attention.ops.window import triton as window_triton
@@ -70,9 +70,10 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
         backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training \
             else "recompute"
     if backend == "triton":
-        if triton_applies(q, prefix, dropout, training):
+        if triton_applies(q, dropout, training):
             from lavo_zoo.attention.ops.window import triton as window_triton
-            return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask)
+            return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
+                                                         prefix=prefix)
         backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training else "recompute"
     if backend == "flex":
         fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)

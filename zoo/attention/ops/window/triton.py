@@ -1,8 +1,9 @@
 """Triton kernels of the sliding window (backend ``triton`` of :func:`lavo_zoo.attention.ops.window.window_attention`).
 
-Same contract as the blocked ``recompute`` kernel, without a key prefix: query t attends to the keys
-[t-w+1, t] (causal) or [t-w+1, t+w-1] (noncausal) that are real (``key_mask``), with the relative bias
-``bias[h, s - t + w - 1]`` (LAVO's EPE) added to the scaled score. FlashAttention-style:
+Same contract as the blocked ``recompute`` kernel: query t attends to the keys [t-w+1, t] (causal) or
+[t-w+1, t+w-1] (noncausal) that are real (``key_mask``), with the relative bias ``bias[h, s - t + w - 1]`` (LAVO's
+EPE) added to the scaled score; a causal streaming chunk's key prefix (the state's last keys) sits before position 0.
+FlashAttention-style:
 
 - ``_fwd``: one program per (block of ``block_m`` queries, batch x head) walks the ``block_n``-key tiles of its band
   with an online softmax (scores, max, sum and the output accumulator in fp32; ``tl.dot`` on the input dtype, IEEE
@@ -56,18 +57,19 @@ def block_dim(n: int) -> int:
 
 
 @triton.jit
-def _scores(q, k, t, s, bias_ptr, mask_ptr, T, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
+def _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
-    """Scores of queries q [BM, BD] at positions t [BM] against keys k [BN, BD] at positions s [BN]: [BM, BN] fp32
-    (NEG outside the window, the sequence or the key mask) and the [BM, BN] allowed mask."""
-    rel = s[None, :] - t[:, None]                                        # s - t
-    ok = (rel > -W) & (t[:, None] >= 0) & (t[:, None] < T) & (s[None, :] >= 0) & (s[None, :] < T)
+    """Scores of queries q [BM, BD] (query t [BM] of T sits at key position t + P) against keys k [BN, BD] at key
+    positions s [BN] (of T + P: the prefix, then the keys): [BM, BN] fp32 (NEG outside the window, the sequence or
+    the key mask) and the [BM, BN] allowed mask."""
+    rel = s[None, :] - (t[:, None] + P)                                  # key position - query position
+    ok = (rel > -W) & (t[:, None] >= 0) & (t[:, None] < T) & (s[None, :] >= 0) & (s[None, :] < T + P)
     if CAUSAL:
         ok = ok & (rel <= 0)
     else:
         ok = ok & (rel < W)
     if HAS_MASK:
-        real = tl.load(mask_ptr + s, mask=(s >= 0) & (s < T), other=0)
+        real = tl.load(mask_ptr + s, mask=(s >= 0) & (s < T + P), other=0)  # (a key mask comes without prefix)
         ok = ok & (real[None, :] != 0)
     sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
     if HAS_BIAS:
@@ -84,7 +86,7 @@ def _load_rows(ptr, rows, dd, T, D):
 
 @triton.jit
 def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, smb,
-         H, T, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+         H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
          BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr, PREC: tl.constexpr):
     pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
@@ -96,10 +98,10 @@ def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, s
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, BD], tl.float32)
     for j in range(NK):                                                               # the band's key tiles
-        s = pid * BM - (W - 1) + j * BN + tl.arange(0, BN)
-        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T, D)       # [BN, BD]
-        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T, D)
-        sc, _ = _scores(q, k, t, s, bias_ptr, mask_ptr, T, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        s = pid * BM + P - (W - 1) + j * BN + tl.arange(0, BN)
+        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)   # [BN, BD]
+        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
+        sc, _ = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
         m_new = tl.maximum(m_i, tl.max(sc, 1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(sc - m_new[:, None])                                               # [BM, BN]
@@ -114,7 +116,7 @@ def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, s
 
 @triton.jit
 def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt,
-            sdb, sdh, sdt, smb, H, T, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+            sdb, sdh, sdt, smb, H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr,
             PREC: tl.constexpr):
     pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
@@ -129,10 +131,10 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
     bias_ptr, mask_ptr = BIAS + h * (2 * W - 1), KMASK + b * smb
     dq = tl.zeros([BM, BD], tl.float32)
     for j in range(NK):
-        s = pid * BM - (W - 1) + j * BN + tl.arange(0, BN)
-        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T, D)       # [BN, BD]
-        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T, D)
-        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        s = pid * BM + P - (W - 1) + j * BN + tl.arange(0, BN)
+        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)   # [BN, BD]
+        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
+        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
         p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
@@ -142,19 +144,19 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
 
 @triton.jit
 def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
+              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
               NQ: tl.constexpr, PREC: tl.constexpr):
     pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
     b, h = bh // H, bh % H
-    s = pid * BN + tl.arange(0, BN)
+    s = pid * BN + tl.arange(0, BN)                                                   # key positions (of T + P)
     dd = tl.arange(0, BD)
-    k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T, D)           # [BN, BD]
-    v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T, D)
+    k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)       # [BN, BD]
+    v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
     bias_ptr, mask_ptr = BIAS + h * (2 * W - 1), KMASK + b * smb
     dk = tl.zeros([BN, BD], tl.float32)
     dv = tl.zeros([BN, BD], tl.float32)
-    first = pid * BN if CAUSAL else pid * BN - (W - 1)                                # first query that sees a key
+    first = pid * BN - P if CAUSAL else pid * BN - P - (W - 1)                        # first query that sees a key
     for i in range(NQ):
         t = first + i * BM + tl.arange(0, BM)
         tq = (t >= 0) & (t < T)
@@ -162,20 +164,20 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
         do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
         lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
         delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
-        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
         p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
         dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC)
-    keep = ((s < T)[:, None]) & (dd < D)[None, :]
+    keep = ((s < T + P)[:, None]) & (dd < D)[None, :]
     tl.store(DK + b * sdb + h * sdh + s[:, None] * sdt + dd[None, :], dk * scale, mask=keep)
     tl.store(DV + b * sdb + h * sdh + s[:, None] * sdt + dd[None, :], dv, mask=keep)
 
 
 @triton.jit
 def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-               sgb, sgh, sgt, smb, H, T, D, NTB, scale, W: tl.constexpr, NO: tl.constexpr, HAS_MASK: tl.constexpr,
+               sgb, sgh, sgt, smb, H, T, P, D, NTB, scale, W: tl.constexpr, NO: tl.constexpr, HAS_MASK: tl.constexpr,
                BM: tl.constexpr, BD: tl.constexpr):
     """PART[bh, block, o] = sum over the block's queries t of dS[t, t + o - (w - 1)], o < NO (w causal, 2w - 1
     noncausal), as fp32 row products of shifted key/value rows."""
@@ -189,12 +191,12 @@ def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, s
     lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
     delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
     for o in range(NO):
-        s = t + o - (W - 1)                                                           # [BM] key of each query
-        ok = tq & (s >= 0) & (s < T)
+        s = t + P + o - (W - 1)                                                       # [BM] key of each query
+        ok = tq & (s >= 0) & (s < T + P)
         if HAS_MASK:
             ok = ok & (tl.load(KMASK + b * smb + s, mask=ok, other=0) != 0)
-        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T, D).to(tl.float32)
-        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T, D).to(tl.float32)
+        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D).to(tl.float32)
+        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D).to(tl.float32)
         sc = tl.sum(q * k, 1) * scale + tl.load(BIAS + h * (2 * W - 1) + o).to(tl.float32)
         p = tl.where(ok, tl.exp(tl.where(ok, sc - lse, NEG)), 0.0)               # no overflow on masked rows
         ds = p * (tl.sum(do * v, 1) - delta)
@@ -211,9 +213,11 @@ def _rowmajor(t: torch.Tensor) -> torch.Tensor:
 
 
 class WindowTritonFunction(torch.autograd.Function):
-    """forward(q, k, v [B, H, T, d], bias [H, 2w-1] | None, key_mask [B, T] bool | None, window, causal, block_m,
-    block_n) -> [B, H, T, d] fp32 (laid out [B, T, H, d]). Saves q, k, v, the bias, the mask, the output and the
-    log-sum-exp [B H, T] (fp32) for backward."""
+    """forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
+    key_mask [B, T] bool | None, window, causal, block_m, block_n) -> [B, H, T, d] fp32 (laid out [B, T, H, d]).
+    A prefix (causal streaming: the previous chunk's last P < w keys and values, no key_mask) is joined in front of
+    the keys (one copy, as the flex path does); query t sits at key position P + t. Saves q, the (joined) keys and
+    values, the bias, the mask, the output and the log-sum-exp [B H, T] (fp32) for backward."""
 
     @staticmethod
     def _config(q, window, causal, block_m, block_n):
@@ -221,7 +225,10 @@ class WindowTritonFunction(torch.autograd.Function):
                 "PREC": precision(q.dtype)}
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, key_mask, window, causal, block_m, block_n):
+    def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m, block_n):
+        P = 0 if prefix_k is None else prefix_k.shape[2]
+        if P:
+            k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)  # [B, H, P+T, d]
         q, k, v = _rowmajor(q), _rowmajor(k.to(q.dtype)), _rowmajor(v.to(q.dtype))  # tl.dot wants one dtype
         B, H, T, d = q.shape
         cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
@@ -233,16 +240,16 @@ class WindowTritonFunction(torch.autograd.Function):
                                                                                            device=q.device)
         _fwd[(triton.cdiv(T, block_m), B * H)](
             q, k, v, b, m, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out), m.stride(0),
-            H, T, d, d ** -0.5, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
+            H, T, P, d, d ** -0.5, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
             NK=triton.cdiv(block_m + span, block_n), **cfg)
         ctx.save_for_backward(q, k, v, bias, m, out, lse)
-        ctx.config = (window, causal, block_m, block_n, bias is not None, key_mask is not None)
+        ctx.config = (P, window, causal, block_m, block_n, bias is not None, key_mask is not None)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, bias, m, out, lse = ctx.saved_tensors
-        window, causal, block_m, block_n, has_bias, has_mask = ctx.config
+        P, window, causal, block_m, block_n, has_bias, has_mask = ctx.config
         B, H, T, d = q.shape
         cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
         span = (1 if causal else 2) * (window - 1)
@@ -253,27 +260,34 @@ class WindowTritonFunction(torch.autograd.Function):
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(g))
         flags = {"HAS_BIAS": has_bias, "HAS_MASK": has_mask}
         dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device)
-        _bwd_dq[(triton.cdiv(T, block_m), B * H)](*args, dq, *strides, *_strides(dq), m.stride(0), H, T, d,
+        _bwd_dq[(triton.cdiv(T, block_m), B * H)](*args, dq, *strides, *_strides(dq), m.stride(0), H, T, P, d,
                                                   d ** -0.5, NK=triton.cdiv(block_m + span, block_n), **flags, **cfg)
-        dk, dv = torch.empty_like(dq), torch.empty_like(dq)
-        _bwd_dkdv[(triton.cdiv(T, block_n), B * H)](*args, dk, dv, *strides, *_strides(dk), m.stride(0), H, T, d,
-                                                    d ** -0.5, NQ=triton.cdiv(block_n + span, block_m), **flags,
-                                                    **cfg)
+        dk = torch.empty(B, H, P + T, d, dtype=q.dtype, device=q.device)             # prefix and keys
+        dv = torch.empty_like(dk)
+        _bwd_dkdv[(triton.cdiv(P + T, block_n), B * H)](*args, dk, dv, *strides, *_strides(dk), m.stride(0), H, T, P,
+                                                        d, d ** -0.5, NQ=triton.cdiv(block_n + span, block_m),
+                                                        **flags, **cfg)
         dbias = None
-        if has_bias and ctx.needs_input_grad[3]:
+        if has_bias and ctx.needs_input_grad[5]:
             ntb = triton.cdiv(T, block_m)
             part = torch.zeros(B * H, ntb, 2 * window - 1, dtype=torch.float32, device=q.device)
-            _bwd_dbias[(ntb, B * H)](*args, part, *strides, m.stride(0), H, T, d, ntb, d ** -0.5, W=window,
+            _bwd_dbias[(ntb, B * H)](*args, part, *strides, m.stride(0), H, T, P, d, ntb, d ** -0.5, W=window,
                                      NO=window if causal else 2 * window - 1, HAS_MASK=has_mask, BM=block_m,
                                      BD=cfg["BD"])
             dbias = part.view(B, H, ntb, -1).sum((0, 2)).to(bias.dtype)
-        return dq, dk.to(k.dtype), dv.to(v.dtype), dbias, None, None, None, None, None
+        dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
+        return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None
 
 
 @torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
 def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                             bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
-                            block_m: int = BLOCK_M, block_n: int = BLOCK_N) -> torch.Tensor:
-    """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32; see :func:`usable`) with bias [H, 2w-1] and
-    key_mask [B, T]; [B, H, T, d] fp32. Block sizes are powers of two >= 16 (tests use 16)."""
-    return WindowTritonFunction.apply(q, k, v, bias, key_mask, window, causal, block_m, block_n)
+                            prefix: tuple[torch.Tensor, torch.Tensor] | None = None, block_m: int = BLOCK_M,
+                            block_n: int = BLOCK_N) -> torch.Tensor:
+    """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32; see :func:`usable`) with bias [H, 2w-1],
+    key_mask [B, T] and the streaming ``prefix`` (keys, values) [B, H, P, d], P < w (causal, no key_mask);
+    [B, H, T, d] fp32. Block sizes are powers of two >= 16 (tests use 16)."""
+    if prefix is not None and (not causal or key_mask is not None):
+        raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")
+    pk, pv = prefix if prefix is not None and prefix[0].shape[2] else (None, None)
+    return WindowTritonFunction.apply(q, k, v, pk, pv, bias, key_mask, window, causal, block_m, block_n)
