@@ -101,12 +101,16 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
 
 
 @interpreted
-@pytest.mark.parametrize("P, T", [(3, 37), (4, 2)])  # a streaming chunk after 3 tokens; a 2-token chunk, T < w
-def test_window_kernels_with_a_streaming_prefix(kernels, P, T):
+@pytest.mark.parametrize("P, T, w", [
+    (3, 37, 5),    # a streaming chunk after 3 tokens
+    (4, 2, 5),     # a 2-token chunk, T < w
+    (9, 37, 17),   # 16 + w - 1 keys per block fill the key tiles exactly: a band not shifted by P would miss keys
+])
+def test_window_kernels_with_a_streaming_prefix(kernels, P, T, w):
     """Causal chunk whose window reaches into the state's last P keys: output and the gradients of q, k, v, the EPE
     and the prefix keys and values against the float64 blocked kernel."""
     window_triton, _ = kernels
-    B, H, d, w = 2, 2, 8, 5
+    B, H, d = 2, 2, 8
     q, k, v, table, pk, pv = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), (B, H, P, d),
                                      (B, H, P, d))
     g = torch.randn(B, H, T, d)
