@@ -49,6 +49,11 @@ def test_kernels_in_the_triton_interpreter():
     assert len(skipped) == 1 and "bf16" in skipped[0], skipped  # only the bf16 case the interpreter cannot run
 
 
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)  # the same inputs on every run
+
+
 @pytest.fixture(scope="module")
 def kernels():
     """(window module, read module), decorated for the interpreter in this process."""
