@@ -18,6 +18,7 @@ records are kept in the JSON beside the sweep's, marked ``"bisection": true``.
 """
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from lavo_zoo.options import device_option, json_records_option
 MODES = ("fwd", "fwdbwd", "decode", "stream")
 PATTERNS = ("causal", "noncausal", "cross")  # cross: queries and source of the same length (fwd and fwdbwd)
 DTYPES = ("float32", "bfloat16", "float16")
+KERNEL_SWITCHES = ("LAVO_ZOO_TRITON", "LAVO_ZOO_FLEX")  # environment switches that force kernel fallbacks
 DECODE_STEPS = 16  # tokens per timed decode run; the reported time is per token
 
 
@@ -60,8 +62,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     record = time_runs(run, spec["warmup"], spec["repeats"], device)
     median = statistics.median(record["times_s"])
     per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
+    kernels = {"kernels": attn.mode} if isinstance(getattr(attn, "mode", None), str) else {}  # LAVO: which path ran
     return {"time_s": median / per, **record, **extra, "tokens_per_s": tokens / median,
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), **kernels}
 
 
 def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
@@ -148,8 +151,9 @@ def _format(r: dict[str, Any]) -> str:
         return f"{head} {r['error']}{mark}"
     unit = "per token" if r["mode"] == "decode" else ""
     state = f"  state {r['state_bytes'] / 2**10:.1f} KiB" if "state_bytes" in r else ""
+    kernels = f"  [{r['kernels']}]" if "kernels" in r else ""
     return (f"{head} {r['time_s'] * 1e3:10.3f} ms {unit:<9} {r['tokens_per_s']:12.0f} tok/s  "
-            f"peak {r['peak_memory_bytes'] / 2**20:9.1f} MiB{state}{mark}")
+            f"peak {r['peak_memory_bytes'] / 2**20:9.1f} MiB{state}{kernels}{mark}")
 
 
 # ------------------------------------------------------------------------------------------------- sweeps
@@ -220,7 +224,8 @@ def run_sweep(names: list[str], lengths: list[int], options: dict[str, dict[str,
 
     names, options = list(names), dict(options)
     host = machine(settings["device"])  # figures from machines with other vector units are not comparable
-    settings = {**settings, "machine": host}
+    switches = {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ}  # forced kernel fallbacks
+    settings = {**settings, "machine": host, "kernel_switches": switches}
     added = efficiency is not None and BASELINE not in names and bool(names)
     if added:
         names.append(BASELINE)
@@ -232,6 +237,9 @@ def run_sweep(names: list[str], lengths: list[int], options: dict[str, dict[str,
          f"B={settings['batch']} {settings['dtype']} on {settings['device']}; median of {settings['repeats']} after "
          f"{settings['warmup']} warm-up; {'isolated processes' if isolate else 'in process'}")
     echo(f"# {describe_machine(host)}")
+    if "lavo" in names or switches:
+        echo("# LAVO's kernels in [brackets] on its rows ('triton' on CUDA, 'recompute' on CPU)"
+             + (f"; {' '.join(f'{k}={v}' for k, v in switches.items())}" if switches else ""))
     if added:
         echo(f"# {BASELINE} added to the sweep: the efficiency lengths are measured against it "
              "(--no-efficiency leaves it out)")

@@ -15,13 +15,14 @@ from lavo_zoo.bench.timing import median_time, parse_ints, time_runs, write_json
 from lavo_zoo.options import device_option, json_records_option
 
 
-def measure(config: str, length: int, repeats: int, device: Any) -> dict[str, Any]:
-    """Train and eval tokens/s of ``config`` at context ``length`` (median of ``repeats`` steps)."""
+def measure(config: str, length: int, repeats: int, device: Any, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Train and eval tokens/s of ``config`` at context ``length`` (median of ``repeats`` steps), with the config
+    ``overrides`` (KEY=VALUE) applied after ``model.dropout=0.0``."""
     import torch
 
     from lavo_zoo.engine.recipe import resolve_config
 
-    recipe, cfg = resolve_config(config, ["model.dropout=0.0"])
+    recipe, cfg = resolve_config(config, ["model.dropout=0.0", *overrides])
     cfg = recipe.resolve(cfg)
     torch.manual_seed(0)
     model = recipe.build_model(cfg).to(device)
@@ -40,34 +41,51 @@ def measure(config: str, length: int, repeats: int, device: Any) -> dict[str, An
 
     model.train()
     train_s = median_time(time_runs(train_step, 1, repeats, device))
+    train_kernels = _kernels(model)
     model.eval()
     eval_s = median_time(time_runs(eval_step, 1, repeats, device))
-    return {"config": config, "attention": cfg.model.attention.name, "length": length,
-            "train_tokens_per_s": length / train_s, "eval_tokens_per_s": length / eval_s}
+    record = {"config": config, "attention": cfg.model.attention.name, "length": length,
+              "train_tokens_per_s": length / train_s, "eval_tokens_per_s": length / eval_s}
+    if train_kernels is not None:
+        record.update(train_kernels=train_kernels, eval_kernels=_kernels(model))
+    return record
+
+
+def _kernels(model: Any) -> str | None:
+    """The kernels the model's first attention with a ``mode`` (LAVO) ran last, else None."""
+    for module in model.modules():
+        if isinstance(getattr(module, "mode", None), str):
+            return module.mode
+    return None
 
 
 @click.command("lm", epilog="""\b
 Examples:
   lavo-zoo bench lm lm/tiny-lavo lm/tiny-sdpa --lengths 512,2048
-  lavo-zoo bench lm lm/pg19-lavo --lengths 2048,8192,16384 --device cuda --json runs/throughput.json""")
+  lavo-zoo bench lm lm/pg19-lavo --lengths 2048,8192,16384 --device cuda --json runs/throughput.json
+  lavo-zoo bench lm lm/pg19-lavo lm/pg19-sdpa --lengths 16384 --device cuda --set model.attention.dropout=0.0""")
 @click.argument("configs", nargs=-1, required=True)
 @click.option("--lengths", default="2048,8192,16384", show_default=True, help="Comma-separated context lengths.")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed steps per figure (the median is reported) after one warm-up step.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Config override for every config (repeatable), e.g. model.attention.dropout=0.0.")
 @device_option
 @json_records_option
-def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, device: str | None, json_file: Path | None) -> None:
+def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, overrides: tuple[str, ...], device: str | None,
+           json_file: Path | None) -> None:
     """Training and evaluation tokens/s of LM CONFIGS at several context lengths, one sequence per step."""
     from lavo_zoo.engine.env import describe_machine, machine, pick_device
 
     dev = pick_device(device)
     host = machine(dev)
     click.echo(f"# {describe_machine(host)}")
-    rows = [measure(c, n, repeats, dev) for c in configs for n in parse_ints(lengths, "--lengths")]
-    click.echo(f"{'config':<22} {'length':>7} {'train tok/s':>12} {'eval tok/s':>12}")
+    rows = [measure(c, n, repeats, dev, overrides) for c in configs for n in parse_ints(lengths, "--lengths")]
+    click.echo(f"{'config':<22} {'length':>7} {'train tok/s':>12} {'eval tok/s':>12}  kernels (train / eval)")
     for r in rows:
+        kernels = f"  {r['train_kernels']} / {r['eval_kernels']}" if "train_kernels" in r else ""
         click.echo(f"{r['config']:<22} {r['length']:>7} {r['train_tokens_per_s']:>12.0f} "
-                   f"{r['eval_tokens_per_s']:>12.0f}")
+                   f"{r['eval_tokens_per_s']:>12.0f}{kernels}")
     if json_file is not None:
         write_json(json_file, {"machine": host, "results": rows})
         click.echo(f"wrote {json_file}")

@@ -23,12 +23,12 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.common import compute_dtype
-from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd, triton_applies
 from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 EMPTY_MEMORY = ("local", "half")
-BACKENDS = ("auto", "recompute", "autograd", "flex")
+BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")
 
 
 @dataclass
@@ -143,21 +143,43 @@ class LavoAttention(Attention):
 
     # ------------------------------------------------------------------------------------------------ kernels
     def kernels(self, q: torch.Tensor) -> tuple[str, str]:
-        """(local branch, memory read) kernels for queries q [B, H, T, d], decided here rather than in the helpers.
+        """(local branch, memory read) kernels for queries q [B, H, T, d], decided here rather than in the helpers,
+        and recorded for :attr:`mode`.
 
         - attention dropout in training: ('autograd', 'autograd'), the composable blocked ops, which keep their
           [T, 2w] and [T, r] probabilities for backward (the dropout mask must be the one backward sees);
-        - CUDA, at least ``flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'), the fused
-          flex_attention kernel for the window (it saves q, k, v, its output and log-sum-exp);
+        - CUDA, Triton importable, ``LAVO_ZOO_TRITON`` not 0, fp16/bf16/fp32: ('triton', 'triton'), the fused
+          Triton kernels (``ops/window/triton.py``, ``lavo/triton.py``), streaming chunks included;
+        - otherwise on CUDA, at least ``flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'),
+          the fused flex_attention kernel for the window (it saves q, k, v, its output and log-sum-exp);
         - otherwise ('recompute', 'recompute'): Functions that save q, k, v, the memory rows and the bases and
           recompute chunk by chunk in backward (O(T d) saved, nothing O(T w) or O(T r)).
-        ``backend`` other than 'auto' forces the local kernel (dropout in training still forces 'autograd').
+        ``backend`` other than 'auto' forces the local kernel (dropout in training still forces 'autograd');
+        'triton' where Triton cannot run (CPU outside its interpreter, fp64) falls back to 'recompute'.
         """
+        chosen = self._choose(q)
+        self._mode = chosen
+        return chosen
+
+    def _choose(self, q: torch.Tensor) -> tuple[str, str]:
         if self.dropout and self.training:
             return "autograd", "autograd"
+        if self.backend == "triton" or (self.backend == "auto" and q.is_cuda):
+            if triton_applies(q):
+                return "triton", "triton"
+            if self.backend == "triton":
+                return "recompute", "recompute"
         if self.backend != "auto":
             return self.backend, "autograd" if self.backend == "autograd" else "recompute"
         return ("flex" if flex.enabled(q, 0.0, False) else "recompute"), "recompute"
+
+    @property
+    def mode(self) -> str:
+        """The kernels of the last call ('triton', 'flex+recompute', 'recompute', 'autograd'; local+read when they
+        differ); before any call, those a long sequence on the parameters' device and dtype would get."""
+        local, read = getattr(self, "_mode", None) or self._choose(
+            self.q_proj.weight.new_empty(1, self.num_heads, flex.MIN_QUERIES, self.head_dim))
+        return local if local == read else f"{local}+{read}"
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
@@ -168,6 +190,9 @@ class LavoAttention(Attention):
         (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype."""
         if kernel == "autograd":
             return read_memory_autograd(q, mem, self.bases, offset, group, self.dropout, self.training)
+        if kernel == "triton":
+            from lavo_zoo.attention.lavo import triton as lavo_triton
+            return lavo_triton.read_memory_triton(q, mem, self.bases, offset, group)
         return read_memory(q, mem, self.bases, offset, group, self.chunk_size)
 
     def _check_state(self, state: object, x: torch.Tensor) -> None:

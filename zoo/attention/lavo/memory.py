@@ -11,6 +11,8 @@ probabilities chunk by chunk in backward; :func:`read_memory_autograd` is the sa
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -100,6 +102,18 @@ class MemoryReadFunction(torch.autograd.Function):
                     dbases += torch.einsum("bhmr,bhmd->hrd", dh, mem[:, :, r0:r1].to(ct))
         return (dq, dmem.to(mem.dtype) if need[1] else None, dbases.to(bases.dtype) if need[2] else None,
                 None, None, None)
+
+
+def triton_applies(q: torch.Tensor) -> bool:
+    """Whether the Triton read (``lavo/triton.py``) runs for queries q: Triton imports, ``LAVO_ZOO_TRITON`` is not
+    0, and q is a CUDA tensor (any device in Triton's interpreter) of a half or fp32 dtype (fp64 stays here)."""
+    if os.environ.get("LAVO_ZOO_TRITON", "1") == "0":
+        return False
+    try:
+        from lavo_zoo.attention.lavo import triton as lavo_triton
+    except ImportError:  # no Triton on this platform
+        return False
+    return lavo_triton.usable(q)
 
 
 READ_ELEMENTS = CHUNK * 768  # numbers per [B, H, chunk, r] temporary of the read: CHUNK queries at B H r = 768

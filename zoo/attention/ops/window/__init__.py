@@ -9,9 +9,16 @@ Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-
 - ``autograd``: :func:`~lavo_zoo.attention.ops.window.blocked.window_autograd`, the same blocked computation left to
   autograd; needed with attention dropout in training.
 - ``flex``: the fused CUDA kernel of ``flex.py``.
+- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix included; LAVO's layer picks
+  them on CUDA). Where they do not apply (fp64; a CPU tensor outside Triton's interpreter; Triton missing; attention
+  dropout in training; ``LAVO_ZOO_TRITON=0``: :func:`triton_applies`) the call runs as 'auto' would: on
+  ``flex`` where it is enabled (CUDA, at least ``flex.MIN_QUERIES`` queries), else ``recompute`` (``autograd`` with
+  dropout). 'auto' never picks it (the ``local`` mechanism keeps ``flex`` on CUDA).
 ``naive.py`` holds the dense masked O(T^2) reference the tests compare with.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -19,7 +26,18 @@ from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.ops.window import flex
 from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
 
-BACKENDS = ("auto", "recompute", "autograd", "flex")
+BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")
+
+
+def triton_applies(q: torch.Tensor, dropout: float, training: bool) -> bool:
+    """Whether the ``triton`` backend runs for these queries (else it falls back to the blocked kernels)."""
+    if (dropout and training) or os.environ.get("LAVO_ZOO_TRITON", "1") == "0":
+        return False
+    try:
+        from lavo_zoo.attention.ops.window import triton as window_triton
+    except ImportError:  # no Triton on this platform
+        return False
+    return window_triton.usable(q)
 
 
 def last_positions(prefix: torch.Tensor | None, t: torch.Tensor, window: int) -> torch.Tensor:
@@ -51,6 +69,12 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     if backend == "auto":
         backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training \
             else "recompute"
+    if backend == "triton":
+        if triton_applies(q, dropout, training):
+            from lavo_zoo.attention.ops.window import triton as window_triton
+            return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
+                                                         prefix=prefix)
+        backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training else "recompute"
     if backend == "flex":
         fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
         out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
@@ -67,4 +91,4 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
                         window, causal, bias, key_mask, P, dropout, training)
 
 
-__all__ = ["BACKENDS", "CHUNK", "last_positions", "window_attention"]
+__all__ = ["BACKENDS", "CHUNK", "last_positions", "triton_applies", "window_attention"]

@@ -1,0 +1,293 @@
+"""Triton kernels of the sliding window (backend ``triton`` of :func:`lavo_zoo.attention.ops.window.window_attention`).
+
+Same contract as the blocked ``recompute`` kernel: query t attends to the keys [t-w+1, t] (causal) or
+[t-w+1, t+w-1] (noncausal) that are real (``key_mask``), with the relative bias ``bias[h, s - t + w - 1]`` (LAVO's
+EPE) added to the scaled score; a causal streaming chunk's key prefix (the state's last keys) sits before position 0.
+FlashAttention-style:
+
+- ``_fwd``: one program per (block of ``block_m`` queries, batch x head) walks the ``block_n``-key tiles of its band
+  with an online softmax (scores, max, sum and the output accumulator in fp32; ``tl.dot`` on the input dtype, IEEE
+  fp32 products for fp32 inputs unless torch allows TF32: :func:`precision`) and stores the output and the
+  log-sum-exp (fp32);
+- ``_bwd_dq``: per query block, recomputes the probabilities from the log-sum-exp; dQ = scale dS K;
+- ``_bwd_dkdv``: per key block, over the query tiles that see it; dV = P^T dO, dK = scale dS^T Q;
+- ``_bwd_dbias``: per query block, the 2w - 1 (w causal) diagonals of dS, one relative offset at a time (the bias
+  gradient is a sum along diagonals, which no tile product gives); partial sums per block, added up in torch.
+dS = P (dP - delta), delta = rowsum(dO * O) (computed in torch from the saved fp32 output).
+
+A query whose window has no real key (only padded queries) gets finite garbage and no gradient, as in the blocked
+kernel. The kernels are decorated when this module is imported: with ``TRITON_INTERPRET=1`` set before that, they
+run in Triton's interpreter on CPU tensors (what the tests do); otherwise they need CUDA tensors.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from lavo_zoo.attention.common import heads_major_empty
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by @triton.jit at decoration, i.e. now
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+BLOCK_M = 64  # queries per program
+BLOCK_N = 64  # keys per tile
+NEG = -1.0e30  # masked score: finite, so rows without a real key stay finite
+
+
+def usable(t: torch.Tensor) -> bool:
+    """Whether these kernels can run on tensors like t: CUDA (or any device in the interpreter), fp16/bf16/fp32
+    (fp64 stays on the blocked kernels)."""
+    return (t.is_cuda or INTERPRETED) and t.dtype in DTYPES and t.numel() > 0
+
+
+def precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision for operands of this dtype: fp32 products ('ieee') for fp32 inputs unless torch
+    allows TF32 matmuls (``torch.set_float32_matmul_precision('high')``), as cuBLAS does; half inputs multiply in
+    their own dtype (the flag is ignored for them)."""
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+        return "ieee"
+    return "tf32"
+
+
+def block_dim(n: int) -> int:
+    """A power-of-two tile extent >= n and >= 16 (tl.dot's minimum)."""
+    return max(16, triton.next_power_of_2(n))
+
+
+@triton.jit
+def _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
+            HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
+    """Scores of queries q [BM, BD] (query t [BM] of T sits at key position t + P) against keys k [BN, BD] at key
+    positions s [BN] (of T + P: the prefix, then the keys): [BM, BN] fp32 (NEG outside the window, the sequence or
+    the key mask) and the [BM, BN] allowed mask."""
+    rel = s[None, :] - (t[:, None] + P)                                  # key position - query position
+    ok = (rel > -W) & (t[:, None] >= 0) & (t[:, None] < T) & (s[None, :] >= 0) & (s[None, :] < T + P)
+    if CAUSAL:
+        ok = ok & (rel <= 0)
+    else:
+        ok = ok & (rel < W)
+    if HAS_MASK:
+        real = tl.load(mask_ptr + s, mask=(s >= 0) & (s < T + P), other=0)  # (a key mask comes without prefix)
+        ok = ok & (real[None, :] != 0)
+    sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+    if HAS_BIAS:
+        sc += tl.load(bias_ptr + rel + W - 1, mask=ok, other=0.0).to(tl.float32)
+    return tl.where(ok, sc, NEG), ok
+
+
+@triton.jit
+def _load_rows(ptr, rows, dd, T, D):
+    """[N, BD] tile: row pointers ptr [N, 1] (base + rows * row stride; unit column stride), zeros for rows outside
+    [0, T) and columns dd >= D."""
+    return tl.load(ptr + dd[None, :], mask=((rows >= 0) & (rows < T))[:, None] & (dd < D)[None, :], other=0.0)
+
+
+@triton.jit
+def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, smb,
+         H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr, PREC: tl.constexpr):
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+    b, h = bh // H, bh % H
+    t = pid * BM + tl.arange(0, BM)
+    dd = tl.arange(0, BD)
+    q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D)           # [BM, BD]
+    bias_ptr, mask_ptr = BIAS + h * (2 * W - 1), KMASK + b * smb
+    m_i = tl.full([BM], NEG, tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BD], tl.float32)
+    for j in range(NK):                                                               # the band's key tiles
+        s = pid * BM + P - (W - 1) + j * BN + tl.arange(0, BN)
+        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)   # [BN, BD]
+        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
+        sc, _ = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        m_new = tl.maximum(m_i, tl.max(sc, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(sc - m_new[:, None])                                               # [BM, BN]
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    tq = t < T
+    tl.store(O + b * sob + h * soh + t[:, None] * sot + dd[None, :], acc / l_i[:, None],
+             mask=tq[:, None] & (dd < D)[None, :])
+    tl.store(LSE + bh * T + t, m_i + tl.log(l_i), mask=tq)
+
+
+@triton.jit
+def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt,
+            sdb, sdh, sdt, smb, H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+            HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr,
+            PREC: tl.constexpr):
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+    b, h = bh // H, bh % H
+    t = pid * BM + tl.arange(0, BM)
+    dd = tl.arange(0, BD)
+    tq = t < T
+    q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D)           # [BM, BD]
+    do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
+    lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
+    delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
+    bias_ptr, mask_ptr = BIAS + h * (2 * W - 1), KMASK + b * smb
+    dq = tl.zeros([BM, BD], tl.float32)
+    for j in range(NK):
+        s = pid * BM + P - (W - 1) + j * BN + tl.arange(0, BN)
+        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)   # [BN, BD]
+        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
+        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], dq * scale, mask=tq[:, None] & (dd < D)[None, :])
+
+
+@triton.jit
+def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+              NQ: tl.constexpr, PREC: tl.constexpr):
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+    b, h = bh // H, bh % H
+    s = pid * BN + tl.arange(0, BN)                                                   # key positions (of T + P)
+    dd = tl.arange(0, BD)
+    k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)       # [BN, BD]
+    v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
+    bias_ptr, mask_ptr = BIAS + h * (2 * W - 1), KMASK + b * smb
+    dk = tl.zeros([BN, BD], tl.float32)
+    dv = tl.zeros([BN, BD], tl.float32)
+    first = pid * BN - P if CAUSAL else pid * BN - P - (W - 1)                        # first query that sees a key
+    for i in range(NQ):
+        t = first + i * BM + tl.arange(0, BM)
+        tq = (t >= 0) & (t < T)
+        q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D)       # [BM, BD]
+        do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
+        lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
+        delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
+        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
+        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC)
+    keep = ((s < T + P)[:, None]) & (dd < D)[None, :]
+    tl.store(DK + b * sdb + h * sdh + s[:, None] * sdt + dd[None, :], dk * scale, mask=keep)
+    tl.store(DV + b * sdb + h * sdh + s[:, None] * sdt + dd[None, :], dv, mask=keep)
+
+
+@triton.jit
+def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+               sgb, sgh, sgt, smb, H, T, P, D, NTB, scale, W: tl.constexpr, NO: tl.constexpr, HAS_MASK: tl.constexpr,
+               BM: tl.constexpr, BD: tl.constexpr):
+    """PART[bh, block, o] = sum over the block's queries t of dS[t, t + o - (w - 1)], o < NO (w causal, 2w - 1
+    noncausal), as fp32 row products of shifted key/value rows."""
+    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+    b, h = bh // H, bh % H
+    t = pid * BM + tl.arange(0, BM)
+    dd = tl.arange(0, BD)
+    tq = t < T
+    q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D).to(tl.float32)
+    do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D).to(tl.float32)
+    lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
+    delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
+    for o in range(NO):
+        s = t + P + o - (W - 1)                                                       # [BM] key of each query
+        ok = tq & (s >= 0) & (s < T + P)
+        if HAS_MASK:
+            ok = ok & (tl.load(KMASK + b * smb + s, mask=ok, other=0) != 0)
+        k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D).to(tl.float32)
+        v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D).to(tl.float32)
+        sc = tl.sum(q * k, 1) * scale + tl.load(BIAS + h * (2 * W - 1) + o).to(tl.float32)
+        p = tl.where(ok, tl.exp(tl.where(ok, sc - lse, NEG)), 0.0)               # no overflow on masked rows
+        ds = p * (tl.sum(do * v, 1) - delta)
+        tl.store(PART + (bh * NTB + pid) * (2 * W - 1) + o, tl.sum(ds, 0))
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _rowmajor(t: torch.Tensor) -> torch.Tensor:
+    """t with unit stride along its last axis (the kernels' column stride)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+class WindowTritonFunction(torch.autograd.Function):
+    """forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
+    key_mask [B, T] bool | None, window, causal, block_m, block_n) -> [B, H, T, d] fp32 (laid out [B, T, H, d]).
+    A prefix (causal streaming: the previous chunk's last P < w keys and values, no key_mask) is joined in front of
+    the keys (one copy, as the flex path does); query t sits at key position P + t. Saves q, the (joined) keys and
+    values, the bias, the mask, the output and the log-sum-exp [B H, T] (fp32) for backward."""
+
+    @staticmethod
+    def _config(q, window, causal, block_m, block_n):
+        return {"W": window, "CAUSAL": causal, "BM": block_m, "BN": block_n, "BD": block_dim(q.shape[-1]),
+                "PREC": precision(q.dtype)}
+
+    @staticmethod
+    def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m, block_n):
+        P = 0 if prefix_k is None else prefix_k.shape[2]
+        if P:
+            k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)  # [B, H, P+T, d]
+        q, k, v = _rowmajor(q), _rowmajor(k.to(q.dtype)), _rowmajor(v.to(q.dtype))  # tl.dot wants one dtype
+        B, H, T, d = q.shape
+        cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
+        span = (1 if causal else 2) * (window - 1)
+        out = heads_major_empty(B, H, T, d, q, torch.float32)
+        lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
+        b = bias.contiguous() if bias is not None else q                              # any pointer when unused
+        m = key_mask.to(torch.int8).contiguous() if key_mask is not None else torch.ones(1, 1, dtype=torch.int8,
+                                                                                           device=q.device)
+        _fwd[(triton.cdiv(T, block_m), B * H)](
+            q, k, v, b, m, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out), m.stride(0),
+            H, T, P, d, d ** -0.5, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
+            NK=triton.cdiv(block_m + span, block_n), **cfg)
+        ctx.save_for_backward(q, k, v, bias, m, out, lse)
+        ctx.config = (P, window, causal, block_m, block_n, bias is not None, key_mask is not None)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, bias, m, out, lse = ctx.saved_tensors
+        P, window, causal, block_m, block_n, has_bias, has_mask = ctx.config
+        B, H, T, d = q.shape
+        cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
+        span = (1 if causal else 2) * (window - 1)
+        g = _rowmajor(grad.to(q.dtype))
+        delta = (grad.float() * out).sum(-1).reshape(B * H, T).contiguous()          # rowsum(dO * O)
+        b = bias.contiguous() if has_bias else q
+        args = (q, k, v, b, m, g, lse, delta)
+        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(g))
+        flags = {"HAS_BIAS": has_bias, "HAS_MASK": has_mask}
+        dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device)
+        _bwd_dq[(triton.cdiv(T, block_m), B * H)](*args, dq, *strides, *_strides(dq), m.stride(0), H, T, P, d,
+                                                  d ** -0.5, NK=triton.cdiv(block_m + span, block_n), **flags, **cfg)
+        dk = torch.empty(B, H, P + T, d, dtype=q.dtype, device=q.device)             # prefix and keys
+        dv = torch.empty_like(dk)
+        _bwd_dkdv[(triton.cdiv(P + T, block_n), B * H)](*args, dk, dv, *strides, *_strides(dk), m.stride(0), H, T, P,
+                                                        d, d ** -0.5, NQ=triton.cdiv(block_n + span, block_m),
+                                                        **flags, **cfg)
+        dbias = None
+        if has_bias and ctx.needs_input_grad[5]:
+            ntb = triton.cdiv(T, block_m)
+            part = torch.zeros(B * H, ntb, 2 * window - 1, dtype=torch.float32, device=q.device)
+            _bwd_dbias[(ntb, B * H)](*args, part, *strides, m.stride(0), H, T, P, d, ntb, d ** -0.5, W=window,
+                                     NO=window if causal else 2 * window - 1, HAS_MASK=has_mask, BM=block_m,
+                                     BD=cfg["BD"])
+            dbias = part.view(B, H, ntb, -1).sum((0, 2)).to(bias.dtype)
+        dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
+        return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None
+
+
+@torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
+def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
+                            bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                            prefix: tuple[torch.Tensor, torch.Tensor] | None = None, block_m: int = BLOCK_M,
+                            block_n: int = BLOCK_N) -> torch.Tensor:
+    """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32; see :func:`usable`) with bias [H, 2w-1],
+    key_mask [B, T] and the streaming ``prefix`` (keys, values) [B, H, P, d], P < w (causal, no key_mask);
+    [B, H, T, d] fp32. Block sizes are powers of two >= 16 (tests use 16)."""
+    if prefix is not None and (not causal or key_mask is not None):
+        raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")
+    pk, pv = prefix if prefix is not None and prefix[0].shape[2] else (None, None)
+    return WindowTritonFunction.apply(q, k, v, pk, pv, bias, key_mask, window, causal, block_m, block_n)
