@@ -257,6 +257,9 @@ class LavoAttention(Attention):
         B, T, _ = x.shape
         ct = compute_dtype(x.dtype)
         local_kernel, read_kernel = self.kernels(q)
+        if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
+                local_kernel != "autograd":
+            return self._decode_one(x, q, state, read_kernel)
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
@@ -283,6 +286,31 @@ class LavoAttention(Attention):
         w = self.window_size  # fresh tensors: views would keep whole-chunk tensors alive inside the state
         return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), *(s.clone() for s in sums),
                               (state.position if state else 0) + T)
+
+    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, read_kernel: str
+                    ) -> tuple[torch.Tensor, LavoState]:
+        """One causal token after ``state`` (context dissection, no padding): the output and state of the chunked
+        path in a handful of small operations, since a decoding step's cost is all fixed overhead. x [B, 1, D],
+        q [B, H, 1, d] -> ([B, H, 1, d] in the compute dtype, the new state)."""
+        ct = compute_dtype(x.dtype)
+        w, pos = self.window_size, state.position
+        k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
+        keys, values = torch.cat([state.keys, k], 2).to(ct), torch.cat([state.values, v], 2).to(ct)  # [B, H, L, d]
+        L = keys.shape[2]                                                            # keys t-L+1..t, L <= w
+        scores = (q.to(ct) * self.head_dim ** -0.5) @ keys.transpose(-1, -2)         # [B, H, 1, L]
+        if self.epe is not None:                                                     # key s: epe[s - t + w - 1]
+            scores = scores + self.epe[:, w - L:w].to(ct)[None, :, None]
+        local = scores.softmax(-1) @ values                                          # [B, H, 1, d]
+        count = pos - pos % w                                                        # tokens of complete windows
+        empty = torch.full((1, 1, 1, 1), count == 0, device=x.device)
+        glob = self._read(q, state.sum_complete[:, :, None] / max(count, 1), read_kernel)  # zeros while empty
+        partial = state.sum_partial + self._features(x, v, local)[:, :, 0]           # [B, H, d]
+        complete = state.sum_complete
+        if (pos + 1) % w == 0:                                                       # the window is complete
+            complete, partial = complete + partial, torch.zeros_like(partial)
+        new_state = LavoState(last_positions(state.keys, k, w), last_positions(state.values, v, w), complete,
+                              partial, pos + 1)
+        return self._combine(local, glob, empty, inplace=False), new_state
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""
