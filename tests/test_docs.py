@@ -6,7 +6,8 @@ order, in a fresh folder per file, as a user would type them.
   (``lavo_zoo.cli.main``) and must exit 0. Other programs (``pip``, ``pytest``, ``torchrun``, ``python``) are not
   run: the blocks that need them are marked.
 - Short by construction: ``train`` stops after 2 optimiser steps (validated and saved at step 2), ``compare`` runs
-  its first seed for 2 steps, scores 1 batch per cell and measures no efficiency lengths, ``eval`` scores 1 batch.
+  its first seed for 2 steps, scores 1 batch per cell and measures no efficiency lengths, ``eval`` scores 1 batch,
+  ``summarize`` writes summaries of at most 4 tokens.
   A block marked ``<!-- doc-test: dry-run -->`` (paper-size, GPU, real-dataset or study runs) runs its ``train``
   and ``compare`` commands with ``--dry-run``, after the documented ``lavo-zoo data`` command that writes their
   input; the commands that read what those runs would write (``eval``, ``generate``, ...) are not run.
@@ -139,6 +140,8 @@ def shortened(args: list[str], dry_run: bool) -> list[str]:
         return [*kept, "--seeds", seeds[0], "--max-steps", "2", "--max-batches", "1", "--no-efficiency"]
     if args[:1] == ["eval"]:
         return [*_without(args, "--max-batches"), "--max-batches", "1"]
+    if args[:1] == ["summarize"]:  # a 2-step model never ends a summary: cap its length
+        return [*_without(args, "--max-length"), "--max-length", "4"]
     return args
 
 
