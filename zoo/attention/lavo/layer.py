@@ -28,6 +28,9 @@ from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_at
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 EMPTY_MEMORY = ("local", "half")
+COMBINES = ("half", "sum", "gain")
+MEMORY_NORMS = ("mean", "rms")
+RMS_EPS = 1e-6
 BACKENDS = ("auto", "recompute", "autograd", "flex")
 
 
@@ -79,17 +82,28 @@ class LavoAttention(Attention):
 
     patterns = PATTERNS
     streaming = True
+    eval_options = ("global_read",)
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
+                 global_read: bool = True, combine: str = "half", read_gain: float = 1.0,
+                 read_temperature: float | None = None, memory_norm: str = "mean", bases_decay: bool = True,
                  dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
         and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
         noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
         picks the default source). ``dropout`` applies to both branches' attention probabilities in training.
         ``backend`` picks the kernels (see :meth:`kernels`); 'auto' is right everywhere, the others are for tests
-        and benchmarks."""
+        and benchmarks.
+
+        The reading of the memory (docs/lavo.md, "Flags"): ``global_read=False`` drops the global branch (a local
+        window with the EPE bias, the control that prices the memory); ``combine`` joins the branches as the paper's
+        0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local + g_h x global with a learned
+        per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature`` (None: off) learns a per-head
+        factor on q before the read, initialised at that value (the slot logits are the only place q enters it);
+        ``memory_norm='rms'`` reads m / rms(m) instead of the mean m; ``bases_decay=False`` exempts trainable bases
+        from weight decay."""
         super().__init__(embed_dim, num_heads, pattern)
         d = self.head_dim
         r = min(64, d) if num_bases is None else num_bases
@@ -106,6 +120,20 @@ class LavoAttention(Attention):
             raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
         if empty_memory not in EMPTY_MEMORY:
             raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
+        if combine not in COMBINES:
+            raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got '{combine}'")
+        if combine != "half" and empty_memory != "local":
+            raise ValueError(f"empty_memory='{empty_memory}' only applies to combine='half' (with '{combine}' the "
+                             "global branch adds nothing where the memory is empty)")
+        if combine == "half" and read_gain != 1.0:
+            raise ValueError(f"read_gain ({read_gain}) applies to combine='sum' or 'gain'; 'half' is 0.5 (local + "
+                             "global)")
+        if read_temperature is not None and not read_temperature > 0:
+            raise ValueError(f"read_temperature must be positive (or None for none), got {read_temperature}")
+        if memory_norm not in MEMORY_NORMS:
+            raise ValueError(f"memory_norm must be one of {', '.join(MEMORY_NORMS)}, got '{memory_norm}'")
+        if pattern == "cross" and not global_read:
+            raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if backend not in BACKENDS:
@@ -116,6 +144,7 @@ class LavoAttention(Attention):
         self.chunk_size: int | None = None
         self.num_bases, self.window_size, self.dropout = r, window_size, dropout
         self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
+        self.global_read, self.combine, self.memory_norm, self.gain = global_read, combine, memory_norm, read_gain
         self.has_local = pattern != "cross"
         D = embed_dim
         self.q_proj = nn.Linear(D, D, bias=bias)
@@ -127,10 +156,16 @@ class LavoAttention(Attention):
             nn.init.orthogonal_(bases[h])
         if bases_trainable:
             self.bases = nn.Parameter(bases)                       # [H, r, d]
+            self.bases.no_weight_decay = not bases_decay           # honoured by lavo_zoo.engine.optim
         else:
             self.register_buffer("bases", bases)
         self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
             else None                                               # [H, 2w-1]
+        # log of the per-head factor on q before the read; the per-head gain of the global branch
+        self.read_temp = None if read_temperature is None else \
+            nn.Parameter(torch.full((num_heads,), math.log(read_temperature)))                 # [H]
+        self.read_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
+            if combine == "gain" and self.has_local else None                                   # [H]
 
     @property
     def encodes_position(self) -> bool:
@@ -139,7 +174,9 @@ class LavoAttention(Attention):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, num_bases={self.num_bases}, window_size={self.window_size}, "
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
-                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}")
+                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, global_read={self.global_read}, "
+                f"combine={self.combine}, read_gain={self.gain}, read_temperature={self.read_temp is not None}, "
+                f"memory_norm={self.memory_norm}")
 
     # ------------------------------------------------------------------------------------------------ kernels
     def kernels(self, q: torch.Tensor) -> tuple[str, str]:
@@ -165,7 +202,12 @@ class LavoAttention(Attention):
     def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str, offset: int = 0, group: int = 1
               ) -> torch.Tensor:
         """Read the orthogonal memory: q [B, H, T, d], mem [B, H, n, d] mean features (query t reads row
-        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype."""
+        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype. The reading's
+        options act here, outside the kernels: the temperature scales q, ``memory_norm='rms'`` rescales the rows."""
+        if self.read_temp is not None:
+            q = q * self.read_temp.exp().to(q.dtype)[:, None, None]                 # [H, 1, 1] per head
+        if self.memory_norm == "rms":
+            mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
         if kernel == "autograd":
             return read_memory_autograd(q, mem, self.bases, offset, group, self.dropout, self.training)
         return read_memory(q, mem, self.bases, offset, group, self.chunk_size)
@@ -240,6 +282,13 @@ class LavoAttention(Attention):
                                  backend=local_kernel, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
         valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
             else padding_mask[:, None].to(ct)                                        # [B, 1, T]
+        if not self.global_read:  # the local window with the EPE bias alone; the state's sums stay zero
+            if not return_state:
+                return local, None
+            zero = torch.zeros(B, self.num_heads, self.head_dim, dtype=ct, device=x.device)
+            return local, LavoState(last_positions(past_k, k, self.window_size),
+                                    last_positions(past_v, v, self.window_size), zero, zero.clone(),
+                                    (state.position if state else 0) + T)
         feats = self._features(x, v, local)                                          # [B, H, T, d]
         if padding_mask is not None:
             feats = feats * valid[..., None]
@@ -267,10 +316,19 @@ class LavoAttention(Attention):
 
     def _combine(self, local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, inplace: bool
                  ) -> torch.Tensor:
-        """0.5 * (local + glob) where the memory is non-empty; local (empty_memory 'local') or 0.5 * local ('half')
-        where it is empty (empty [B, 1, T, 1] bool or None). glob's gradient is zero at empty positions (it read
-        zeros). ``inplace``: overwrite local and glob (fresh outputs of the recompute Functions, saved by nobody)
-        instead of allocating three more [B, H, T, d] tensors."""
+        """Join the branches (``combine``). 'half': 0.5 * (local + glob) where the memory is non-empty; local
+        (empty_memory 'local') or 0.5 * local ('half') where it is empty (empty [B, 1, T, 1] bool or None). 'sum' /
+        'gain': local + glob / local + g_h * glob (glob reads zeros where the memory is empty, so there the output is
+        local). glob's gradient is zero at empty positions. ``inplace``: overwrite local and glob (fresh outputs of
+        the recompute Functions, saved by nobody) instead of allocating three more [B, H, T, d] tensors."""
+        if self.combine != "half":
+            keep = None if empty is None else (~empty).to(local.dtype)                   # [B, 1, T, 1]
+            gain = self.read_gain.to(local.dtype)[:, None, None] if self.read_gain is not None else self.gain
+            if self.read_gain is not None or self.gain != 1.0:
+                keep = gain if keep is None else keep * gain                             # [B, H|1, T, 1] or [H, 1, 1]
+            if keep is None:
+                return local.add_(glob) if inplace else local + glob
+            return local.add_(glob * keep) if inplace else local + glob * keep   # glob kept for the gain's grad
         if empty is None:
             return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
         keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]
