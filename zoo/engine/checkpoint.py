@@ -11,7 +11,6 @@ refuses a missing, corrupt, truncated or mismatched checkpoint with a message na
 from __future__ import annotations
 
 import dataclasses
-
 import errno
 import hashlib
 import json

@@ -174,7 +174,8 @@ class LavoAttention(Attention):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, num_bases={self.num_bases}, window_size={self.window_size}, "
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
-                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, global_read={self.global_read}, "
+                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, "
+                f"global_read={self.global_read}, "
                 f"combine={self.combine}, read_gain={self.gain}, read_temperature={self.read_temp is not None}, "
                 f"memory_norm={self.memory_norm}")
 
