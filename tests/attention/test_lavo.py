@@ -19,7 +19,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 BASE = {"num_bases": 4, "window_size": 4}
 CONFIGS = [  # every flag value appears at least once per pattern it applies to
     ("causal", {}),
-    ("causal", {"position_encoding": False, "empty_memory": "half"}),
+    ("causal", {"combine": "half"}),
+    ("causal", {"position_encoding": False, "combine": "half", "empty_memory": "half"}),
     ("causal", {"memory_source": "value", "bases_trainable": False}),
     ("causal", {"memory_source": "input"}),
     ("causal", {"context_dissection": False}),
@@ -78,7 +79,7 @@ def test_reading_options_act_where_documented(helpers):
     global, 'gain' = local + g_h global per head; memory_norm='rms' reads m / rms(m) (a scaled memory reads the
     same); the temperature multiplies q by exp(t_h) before the read."""
     x = torch.randn(1, 12, 16, dtype=F64)
-    base = helpers.make("lavo", "causal", **BASE)
+    base = helpers.make("lavo", "causal", **BASE, combine="half")
     with torch.no_grad():
         base.out_proj.weight.copy_(torch.eye(16))
         base.out_proj.bias.zero_()
@@ -184,6 +185,8 @@ def test_bases_orthonormal_per_head_at_init(r):
 def test_defaults_and_flags():
     attn = build_attention("lavo", 48, 4, "causal")
     assert attn.num_bases == 12 and attn.window_size == 16 and attn.memory_source == "local_out"
+    assert attn.combine == "sum" and attn.global_read and attn.read_gain is None and attn.read_temp is None
+    assert build_attention("lavo", 48, 4, "noncausal").combine == "half"
     assert attn.encodes_position and attn.epe.shape == (4, 31) and not attn.epe.any()
     assert not build_attention("lavo", 48, 4, "causal", position_encoding=False).encodes_position
     assert not build_attention("lavo", 48, 4, "cross").encodes_position
@@ -204,7 +207,7 @@ def test_defaults_and_flags():
     ({"combine": "mean"}, "combine must be one of"),
     ({"combine": "sum", "empty_memory": "half"}, "only applies to combine='half'"),
     ({"memory_norm": "l2"}, "memory_norm must be one of"),
-    ({"read_gain": 2.0}, "read_gain .* applies to combine='sum' or 'gain'"),
+    ({"combine": "half", "read_gain": 2.0}, "read_gain .* applies to combine='sum' or 'gain'"),
     ({"read_temperature": 0.0}, "read_temperature must be positive"),
 ])
 def test_bad_options_refused(options, match):

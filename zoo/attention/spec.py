@@ -80,6 +80,12 @@ class AttentionSpec:
                               f"attentions`), got {value!r}")
         return cls(name, options)
 
+    def __eq__(self, other: object) -> bool:
+        """Specs are equal when they save the same (an option given at today's default equals one left out)."""
+        if not isinstance(other, AttentionSpec):
+            return NotImplemented
+        return self.to_config() == other.to_config()
+
     def to_config(self) -> dict[str, Any]:
         """The flat YAML form. Options whose default changed (:attr:`Attention.former_defaults`) are always written,
         at today's default when not given, so that a saved config says which reading it was trained with."""

@@ -10,7 +10,6 @@ refuses a missing, corrupt, truncated or mismatched checkpoint with a message na
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import hashlib
 import json
@@ -210,24 +209,33 @@ def read_config(path: Path, overrides: list[str] = ()) -> tuple[Any, Any]:
         raise CheckpointError(f"{path / CONFIG} is corrupt: not UTF-8 text (byte {e.start})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path / CONFIG} is corrupt: expected a mapping, got {type(data).__name__}")
+    _former_defaults(data.get("model"))
     try:
-        recipe, cfg = config_from_dict(data, list(overrides), source=str(path / CONFIG))
+        return config_from_dict(data, list(overrides), source=str(path / CONFIG))
     except ConfigError as e:
         if overrides:
             raise
         raise CheckpointError(f"{path / CONFIG} does not match this version of its recipe: {e}") from None
-    _former_defaults(cfg)
-    return recipe, cfg
 
 
-def _former_defaults(cfg: Any) -> None:
-    """Give every attention spec in ``cfg`` the former defaults of the options its saved config does not record
-    (an old checkpoint keeps its reading; see ``Attention.former_defaults``)."""
-    if hasattr(cfg, "with_former_defaults"):
-        cfg.with_former_defaults()
-    elif dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        for f in dataclasses.fields(cfg):
-            _former_defaults(getattr(cfg, f.name))
+def _former_defaults(node: Any, key: str = "") -> None:
+    """Give every attention spec of a saved ``model`` section the former defaults of the options it does not record
+    (written before their default changed, see ``Attention.former_defaults``): an old checkpoint keeps its reading.
+    Specs are the mappings with a ``name`` under an ``attention`` key (one spec, or one per site)."""
+    from lavo_zoo.attention import ATTENTIONS, attention_class
+
+    if not isinstance(node, dict):
+        return
+    if "attention" in key.split(".") and isinstance(node.get("name"), str):
+        if node["name"] in ATTENTIONS.names():
+            for option, value in attention_class(node["name"]).former_defaults.items():
+                node.setdefault(option, value)
+        return
+    for k, v in list(node.items()):
+        if isinstance(v, str) and "attention" in f"{key}.{k}".split(".") and v in ATTENTIONS.names() \
+                and attention_class(v).former_defaults:                   # a bare name: a spec without options
+            node[k] = v = {"name": v}
+        _former_defaults(v, f"{key}.{k}")
 
 
 def load_weights(model: nn.Module, path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -83,11 +84,12 @@ class LavoAttention(Attention):
     patterns = PATTERNS
     streaming = True
     eval_options = ("global_read",)
+    former_defaults: ClassVar[dict[str, Any]] = {"combine": "half"}  # saved before the causal default became "sum"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
-                 global_read: bool = True, combine: str = "half", read_gain: float = 1.0,
+                 global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
                  read_temperature: float | None = None, memory_norm: str = "mean", bases_decay: bool = True,
                  dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
@@ -98,12 +100,12 @@ class LavoAttention(Attention):
         and benchmarks.
 
         The reading of the memory (docs/lavo.md, "Flags"): ``global_read=False`` drops the global branch (a local
-        window with the EPE bias, the control that prices the memory); ``combine`` joins the branches as the paper's
-        0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local + g_h x global with a learned
-        per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature`` (None: off) learns a per-head
-        factor on q before the read, initialised at that value (the slot logits are the only place q enters it);
-        ``memory_norm='rms'`` reads m / rms(m) instead of the mean m; ``bases_decay=False`` exempts trainable bases
-        from weight decay."""
+        window with the EPE bias, the control that prices the memory); ``combine`` (default 'sum' in causal
+        attention, 'half' otherwise) joins the branches as the paper's 0.5 (local + global) ('half'), local +
+        ``read_gain`` x global ('sum') or local + g_h x global with a learned per-head gain g_h initialised at
+        ``read_gain`` ('gain'); ``read_temperature`` (None: off) learns a per-head factor on q before the read,
+        initialised at that value (the slot logits are the only place q enters it); ``memory_norm='rms'`` reads
+        m / rms(m) instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
         super().__init__(embed_dim, num_heads, pattern)
         d = self.head_dim
         r = min(64, d) if num_bases is None else num_bases
@@ -120,6 +122,8 @@ class LavoAttention(Attention):
             raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
         if empty_memory not in EMPTY_MEMORY:
             raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
+        if combine is None:  # causal: 'half' halves the local branch at the first window boundary (docs/lavo.md)
+            combine = "sum" if pattern == "causal" else "half"
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got '{combine}'")
         if combine != "half" and empty_memory != "local":
