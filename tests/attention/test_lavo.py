@@ -19,7 +19,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 BASE = {"num_bases": 4, "window_size": 4}
 CONFIGS = [  # every flag value appears at least once per pattern it applies to
     ("causal", {}),
-    ("causal", {"combine": "half"}),
+    ("causal", {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}),  # the paper's reading
     ("causal", {"position_encoding": False, "combine": "half", "empty_memory": "half"}),
     ("causal", {"memory_source": "value", "bases_trainable": False}),
     ("causal", {"memory_source": "input"}),
@@ -185,8 +185,12 @@ def test_bases_orthonormal_per_head_at_init(r):
 def test_defaults_and_flags():
     attn = build_attention("lavo", 48, 4, "causal")
     assert attn.num_bases == 12 and attn.window_size == 16 and attn.memory_source == "local_out"
-    assert attn.combine == "sum" and attn.global_read and attn.read_gain is None and attn.read_temp is None
-    assert build_attention("lavo", 48, 4, "noncausal").combine == "half"
+    assert attn.combine == "sum" and attn.memory_norm == "rms" and attn.global_read and attn.read_gain is None
+    assert attn.read_temp.exp().tolist() == pytest.approx([8.0] * 4)
+    for pattern in ("noncausal", "cross"):  # the paper's reading
+        other = build_attention("lavo", 48, 4, pattern)
+        assert (other.combine, other.memory_norm, other.read_temp) == ("half", "mean", None)
+    assert build_attention("lavo", 48, 4, "causal", read_temperature=0).read_temp is None
     assert attn.encodes_position and attn.epe.shape == (4, 31) and not attn.epe.any()
     assert not build_attention("lavo", 48, 4, "causal", position_encoding=False).encodes_position
     assert not build_attention("lavo", 48, 4, "cross").encodes_position
@@ -208,7 +212,7 @@ def test_defaults_and_flags():
     ({"combine": "sum", "empty_memory": "half"}, "only applies to combine='half'"),
     ({"memory_norm": "l2"}, "memory_norm must be one of"),
     ({"combine": "half", "read_gain": 2.0}, "read_gain .* applies to combine='sum' or 'gain'"),
-    ({"read_temperature": 0.0}, "read_temperature must be positive"),
+    ({"read_temperature": -1.0}, "read_temperature must be positive"),
 ])
 def test_bad_options_refused(options, match):
     with pytest.raises(ValueError, match=match):
@@ -329,11 +333,14 @@ def _saved_storages(attn, x, mask=None, **kw) -> list[int]:
 
 
 @pytest.mark.parametrize("pattern, opts", [("causal", {}), ("causal", {"memory_source": "value"}),
+                                           ("causal", {"combine": "half", "read_temperature": 0.0}),
+                                           ("causal", {"combine": "gain"}),
                                            ("noncausal", {}), ("cross", {})])
 def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
-    """Saved: x, q, k, v and the merged output ([T, D] each, at most 5), and per-window tensors (<= T D / w: the
-    window means). A [T, 2w] score or [T, r] probability tensor per head (2 T D / w bytes here) fails it, as the
-    autograd kernels do."""
+    """Saved: x, q, k, v and the merged output ([T, D] each, at most 5; one more for the read temperature's scaled
+    q, one more for a learned gain's global branch), and per-window tensors (<= T D / w: the window means). A
+    [T, 2w] score or [T, r] probability tensor per head (2 T D / w bytes here) fails it, as the autograd kernels
+    do."""
     B, T, H, d, w, r = 1, 256, 2, 16, 4, 8
     D = H * d
     big = B * T * D * 4
@@ -344,7 +351,9 @@ def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
         attn = build_attention("lavo", D, H, pattern, num_bases=r, window_size=w, backend=backend, **opts)
         attn.chunk_size = 64
         sizes = _saved_storages(attn, x, mask, **kw)
-        lean = sum(s == big for s in sizes) <= 5 and all(s == big or s <= big / w for s in sizes)
+        limit = 5 + (attn.read_temp is not None) + (attn.read_gain is not None)
+        lean = sum(s == big for s in sizes) <= limit and \
+            all(s == big or s <= big / w for s in sizes)
         assert lean == (backend == "recompute"), (backend, sorted(sizes))
 
 

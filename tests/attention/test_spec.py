@@ -13,7 +13,8 @@ def test_flat_yaml_form_round_trips_through_the_saved_config():
     assert cfg.model.attention == AttentionSpec("lavo", {"num_bases": 32, "window_size": 16})
     saved = to_dict(cfg)
     # options whose default changed are always recorded (here at today's default: None, the pattern's own)
-    assert saved["model"]["attention"] == {"name": "lavo", "combine": None, "num_bases": 32, "window_size": 16}
+    assert saved["model"]["attention"] == {"name": "lavo", "combine": None, "read_temperature": None,
+                                           "memory_norm": None, "num_bases": 32, "window_size": 16}
     assert config_from_dict(saved)[1] == cfg
 
 

@@ -33,13 +33,17 @@ def test_eval_may_switch_the_global_read_off_but_not_change_the_weights(checkpoi
 
 def test_a_config_saved_before_the_default_changed_keeps_its_reading(checkpoint, tmp_path):
     saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
-    assert saved["model"]["attention"]["combine"] is None          # recorded: today's default (causal: 'sum')
-    assert load_model(checkpoint)[2].blocks[0].attn.combine == "sum"
-    del saved["model"]["attention"]["combine"]                      # as written before the option existed
+    former = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
+    assert all(saved["model"]["attention"][k] is None for k in former)  # recorded: today's (causal) defaults
+    attn = load_model(checkpoint)[2].blocks[0].attn
+    assert (attn.combine, attn.memory_norm, attn.read_temp is not None) == ("sum", "rms", True)
+    for k in former:                                                     # as written before the options existed
+        del saved["model"]["attention"][k]
     old = tmp_path / "old"
     old.mkdir()
     (old / "config.yaml").write_text(yaml.safe_dump(saved))
     recipe, cfg = read_config(old)
-    assert cfg.model.attention.options["combine"] == "half"
-    assert recipe.build_model(cfg).blocks[0].attn.combine == "half"
+    assert {k: cfg.model.attention.options[k] for k in former} == former
+    attn = recipe.build_model(cfg).blocks[0].attn
+    assert (attn.combine, attn.memory_norm, attn.read_temp) == ("half", "mean", None)
     assert read_config(old, ["model.attention.global_read=false"])[1].model.attention.options["combine"] == "half"

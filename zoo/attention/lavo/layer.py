@@ -32,6 +32,7 @@ EMPTY_MEMORY = ("local", "half")
 COMBINES = ("half", "sum", "gain")
 MEMORY_NORMS = ("mean", "rms")
 RMS_EPS = 1e-6
+CAUSAL_TEMPERATURE = 8.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
 BACKENDS = ("auto", "recompute", "autograd", "flex")
 
 
@@ -84,13 +85,14 @@ class LavoAttention(Attention):
     patterns = PATTERNS
     streaming = True
     eval_options = ("global_read",)
-    former_defaults: ClassVar[dict[str, Any]] = {"combine": "half"}  # saved before the causal default became "sum"
+    # the reading before the causal defaults changed (docs/lavo.md): configs saved earlier keep it
+    former_defaults: ClassVar[dict[str, Any]] = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
                  global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
-                 read_temperature: float | None = None, memory_norm: str = "mean", bases_decay: bool = True,
+                 read_temperature: float | None = None, memory_norm: str | None = None, bases_decay: bool = True,
                  dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
         and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
@@ -99,13 +101,14 @@ class LavoAttention(Attention):
         ``backend`` picks the kernels (see :meth:`kernels`); 'auto' is right everywhere, the others are for tests
         and benchmarks.
 
-        The reading of the memory (docs/lavo.md, "Flags"): ``global_read=False`` drops the global branch (a local
-        window with the EPE bias, the control that prices the memory); ``combine`` (default 'sum' in causal
-        attention, 'half' otherwise) joins the branches as the paper's 0.5 (local + global) ('half'), local +
-        ``read_gain`` x global ('sum') or local + g_h x global with a learned per-head gain g_h initialised at
-        ``read_gain`` ('gain'); ``read_temperature`` (None: off) learns a per-head factor on q before the read,
-        initialised at that value (the slot logits are the only place q enters it); ``memory_norm='rms'`` reads
-        m / rms(m) instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
+        The reading of the memory (docs/lavo.md, "Flags"; None: the pattern's default, the measured reading in
+        causal attention, the paper's otherwise): ``global_read=False`` drops the global branch (a local window with
+        the EPE bias, the control that prices the memory); ``combine`` (causal 'sum', else 'half') joins the
+        branches as the paper's 0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local +
+        g_h x global with a learned per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature``
+        (causal 8, else 0 = off) learns a per-head factor on q before the read, initialised at that value (the slot
+        logits are the only place q enters it); ``memory_norm`` (causal 'rms', else 'mean') reads m / rms(m)
+        instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
         super().__init__(embed_dim, num_heads, pattern)
         d = self.head_dim
         r = min(64, d) if num_bases is None else num_bases
@@ -132,8 +135,12 @@ class LavoAttention(Attention):
         if combine == "half" and read_gain != 1.0:
             raise ValueError(f"read_gain ({read_gain}) applies to combine='sum' or 'gain'; 'half' is 0.5 (local + "
                              "global)")
-        if read_temperature is not None and not read_temperature > 0:
-            raise ValueError(f"read_temperature must be positive (or None for none), got {read_temperature}")
+        if read_temperature is None:
+            read_temperature = CAUSAL_TEMPERATURE if pattern == "causal" else 0.0
+        if read_temperature < 0:
+            raise ValueError(f"read_temperature must be positive (0: none), got {read_temperature}")
+        if memory_norm is None:
+            memory_norm = "rms" if pattern == "causal" else "mean"
         if memory_norm not in MEMORY_NORMS:
             raise ValueError(f"memory_norm must be one of {', '.join(MEMORY_NORMS)}, got '{memory_norm}'")
         if pattern == "cross" and not global_read:
@@ -166,7 +173,7 @@ class LavoAttention(Attention):
         self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
             else None                                               # [H, 2w-1]
         # log of the per-head factor on q before the read; the per-head gain of the global branch
-        self.read_temp = None if read_temperature is None else \
+        self.read_temp = None if read_temperature == 0 else \
             nn.Parameter(torch.full((num_heads,), math.log(read_temperature)))                 # [H]
         self.read_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
             if combine == "gain" and self.has_local else None                                   # [H]
