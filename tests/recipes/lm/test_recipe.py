@@ -18,7 +18,8 @@ def test_configs_resolve_and_build(name):
         require_attention(cfg.model.attention.name)
         model = recipe.build_model(recipe.resolve(cfg))
         attention = cfg.model.attention
-        assert model.use_positions == (attention.name != "lavo" and not attention.options.get("rope"))
+        encodes = attention.name == "lavo" or attention.options.get("rope") or attention.options.get("relative_bias")
+        assert model.use_positions == (not encodes)
 
 
 def test_paper_settings():
