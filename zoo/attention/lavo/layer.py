@@ -155,7 +155,8 @@ class LavoAttention(Attention):
         self.chunk_size: int | None = None
         self.num_bases, self.window_size, self.dropout = r, window_size, dropout
         self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
-        self.global_read, self.combine, self.memory_norm, self.gain = global_read, combine, memory_norm, read_gain
+        self.global_read, self.combine, self.memory_norm = global_read, combine, memory_norm
+        self.fixed_gain = read_gain  # combine 'sum': the global branch's constant factor
         self.has_local = pattern != "cross"
         D = embed_dim
         self.q_proj = nn.Linear(D, D, bias=bias)
@@ -187,7 +188,7 @@ class LavoAttention(Attention):
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
                 f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, "
                 f"global_read={self.global_read}, "
-                f"combine={self.combine}, read_gain={self.gain}, read_temperature={self.read_temp is not None}, "
+                f"combine={self.combine}, read_gain={self.fixed_gain}, read_temperature={self.read_temp is not None}, "
                 f"memory_norm={self.memory_norm}")
 
     # ------------------------------------------------------------------------------------------------ kernels
@@ -330,17 +331,16 @@ class LavoAttention(Attention):
                  ) -> torch.Tensor:
         """Join the branches (``combine``). 'half': 0.5 * (local + glob) where the memory is non-empty; local
         (empty_memory 'local') or 0.5 * local ('half') where it is empty (empty [B, 1, T, 1] bool or None). 'sum' /
-        'gain': local + glob / local + g_h * glob (glob reads zeros where the memory is empty, so there the output is
-        local). glob's gradient is zero at empty positions. ``inplace``: overwrite local and glob (fresh outputs of
-        the recompute Functions, saved by nobody) instead of allocating three more [B, H, T, d] tensors."""
-        if self.combine != "half":
-            keep = None if empty is None else (~empty).to(local.dtype)                   # [B, 1, T, 1]
-            gain = self.read_gain.to(local.dtype)[:, None, None] if self.read_gain is not None else self.gain
-            if self.read_gain is not None or self.gain != 1.0:
-                keep = gain if keep is None else keep * gain                             # [B, H|1, T, 1] or [H, 1, 1]
-            if keep is None:
-                return local.add_(glob) if inplace else local + glob
-            return local.add_(glob * keep) if inplace else local + glob * keep   # glob kept for the gain's grad
+        'gain': local + read_gain * glob / local + g_h * glob (glob is exactly zero where the memory is empty, so
+        there the output is local). glob's gradient is zero at empty positions. ``inplace``: overwrite local and glob
+        (fresh outputs of the recompute Functions, saved by nobody) instead of allocating more [B, H, T, d]
+        tensors."""
+        if self.combine != "half":  # no mask needed: an empty memory is a zero row, which reads exactly zero
+            if self.read_gain is not None:
+                glob = glob * self.read_gain.to(glob.dtype)[:, None, None]           # [H, 1, 1]; glob kept for grad
+            elif self.fixed_gain != 1.0:
+                glob = glob.mul_(self.fixed_gain) if inplace else glob * self.fixed_gain
+            return local.add_(glob) if inplace else local + glob
         if empty is None:
             return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
         keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]

@@ -72,6 +72,6 @@ def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = 
             if attn.combine == "half":
                 out[b, :, t] = 0.5 * (local[b, :, t] + g)
             else:
-                gain = attn.read_gain.double()[:, None] if attn.combine == "gain" else attn.gain
+                gain = attn.read_gain.double()[:, None] if attn.combine == "gain" else attn.fixed_gain
                 out[b, :, t] = local[b, :, t] + gain * g
     return merge(attn, out, padding_mask, x.dtype)
