@@ -3,8 +3,10 @@
 Per head, r orthonormal bases B [r, d] compress a mean of features into r numbers H = B mean(f); a query reads them
 with a softmax over the r slots. Causal self-attention (context dissection): an exact w-key sliding window (local
 branch, with the embedded position encoding P [2w-1]) plus the memory of the local outputs of all complete windows
-before the query's window; output 0.5 * (local + global). Costs O((w + r) T d) time and O(T d) memory; the causal
-state (last w-1 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
+before the query's window; output local + global (causal default; the paper's 0.5 * (local + global) is the flag
+``combine='half'``), the read sharpened by a learned temperature and taken from the rms-normalised mean (docs/lavo.md,
+"Which reading makes the memory count"). Costs O((w + r) T d) time and O(T d) memory; the causal state (last w-1
+keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
 
 Training memory: the local branch and the memory read are autograd Functions that save only q, k, v, the per-window
 memory means and the bases, and recompute their [T, 2w] and [T, r] internals chunk by chunk in backward
