@@ -186,7 +186,7 @@ def test_defaults_and_flags():
     attn = build_attention("lavo", 48, 4, "causal")
     assert attn.num_bases == 12 and attn.window_size == 16 and attn.memory_source == "local_out"
     assert attn.combine == "sum" and attn.memory_norm == "rms" and attn.global_read and attn.read_gain is None
-    assert attn.read_temp.exp().tolist() == pytest.approx([8.0] * 4)
+    assert attn.read_temp.exp().tolist() == pytest.approx([16.0] * 4)
     for pattern in ("noncausal", "cross"):  # the paper's reading
         other = build_attention("lavo", 48, 4, pattern)
         assert (other.combine, other.memory_norm, other.read_temp) == ("half", "mean", None)

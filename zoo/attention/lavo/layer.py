@@ -34,7 +34,7 @@ EMPTY_MEMORY = ("local", "half")
 COMBINES = ("half", "sum", "gain")
 MEMORY_NORMS = ("mean", "rms")
 RMS_EPS = 1e-6
-CAUSAL_TEMPERATURE = 8.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
+CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
 BACKENDS = ("auto", "recompute", "autograd", "flex")
 
 
@@ -108,7 +108,7 @@ class LavoAttention(Attention):
         the EPE bias, the control that prices the memory); ``combine`` (causal 'sum', else 'half') joins the
         branches as the paper's 0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local +
         g_h x global with a learned per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature``
-        (causal 8, else 0 = off) learns a per-head factor on q before the read, initialised at that value (the slot
+        (causal 16, else 0 = off) learns a per-head factor on q before the read, initialised at that value (the slot
         logits are the only place q enters it); ``memory_norm`` (causal 'rms', else 'mean') reads m / rms(m)
         instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
         super().__init__(embed_dim, num_heads, pattern)
