@@ -19,16 +19,25 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 BASE = {"num_bases": 4, "window_size": 4}
 CONFIGS = [  # every flag value appears at least once per pattern it applies to
     ("causal", {}),
-    ("causal", {"position_encoding": False, "empty_memory": "half"}),
+    ("causal", {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}),  # the paper's reading
+    ("causal", {"position_encoding": False, "combine": "half", "empty_memory": "half"}),
     ("causal", {"memory_source": "value", "bases_trainable": False}),
     ("causal", {"memory_source": "input"}),
     ("causal", {"context_dissection": False}),
     ("causal", {"context_dissection": False, "memory_source": "local_out"}),
+    ("causal", {"combine": "gain", "read_temperature": 2.0, "memory_norm": "rms", "bases_decay": False}),
+    ("causal", {"combine": "sum", "read_gain": 3.0, "memory_source": "value"}),
+    ("causal", {"context_dissection": False, "combine": "gain", "memory_norm": "rms"}),
+    ("causal", {"global_read": False}),
+    ("causal", {"global_read": False, "combine": "half"}),
     ("noncausal", {}),
     ("noncausal", {"position_encoding": False, "memory_source": "input"}),
     ("noncausal", {"context_dissection": False, "bases_trainable": False}),
+    ("noncausal", {"combine": "gain", "read_temperature": 2.0, "memory_norm": "rms"}),
+    ("noncausal", {"combine": "sum", "global_read": False}),
     ("cross", {}),
     ("cross", {"memory_source": "input", "bases_trainable": False}),
+    ("cross", {"read_temperature": 2.0, "memory_norm": "rms"}),
 ]
 CAUSAL = [opts for pattern, opts in CONFIGS if pattern == "causal"]
 
@@ -42,7 +51,65 @@ def _id(c: tuple) -> str:
 @pytest.mark.parametrize("config", CONFIGS, ids=_id)
 def test_fast_path_equals_reference(helpers, config, padded, T):
     pattern, opts = config
-    helpers.compare(helpers.make("lavo", pattern, **BASE, **opts), naive, T, padded)
+    attn = helpers.make("lavo", pattern, **BASE, **opts)
+    if attn.read_gain is not None:  # away from its init of ones, so that a missing or misplaced gain shows
+        with torch.no_grad():
+            attn.read_gain.normal_()
+    helpers.compare(attn, naive, T, padded)
+
+
+@pytest.mark.parametrize("pattern", ["causal", "noncausal"])
+def test_without_global_read_lavo_is_local_attention_with_a_relative_bias(helpers, pattern):
+    """global_read=False: exactly ``local`` with relative_bias, given the same projections and EPE = bias."""
+    lavo = helpers.make("lavo", pattern, **BASE, global_read=False)
+    local = build_attention("local", 16, 2, pattern, window_size=4, relative_bias=True).to(F64)
+    state = {k: v for k, v in lavo.state_dict().items() if k.split(".")[0] in ("q_proj", "k_proj", "v_proj",
+                                                                              "out_proj")}
+    local.load_state_dict({**state, "rel_bias": lavo.epe.detach()})
+    x, mask = torch.randn(2, 11, 16, dtype=F64), torch.rand(2, 11) > 0.3
+    mask[:, 0] = True
+    torch.testing.assert_close(lavo(x), local(x), rtol=0, atol=0)
+    torch.testing.assert_close(lavo(x, mask), local(x, mask), rtol=0, atol=0)
+    with_read = helpers.make("lavo", pattern, **BASE)
+    with_read.load_state_dict(lavo.state_dict())
+    assert not torch.allclose(with_read(x), lavo(x))  # the flag does switch something off
+
+
+def test_reading_options_act_where_documented(helpers):
+    """With out_proj the identity: 'half' = 0.5 (local + global) after window 0 and local in it, 'sum' = local +
+    global, 'gain' = local + g_h global per head; memory_norm='rms' reads m / rms(m) (a scaled memory reads the
+    same); the temperature multiplies q by exp(t_h) before the read."""
+    x = torch.randn(1, 12, 16, dtype=F64)
+    base = helpers.make("lavo", "causal", **BASE, combine="half")
+    with torch.no_grad():
+        base.out_proj.weight.copy_(torch.eye(16))
+        base.out_proj.bias.zero_()
+
+    def variant(**opts) -> torch.Tensor:
+        attn = helpers.make("lavo", "causal", **BASE, **opts)
+        attn.load_state_dict(base.state_dict(), strict=False)
+        return attn(x)
+
+    local, summ = variant(global_read=False), variant(combine="sum")
+    glob = summ - local
+    assert glob[:, 4:].abs().min() > 0 and not glob[:, :4].any()                      # window 0 reads nothing
+    torch.testing.assert_close(base(x), torch.cat([local[:, :4], 0.5 * summ[:, 4:]], 1))
+    torch.testing.assert_close(variant(combine="sum", read_gain=3.0), local + 3 * glob)
+    gain = helpers.make("lavo", "causal", **BASE, combine="gain")
+    gain.load_state_dict(base.state_dict(), strict=False)
+    torch.testing.assert_close(gain(x), summ)
+    with torch.no_grad():
+        gain.read_gain.copy_(torch.tensor([2.0, -0.5]))
+    torch.testing.assert_close(gain(x), local + glob * torch.tensor([2.0] * 8 + [-0.5] * 8, dtype=F64))
+    attn = helpers.make("lavo", "noncausal", **BASE, memory_norm="rms", read_temperature=0.5)
+    q, mem = torch.randn(1, 2, 5, 8, dtype=F64), torch.randn(1, 2, 1, 8, dtype=F64)
+    out = attn._read(q, mem, "autograd")
+    torch.testing.assert_close(attn._read(q, 10 * mem, "autograd"), out, rtol=1e-5, atol=1e-5)  # up to eps
+    scaled_q = q * attn.read_temp.exp()[:, None, None]
+    attn.read_temp, attn.memory_norm = None, "mean"
+    assert not torch.allclose(attn._read(q, 10 * mem, "autograd"), attn._read(q, mem, "autograd"))
+    unit = mem * (mem.square().mean(-1, keepdim=True) + 1e-6).rsqrt()
+    torch.testing.assert_close(attn._read(scaled_q, unit, "autograd"), out)
 
 
 @pytest.mark.parametrize("opts", CAUSAL, ids=str)
@@ -119,12 +186,22 @@ def test_bases_orthonormal_per_head_at_init(r):
 def test_defaults_and_flags():
     attn = build_attention("lavo", 48, 4, "causal")
     assert attn.num_bases == 12 and attn.window_size == 16 and attn.memory_source == "local_out"
+    assert attn.combine == "sum" and attn.memory_norm == "rms" and attn.global_read and attn.read_gain is None
+    assert attn.read_temp.exp().tolist() == pytest.approx([16.0] * 4)
+    for pattern in ("noncausal", "cross"):  # the paper's reading
+        other = build_attention("lavo", 48, 4, pattern)
+        assert (other.combine, other.memory_norm, other.read_temp) == ("half", "mean", None)
+    assert build_attention("lavo", 48, 4, "causal", read_temperature=0).read_temp is None
     assert attn.encodes_position and attn.epe.shape == (4, 31) and not attn.epe.any()
     assert not build_attention("lavo", 48, 4, "causal", position_encoding=False).encodes_position
     assert not build_attention("lavo", 48, 4, "cross").encodes_position
     assert build_attention("lavo", 48, 4, "causal", context_dissection=False).memory_source == "value"
     fixed = build_attention("lavo", 48, 4, "causal", bases_trainable=False)
     assert "bases" in dict(fixed.named_buffers()) and "bases" not in dict(fixed.named_parameters())
+    gain = build_attention("lavo", 48, 4, "causal", combine="gain", read_temperature=0.5, bases_decay=False)
+    assert gain.read_gain.tolist() == [1.0] * 4 and gain.read_temp.exp().tolist() == pytest.approx([0.5] * 4)
+    assert gain.bases.no_weight_decay and not getattr(attn.bases, "no_weight_decay", False)
+    assert build_attention("lavo", 48, 4, "cross", combine="gain").read_gain is None  # no local branch to add to
 
 
 @pytest.mark.parametrize("options, match", [
@@ -132,6 +209,11 @@ def test_defaults_and_flags():
     ({"memory_source": "keys"}, "memory_source must be one of"),
     ({"empty_memory": "zero"}, "empty_memory must be one of"),
     ({"window_size": 0}, "window_size"),
+    ({"combine": "mean"}, "combine must be one of"),
+    ({"combine": "sum", "empty_memory": "half"}, "only applies to combine='half'"),
+    ({"memory_norm": "l2"}, "memory_norm must be one of"),
+    ({"combine": "half", "read_gain": 2.0}, "read_gain .* applies to combine='sum' or 'gain'"),
+    ({"read_temperature": -1.0}, "read_temperature must be positive"),
 ])
 def test_bad_options_refused(options, match):
     with pytest.raises(ValueError, match=match):
@@ -141,6 +223,8 @@ def test_bad_options_refused(options, match):
 def test_bad_inputs_refused():
     with pytest.raises(ValueError, match="cross attention has no local branch"):
         build_attention("lavo", 32, 4, "cross", memory_source="local_out")
+    with pytest.raises(ValueError, match="global_read=False would leave nothing"):
+        build_attention("lavo", 32, 4, "cross", global_read=False)
     attn = build_attention("lavo", 32, 4, "causal", num_bases=4)
     with pytest.raises(ValueError, match=r"shape \[B, T, 32\]"):
         attn(torch.randn(1, 5, 24))
@@ -250,11 +334,14 @@ def _saved_storages(attn, x, mask=None, **kw) -> list[int]:
 
 
 @pytest.mark.parametrize("pattern, opts", [("causal", {}), ("causal", {"memory_source": "value"}),
+                                           ("causal", {"combine": "half", "read_temperature": 0.0}),
+                                           ("causal", {"combine": "gain"}),
                                            ("noncausal", {}), ("cross", {})])
 def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
-    """Saved: x, q, k, v and the merged output ([T, D] each, at most 5), and per-window tensors (<= T D / w: the
-    window means). A [T, 2w] score or [T, r] probability tensor per head (2 T D / w bytes here) fails it, as the
-    autograd kernels do."""
+    """Saved: x, q, k, v and the merged output ([T, D] each, at most 5; one more for the read temperature's scaled
+    q, one more for a learned gain's global branch), and per-window tensors (<= T D / w: the window means). A
+    [T, 2w] score or [T, r] probability tensor per head (2 T D / w bytes here) fails it, as the autograd kernels
+    do."""
     B, T, H, d, w, r = 1, 256, 2, 16, 4, 8
     D = H * d
     big = B * T * D * 4
@@ -265,7 +352,9 @@ def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
         attn = build_attention("lavo", D, H, pattern, num_bases=r, window_size=w, backend=backend, **opts)
         attn.chunk_size = 64
         sizes = _saved_storages(attn, x, mask, **kw)
-        lean = sum(s == big for s in sizes) <= 5 and all(s == big or s <= big / w for s in sizes)
+        limit = 5 + (attn.read_temp is not None) + (attn.read_gain is not None)
+        lean = sum(s == big for s in sizes) <= limit and \
+            all(s == big or s <= big / w for s in sizes)
         assert lean == (backend == "recompute"), (backend, sorted(sizes))
 
 

@@ -51,3 +51,12 @@ def test_weight_decay_skips_biases_and_adam_choice():
     assert plain["weight_decay"] == 0.0 and all(p.dim() == 1 for p in plain["params"])
     assert decayed["betas"] == (0.8, 0.9) and decayed["eps"] == 1e-6
     assert type(build_optimizer(model, TrainConfig(optimizer="adam"))) is torch.optim.Adam
+
+
+def test_a_parameter_marked_no_weight_decay_is_not_decayed():
+    """The generic opt-out (e.g. LAVO's bases with bases_decay=False): a 2-D parameter with ``no_weight_decay``."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    model[1].weight.no_weight_decay = True
+    decayed, plain = build_optimizer(model, TrainConfig(weight_decay=0.1)).param_groups
+    assert [p is model[0].weight for p in decayed["params"]] == [True]
+    assert any(p is model[1].weight for p in plain["params"]) and plain["weight_decay"] == 0.0

@@ -92,6 +92,13 @@ class Attention(nn.Module):
     # False for mechanisms whose eval-mode output is not a fixed function of the valid tokens (e.g. sampled keys),
     # so that exact invariance tests (padding, streaming == full) know to use a tolerance or skip.
     deterministic: ClassVar[bool] = True
+    # constructor options that change no weight, which ``lavo-zoo eval`` may override on a trained checkpoint
+    # (``model.attention.<option>=...``, e.g. LAVO's global_read: the same weights with the memory switched off)
+    eval_options: ClassVar[tuple[str, ...]] = ()
+    # options whose default changed, with the value they had before: a saved config that does not record them
+    # (written before the change) is read with these (AttentionSpec.with_former_defaults); configs saved since
+    # always record them (AttentionSpec.to_config)
+    former_defaults: ClassVar[dict[str, Any]] = {}
     # Patterns in which a query's output also depends on the other queries of the call (landmarks or a top-u
     # selection over the queries, a scale set by the number of queries): step-by-step decoding then equals
     # re-running every prefix, not one forward over the whole target, and a teacher-forced decoder sees the future.

@@ -80,8 +80,34 @@ class AttentionSpec:
                               f"attentions`), got {value!r}")
         return cls(name, options)
 
+    def __eq__(self, other: object) -> bool:
+        """Specs are equal when they save the same (an option given at today's default equals one left out)."""
+        if not isinstance(other, AttentionSpec):
+            return NotImplemented
+        return self.to_config() == other.to_config()
+
     def to_config(self) -> dict[str, Any]:
-        return {"name": self.name, **self.options}
+        """The flat YAML form. Options whose default changed (:attr:`Attention.former_defaults`) are always written,
+        at today's default when not given, so that a saved config says which reading it was trained with."""
+        return {"name": self.name, **self._recorded_defaults(), **self.options}
+
+    def _recorded_defaults(self) -> dict[str, Any]:
+        from lavo_zoo.attention import ATTENTIONS, _options, attention_class
+
+        if self.name not in ATTENTIONS.names():
+            return {}
+        cls = attention_class(self.name)
+        defaults = _options(cls)
+        return {k: defaults[k] for k in cls.former_defaults if k not in self.options}
+
+    def with_former_defaults(self) -> None:
+        """Fill the options a config saved before their default changed does not record with their former
+        defaults (:attr:`Attention.former_defaults`): an old checkpoint keeps the reading it was trained with."""
+        from lavo_zoo.attention import ATTENTIONS, attention_class
+
+        if self.name in ATTENTIONS.names():
+            for key, value in attention_class(self.name).former_defaults.items():
+                self.options.setdefault(key, value)
 
 
 @dataclass
@@ -96,6 +122,10 @@ class SiteAttention:
     def build(self, site: str, embed_dim: int, num_heads: int):
         """The attention module for ``site`` (one of :data:`SITE_PATTERNS`) with that site's pattern."""
         return getattr(self, site).build(embed_dim, num_heads, SITE_PATTERNS[site])
+
+    def with_former_defaults(self) -> None:
+        for site in SITE_PATTERNS:
+            getattr(self, site).with_former_defaults()
 
     def check(self, key: str = "model.attention") -> None:
         for site, pattern in SITE_PATTERNS.items():

@@ -214,12 +214,33 @@ def read_config(path: Path, overrides: list[str] = ()) -> tuple[Any, Any]:
         raise CheckpointError(f"{path / CONFIG} is corrupt: not UTF-8 text (byte {e.start})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path / CONFIG} is corrupt: expected a mapping, got {type(data).__name__}")
+    _former_defaults(data.get("model"))
     try:
         return config_from_dict(data, list(overrides), source=str(path / CONFIG))
     except ConfigError as e:
         if overrides:
             raise
         raise CheckpointError(f"{path / CONFIG} does not match this version of its recipe: {e}") from None
+
+
+def _former_defaults(node: Any, key: str = "") -> None:
+    """Give every attention spec of a saved ``model`` section the former defaults of the options it does not record
+    (written before their default changed, see ``Attention.former_defaults``): an old checkpoint keeps its reading.
+    Specs are the mappings with a ``name`` under an ``attention`` key (one spec, or one per site)."""
+    from lavo_zoo.attention import ATTENTIONS, attention_class
+
+    if not isinstance(node, dict):
+        return
+    if "attention" in key.split(".") and isinstance(node.get("name"), str):
+        if node["name"] in ATTENTIONS.names():
+            for option, value in attention_class(node["name"]).former_defaults.items():
+                node.setdefault(option, value)
+        return
+    for k, v in list(node.items()):
+        if isinstance(v, str) and "attention" in f"{key}.{k}".split(".") and v in ATTENTIONS.names() \
+                and attention_class(v).former_defaults:                   # a bare name: a spec without options
+            node[k] = v = {"name": v}
+        _former_defaults(v, f"{key}.{k}")
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -241,15 +262,29 @@ def load_weights(model: nn.Module, path: Path) -> None:
         raise CheckpointError(f"{file} does not match the model built from {path / CONFIG}: {'; '.join(parts)}")
 
 
+def _eval_option(key: str) -> bool:
+    """Whether ``key`` (``model.attention[.site].<option>``) names an option that some attention declares
+    changes no weight (:attr:`Attention.eval_options`), so evaluation may override it; the config check then
+    refuses it where the checkpoint's own attention has no such option."""
+    from lavo_zoo.attention import ATTENTIONS, attention_class
+
+    parts = key.split(".")
+    if len(parts) < 3 or parts[:2] != ["model", "attention"]:
+        return False
+    return any(parts[-1] in attention_class(n).eval_options for n in ATTENTIONS.names())
+
+
 def load_model(path: Path | str, device: torch.device | str = "cpu", overrides: list[str] = ()
                ) -> tuple[Any, Any, nn.Module, dict[str, Any]]:
     """(recipe, cfg, model in eval mode on ``device``, meta) rebuilt from checkpoint directory ``path``.
 
-    ``overrides`` may change evaluation and data settings; ``model.*`` and ``recipe`` are fixed by the weights and
-    refused (a :class:`UsageError`).
+    ``overrides`` may change evaluation and data settings and an attention's weight-free options
+    (:attr:`~lavo_zoo.attention.base.Attention.eval_options`, e.g. ``model.attention.global_read=false``); the rest of
+    ``model.*`` and ``recipe`` are fixed by the weights and refused (a :class:`UsageError`).
     """
     path = Path(path).resolve()
-    fixed = [o for o in overrides if o.partition("=")[0].split(".")[0] in ("model", "recipe")]
+    fixed = [o for o in overrides if o.partition("=")[0].split(".")[0] in ("model", "recipe")
+             and not _eval_option(o.partition("=")[0])]
     if fixed:
         raise UsageError(f"{' '.join(fixed)}: a checkpoint's model is fixed by its weights ({path / CONFIG}); "
                          "drop the model.*/recipe overrides (evaluation and data settings may be overridden), or "

@@ -11,10 +11,12 @@ from lavo_zoo.config import TrainConfig
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW (decoupled decay) or Adam; weight decay skips biases, norms and other 1-D parameters."""
+    """AdamW (decoupled decay) or Adam; weight decay skips biases, norms and other 1-D parameters, and any parameter
+    whose attribute ``no_weight_decay`` is true (e.g. LAVO's bases with ``bases_decay=False``)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
+    exempt = [p.dim() < 2 or getattr(p, "no_weight_decay", False) for p in params]
+    decay = [p for p, e in zip(params, exempt) if not e]
+    no_decay = [p for p, e in zip(params, exempt) if e]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)

@@ -27,7 +27,8 @@ def test_gpt2_small_width_and_tied_embeddings():
     model = recipe.build_model(cfg)
     V, D, F, L, H, r, w = 50257, 768, 3072, 2, 12, 64, 16
     layer = (4 * D * D + 4 * D) + (2 * D * F + F + D) + 4 * D  # attention, FFN, two LayerNorms
-    lavo = r * D + H * (2 * w - 1)  # orthogonal bases + EPE bias per layer (docs/lavo.md: +0.59M over 12 layers)
+    # orthogonal bases + EPE bias + the read temperature per layer (docs/lavo.md: +0.59M over 12 layers)
+    lavo = r * D + H * (2 * w - 1) + H
     assert sum(p.numel() for p in model.parameters()) == V * D + 2 * D + L * (layer + lavo)  # tied: no output matrix
     assert not model.use_positions  # LAVO's EPE replaces the sinusoidal positions
 

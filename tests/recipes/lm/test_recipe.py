@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.engine.recipe import available_configs, resolve_config
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.recipes.lm.recipe import bucket_edges
@@ -18,13 +19,14 @@ def test_configs_resolve_and_build(name):
         require_attention(cfg.model.attention.name)
         model = recipe.build_model(recipe.resolve(cfg))
         attention = cfg.model.attention
-        assert model.use_positions == (attention.name != "lavo" and not attention.options.get("rope"))
+        encodes = attention.name == "lavo" or attention.options.get("rope") or attention.options.get("relative_bias")
+        assert model.use_positions == (not encodes)
 
 
 def test_paper_settings():
     _, cfg = resolve_config("lm/pg19-lavo")
     assert cfg.model.attention.name == "lavo"
-    assert cfg.model.attention.options == {"dropout": 0.1, "num_bases": 64, "window_size": 16}
+    assert cfg.model.attention == AttentionSpec("lavo", {"dropout": 0.1, "num_bases": 64, "window_size": 16})
     assert cfg.train.batch_size * cfg.train.grad_accum * cfg.data.block_size == 2 ** 17
     assert (cfg.train.lr, cfg.train.schedule, cfg.train.warmup_steps) == (5e-4, "inverse_sqrt", 10000)
 

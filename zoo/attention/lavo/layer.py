@@ -3,8 +3,10 @@
 Per head, r orthonormal bases B [r, d] compress a mean of features into r numbers H = B mean(f); a query reads them
 with a softmax over the r slots. Causal self-attention (context dissection): an exact w-key sliding window (local
 branch, with the embedded position encoding P [2w-1]) plus the memory of the local outputs of all complete windows
-before the query's window; output 0.5 * (local + global). Costs O((w + r) T d) time and O(T d) memory; the causal
-state (last w-1 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
+before the query's window; output local + global (causal default; the paper's 0.5 * (local + global) is the flag
+``combine='half'``), the read sharpened by a learned temperature and taken from the rms-normalised mean (docs/lavo.md,
+"Which reading makes the memory count"). Costs O((w + r) T d) time and O(T d) memory; the causal state (last w-1
+keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
 
 Training memory: the local branch and the memory read are autograd Functions that save only q, k, v, the per-window
 memory means and the bases, and recompute their [T, 2w] and [T, r] internals chunk by chunk in backward
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +31,10 @@ from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_at
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 EMPTY_MEMORY = ("local", "half")
+COMBINES = ("half", "sum", "gain")
+MEMORY_NORMS = ("mean", "rms")
+RMS_EPS = 1e-6
+CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
 BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")
 
 
@@ -79,17 +86,31 @@ class LavoAttention(Attention):
 
     patterns = PATTERNS
     streaming = True
+    eval_options = ("global_read",)
+    # the reading before the causal defaults changed (docs/lavo.md): configs saved earlier keep it
+    former_defaults: ClassVar[dict[str, Any]] = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
+                 global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
+                 read_temperature: float | None = None, memory_norm: str | None = None, bases_decay: bool = True,
                  dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
         and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
         noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
         picks the default source). ``dropout`` applies to both branches' attention probabilities in training.
         ``backend`` picks the kernels (see :meth:`kernels`); 'auto' is right everywhere, the others are for tests
-        and benchmarks."""
+        and benchmarks.
+
+        The reading of the memory (docs/lavo.md, "Flags"; None: the pattern's default, the measured reading in
+        causal attention, the paper's otherwise): ``global_read=False`` drops the global branch (a local window with
+        the EPE bias, the control that prices the memory); ``combine`` (causal 'sum', else 'half') joins the
+        branches as the paper's 0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local +
+        g_h x global with a learned per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature``
+        (causal 16, else 0 = off) learns a per-head factor on q before the read, initialised at that value (the slot
+        logits are the only place q enters it); ``memory_norm`` (causal 'rms', else 'mean') reads m / rms(m)
+        instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
         super().__init__(embed_dim, num_heads, pattern)
         d = self.head_dim
         r = min(64, d) if num_bases is None else num_bases
@@ -106,6 +127,26 @@ class LavoAttention(Attention):
             raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
         if empty_memory not in EMPTY_MEMORY:
             raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
+        if combine is None:  # causal: 'half' halves the local branch at the first window boundary (docs/lavo.md)
+            combine = "sum" if pattern == "causal" else "half"
+        if combine not in COMBINES:
+            raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got '{combine}'")
+        if combine != "half" and empty_memory != "local":
+            raise ValueError(f"empty_memory='{empty_memory}' only applies to combine='half' (with '{combine}' the "
+                             "global branch adds nothing where the memory is empty)")
+        if combine == "half" and read_gain != 1.0:
+            raise ValueError(f"read_gain ({read_gain}) applies to combine='sum' or 'gain'; 'half' is 0.5 (local + "
+                             "global)")
+        if read_temperature is None:
+            read_temperature = CAUSAL_TEMPERATURE if pattern == "causal" else 0.0
+        if read_temperature < 0:
+            raise ValueError(f"read_temperature must be positive (0: none), got {read_temperature}")
+        if memory_norm is None:
+            memory_norm = "rms" if pattern == "causal" else "mean"
+        if memory_norm not in MEMORY_NORMS:
+            raise ValueError(f"memory_norm must be one of {', '.join(MEMORY_NORMS)}, got '{memory_norm}'")
+        if pattern == "cross" and not global_read:
+            raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if backend not in BACKENDS:
@@ -116,6 +157,8 @@ class LavoAttention(Attention):
         self.chunk_size: int | None = None
         self.num_bases, self.window_size, self.dropout = r, window_size, dropout
         self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
+        self.global_read, self.combine, self.memory_norm = global_read, combine, memory_norm
+        self.fixed_gain = read_gain  # combine 'sum': the global branch's constant factor
         self.has_local = pattern != "cross"
         D = embed_dim
         self.q_proj = nn.Linear(D, D, bias=bias)
@@ -127,10 +170,16 @@ class LavoAttention(Attention):
             nn.init.orthogonal_(bases[h])
         if bases_trainable:
             self.bases = nn.Parameter(bases)                       # [H, r, d]
+            self.bases.no_weight_decay = not bases_decay           # honoured by lavo_zoo.engine.optim
         else:
             self.register_buffer("bases", bases)
         self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
             else None                                               # [H, 2w-1]
+        # log of the per-head factor on q before the read; the per-head gain of the global branch
+        self.read_temp = None if read_temperature == 0 else \
+            nn.Parameter(torch.full((num_heads,), math.log(read_temperature)))                 # [H]
+        self.read_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
+            if combine == "gain" and self.has_local else None                                   # [H]
 
     @property
     def encodes_position(self) -> bool:
@@ -139,7 +188,10 @@ class LavoAttention(Attention):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, num_bases={self.num_bases}, window_size={self.window_size}, "
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
-                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}")
+                f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, "
+                f"global_read={self.global_read}, "
+                f"combine={self.combine}, read_gain={self.fixed_gain}, read_temperature={self.read_temp is not None}, "
+                f"memory_norm={self.memory_norm}")
 
     # ------------------------------------------------------------------------------------------------ kernels
     def kernels(self, q: torch.Tensor) -> tuple[str, str]:
@@ -187,7 +239,12 @@ class LavoAttention(Attention):
     def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str, offset: int = 0, group: int = 1
               ) -> torch.Tensor:
         """Read the orthogonal memory: q [B, H, T, d], mem [B, H, n, d] mean features (query t reads row
-        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype."""
+        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype. The reading's
+        options act here, outside the kernels: the temperature scales q, ``memory_norm='rms'`` rescales the rows."""
+        if self.read_temp is not None:
+            q = q * self.read_temp.exp().to(q.dtype)[:, None, None]                 # [H, 1, 1] per head
+        if self.memory_norm == "rms":
+            mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
         if kernel == "autograd":
             return read_memory_autograd(q, mem, self.bases, offset, group, self.dropout, self.training)
         if kernel == "triton":
@@ -268,6 +325,13 @@ class LavoAttention(Attention):
                                  backend=local_kernel, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
         valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
             else padding_mask[:, None].to(ct)                                        # [B, 1, T]
+        if not self.global_read:  # the local window with the EPE bias alone; the state's sums stay zero
+            if not return_state:
+                return local, None
+            zero = torch.zeros(B, self.num_heads, self.head_dim, dtype=ct, device=x.device)
+            return local, LavoState(last_positions(past_k, k, self.window_size),
+                                    last_positions(past_v, v, self.window_size), zero, zero.clone(),
+                                    (state.position if state else 0) + T)
         feats = self._features(x, v, local)                                          # [B, H, T, d]
         if padding_mask is not None:
             feats = feats * valid[..., None]
@@ -301,6 +365,9 @@ class LavoAttention(Attention):
         if self.epe is not None:                                                     # key s: epe[s - t + w - 1]
             scores = scores + self.epe[:, w - L:w].to(ct)[None, :, None]
         local = scores.softmax(-1) @ values                                          # [B, H, 1, d]
+        keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
+        if not self.global_read:  # the local window alone; the state's sums stay zero
+            return local, LavoState(keys, values, state.sum_complete, state.sum_partial, pos + 1)
         count = pos - pos % w                                                        # tokens of complete windows
         empty = torch.full((1, 1, 1, 1), count == 0, device=x.device)
         glob = self._read(q, state.sum_complete[:, :, None] / max(count, 1), read_kernel)  # zeros while empty
@@ -308,9 +375,7 @@ class LavoAttention(Attention):
         complete = state.sum_complete
         if (pos + 1) % w == 0:                                                       # the window is complete
             complete, partial = complete + partial, torch.zeros_like(partial)
-        new_state = LavoState(last_positions(state.keys, k, w), last_positions(state.values, v, w), complete,
-                              partial, pos + 1)
-        return self._combine(local, glob, empty, inplace=False), new_state
+        return self._combine(local, glob, empty, inplace=False), LavoState(keys, values, complete, partial, pos + 1)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""
@@ -320,10 +385,18 @@ class LavoAttention(Attention):
 
     def _combine(self, local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, inplace: bool
                  ) -> torch.Tensor:
-        """0.5 * (local + glob) where the memory is non-empty; local (empty_memory 'local') or 0.5 * local ('half')
-        where it is empty (empty [B, 1, T, 1] bool or None). glob's gradient is zero at empty positions (it read
-        zeros). ``inplace``: overwrite local and glob (fresh outputs of the recompute Functions, saved by nobody)
-        instead of allocating three more [B, H, T, d] tensors."""
+        """Join the branches (``combine``). 'half': 0.5 * (local + glob) where the memory is non-empty; local
+        (empty_memory 'local') or 0.5 * local ('half') where it is empty (empty [B, 1, T, 1] bool or None). 'sum' /
+        'gain': local + read_gain * glob / local + g_h * glob (glob is exactly zero where the memory is empty, so
+        there the output is local). glob's gradient is zero at empty positions. ``inplace``: overwrite local and glob
+        (fresh outputs of the recompute Functions, saved by nobody) instead of allocating more [B, H, T, d]
+        tensors."""
+        if self.combine != "half":  # no mask needed: an empty memory is a zero row, which reads exactly zero
+            if self.read_gain is not None:
+                glob = glob * self.read_gain.to(glob.dtype)[:, None, None]           # [H, 1, 1]; glob kept for grad
+            elif self.fixed_gain != 1.0:
+                glob = glob.mul_(self.fixed_gain) if inplace else glob * self.fixed_gain
+            return local.add_(glob) if inplace else local + glob
         if empty is None:
             return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
         keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]

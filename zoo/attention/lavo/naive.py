@@ -26,6 +26,16 @@ def memory_read(bases: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.
     return out
 
 
+def read(attn: Attention, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``memory_read`` with the layer's reading options: q times exp(t_h) (``read_temperature``), m over its rms
+    (``memory_norm='rms'``). q/m [B, H, d] -> [B, H, d]."""
+    if attn.read_temp is not None:
+        q = q * attn.read_temp.double().exp()[None, :, None]
+    if attn.memory_norm == "rms":
+        m = m / (m.double().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    return memory_read(attn.bases, q, m)
+
+
 def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
           context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
     """LAVO by the letter of docs/lavo.md, one query position at a time."""
@@ -36,10 +46,12 @@ def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = 
         valid = torch.ones(B, src.shape[2], dtype=torch.bool) if context_mask is None else context_mask
         m = torch.stack([src[b][:, valid[b]].mean(1) if valid[b].any() else torch.zeros_like(src[b, :, 0])
                          for b in range(B)])                                          # [B, H, d]
-        out = torch.stack([memory_read(attn.bases, q[:, :, t], m) for t in range(T)], 2)
+        out = torch.stack([read(attn, q[:, :, t], m) for t in range(T)], 2)
         return merge(attn, out, padding_mask, x.dtype)
     k, v = heads(attn, attn.k_proj(x)).double(), heads(attn, attn.v_proj(x)).double()
     local = local_window(attn, q, k, v, attn.epe, padding_mask, attn.pattern == "causal")
+    if not attn.global_read:
+        return merge(attn, local, padding_mask, x.dtype)
     f = {"local_out": local, "value": v, "input": heads(attn, x).double()}[attn.memory_source]
     valid = torch.ones(B, T, dtype=torch.bool) if padding_mask is None else padding_mask
     w = attn.window_size
@@ -53,9 +65,13 @@ def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = 
             sources = valid & (torch.arange(T) <= t)                # real tokens 0..t
         for b in range(B):
             if not sources[b].any():                                 # empty memory (window 0)
-                out[b, :, t] = local[b, :, t] * (1.0 if attn.empty_memory == "local" else 0.5)
+                out[b, :, t] = local[b, :, t] * (0.5 if attn.empty_memory == "half" else 1.0)
                 continue
             m = f[b][:, sources[b]].mean(1)                         # [H, d]
-            g = memory_read(attn.bases, q[b:b + 1, :, t], m[None])[0]
-            out[b, :, t] = 0.5 * (local[b, :, t] + g)
+            g = read(attn, q[b:b + 1, :, t], m[None])[0]            # [H, d]
+            if attn.combine == "half":
+                out[b, :, t] = 0.5 * (local[b, :, t] + g)
+            else:
+                gain = attn.read_gain.double()[:, None] if attn.combine == "gain" else attn.fixed_gain
+                out[b, :, t] = local[b, :, t] + gain * g
     return merge(attn, out, padding_mask, x.dtype)
