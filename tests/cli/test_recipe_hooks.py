@@ -108,7 +108,8 @@ def test_time_series_model_is_built_from_the_checkpoint_without_the_csv(tmp_path
 
 # ------------------------------------------------------------------------------------ override examples
 _OVERRIDE = re.compile(r"(?<![\w.$/-])((?:train|model|data|eval)(?:\.\w+)+=(?:\[[^\]]*\]|[^\s`'\"),;]+))")
-_PLACEHOLDER = re.compile(r"=[A-Z_]+\.?$")  # key=N, data.path=FILE: a placeholder, not an example
+_PLACEHOLDER = re.compile(r"=(?:[A-Z_]+\.?|.*\$.*)$")  # key=N, data.path=FILE: a placeholder, not an example;
+# train.seed=$s: a shell variable (tests/test_docs.py runs those blocks as bash expands them)
 
 
 def _help_texts() -> str:
