@@ -176,6 +176,9 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, monkeypatch: pytest.
             if block.mark == "dry-run" and args[0] in FOLLOW_UPS:
                 continue
             run_command(shortened(args, block.mark == "dry-run"), block)
+    # the examples write under runs/ and data/ only, which .gitignore keeps out of a clone
+    stray = sorted(p.name for p in tmp_path.iterdir() if p.name not in {"runs", "data", ".doc-test-commands.jsonl"})
+    assert not stray, f"{doc.relative_to(ROOT)}: its examples write {stray} outside runs/ and data/"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
