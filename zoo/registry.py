@@ -70,8 +70,9 @@ class Registry:
         for module in self._builtin_modules:
             importlib.import_module(module)
         for ep in entry_points(group=self.group):
-            if ep.name not in self._entries:
-                self._entries[ep.name] = Entry(ep.name, ep.value, {}, source=f"entry point ({ep.group})")
+            if ep.name not in self._entries:  # lavo-zoo's own entry points (the built-in recipes) are built-ins
+                source = "builtin" if ep.value.startswith("lavo_zoo.") else f"entry point ({ep.group})"
+                self._entries[ep.name] = Entry(ep.name, ep.value, {}, source=source)
 
     def names(self, pattern: str | None = None) -> list[str]:
         self._discover()

@@ -6,8 +6,8 @@ evaluator. Data for a split is a map-style ``torch.utils.data.Dataset`` so that 
 deterministically and resume at an exact position. Every recipe runs on built-in data it generates itself when
 ``data.path`` is unset (:meth:`Recipe.data_path`).
 
-The built-in recipes (every ``recipes/<domain>/recipe.py``) are imported on first use of :data:`RECIPES` by module
-name, as plugins are through the ``lavo_zoo.recipes`` entry-point group: the core never imports a recipe.
+The built-in recipes (every ``recipes/<domain>/recipe.py``) are declared in pyproject.toml's ``lavo_zoo.recipes``
+entry-point group, as plugins are, and imported on first use of one: the core never names a recipe module.
 Named configs (``<domain>/<name>``) live in ``recipes/<domain>/configs/`` (or beside a plugin recipe's module) and
 are found here, so that :mod:`lavo_zoo.config` stays free of any recipe.
 """
@@ -239,15 +239,7 @@ class Recipe(ABC):
 
 
 # ------------------------------------------------------------------------------------------------------- registry
-def recipes_dir() -> Path:
-    """Where the built-in recipes live (the repository's recipes/ in an editable install, else site-packages)."""
-    spec = importlib.util.find_spec("lavo_zoo.recipes")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-RECIPES = Registry("recipe", "lavo_zoo.recipes",
-                   builtin_modules=tuple(f"lavo_zoo.recipes.{p.parent.name}.recipe"
-                                         for p in sorted(recipes_dir().glob("*/recipe.py"))))
+RECIPES = Registry("recipe", "lavo_zoo.recipes")  # the entry-point group: built-in recipes and plugins alike
 
 
 def register_recipe(name: str):
@@ -269,9 +261,6 @@ def get_recipe(name: str) -> Recipe:
 def recipe_module_dir(entry_name: str) -> Path | None:
     """The folder of recipe ``entry_name``'s module (``recipes/<domain>`` for a built-in one), found without
     importing it; None when it cannot be found (a broken plugin is reported when it is used, not when listing)."""
-    builtin = recipes_dir() / entry_name
-    if (builtin / "recipe.py").is_file():
-        return builtin
     target = RECIPES.entry(entry_name).target
     module = target.partition(":")[0] if isinstance(target, str) else getattr(target, "__module__", "")
     try:
