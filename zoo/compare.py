@@ -521,6 +521,46 @@ def _efficiency_note(rows: list[dict[str, Any]]) -> list[str]:
                  f"{EFFICIENCY_DIR}/.")]
 
 
+SOFTMAX, CONTROL = "sdpa", "mean"
+SEPARATION_STDS, SEPARATION_SEEDS = 2.0, 3
+
+
+def separation(rows: list[dict[str, Any]], directions: dict[str, bool]) -> dict[str, dict[str, Any]]:
+    """Whether the study's budget separates, per metric: softmax (``sdpa``) must beat the ``mean`` control, which
+    cannot use the site's information, by more than two standard deviations (the larger of the two rows', over at
+    least three seeds each). Empty unless both rows are in the study. A study whose budget does not separate ranks
+    nothing: its table is not a result."""
+    by_label = {row["attention"]: row for row in rows}
+    if SOFTMAX not in by_label or CONTROL not in by_label:
+        return {}
+    verdicts = {}
+    for metric, higher in directions.items():
+        (s_mean, s_std, s_n), (c_mean, c_std, c_n) = by_label[SOFTMAX][metric], by_label[CONTROL][metric]
+        if not (s_n and c_n and math.isfinite(s_mean) and math.isfinite(c_mean)):
+            continue
+        gap = (s_mean - c_mean) if higher else (c_mean - s_mean)  # > 0: softmax is better
+        spread = max(s_std, c_std)
+        stds = gap / spread if spread > 0 else (math.inf if gap > 0 else -math.inf if gap < 0 else 0.0)
+        enough = min(s_n, c_n) >= SEPARATION_SEEDS
+        verdicts[metric] = {"gap": gap, "stds": stds, "seeds": min(s_n, c_n),
+                            "separates": enough and stds > SEPARATION_STDS}
+    return verdicts
+
+
+def _separation_note(verdicts: dict[str, dict[str, Any]]) -> list[str]:
+    if not verdicts:
+        return []
+    lines = ["", (f"Does this budget separate? Softmax (`{SOFTMAX}`) against the `{CONTROL}` control, which cannot "
+                  f"use the site's information: it separates where softmax is better by more than {SEPARATION_STDS:g} "
+                  f"standard deviations (the larger of the two rows') over at least {SEPARATION_SEEDS} seeds; where it "
+                  "does not, the table ranks nothing.")]
+    for metric, v in verdicts.items():
+        verdict = "separates" if v["separates"] else "does NOT separate"
+        seeds = "" if v["seeds"] >= SEPARATION_SEEDS else f" (only {v['seeds']} seed(s))"
+        lines.append(f"- {metric}: softmax better by {_fmt(v['gap'])} = {v['stds']:.1f} std: {verdict}{seeds}")
+    return lines
+
+
 def write_table(records: list[dict[str, Any]], out_dir: Path, title: str) -> list[Path]:
     """table.md, table.csv and chart.png in ``out_dir``; returns their paths. The efficiency columns appear when a
     record has efficiency lengths (``record["efficiency"]``)."""
@@ -543,6 +583,7 @@ def write_table(records: list[dict[str, Any]], out_dir: Path, title: str) -> lis
         cells.append(f"{row['peak_memory_bytes'] / 2**20:.0f}" if row["peak_memory_bytes"] is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold.",
+              *_separation_note(separation(rows, directions)),
               *(_efficiency_note(rows) if efficiency else [])]
     md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
     md.write_text("\n".join(lines) + "\n")

@@ -19,11 +19,12 @@ from lavo_zoo.recipes.tts.text import text_encoder
 
 @torch.no_grad()
 def speak(model: nn.Module, tokens: torch.Tensor, features: FeatureSettings, max_frames: int,
-          stop_threshold: float = 0.5) -> list[dict[str, np.ndarray]]:
+          stop_threshold: float = 0.5, frames: torch.Tensor | None = None) -> list[dict[str, np.ndarray]]:
     """Synthesise tokens [B, S] (0 = pad): per utterance ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N]
-    (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder)."""
+    (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder). ``frames``
+    [B] (optional) fixes each utterance's length instead of the stop token (:func:`synthesize`)."""
     tts = unwrap(model)
-    frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold)
+    frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold, frames)
     mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
     mel = frames.float().cpu().numpy() * std + mean  # [B, T, n_mels]
     r = tts.cfg.frames_per_step

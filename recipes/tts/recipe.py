@@ -47,6 +47,8 @@ class TTSEvalConfig(EvalConfig):
     max_utterances: NonNegativeInt = 0  # synthesise at most this many utterances of the split (0: all)
     stop_threshold: Annotated[float, Range(ge=0, le=1)] = 0.5  # stop when the stop-token probability exceeds this
     max_frames: PositiveInt = 2000  # and at the latest after this many frames (about 23 s)
+    length: Literal["stop_token", "reference"] = "stop_token"  # when synthesis ends: at the stop token (the real
+    # task), or after as many frames as the reference has (the stop token ignored: scores the frames alone)
     reference: Literal["resynthesized", "recording"] = "resynthesized"  # Griffin-Lim of the target features, or
     # the original recording (fairseq --use-resynthesized-target is the default, as CAB scored)
     out_dir: str | None = None  # write synthesized/, reference/ wavs and plots/ here (eval --out sets it beside
@@ -73,10 +75,12 @@ class Synthesis:
     stop_threshold: float
     reference: str  # "resynthesized" or "recording"
     root: str  # the data folder (recordings are <root>/wavs/<id>.wav)
+    length: str = "stop_token"  # or "reference": synthesise as many frames as the target has
 
     @classmethod
     def of(cls, cfg: TTSConfig, root: Path) -> Synthesis:
-        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference, str(root))
+        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference, str(root),
+                   cfg.eval.length)
 
 
 @contextlib.contextmanager
@@ -171,7 +175,8 @@ class TTSRecipe(Recipe):
         recording)."""
         syn = batch["synthesis"]
         with reproducible(model):
-            results = speak(model, batch["tokens"], syn.features, syn.max_frames, syn.stop_threshold)
+            fixed = batch["mel_lengths"] if syn.length == "reference" else None  # [B] frames
+            results = speak(model, batch["tokens"], syn.features, syn.max_frames, syn.stop_threshold, fixed)
         tts = unwrap(model)
         mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
         for i, res in enumerate(results):

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from lavo_zoo.attention import AttentionSpec
-from lavo_zoo.compare import Efficiency, attention_setup, collect, run_study, write_table
+from lavo_zoo.compare import Efficiency, attention_setup, collect, run_study, separation, summarise, write_table
 from lavo_zoo.config import RunConfig
 from lavo_zoo.engine.recipe import RECIPES, Recipe
 
@@ -305,3 +305,31 @@ def test_compare_runs_recipes_whose_sizes_come_from_the_data(tmp_path, config, o
     assert rows[1]["faster than softmax from"] == "-" and rows[0]["faster than softmax from"]
     key = json.loads((tmp_path / "cmp" / "efficiency" / "lavo.json").read_text())["key"]
     assert key["pattern"] == ("cross" if "--site" in overrides else "causal") and key["embed_dim"] > 0
+
+
+def _records(values: dict[str, list[float]], higher: bool = False) -> list[dict]:
+    return [{"attention": name, "seed": seed, "metrics": {"mse": {"value": v, "higher_is_better": higher}}}
+            for name, vs in values.items() for seed, v in enumerate(vs, 1)]
+
+
+@pytest.mark.parametrize("higher", [False, True])
+def test_the_table_says_whether_softmax_beats_the_mean_control_by_two_std(tmp_path, higher):
+    sign = -1 if higher else 1  # the same study with the metric's direction flipped
+    control = [sign * v for v in (0.50, 0.52, 0.54)]  # std 0.02
+    cases = {"wide": ([sign * v for v in (0.40, 0.41, 0.42)], True),  # better by 0.11 = 5.5 std
+             "close": ([sign * v for v in (0.48, 0.49, 0.50)], False),  # better by 0.03 = 1.5 std
+             "worse": ([sign * v for v in (0.60, 0.61, 0.62)], False),
+             "two seeds": ([sign * v for v in (0.40, 0.41)], False)}  # far apart, but fewer than three seeds
+    for case, (softmax, separates) in cases.items():
+        rows, directions = summarise(_records({"sdpa": softmax, "mean": control, "lavo": control}, higher))
+        verdict = separation(rows, directions)["mse"]
+        assert verdict["separates"] is separates, case
+        assert verdict["gap"] == pytest.approx(statistics.fmean(control) * sign - statistics.fmean(softmax) * sign)
+        out = tmp_path / case
+        write_table(_records({"sdpa": softmax, "mean": control}, higher), out, case)
+        note = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("- mse:"))
+        assert ("does NOT separate" not in note) is separates, note
+    rows, directions = summarise(_records({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}))
+    assert separation(rows, directions) == {}  # no control in the study: no verdict
+    write_table(_records({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}), tmp_path / "none", "none")
+    assert "separate" not in (tmp_path / "none" / "table.md").read_text()

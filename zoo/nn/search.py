@@ -90,6 +90,12 @@ class StopProbability:
         return torch.sigmoid(out.stop_logits.float()) > self.threshold
 
 
+def _never_stop(out: StepOutput) -> torch.Tensor:
+    """No row ends on its own (the lengths are fixed)."""
+    rows = out.frames if out.frames is not None else out.tokens
+    return torch.zeros(rows.shape[0], dtype=torch.bool, device=rows.device)
+
+
 class AnyStop:
     """A row ends when any of the criteria says so."""
 
@@ -299,15 +305,24 @@ def _beam(model: TokenModel, cache: Any, B: int, K: int, bos_id: int, eos_id: in
 def generate_frames(model: FrameModel, src: torch.Tensor, src_mask: torch.Tensor, start: torch.Tensor, *,
                     max_len_a: float = 0.0, max_len_b: int = 1000, min_len_a: float = 0.0, min_len_b: int = 0,
                     stop: StopCriterion | None = None,
-                    feedback: Callable[[torch.Tensor], torch.Tensor] | None = None) -> FrameGeneration:
+                    feedback: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    lengths: torch.Tensor | None = None) -> FrameGeneration:
     """Greedy decoding of continuous frames (text-to-speech): ``model.decode_step(previous [N, 1, C_in], cache)
     -> (frame [N, C], stop_logit [N], cache)``; the next input is ``feedback(frame)`` (default: the frame itself).
     ``start`` [C_in] or [B, C_in] is the first input (e.g. the all-zero "go" frame). A row ends at the first frame
-    whose ``stop`` says so (default ``StopProbability(0.5)``), not before ``min_len`` frames, at most ``max_len``."""
+    whose ``stop`` says so (default ``StopProbability(0.5)``), not before ``min_len`` frames, at most ``max_len``.
+    ``lengths`` [B] (optional) fixes each row's number of frames instead: the stop rule and the limits are ignored
+    (synthesis at a given duration, e.g. the reference's)."""
     _check_inputs(src_mask, 1)
     stop = stop or StopProbability(0.5)
     B = src_mask.shape[0]
     min_len, max_len = length_limits(src_mask, max_len_a, max_len_b, min_len_a, min_len_b)
+    if lengths is not None:
+        if lengths.shape != (B,) or bool((lengths < 1).any()):
+            raise InputError(f"lengths must hold one positive frame count per source ({B}), got {list(lengths.shape)}"
+                             f" with minimum {int(lengths.min()) if lengths.numel() else 'n/a'}")
+        min_len = max_len = lengths.long()
+        stop = _never_stop
     min_len, max_len = min_len.to(src_mask.device), max_len.to(src_mask.device)
     cache = model.init_cache(model.encode(src, src_mask), src_mask)
     prev = (start.expand(B, -1) if start.dim() == 1 else start)[:, None]              # [B, 1, C_in]

@@ -114,6 +114,28 @@ def test_synthesis_stops_on_the_stop_token_or_at_max_frames() -> None:
     torch.testing.assert_close(frames, model.ungroup(post), rtol=1e-5, atol=1e-5)
 
 
+def test_synthesis_at_given_lengths_ignores_the_stop_token_and_follows_the_same_path() -> None:
+    from lavo_zoo.errors import InputError
+
+    torch.manual_seed(3)
+    model = TransformerTTS(tiny_config()).eval()
+    model.decoder_prenet.dropout = 0.0
+    tokens = torch.randint(3, 20, (2, 6))
+    mask = tokens != 0
+    with torch.no_grad():
+        model.stop_head.bias.fill_(-50.0)  # never stops on its own: runs to max_frames
+    free, _, free_fed = synthesize(model, tokens, mask, max_frames=12)
+    with torch.no_grad():
+        model.stop_head.bias.fill_(50.0)  # would stop after the first group
+    frames, lengths, fed = synthesize(model, tokens, mask, max_frames=4, frames=torch.tensor([7, 12]))
+    assert lengths.tolist() == [8, 12]  # ceil(7 / 2) and 12 / 2 groups of 2 frames, beyond max_frames too
+    assert fed.shape == (2, 6, 16) and bool((fed[0, 4:] == 0).all())
+    torch.testing.assert_close(fed[1], free_fed[1], rtol=1e-6, atol=1e-6)  # the same greedy path, stop aside
+    torch.testing.assert_close(fed[0, :4], free_fed[0, :4], rtol=1e-6, atol=1e-6)
+    with pytest.raises(InputError, match="one positive frame count"):
+        synthesize(model, tokens, mask, max_frames=4, frames=torch.tensor([7, 0]))
+
+
 def test_unknown_site_and_unsupported_pattern_are_refused() -> None:
     from lavo_zoo.errors import ConfigError
 
