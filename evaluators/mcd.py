@@ -123,7 +123,8 @@ class MelDistortion(Evaluator):
     of mono float arrays [N] at ``sample_rate``); ``num_samples`` counts utterances."""
 
     higher_is_better: ClassVar[dict[str, bool]] = {
-        "mcd": False, "msd": False, "mcd_ins": False, "mcd_del": False, "msd_ins": False, "msd_del": False}
+        "mcd": False, "msd": False, "mcd_ins": False, "mcd_del": False, "msd_ins": False, "msd_del": False,
+        "length_error": False}
 
     files = ("--pred: a folder of synthesised wavs; --ref: a folder of reference wavs with the same file names, at "
              "one sample rate (first channel, as eval_sp.py)")
@@ -186,5 +187,8 @@ class MelDistortion(Evaluator):
         if not self.mcd:
             raise ValueError("MelDistortion.compute() called before any update()")
         mcd, msd = summarise(self.mcd), summarise(self.msd)
+        # how far each utterance's duration is from its reference's (stopping early or late), mean over utterances:
+        # |syn frames - ref frames| / ref frames, 0 for the right length (not in eval_sp.py)
+        length_error = float(np.mean([abs(d.syn_frames - d.ref_frames) / d.ref_frames for d in self.mcd]))
         return {"mcd": mcd["dist_per_syn_frm"], "msd": msd["dist_per_syn_frm"], "mcd_ins": mcd["ins"],
-                "mcd_del": mcd["del"], "msd_ins": msd["ins"], "msd_del": msd["del"]}
+                "mcd_del": mcd["del"], "msd_ins": msd["ins"], "msd_del": msd["del"], "length_error": length_error}

@@ -526,7 +526,7 @@ SEPARATION_STDS, SEPARATION_SEEDS = 2.0, 3
 
 
 def separation(rows: list[dict[str, Any]], directions: dict[str, bool]) -> dict[str, dict[str, Any]]:
-    """Whether the study's budget separates, per metric: softmax (``sdpa``) must beat the ``mean`` control, which
+    """Whether the study's budget separates, per headline metric (not its per-class breakdowns): softmax (``sdpa``) must beat the ``mean`` control, which
     cannot use the site's information, by more than two standard deviations (the larger of the two rows', over at
     least three seeds each). Empty unless both rows are in the study. A study whose budget does not separate ranks
     nothing: its table is not a result."""
@@ -535,6 +535,8 @@ def separation(rows: list[dict[str, Any]], directions: dict[str, bool]) -> dict[
         return {}
     verdicts = {}
     for metric, higher in directions.items():
+        if "@" in metric:  # a per-class / per-category breakdown (cd_l1@chair): the headline metric decides
+            continue
         (s_mean, s_std, s_n), (c_mean, c_std, c_n) = by_label[SOFTMAX][metric], by_label[CONTROL][metric]
         if not (s_n and c_n and math.isfinite(s_mean) and math.isfinite(c_mean)):
             continue

@@ -329,6 +329,9 @@ def test_the_table_says_whether_softmax_beats_the_mean_control_by_two_std(tmp_pa
         write_table(_records({"sdpa": softmax, "mean": control}, higher), out, case)
         note = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("- mse:"))
         assert ("does NOT separate" not in note) is separates, note
+    breakdown = [{**r, "metrics": {**r["metrics"], "mse@chair": r["metrics"]["mse"]}}
+                 for r in _records({"sdpa": [0.4, 0.41, 0.42], "mean": [0.5, 0.51, 0.5]})]
+    assert list(separation(*summarise(breakdown))) == ["mse"]  # per-category breakdowns get no verdict
     rows, directions = summarise(_records({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}))
     assert separation(rows, directions) == {}  # no control in the study: no verdict
     write_table(_records({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}), tmp_path / "none", "none")

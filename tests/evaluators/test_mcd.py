@@ -77,7 +77,10 @@ def test_a_file_against_itself_scores_zero_and_a_stretched_copy_inserts() -> Non
     ev.update([wave], [wave])
     metrics = ev.compute()
     assert metrics["mcd"] < 1e-4 and metrics["msd"] < 1e-4
-    assert metrics["mcd_ins"] == metrics["mcd_del"] == 0.0
+    assert metrics["mcd_ins"] == metrics["mcd_del"] == 0.0 and metrics["length_error"] == 0.0
+    ev.reset()
+    ev.update([wave[:wave.size // 4], np.repeat(wave, 2)], [wave, wave])  # stops at a quarter; runs twice as long
+    assert ev.compute()["length_error"] == pytest.approx((0.75 + 1.0) / 2, abs=0.02)  # frames are centred: 1 + N // hop
     slow = np.repeat(wave, 2)  # the same signal at half speed: about twice the frames
     ev.reset()
     ev.update([slow], [wave])
