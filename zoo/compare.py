@@ -526,10 +526,10 @@ SEPARATION_STDS, SEPARATION_SEEDS = 2.0, 3
 
 
 def separation(rows: list[dict[str, Any]], directions: dict[str, bool]) -> dict[str, dict[str, Any]]:
-    """Whether the study's budget separates, per headline metric (not its per-class breakdowns): softmax (``sdpa``) must beat the ``mean`` control, which
-    cannot use the site's information, by more than two standard deviations (the larger of the two rows', over at
-    least three seeds each). Empty unless both rows are in the study. A study whose budget does not separate ranks
-    nothing: its table is not a result."""
+    """Whether the study's budget separates, per headline metric (not per-class breakdowns): softmax (``sdpa``)
+    must beat the ``mean`` control, which cannot use the site's information, by more than two standard deviations
+    (the larger of the two rows', over at least three seeds each). Empty unless both rows are in the study. A study
+    whose budget does not separate ranks nothing: its table is not a result."""
     by_label = {row["attention"]: row for row in rows}
     if SOFTMAX not in by_label or CONTROL not in by_label:
         return {}

@@ -124,10 +124,10 @@ def test_synthesis_at_given_lengths_ignores_the_stop_token_and_follows_the_same_
     mask = tokens != 0
     with torch.no_grad():
         model.stop_head.bias.fill_(-50.0)  # never stops on its own: runs to max_frames
-    free, _, free_fed = synthesize(model, tokens, mask, max_frames=12)
+    _, _, free_fed = synthesize(model, tokens, mask, max_frames=12)
     with torch.no_grad():
         model.stop_head.bias.fill_(50.0)  # would stop after the first group
-    frames, lengths, fed = synthesize(model, tokens, mask, max_frames=4, frames=torch.tensor([7, 12]))
+    _, lengths, fed = synthesize(model, tokens, mask, max_frames=4, frames=torch.tensor([7, 12]))
     assert lengths.tolist() == [8, 12]  # ceil(7 / 2) and 12 / 2 groups of 2 frames, beyond max_frames too
     assert fed.shape == (2, 6, 16) and bool((fed[0, 4:] == 0).all())
     torch.testing.assert_close(fed[1], free_fed[1], rtol=1e-6, atol=1e-6)  # the same greedy path, stop aside

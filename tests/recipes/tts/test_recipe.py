@@ -163,3 +163,29 @@ def test_scoring_in_eval_mode_is_reproducible_and_leaves_the_random_state(traine
     assert loss == recipe.training_loss(model, batch)[0]
     model.train()  # in training mode the prenet dropout draws fresh masks: two losses differ
     assert recipe.training_loss(model, batch)[0] != recipe.training_loss(model, batch)[0]
+
+
+def test_stop_diagnosis_tells_the_teacher_forced_stop_from_the_synthesised_length(trained: Path, builtin_root,
+                                                                                  monkeypatch) -> None:
+    import runpy
+
+    import torch
+
+    import lavo_zoo
+
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(builtin_root.parents[2]))
+    script = runpy.run_path(str(Path(__file__).parents[3] / "benchmarks" / "tts_stop_diagnosis.py"))
+    p = lavo_zoo.load(trained, device="cpu")
+    with torch.no_grad():
+        p.model.stop_head.bias.fill_(50.0)  # stops at once, teacher-forced and synthesising
+    d = script["measure"](p.model, p.cfg, p.recipe, "test", max_utterances=2)
+    loader = p.recipe.eval_loader(p.cfg, "test")
+    frames = next(iter(loader))["mel_lengths"].tolist()[:2]
+    r = p.model.cfg.frames_per_step
+    assert d["teacher_forced_stop"][:2] == pytest.approx([1 / (n // r) for n in frames])  # the first whole group
+    assert d["synthesised_length"][:2] == pytest.approx([r / n for n in frames])
+    with torch.no_grad():
+        p.model.stop_head.bias.fill_(-50.0)  # never stops: teacher-forced past the end, synthesis to max_frames
+    d = script["measure"](p.model, p.cfg, p.recipe, "test", max_utterances=2)
+    assert all(s > 1 for s in d["teacher_forced_stop"])
+    assert d["synthesised_length"][:2] == pytest.approx([p.cfg.eval.max_frames / n for n in frames])
