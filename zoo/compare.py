@@ -453,7 +453,8 @@ def collect(paths: list[Path], efficiency: bool = True) -> list[dict[str, Any]]:
 
 
 def _label(records: list[dict[str, Any]]) -> None:
-    """Give every record a row label: its attention, or the sites whose mechanism differs between records."""
+    """Give every record a row label: its attention, or the sites whose mechanism differs between records; records
+    of different studies that share a label (e.g. LAVO with and without an option) get what tells them apart."""
     multi = [r for r in records if isinstance(r["attention"], dict)]
     sites = sorted({s for r in multi for s in r["attention"]})
     varying = [s for s in sites if len({r["attention"].get(s) for r in multi}) > 1] or sites
@@ -463,6 +464,29 @@ def _label(records: list[dict[str, Any]]) -> None:
             r["label"] = ",".join(names[s] if s == "" else f"{s}={names.get(s)}" for s in varying if s in names)
         else:
             r["label"] = r["attention"]
+    _tell_apart(records)
+
+
+def _setting(record: dict[str, Any]) -> tuple[str, ...]:
+    """What a cell was trained with besides its seed: its config and overrides (``key=value``, last key part)."""
+    overrides = [o for o in record.get("overrides") or [] if not o.startswith("train.seed=")]
+    config = [record["config"]] if isinstance(record.get("config"), str) else []
+    return (*config, *sorted(o.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + o.split("=", 1)[1] if "=" in o else o
+                             for o in overrides))
+
+
+def _tell_apart(records: list[dict[str, Any]]) -> None:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["label"], []).append(r)
+    for label, group in groups.items():
+        settings = {id(r): _setting(r) for r in group}
+        if len(set(settings.values())) < 2:
+            continue
+        common = set.intersection(*(set(v) for v in settings.values()))
+        for r in group:
+            own = [item for item in settings[id(r)] if item not in common]
+            r["label"] = f"{label} ({', '.join(own)})" if own else label
 
 
 # --------------------------------------------------------------------------------------------------------- table

@@ -336,3 +336,21 @@ def test_the_table_says_whether_softmax_beats_the_mean_control_by_two_std(tmp_pa
     assert separation(rows, directions) == {}  # no control in the study: no verdict
     write_table(_records({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}), tmp_path / "none", "none")
     assert "separate" not in (tmp_path / "none" / "table.md").read_text()
+
+
+def test_collected_studies_that_share_an_attention_get_rows_told_apart_by_their_settings(tmp_path):
+    def cell(seed: int, extra: list[str], config: str = "tts/tiny-sdpa", value: float = 1.0) -> dict:
+        return {"attention": "lavo", "seed": seed, "config": config, "metrics": {"mcd": {"value": value + seed,
+                "higher_is_better": False}},
+                "overrides": ["eval.max_frames=1000", *extra, f"train.seed={seed}"]}
+
+    records = [cell(s, ["model.attention.decoder_self.window_size=8"]) for s in (1, 2)] + \
+        [cell(s, ["model.attention.decoder_self.window_size=32"], value=5.0) for s in (1, 2)]
+    rows, _ = summarise(records)
+    assert [(r["attention"], r["seeds"]) for r in rows] == [("lavo (window_size=8)", 2), ("lavo (window_size=32)", 2)]
+    assert rows[1]["mcd"][0] == pytest.approx(6.5)
+    records = [cell(1, [], config="summarization/tiny-lavo-noncausal"), cell(1, [], config="summarization/tiny-sdpa")]
+    assert [r["attention"] for r in summarise(records)[0]] == ["lavo (summarization/tiny-lavo-noncausal)",
+                                                             "lavo (summarization/tiny-sdpa)"]
+    same = [cell(s, ["x.window_size=8"]) for s in (1, 2, 3)]  # one study over seeds: one row, plain label
+    assert [r["attention"] for r in summarise(same)[0]] == ["lavo"]
