@@ -424,7 +424,8 @@ def collect(paths: list[Path], efficiency: bool = True) -> list[dict[str, Any]]:
     for path in paths:
         if not path.exists():
             raise UsageError(f"--collect: {path} does not exist")
-        files = [path] if path.is_file() else sorted(path.rglob(CELL_FILE)) or sorted(path.rglob("*.json"))
+        files = [path] if path.is_file() else sorted(path.rglob(CELL_FILE)) or sorted(
+            p for p in path.rglob("*.json") if "checkpoints" not in p.relative_to(path).parts)  # not checkpoint meta
         for file in files:
             try:
                 data = json.loads(file.read_text())

@@ -130,6 +130,10 @@ def test_collect_rebuilds_the_table_from_results(study, tmp_path):
     assert sorted(r["label"] for r in collected) == ["local", "sdpa"]
     again = collect([out])  # a compare folder: its cell records
     assert len(again) == len(records)
+    run = out / "cells" / "local-seed2"  # a run folder without its cell record: its results JSON, not checkpoint meta
+    (run / "cell.json").unlink()
+    assert any("metrics" in json.loads(p.read_text()) for p in run.glob("checkpoints/*/meta.json"))
+    assert [r["source"] for r in collect([run])] == [str(run / "results.json")]
 
 
 def test_refusals(study, tmp_path):
