@@ -10,7 +10,8 @@ order, in a fresh folder per file, as a user would type them.
   ``summarize`` writes summaries of at most 4 tokens.
   A block marked ``<!-- doc-test: dry-run -->`` (paper-size, GPU, real-dataset or study runs) runs its ``train``
   and ``compare`` commands with ``--dry-run``, after the documented ``lavo-zoo data`` command that writes their
-  input; the commands that read what those runs would write (``eval``, ``generate``, ...) are not run.
+  input; the commands that read what those runs would write (``eval``, ``generate``, ``compare --collect``, ...)
+  are not run.
 - A Python block runs with ``exec`` in the same folder.
 - A block that cannot run is marked in the Markdown, on the line before it: ``<!-- doc-test: skip: REASON -->``;
   the marks are counted here (:data:`SKIPPED`), so a new one is a deliberate change. A dry-run block over a real
@@ -173,8 +174,8 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, monkeypatch: pytest.
             if not Path(args[args.index("--out") + 1]).exists():  # once per stand-in
                 run_command(args, block)
         for args in expand(block, tmp_path):
-            if block.mark == "dry-run" and args[0] in FOLLOW_UPS:
-                continue
+            if block.mark == "dry-run" and (args[0] in FOLLOW_UPS or args[0] == "compare" and "--collect" in args):
+                continue  # reads what the (dry) runs would have written
             run_command(shortened(args, block.mark == "dry-run"), block)
     # the examples write under runs/ and data/ only, which .gitignore keeps out of a clone
     stray = sorted(p.name for p in tmp_path.iterdir() if p.name not in {"runs", "data", ".doc-test-commands.jsonl"})
