@@ -468,12 +468,17 @@ def _label(records: list[dict[str, Any]]) -> None:
     _tell_apart(records)
 
 
+def _short(override: str) -> str:
+    """``model.attention.decoder_self.window_size=32`` -> ``window_size=32``."""
+    key, sep, value = override.partition("=")
+    return key.rsplit(".", 1)[-1] + sep + value
+
+
 def _setting(record: dict[str, Any]) -> tuple[str, ...]:
-    """What a cell was trained with besides its seed: its config and overrides (``key=value``, last key part)."""
-    overrides = [o for o in record.get("overrides") or [] if not o.startswith("train.seed=")]
+    """What a cell was trained with besides its seed: its config and its overrides (shortened)."""
+    overrides = [_short(o) for o in record.get("overrides") or [] if not o.startswith("train.seed=")]
     config = [record["config"]] if isinstance(record.get("config"), str) else []
-    return (*config, *sorted(o.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + o.split("=", 1)[1] if "=" in o else o
-                             for o in overrides))
+    return (*config, *sorted(overrides))
 
 
 def _tell_apart(records: list[dict[str, Any]]) -> None:
