@@ -8,7 +8,7 @@ from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.registry import Registry
 
 EVALUATORS = Registry(
-    "evaluator", "lavo_zoo.evaluators",
+    "evaluator", "lavo_zoo.plugins.evaluators",
     builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
                           if m.name != "base" and not m.name.startswith("_")),
 )

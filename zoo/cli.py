@@ -48,14 +48,11 @@ LAZY_HELP = {
 
 # ------------------------------------------------------------------------------------------- recipe commands
 def recipe_cli_modules() -> dict[str, str]:
-    """{recipe: its cli module}, found without importing any recipe (they load torch): every built-in
-    ``recipes/<domain>/`` with a recipe.py and a cli.py, and for a plugin recipe (entry point ``lavo_zoo.recipes``)
-    the ``cli`` module beside its recipe module, where there is one."""
-    spec = importlib.util.find_spec("lavo_zoo.recipes")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    out = {p.parent.name: f"lavo_zoo.recipes.{p.parent.name}.cli" for p in sorted(root.glob("*/cli.py"))
-           if (p.parent / "recipe.py").is_file()}
-    for ep in entry_points(group="lavo_zoo.recipes"):
+    """{recipe: its cli module}, found without importing any recipe (they load torch): for every recipe of the
+    ``lavo_zoo.plugins.recipes`` entry-point group (the built-in ones and plugins alike), the ``cli`` module beside
+    its recipe module, where there is one."""
+    out: dict[str, str] = {}
+    for ep in entry_points(group="lavo_zoo.plugins.recipes"):
         package = ep.value.partition(":")[0].rpartition(".")[0]
         module = f"{package}.cli" if package else "cli"
         try:

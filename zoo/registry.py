@@ -4,7 +4,7 @@ An entry's target is either the object itself or a lazy ``"module:attr"`` string
 listing or building one entry never imports every domain. Third-party packages add entries without editing this
 repository by declaring an entry point in the registry's group, e.g. in their ``pyproject.toml``::
 
-    [project.entry-points."lavo_zoo.attentions"]
+    [project.entry-points."lavo_zoo.plugins.attentions"]
     my_attention = "my_pkg.attn:MyAttention"
 """
 from __future__ import annotations

@@ -40,7 +40,8 @@ def test_third_party_entry_point_is_discovered(tmp_path, monkeypatch):
     dist = tmp_path / "thirdparty_attn-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-attn\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[lavo_zoo.attentions]\nidentity_plugin = thirdparty_attn:Identity\n")
+    (dist / "entry_points.txt").write_text(
+        "[lavo_zoo.plugins.attentions]\nidentity_plugin = thirdparty_attn:Identity\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     from lavo_zoo.attention import ATTENTIONS, build_attention
     monkeypatch.setattr(ATTENTIONS, "_discovered", False)

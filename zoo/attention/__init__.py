@@ -6,8 +6,8 @@ imported on first use of the registry, so a new mechanism is one new file (or pa
 ``ops``. Beside each mechanism sits its slow, loop or dense reference ``naive(attn, x, padding_mask, ...)``, which
 takes the module and its inputs (in the mechanism's module, or in the ``naive`` module of its package);
 tests/attention/test_naive_references.py compares every registered mechanism with its ``naive``.
-Third-party packages add mechanisms through the ``lavo_zoo.attentions`` entry-point group. Configs select a mechanism
-with :class:`AttentionSpec` (``lavo_zoo.attention.spec``).
+Third-party packages add mechanisms through the ``lavo_zoo.plugins.attentions`` entry-point group. Configs select a
+mechanism with :class:`AttentionSpec` (``lavo_zoo.attention.spec``).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _is_mechanism_module(name: str) -> bool:
 
 
 ATTENTIONS = Registry(
-    "attention", "lavo_zoo.attentions",
+    "attention", "lavo_zoo.plugins.attentions",
     builtin_modules=tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
                           if _is_mechanism_module(m.name)),
 )

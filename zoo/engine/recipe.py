@@ -6,8 +6,8 @@ evaluator. Data for a split is a map-style ``torch.utils.data.Dataset`` so that 
 deterministically and resume at an exact position. Every recipe runs on built-in data it generates itself when
 ``data.path`` is unset (:meth:`Recipe.data_path`).
 
-The built-in recipes (every ``recipes/<domain>/recipe.py``) are declared in pyproject.toml's ``lavo_zoo.recipes``
-entry-point group, as plugins are, and imported on first use of one: the core never names a recipe module.
+The built-in recipes are declared in pyproject.toml's ``lavo_zoo.plugins.recipes`` entry-point group, as plugins
+are, and imported on first use of one: the core never names a recipe module.
 Named configs (``<domain>/<name>``) live in ``recipes/<domain>/configs/`` (or beside a plugin recipe's module) and
 are found here, so that :mod:`lavo_zoo.config` stays free of any recipe.
 """
@@ -239,7 +239,7 @@ class Recipe(ABC):
 
 
 # ------------------------------------------------------------------------------------------------------- registry
-RECIPES = Registry("recipe", "lavo_zoo.recipes")  # the entry-point group: built-in recipes and plugins alike
+RECIPES = Registry("recipe", "lavo_zoo.plugins.recipes")  # the entry-point group: built-in recipes and plugins alike
 
 
 def register_recipe(name: str):

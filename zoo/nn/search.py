@@ -91,9 +91,8 @@ class StopProbability:
 
 
 def _never_stop(out: StepOutput) -> torch.Tensor:
-    """No row ends on its own (the lengths are fixed)."""
-    rows = out.frames if out.frames is not None else out.tokens
-    return torch.zeros(rows.shape[0], dtype=torch.bool, device=rows.device)
+    """No row ends on its own (frame decoding at fixed lengths)."""
+    return torch.zeros(out.frames.shape[0], dtype=torch.bool, device=out.frames.device)
 
 
 class AnyStop:
