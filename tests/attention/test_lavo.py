@@ -6,6 +6,7 @@ choice, torch.compile (parametrised over the available devices). Shapes: D=16, H
 from __future__ import annotations
 
 import copy
+import importlib.util
 
 import pytest
 import torch
@@ -52,9 +53,9 @@ def _id(c: tuple) -> str:
 def test_fast_path_equals_reference(helpers, config, padded, T):
     pattern, opts = config
     attn = helpers.make("lavo", pattern, **BASE, **opts)
-    if attn.read_gain is not None:  # away from its init of ones, so that a missing or misplaced gain shows
+    if attn.learned_gain is not None:  # away from its init of ones, so that a missing or misplaced gain shows
         with torch.no_grad():
-            attn.read_gain.normal_()
+            attn.learned_gain.normal_()
     helpers.compare(attn, naive, T, padded)
 
 
@@ -99,14 +100,14 @@ def test_reading_options_act_where_documented(helpers):
     gain.load_state_dict(base.state_dict(), strict=False)
     torch.testing.assert_close(gain(x), summ)
     with torch.no_grad():
-        gain.read_gain.copy_(torch.tensor([2.0, -0.5]))
+        gain.learned_gain.copy_(torch.tensor([2.0, -0.5]))
     torch.testing.assert_close(gain(x), local + glob * torch.tensor([2.0] * 8 + [-0.5] * 8, dtype=F64))
     attn = helpers.make("lavo", "noncausal", **BASE, memory_norm="rms", read_temperature=0.5)
     q, mem = torch.randn(1, 2, 5, 8, dtype=F64), torch.randn(1, 2, 1, 8, dtype=F64)
     out = attn._read(q, mem, "autograd")
     torch.testing.assert_close(attn._read(q, 10 * mem, "autograd"), out, rtol=1e-5, atol=1e-5)  # up to eps
-    scaled_q = q * attn.read_temp.exp()[:, None, None]
-    attn.read_temp, attn.memory_norm = None, "mean"
+    scaled_q = q * attn.log_read_temperature.exp()[:, None, None]
+    attn.log_read_temperature, attn.memory_norm = None, "mean"
     assert not torch.allclose(attn._read(q, 10 * mem, "autograd"), attn._read(q, mem, "autograd"))
     unit = mem * (mem.square().mean(-1, keepdim=True) + 1e-6).rsqrt()
     torch.testing.assert_close(attn._read(scaled_q, unit, "autograd"), out)
@@ -186,12 +187,12 @@ def test_bases_orthonormal_per_head_at_init(r):
 def test_defaults_and_flags():
     attn = build_attention("lavo", 48, 4, "causal")
     assert attn.num_bases == 12 and attn.window_size == 16 and attn.memory_source == "local_out"
-    assert attn.combine == "sum" and attn.memory_norm == "rms" and attn.global_read and attn.read_gain is None
-    assert attn.read_temp.exp().tolist() == pytest.approx([16.0] * 4)
+    assert attn.combine == "sum" and attn.memory_norm == "rms" and attn.global_read and attn.learned_gain is None
+    assert attn.log_read_temperature.exp().tolist() == pytest.approx([16.0] * 4)
     for pattern in ("noncausal", "cross"):  # the paper's reading
         other = build_attention("lavo", 48, 4, pattern)
-        assert (other.combine, other.memory_norm, other.read_temp) == ("half", "mean", None)
-    assert build_attention("lavo", 48, 4, "causal", read_temperature=0).read_temp is None
+        assert (other.combine, other.memory_norm, other.log_read_temperature) == ("half", "mean", None)
+    assert build_attention("lavo", 48, 4, "causal", read_temperature=0).log_read_temperature is None
     assert attn.encodes_position and attn.epe.shape == (4, 31) and not attn.epe.any()
     assert not build_attention("lavo", 48, 4, "causal", position_encoding=False).encodes_position
     assert not build_attention("lavo", 48, 4, "cross").encodes_position
@@ -199,9 +200,10 @@ def test_defaults_and_flags():
     fixed = build_attention("lavo", 48, 4, "causal", bases_trainable=False)
     assert "bases" in dict(fixed.named_buffers()) and "bases" not in dict(fixed.named_parameters())
     gain = build_attention("lavo", 48, 4, "causal", combine="gain", read_temperature=0.5, bases_decay=False)
-    assert gain.read_gain.tolist() == [1.0] * 4 and gain.read_temp.exp().tolist() == pytest.approx([0.5] * 4)
+    assert gain.learned_gain.tolist() == [1.0] * 4
+    assert gain.log_read_temperature.exp().tolist() == pytest.approx([0.5] * 4)
     assert gain.bases.no_weight_decay and not getattr(attn.bases, "no_weight_decay", False)
-    assert build_attention("lavo", 48, 4, "cross", combine="gain").read_gain is None  # no local branch to add to
+    assert build_attention("lavo", 48, 4, "cross", combine="gain").learned_gain is None  # no local branch to add to
 
 
 @pytest.mark.parametrize("options, match", [
@@ -352,26 +354,61 @@ def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
         attn = build_attention("lavo", D, H, pattern, num_bases=r, window_size=w, backend=backend, **opts)
         attn.chunk_size = 64
         sizes = _saved_storages(attn, x, mask, **kw)
-        limit = 5 + (attn.read_temp is not None) + (attn.read_gain is not None)
+        limit = 5 + (attn.log_read_temperature is not None) + (attn.learned_gain is not None)
         lean = sum(s == big for s in sizes) <= limit and \
             all(s == big or s <= big / w for s in sizes)
         assert lean == (backend == "recompute"), (backend, sorted(sizes))
 
 
-def test_kernel_choice_is_made_in_the_layer():
+def test_kernel_choice_is_made_in_the_layer(monkeypatch):
+    """The layer's kernels for its backend, dropout and mode, stated here: on CPU the recompute kernels (autograd
+    ones with dropout in training); on CUDA the Triton kernels where Triton is installed and not switched off, else
+    the flex window beside the recompute read. Choosing records nothing: a call does (``mode``)."""
+    from lavo_zoo.attention.ops.window import flex
+
     attn = build_attention("lavo", 32, 2, "causal", dropout=0.1).eval()
     q = torch.randn(1, 2, 512, 16)
     assert attn.kernels(q) == ("recompute", "recompute")  # CPU, no dropout: saves inputs, recomputes
     attn.train()
     assert attn.kernels(q) == ("autograd", "autograd")    # dropout in training: the mask backward must see
+    assert attn.mode == "autograd"                        # before any call: what a call would get
+    attn.eval()
+    attn(torch.randn(1, 3, 32))
+    assert attn.mode == "recompute"                       # the call's kernels, recorded by the call
+    attn.train()
+    assert attn.kernels(q) == ("autograd", "autograd") and attn.mode == "recompute"
     assert build_attention("lavo", 32, 2, "causal").kernels(q) == ("recompute", "recompute")
     if torch.cuda.is_available():
-        from lavo_zoo.attention.lavo.memory import triton_applies
         attn.eval()
-        cuda = ("triton", "triton") if triton_applies(q.cuda()) else ("flex", "recompute")
-        assert attn.kernels(q.cuda()) == cuda
+        monkeypatch.delenv("LAVO_ZOO_FLEX", raising=False)
+        monkeypatch.setattr(flex, "_failure", None)
+        monkeypatch.setenv("LAVO_ZOO_TRITON", "0")
+        assert attn.kernels(q.cuda()) == ("flex", "recompute")
+        monkeypatch.delenv("LAVO_ZOO_TRITON")
+        if importlib.util.find_spec("triton") is not None:
+            assert attn.kernels(q.cuda()) == ("triton", "triton")
+            assert attn.kernels(q.cuda().double()) == ("flex", "recompute")  # fp64: no Triton kernel
     with pytest.raises(ValueError, match="backend must be one of"):
         build_attention("lavo", 32, 2, "causal", backend="fast")
+
+
+@pytest.mark.parametrize("combine", ["sum", "gain"])
+def test_checkpoints_from_before_the_parameter_renames_load(combine):
+    """A state dict that names the read temperature 'read_temp' and the learned gain 'read_gain' (checkpoints written
+    before they were renamed) loads strictly into a fresh layer, nested in a model too, and gives its outputs."""
+    torch.manual_seed(0)
+    old = build_attention("lavo", 32, 2, "causal", num_bases=4, window_size=4, combine=combine, read_temperature=2.0)
+    with torch.no_grad():
+        for p in old.parameters():
+            p.normal_()
+    renamed = {"log_read_temperature": "read_temp", "learned_gain": "read_gain"}
+    state = {f"attn.{renamed.get(k, k)}": v for k, v in old.state_dict().items()}
+    assert "attn.read_temp" in state and ("attn.read_gain" in state) == (combine == "gain")
+    new = torch.nn.ModuleDict({"attn": build_attention("lavo", 32, 2, "causal", num_bases=4, window_size=4,
+                                                       combine=combine, read_temperature=2.0)})
+    new.load_state_dict(state)                                 # strict: no missing or unexpected key
+    x = torch.randn(2, 9, 32)
+    torch.testing.assert_close(new["attn"](x), old(x), rtol=0, atol=0)
 
 
 @pytest.mark.slow

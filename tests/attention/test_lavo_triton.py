@@ -1,7 +1,7 @@
 """LAVO's Triton kernels (ops/window/triton.py, lavo/triton.py), run in Triton's interpreter on CPU tensors: float32
 outputs and every gradient against float64 references (the dense window, the autograd read, the layer's recompute
-path), causal / noncausal / cross, with padding, T not a multiple of w or of the block, T < w; and the layer's
-kernel choice. Block sizes are 16 so that small sequences cross block boundaries.
+path), causal / noncausal / cross, with padding, T not a multiple of w or of the block, T < w; and the kernel choice
+where the kernels run (the interpreter). Block sizes are 16 so that small sequences cross block boundaries.
 
 Triton decides on interpretation when it is first imported (its own library functions are ``@triton.jit`` too), so
 these tests run in a subprocess started with TRITON_INTERPRET=1 (:func:`test_kernels_in_the_triton_interpreter`);
@@ -19,9 +19,10 @@ import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
-from lavo_zoo.attention.lavo.memory import read_memory_autograd
+from lavo_zoo.attention.lavo.read import read_memory_autograd
+from lavo_zoo.attention.ops.dispatch import choose_kernels, triton_runs
 from lavo_zoo.attention.ops.naive import key_mask_4d
-from lavo_zoo.attention.ops.window import triton_applies, window_attention
+from lavo_zoo.attention.ops.window import window_attention
 from lavo_zoo.attention.ops.window.naive import dense_attention, relative_bias, window_mask
 
 pytest.importorskip("triton")
@@ -58,8 +59,9 @@ def _seed():
 def kernels():
     """(window module, read module), decorated for the interpreter in this process."""
     from lavo_zoo.attention.lavo import triton as lavo_triton
+    from lavo_zoo.attention.ops import triton_utils
     from lavo_zoo.attention.ops.window import triton as window_triton
-    assert window_triton.INTERPRETED and lavo_triton.usable(torch.zeros(1))
+    assert triton_utils.INTERPRETED and triton_utils.usable(torch.zeros(1))
     return window_triton, lavo_triton
 
 
@@ -132,8 +134,8 @@ def test_window_kernels_with_a_streaming_prefix(kernels, P, T, w):
 def test_window_dispatch(kernels):
     """backend='triton' runs the kernels where they apply and falls back (same results) for fp64 and dropout."""
     q, k, v = (torch.randn(1, 2, 9, 8) for _ in range(3))
-    assert triton_applies(q, 0.0, False) and not triton_applies(q.double(), 0.0, False)
-    assert not triton_applies(q, 0.1, True)
+    assert triton_runs(q) and not triton_runs(q.double())
+    assert choose_kernels(q, "triton", dropout=0.1, training=True) == ("autograd", "autograd")
     torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, backend="triton"),
                                window_attention(q, k, v, 4, causal=True, backend="recompute"), **TOL)
 

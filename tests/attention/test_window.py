@@ -1,13 +1,14 @@
 """The sliding-window op (ops/window): the blocked recompute Function has exact gradients (gradcheck, and equality
 with the autograd kernel across chunk boundaries, with query blocks smaller than the window, with chunks that skip
-the masking pass), and the CUDA flex path's block mask, mask_mod and score_mod match the blocked kernel. Parametrised
-over the available devices, so a CUDA machine exercises the same checks there."""
+the masking pass), the CUDA flex path's block mask, mask_mod and score_mod match the blocked kernel, and a decoding
+step's window equals the op's last query. Parametrised over the available devices, so a CUDA machine exercises the
+same checks there."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lavo_zoo.attention.ops.window import window_attention
+from lavo_zoo.attention.ops.window import window_attention, window_attention_step
 from lavo_zoo.attention.ops.window.flex import flex_window_attention
 
 F64 = torch.float64
@@ -120,3 +121,18 @@ def test_flex_band_block_mask_lists_exactly_the_touched_key_blocks():
                 keys = range(max(0, t - w + 1), (t + 1) if causal else min(kv_len, t + w))
                 want |= {s // block for s in keys}
             assert set(indices[qb, :counts[qb]].tolist()) == want, (q_len, kv_len, w, causal, block, qb)
+
+
+@pytest.mark.parametrize("P", [0, 2, 4])  # no past keys, fewer than w - 1, w - 1
+def test_window_step_equals_the_last_query_of_the_window(P):
+    """One query after P stored keys (a decoding step): the output of window_attention for that query, with the
+    relative bias, and its gradients."""
+    B, H, d, w = 2, 2, 3, 5
+    q, k, v = _leaves((B, H, 1, d), (B, H, 1, d), (B, H, 1, d), device="cpu")
+    pk, pv, bias = _leaves((B, H, P, d), (B, H, P, d), (H, 2 * w - 1), device="cpu")
+    step = window_attention_step(q, k, v, w, prefix=(pk, pv), bias=bias)
+    full = window_attention(q, k, v, w, causal=True, bias=bias, prefix=(pk, pv) if P else None)
+    torch.testing.assert_close(step, full, rtol=1e-12, atol=1e-12)
+    leaves = (q, k, v, pk, pv, bias) if P else (q, k, v, bias)
+    for a, b in zip(torch.autograd.grad(step.sum(), leaves), torch.autograd.grad(full.sum(), leaves)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

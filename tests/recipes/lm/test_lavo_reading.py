@@ -36,7 +36,7 @@ def test_a_config_saved_before_the_default_changed_keeps_its_reading(checkpoint,
     former = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
     assert all(saved["model"]["attention"][k] is None for k in former)  # recorded: today's (causal) defaults
     attn = load_model(checkpoint)[2].blocks[0].attn
-    assert (attn.combine, attn.memory_norm, attn.read_temp is not None) == ("sum", "rms", True)
+    assert (attn.combine, attn.memory_norm, attn.log_read_temperature is not None) == ("sum", "rms", True)
     for k in former:                                                     # as written before the options existed
         del saved["model"]["attention"][k]
     old = tmp_path / "old"
@@ -45,5 +45,5 @@ def test_a_config_saved_before_the_default_changed_keeps_its_reading(checkpoint,
     recipe, cfg = read_config(old)
     assert {k: cfg.model.attention.options[k] for k in former} == former
     attn = recipe.build_model(cfg).blocks[0].attn
-    assert (attn.combine, attn.memory_norm, attn.read_temp) == ("half", "mean", None)
+    assert (attn.combine, attn.memory_norm, attn.log_read_temperature) == ("half", "mean", None)
     assert read_config(old, ["model.attention.global_read=false"])[1].model.attention.options["combine"] == "half"

@@ -1,12 +1,19 @@
 """LAVO, linear attention via orthogonal memory (Zhang et al. 2023; the project's reading: docs/lavo.md).
 
-- ``layer.py``: :class:`LavoAttention` (registered ``lavo``), its streaming state and cross-attention cache;
-- ``memory.py``: the orthogonal-memory read kernels (recompute and autograd);
+As flash-linear-attention lays out a mechanism (``fla/layers/<op>.py`` beside stateless ``fla/ops/<op>/``):
+
+- ``layer.py``: :class:`LavoAttention` (registered ``lavo``): projections, parameters, its streaming state
+  (:class:`LavoState`) and cross-attention cache, and the one kernel choice per call;
+- ``ops.py``: the stateless op, pure functions of tensors: the memory rows (context dissection's per-window sums and
+  their prefix, the running mean, one mean per sequence), the read with its options, the joining of the branches,
+  with the streaming state in and out;
+- ``read.py``: the read's PyTorch kernels (``recompute``: a backward that recomputes; ``autograd``);
 - ``triton.py``: the read's Triton kernels (CUDA; forward and backward);
-- ``naive.py``: the slow, per-position reference the tests compare the layer with.
+- ``naive.py``: the slow, per-position forms of the op and of the layer that the tests compare with.
 
 The local branch is the shared sliding-window op, :mod:`lavo_zoo.attention.ops.window` (its Triton kernels:
-``ops/window/triton.py``). :meth:`LavoAttention.kernels` picks the kernels, ``LavoAttention.mode`` reports them.
+``ops/window/triton.py``); :func:`lavo_zoo.attention.ops.dispatch.choose_kernels` picks both branches' kernels
+(:meth:`LavoAttention.kernels`), ``LavoAttention.mode`` reports the last call's.
 """
 from lavo_zoo.attention.lavo.layer import LavoAttention, LavoCrossCache, LavoState
 

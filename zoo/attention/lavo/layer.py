@@ -8,10 +8,11 @@ before the query's window; output local + global (causal default; the paper's 0.
 "Which reading makes the memory count"). Costs O((w + r) T d) time and O(T d) memory; the causal state (last w-1
 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
 
-Training memory: the local branch and the memory read are autograd Functions that save only q, k, v, the per-window
-memory means and the bases, and recompute their [T, 2w] and [T, r] internals chunk by chunk in backward
-(:mod:`lavo_zoo.attention.ops.window`, :mod:`lavo_zoo.attention.lavo.memory`); everything between them works on
-per-window sums. Which kernel runs is decided in :meth:`LavoAttention.kernels`.
+The layer holds the projections, the parameters (bases, EPE, read temperature, gain), the streaming state and the
+one kernel choice per call (:meth:`LavoAttention.kernels`, recorded for :attr:`LavoAttention.mode`). The math is
+stateless, beside it: the local branch is the shared window op (:mod:`lavo_zoo.attention.ops.window`), the memory
+(its rows, the read, the joining of the branches) the op of :mod:`lavo_zoo.attention.lavo.ops`, whose read kernels
+(``read.py``, ``triton.py``) save only q, the memory rows and the bases and recompute in backward.
 """
 from __future__ import annotations
 
@@ -20,22 +21,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.common import compute_dtype
-from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd, triton_applies
-from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention
+from lavo_zoo.attention.lavo import ops
+from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, MEMORY_NORMS, MemoryState
+from lavo_zoo.attention.ops.dispatch import BACKENDS, Kernels, choose_kernels
+from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
-EMPTY_MEMORY = ("local", "half")
-COMBINES = ("half", "sum", "gain")
-MEMORY_NORMS = ("mean", "rms")
-RMS_EPS = 1e-6
 CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
-BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")
+# parameters renamed since checkpoints were first written (old state_dict key -> new): old checkpoints keep loading
+RENAMED_PARAMETERS = {"read_temp": "log_read_temperature", "read_gain": "learned_gain"}
 
 
 @dataclass
@@ -64,20 +63,6 @@ class LavoCrossCache(StreamingState):
     tokens), so a decoding step costs the same for any source length."""
 
     memory: torch.Tensor  # [B, H, 1, d] mean over the real source tokens (compute dtype)
-
-
-def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
-    """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
-    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d]. The whole windows
-    are summed through a view, so no padded copy of feats is made."""
-    T = feats.shape[2]
-    head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
-    whole = (T - head) // w * w
-    parts = [feats[:, :, :head].sum(2, keepdim=True)] if head else []
-    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3))
-    if head + whole < T:
-        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True))
-    return torch.cat(parts, 2)
 
 
 @register_attention("lavo")
@@ -158,7 +143,7 @@ class LavoAttention(Attention):
         self.num_bases, self.window_size, self.dropout = r, window_size, dropout
         self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
         self.global_read, self.combine, self.memory_norm = global_read, combine, memory_norm
-        self.fixed_gain = read_gain  # combine 'sum': the global branch's constant factor
+        self.read_gain = read_gain  # combine 'sum': the global branch's constant factor; 'gain': its initial value
         self.has_local = pattern != "cross"
         D = embed_dim
         self.q_proj = nn.Linear(D, D, bias=bias)
@@ -175,11 +160,13 @@ class LavoAttention(Attention):
             self.register_buffer("bases", bases)
         self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
             else None                                               # [H, 2w-1]
-        # log of the per-head factor on q before the read; the per-head gain of the global branch
-        self.read_temp = None if read_temperature == 0 else \
+        # log of the learned per-head factor on q before the read ('read_temp' in older checkpoints)
+        self.log_read_temperature = None if read_temperature == 0 else \
             nn.Parameter(torch.full((num_heads,), math.log(read_temperature)))                 # [H]
-        self.read_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
+        # combine 'gain': the learned per-head gain of the global branch ('read_gain' in older checkpoints)
+        self.learned_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
             if combine == "gain" and self.has_local else None                                   # [H]
+        self.register_load_state_dict_pre_hook(_load_renamed_parameters)
 
     @property
     def encodes_position(self) -> bool:
@@ -190,67 +177,50 @@ class LavoAttention(Attention):
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
                 f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, "
                 f"global_read={self.global_read}, "
-                f"combine={self.combine}, read_gain={self.fixed_gain}, read_temperature={self.read_temp is not None}, "
+                f"combine={self.combine}, read_gain={self.read_gain}, "
+                f"read_temperature={self.log_read_temperature is not None}, "
                 f"memory_norm={self.memory_norm}")
 
     # ------------------------------------------------------------------------------------------------ kernels
-    def kernels(self, q: torch.Tensor) -> tuple[str, str]:
-        """(local branch, memory read) kernels for queries q [B, H, T, d], decided here rather than in the helpers,
-        and recorded for :attr:`mode`.
+    def kernels(self, q: torch.Tensor) -> Kernels:
+        """The kernels of a call on queries q [B, H, T, d]: this layer's ``backend``, ``dropout`` and training mode
+        handed to the one kernel choice, :func:`lavo_zoo.attention.ops.dispatch.choose_kernels`, whose docstring has
+        the rules: ('triton', 'triton') on CUDA where Triton runs, ('flex', 'recompute') on CUDA where it does not,
+        ('recompute', 'recompute') on CPU (save q, k, v, the memory rows and the bases; recompute in backward), and
+        ('autograd', 'autograd') with attention dropout in training, whatever the backend. Pure: a forward call
+        records the pair it used, for :attr:`mode`.
 
-        - attention dropout in training: ('autograd', 'autograd'), the composable blocked ops, which keep their
-          [T, 2w] and [T, r] probabilities for backward (the dropout mask must be the one backward sees);
-        - CUDA, Triton importable, ``LAVO_ZOO_TRITON`` not 0, fp16/bf16/fp32: ('triton', 'triton'), the fused
-          Triton kernels (``ops/window/triton.py``, ``lavo/triton.py``), streaming chunks included;
-        - otherwise on CUDA, at least ``flex.MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0: ('flex', 'recompute'),
-          the fused flex_attention kernel for the window (it saves q, k, v, its output and log-sum-exp);
-        - otherwise ('recompute', 'recompute'): Functions that save q, k, v, the memory rows and the bases and
-          recompute chunk by chunk in backward (O(T d) saved, nothing O(T w) or O(T r)).
-        ``backend`` other than 'auto' forces the local kernel (dropout in training still forces 'autograd');
-        'triton' where Triton cannot run (CPU outside its interpreter, fp64) falls back to 'recompute'.
+        Args:
+            q: the call's queries (device, dtype and length decide).
+
+        Returns:
+            :class:`~lavo_zoo.attention.ops.dispatch.Kernels` (window, read): the local branch's and the read's.
         """
-        chosen = self._choose(q)
-        self._mode = chosen
-        return chosen
-
-    def _choose(self, q: torch.Tensor) -> tuple[str, str]:
-        if self.dropout and self.training:
-            return "autograd", "autograd"
-        if self.backend == "triton" or (self.backend == "auto" and q.is_cuda):
-            if triton_applies(q):
-                return "triton", "triton"
-            if self.backend == "triton":
-                return "recompute", "recompute"
-        if self.backend != "auto":
-            return self.backend, "autograd" if self.backend == "autograd" else "recompute"
-        return ("flex" if flex.enabled(q, 0.0, False) else "recompute"), "recompute"
+        return choose_kernels(q, self.backend, dropout=self.dropout, training=self.training)
 
     @property
     def mode(self) -> str:
         """The kernels of the last call ('triton', 'flex+recompute', 'recompute', 'autograd'; local+read when they
         differ); before any call, those a long sequence on the parameters' device and dtype would get."""
-        local, read = getattr(self, "_mode", None) or self._choose(
+        local, read = getattr(self, "_last_kernels", None) or self.kernels(
             self.q_proj.weight.new_empty(1, self.num_heads, flex.MIN_QUERIES, self.head_dim))
         return local if local == read else f"{local}+{read}"
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
+    def _gain(self) -> float | torch.Tensor:
+        """The global branch's factor: the learned per-head gain [H] ('gain'), else the constant ``read_gain``."""
+        return self.learned_gain if self.learned_gain is not None else self.read_gain
+
     def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str, offset: int = 0, group: int = 1
               ) -> torch.Tensor:
-        """Read the orthogonal memory: q [B, H, T, d], mem [B, H, n, d] mean features (query t reads row
-        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype. The reading's
-        options act here, outside the kernels: the temperature scales q, ``memory_norm='rms'`` rescales the rows."""
-        if self.read_temp is not None:
-            q = q * self.read_temp.exp().to(q.dtype)[:, None, None]                 # [H, 1, 1] per head
-        if self.memory_norm == "rms":
-            mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
-        if kernel == "autograd":
-            return read_memory_autograd(q, mem, self.bases, offset, group, self.dropout, self.training)
-        if kernel == "triton":
-            from lavo_zoo.attention.lavo import triton as lavo_triton
-            return lavo_triton.read_memory_triton(q, mem, self.bases, offset, group)
-        return read_memory(q, mem, self.bases, offset, group, self.chunk_size)
+        """Read the orthogonal memory with this layer's bases and reading options (:func:`.ops.read`): q [B, H, T, d],
+        mem [B, H, n, d] mean features (query t reads row (offset + t) // group; n == 1: every query the one row)
+        -> [B, H, T, d] in the compute dtype."""
+        return ops.read(q, mem, self.bases, kernel, offset=offset, group=group,
+                        log_temperature=self.log_read_temperature, memory_norm=self.memory_norm,
+                        chunk=self.chunk_size, dropout=self.dropout, training=self.training)
 
     def _check_state(self, state: object, x: torch.Tensor) -> None:
         if not isinstance(state, LavoState):
@@ -270,11 +240,12 @@ class LavoAttention(Attention):
             y = x.new_empty(B, 0, D)
             return (y, state) if return_state else y
         q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
+        kernels = self._last_kernels = self.kernels(q)                               # the one choice, recorded
         new_state = None
         if self.pattern == "cross":
-            out = self._cross(q, context, context_mask)                              # [B, H, T, d]
+            out = self._read(q, self.cross_memory(context, context_mask), kernels.read)  # [B, H, T, d]
         else:
-            out, new_state = self._self(x, q, padding_mask, state, return_state)
+            out, new_state = self._self(x, q, padding_mask, state, return_state, kernels)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
@@ -289,11 +260,7 @@ class LavoAttention(Attention):
         src = self._heads(self.v_proj(context) if self.v_proj is not None else context)     # [B, H, S, d]
         valid = torch.ones(B, 1, S, dtype=ct, device=context.device) if context_mask is None \
             else context_mask[:, None].to(ct)                                                # [B, 1, S]
-        return (src.to(ct) * valid[..., None]).sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
-
-    def _cross(self, q: torch.Tensor, context: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
-        """Cross attention: every query reads the one memory of its source (no local branch). [B, H, T, d]."""
-        return self._read(q, self.cross_memory(context, context_mask), self.kernels(q)[1])
+        return ops.mean_memory(src.to(ct) * valid[..., None], valid)
 
     def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> LavoCrossCache:
         """Only the source's mean memory is kept: a decoding step costs the same for any source length."""
@@ -304,78 +271,63 @@ class LavoAttention(Attention):
         if not isinstance(cache, LavoCrossCache) or cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
             raise TypeError("cache must be the LavoCrossCache that this attention's cross_cache() returned")
         q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
-        out = self._read(q, cache.memory, self.kernels(q)[1])                            # [B, H, t, d]
+        kernels = self._last_kernels = self.kernels(q)                                   # the one choice, recorded
+        out = self._read(q, cache.memory, kernels.read)                                  # [B, H, t, d]
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
+    # --------------------------------------------------------------------------------------------- self-attention
     def _self(self, x: torch.Tensor, q: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None,
-              return_state: bool) -> tuple[torch.Tensor, LavoState | None]:
+              return_state: bool, kernels: Kernels) -> tuple[torch.Tensor, LavoState | None]:
         """Causal and noncausal self-attention: local window branch plus memory. Returns [B, H, T, d] and the new
         streaming state (when asked for)."""
         B, T, _ = x.shape
-        ct = compute_dtype(x.dtype)
-        local_kernel, read_kernel = self.kernels(q)
+        w = self.window_size
         if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
-                local_kernel != "autograd":
-            return self._decode_one(x, q, state, read_kernel)
+                kernels.window != "autograd":
+            return self._decode_one(x, q, state, kernels.read)
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
-        local = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.epe,
+        local = window_attention(q, k, v, w, causal=self.pattern == "causal", bias=self.epe,
                                  key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training,
-                                 backend=local_kernel, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
-        valid = torch.ones(B, 1, T, dtype=ct, device=x.device) if padding_mask is None \
-            else padding_mask[:, None].to(ct)                                        # [B, 1, T]
+                                 backend=kernels.window, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
+        position = (state.position if state is not None else 0) + T
         if not self.global_read:  # the local window with the EPE bias alone; the state's sums stay zero
             if not return_state:
                 return local, None
-            zero = torch.zeros(B, self.num_heads, self.head_dim, dtype=ct, device=x.device)
-            return local, LavoState(last_positions(past_k, k, self.window_size),
-                                    last_positions(past_v, v, self.window_size), zero, zero.clone(),
-                                    (state.position if state else 0) + T)
-        feats = self._features(x, v, local)                                          # [B, H, T, d]
-        if padding_mask is not None:
-            feats = feats * valid[..., None]
-        if self.pattern == "noncausal":
-            mem = feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]      # [B, H, 1, d]
-            del feats
-            return self._combine(local, self._read(q, mem, read_kernel), None,
-                                 local_kernel == read_kernel == "recompute"), None
-        inplace = local_kernel == read_kernel == "recompute"  # fresh outputs: combine overwrites them (_combine)
-        if self.context_dissection:
-            out, sums = self._dissected(q, local, feats, valid, state, read_kernel, inplace)
-        else:
-            out, sums = self._running(q, local, feats, valid, state, read_kernel, inplace)
-        if not return_state:
+            zero = torch.zeros(B, self.num_heads, self.head_dim, dtype=compute_dtype(x.dtype), device=x.device)
+            return local, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), zero, zero.clone(),
+                                    position)
+        initial = None if state is None else MemoryState(state.sum_complete, state.sum_partial, state.position)
+        out, final = ops.memory_branch(
+            q, local, self._features(x, v, local), self.bases, w, padding_mask=padding_mask,
+            causal=self.pattern == "causal", context_dissection=self.context_dissection, combine=self.combine,
+            gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
+            memory_norm=self.memory_norm, kernel=kernels.read, chunk=self.chunk_size, dropout=self.dropout,
+            training=self.training, initial_state=initial, output_final_state=return_state and self.pattern == "causal",
+            inplace=kernels.window == kernels.read == "recompute")  # fresh outputs: combine may overwrite them
+        if final is None:
             return out, None
-        w = self.window_size  # fresh tensors: views would keep whole-chunk tensors alive inside the state
-        return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), *(s.clone() for s in sums),
-                              (state.position if state else 0) + T)
+        return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), final.sum_complete,
+                              final.sum_partial, final.position)
 
     def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, read_kernel: str
                     ) -> tuple[torch.Tensor, LavoState]:
         """One causal token after ``state`` (context dissection, no padding): the output and state of the chunked
         path in a handful of small operations, since a decoding step's cost is all fixed overhead. x [B, 1, D],
         q [B, H, 1, d] -> ([B, H, 1, d] in the compute dtype, the new state)."""
-        ct = compute_dtype(x.dtype)
-        w, pos = self.window_size, state.position
+        w = self.window_size
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
-        keys, values = torch.cat([state.keys, k], 2).to(ct), torch.cat([state.values, v], 2).to(ct)  # [B, H, L, d]
-        L = keys.shape[2]                                                            # keys t-L+1..t, L <= w
-        scores = (q.to(ct) * self.head_dim ** -0.5) @ keys.transpose(-1, -2)         # [B, H, 1, L]
-        if self.epe is not None:                                                     # key s: epe[s - t + w - 1]
-            scores = scores + self.epe[:, w - L:w].to(ct)[None, :, None]
-        local = scores.softmax(-1) @ values                                          # [B, H, 1, d]
+        local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)  # [B, H, 1, d]
         keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
         if not self.global_read:  # the local window alone; the state's sums stay zero
-            return local, LavoState(keys, values, state.sum_complete, state.sum_partial, pos + 1)
-        count = pos - pos % w                                                        # tokens of complete windows
-        empty = torch.full((1, 1, 1, 1), count == 0, device=x.device)
-        glob = self._read(q, state.sum_complete[:, :, None] / max(count, 1), read_kernel)  # zeros while empty
-        partial = state.sum_partial + self._features(x, v, local)[:, :, 0]           # [B, H, d]
-        complete = state.sum_complete
-        if (pos + 1) % w == 0:                                                       # the window is complete
-            complete, partial = complete + partial, torch.zeros_like(partial)
-        return self._combine(local, glob, empty, inplace=False), LavoState(keys, values, complete, partial, pos + 1)
+            return local, LavoState(keys, values, state.sum_complete, state.sum_partial, state.position + 1)
+        out, memory = ops.memory_step(
+            q, local, self._features(x, v, local), self.bases, w,
+            MemoryState(state.sum_complete, state.sum_partial, state.position), combine=self.combine,
+            gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
+            memory_norm=self.memory_norm, kernel=read_kernel, chunk=self.chunk_size)
+        return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""
@@ -383,65 +335,10 @@ class LavoAttention(Attention):
             return local
         return (v if self.memory_source == "value" else self._heads(x)).to(local.dtype)
 
-    def _combine(self, local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, inplace: bool
-                 ) -> torch.Tensor:
-        """Join the branches (``combine``). 'half': 0.5 * (local + glob) where the memory is non-empty; local
-        (empty_memory 'local') or 0.5 * local ('half') where it is empty (empty [B, 1, T, 1] bool or None). 'sum' /
-        'gain': local + read_gain * glob / local + g_h * glob (glob is exactly zero where the memory is empty, so
-        there the output is local). glob's gradient is zero at empty positions. ``inplace``: overwrite local and glob
-        (fresh outputs of the recompute Functions, saved by nobody) instead of allocating more [B, H, T, d]
-        tensors."""
-        if self.combine != "half":  # no mask needed: an empty memory is a zero row, which reads exactly zero
-            if self.read_gain is not None:
-                glob = glob * self.read_gain.to(glob.dtype)[:, None, None]           # [H, 1, 1]; glob kept for grad
-            elif self.fixed_gain != 1.0:
-                glob = glob.mul_(self.fixed_gain) if inplace else glob * self.fixed_gain
-            return local.add_(glob) if inplace else local + glob
-        if empty is None:
-            return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
-        keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]
-        coef = 0.5 + 0.5 * (1 - keep) if self.empty_memory == "local" else torch.full_like(keep, 0.5)
-        if inplace:
-            return local.mul_(coef).add_(glob.mul_(0.5 * keep))
-        return glob * (0.5 * keep) + local * coef
 
-    def _dissected(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
-                   state: LavoState | None, kernel: str, inplace: bool
-                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums
-        over windows, O(T r d)). Returns the output [B, H, T, d] and the state's (sum_complete, sum_partial)."""
-        B, H, T, d = feats.shape
-        w = self.window_size
-        pos = state.position if state is not None else 0
-        a = pos % w                                   # the chunk starts a tokens into its first window
-        n = math.ceil((a + T) / w)
-        end = n * w - a - T
-        sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
-        counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
-        prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
-        if state is not None:
-            sums = torch.cat([sums[:, :, :1] + state.sum_partial[:, :, None], sums[:, :, 1:]], 2)
-            counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
-        before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
-        count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
-        mem = before / count.clamp(min=1)[..., None]                                # [B, H, n, d]
-        glob = self._read(q, mem, kernel, offset=a, group=w)                        # [B, H, T, d]
-        empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
-        out = self._combine(local, glob, empty, inplace)
-        if (pos + T) % w == 0:
-            return out, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
-        return out, (before[:, :, -1], sums[:, :, -1])
-
-    def _running(self, q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor,
-                 state: LavoState | None, kernel: str, inplace: bool
-                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t. The read saves
-        these per-token means ([T, d]: this ablation's memory is one more [T, d] tensor than dissection's)."""
-        B, H, _, d = feats.shape
-        prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
-        cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
-        count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
-        glob = self._read(q, cum / count.clamp(min=1)[..., None], kernel)
-        last = cum[:, :, -1]
-        del cum
-        return self._combine(local, glob, None, inplace), (last, torch.zeros_like(prev))
+def _load_renamed_parameters(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """Load-state-dict pre-hook: a state dict written before the parameters' renames (:data:`RENAMED_PARAMETERS`)
+    loads under the new names."""
+    for old, new in RENAMED_PARAMETERS.items():
+        if prefix + old in state_dict and prefix + new not in state_dict:
+            state_dict[prefix + new] = state_dict.pop(prefix + old)

@@ -1,9 +1,13 @@
-"""LAVO's slow, obviously-correct form, used only by tests: a Python loop over query positions for the memory, the
-dense window of :mod:`lavo_zoo.attention.ops.window.naive` for the local branch.
+"""LAVO's slow, obviously-correct forms, used only by tests: Python loops over query positions, in float64.
 
-It reuses the module's parameters (projections, bases, EPE), so outputs and all gradients can be compared with the
-fast path. Computed in float64 whenever the input is float64; padded query rows are zero before the output
-projection.
+- :func:`memory_read` / :func:`read`: one query per head reads the orthogonal memory (without / with the reading's
+  options), the per-position form of :func:`lavo_zoo.attention.lavo.ops.read`;
+- :func:`memory_branch`: the memory of each position built from its definition (the mean features of the tokens it
+  may see), read and joined with the local branch, the per-position form of
+  :func:`lavo_zoo.attention.lavo.ops.memory_branch`;
+- :func:`naive`: the whole layer, with the dense window of :mod:`lavo_zoo.attention.ops.window.naive` for the local
+  branch. It reuses the module's parameters (projections, bases, EPE), so outputs and all gradients can be compared
+  with the fast path; padded query rows are zero before the output projection.
 """
 from __future__ import annotations
 
@@ -26,14 +30,49 @@ def memory_read(bases: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.
     return out
 
 
-def read(attn: Attention, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """``memory_read`` with the layer's reading options: q times exp(t_h) (``read_temperature``), m over its rms
+def read(q: torch.Tensor, m: torch.Tensor, bases: torch.Tensor, log_temperature: torch.Tensor | None = None,
+         memory_norm: str = "mean") -> torch.Tensor:
+    """``memory_read`` with the reading's options: q times exp(t_h) (``log_temperature`` [H]), m over its rms
     (``memory_norm='rms'``). q/m [B, H, d] -> [B, H, d]."""
-    if attn.read_temp is not None:
-        q = q * attn.read_temp.double().exp()[None, :, None]
-    if attn.memory_norm == "rms":
+    if log_temperature is not None:
+        q = q * log_temperature.double().exp()[None, :, None]
+    if memory_norm == "rms":
         m = m / (m.double().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
-    return memory_read(attn.bases, q, m)
+    return memory_read(bases, q, m)
+
+
+def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bases: torch.Tensor, window: int, *,
+                  padding_mask: torch.Tensor | None = None, causal: bool = True, context_dissection: bool = True,
+                  combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local",
+                  log_temperature: torch.Tensor | None = None, memory_norm: str = "mean") -> torch.Tensor:
+    """The output of every position t from its definition (q, local, feats [B, H, T, d]; padding_mask [B, T]):
+    the memory is the mean of the features of the real tokens t may see (noncausal: all; causal with context
+    dissection: those of the complete windows before t's; without: 0..t); where that is nobody, the output is the
+    local branch (0.5 of it for combine='half' with empty_memory='half'); else 0.5 (local + read) ('half') or
+    local + gain * read. [B, H, T, d] float64."""
+    B, _, T, _ = q.shape
+    q, local, feats = q.double(), local.double(), feats.double()
+    valid = torch.ones(B, T, dtype=torch.bool) if padding_mask is None else padding_mask
+    out = torch.zeros_like(local)
+    for t in range(T):
+        if not causal:
+            sources = valid.clone()                                  # every real token
+        elif context_dissection:
+            sources = valid & (torch.arange(T) < (t // window) * window)  # real tokens of complete windows before t's
+        else:
+            sources = valid & (torch.arange(T) <= t)                # real tokens 0..t
+        for b in range(B):
+            if not sources[b].any():                                 # empty memory (window 0)
+                out[b, :, t] = local[b, :, t] * (0.5 if combine == "half" and empty_memory == "half" else 1.0)
+                continue
+            m = feats[b][:, sources[b]].mean(1)                     # [H, d]
+            g = read(q[b:b + 1, :, t], m[None], bases, log_temperature, memory_norm)[0]  # [H, d]
+            if combine == "half":
+                out[b, :, t] = 0.5 * (local[b, :, t] + g)
+            else:
+                factor = gain.double()[:, None] if isinstance(gain, torch.Tensor) else gain
+                out[b, :, t] = local[b, :, t] + factor * g
+    return out
 
 
 def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
@@ -41,37 +80,21 @@ def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = 
     """LAVO by the letter of docs/lavo.md, one query position at a time."""
     B, T, _ = x.shape
     q = heads(attn, attn.q_proj(x)).double()
+    reading = {"log_temperature": attn.log_read_temperature, "memory_norm": attn.memory_norm}
     if attn.pattern == "cross":
         src = heads(attn, attn.v_proj(context) if attn.memory_source == "value" else context).double()
         valid = torch.ones(B, src.shape[2], dtype=torch.bool) if context_mask is None else context_mask
         m = torch.stack([src[b][:, valid[b]].mean(1) if valid[b].any() else torch.zeros_like(src[b, :, 0])
                          for b in range(B)])                                          # [B, H, d]
-        out = torch.stack([read(attn, q[:, :, t], m) for t in range(T)], 2)
+        out = torch.stack([read(q[:, :, t], m, attn.bases, **reading) for t in range(T)], 2)
         return merge(attn, out, padding_mask, x.dtype)
     k, v = heads(attn, attn.k_proj(x)).double(), heads(attn, attn.v_proj(x)).double()
     local = local_window(attn, q, k, v, attn.epe, padding_mask, attn.pattern == "causal")
     if not attn.global_read:
         return merge(attn, local, padding_mask, x.dtype)
     f = {"local_out": local, "value": v, "input": heads(attn, x).double()}[attn.memory_source]
-    valid = torch.ones(B, T, dtype=torch.bool) if padding_mask is None else padding_mask
-    w = attn.window_size
-    out = torch.zeros_like(local)
-    for t in range(T):
-        if attn.pattern == "noncausal":
-            sources = valid.clone()                                  # every real token
-        elif attn.context_dissection:
-            sources = valid & (torch.arange(T) < (t // w) * w)      # real tokens of complete windows before t's
-        else:
-            sources = valid & (torch.arange(T) <= t)                # real tokens 0..t
-        for b in range(B):
-            if not sources[b].any():                                 # empty memory (window 0)
-                out[b, :, t] = local[b, :, t] * (0.5 if attn.empty_memory == "half" else 1.0)
-                continue
-            m = f[b][:, sources[b]].mean(1)                         # [H, d]
-            g = read(attn, q[b:b + 1, :, t], m[None])[0]            # [H, d]
-            if attn.combine == "half":
-                out[b, :, t] = 0.5 * (local[b, :, t] + g)
-            else:
-                gain = attn.read_gain.double()[:, None] if attn.combine == "gain" else attn.fixed_gain
-                out[b, :, t] = local[b, :, t] + gain * g
+    gain = attn.learned_gain if attn.learned_gain is not None else attn.read_gain
+    out = memory_branch(q, local, f, attn.bases, attn.window_size, padding_mask=padding_mask,
+                        causal=attn.pattern == "causal", context_dissection=attn.context_dissection,
+                        combine=attn.combine, gain=gain, empty_memory=attn.empty_memory, **reading)
     return merge(attn, out, padding_mask, x.dtype)

@@ -1,6 +1,6 @@
 """Triton kernels of LAVO's orthogonal-memory read (backend ``triton`` of the read; docs/lavo.md, "Kernels").
 
-The same computation as :func:`lavo_zoo.attention.lavo.memory.read_memory`: query t of head h reads memory row
+The same computation as :func:`lavo_zoo.attention.lavo.read.read_memory`: query t of head h reads memory row
 m = mem[(offset + t) // group] (the one row when mem has one), through the bases B [r, d] of its head:
 h = B m, s = scale h * (B q), p = softmax(s) over the r slots, o = B^T (p * h). That covers context dissection
 (one row per window: group = w, offset = the chunk's start inside its first window), the running mean (one row per
@@ -21,16 +21,10 @@ import triton
 import triton.language as tl
 
 from lavo_zoo.attention.common import heads_major_empty
-from lavo_zoo.attention.ops.window.triton import INTERPRETED, NEG, block_dim, precision
+from lavo_zoo.attention.ops.triton_utils import NEG, block_dim, precision, rowmajor, strides
 
 BLOCK_M = 64  # queries per block
 BLOCKS = 16  # query blocks per backward program (one partial bases gradient per program)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-def usable(q: torch.Tensor) -> bool:
-    """Whether the kernels can run on queries like q: CUDA (or any device in the interpreter), fp16/bf16/fp32."""
-    return (q.is_cuda or INTERPRETED) and q.dtype in DTYPES and q.numel() > 0
 
 
 @triton.jit
@@ -98,14 +92,6 @@ def _bwd(Q, MEM, BASES, G, DQ, DH, PART, sqb, sqh, sqt, smb, smh, smt, sbh, sbr,
     tl.store(PART + ((bh * tl.num_programs(0) + pid) * BR + rr[:, None]) * BD + dd[None, :], dbases)
 
 
-def _strides(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.stride()[:-1])
-
-
-def _rowmajor(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 class MemoryReadTritonFunction(torch.autograd.Function):
     """forward(q [B, H, T, d], mem [B, H, n, d], bases [H, r, d], offset, group, block_m) -> [B, H, T, d] fp32
     (laid out [B, T, H, d]); saves q, mem and the bases only (backward recomputes, like the recompute kernel)."""
@@ -117,12 +103,12 @@ class MemoryReadTritonFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, mem, bases, offset, group, block_m):
-        q, mem, bases = _rowmajor(q), _rowmajor(mem), _rowmajor(bases)
+        q, mem, bases = rowmajor(q), rowmajor(mem), rowmajor(bases)
         B, H, T, d = q.shape
         n, r = mem.shape[2], bases.shape[1]
         out = heads_major_empty(B, H, T, d, q, torch.float32)
         _fwd[(triton.cdiv(T, block_m), B * H)](
-            q, mem, bases, out, *_strides(q), *_strides(mem), *_strides(bases), *_strides(out), H, T, d, r, n,
+            q, mem, bases, out, *strides(q), *strides(mem), *strides(bases), *strides(out), H, T, d, r, n,
             offset, group, d ** -0.5, num_warps=8, **MemoryReadTritonFunction._config(q, bases, block_m))
         ctx.save_for_backward(q, mem, bases)
         ctx.config = (offset, group, block_m)
@@ -135,15 +121,15 @@ class MemoryReadTritonFunction(torch.autograd.Function):
         B, H, T, d = q.shape
         n, r = mem.shape[2], bases.shape[1]
         cfg = MemoryReadTritonFunction._config(q, bases, block_m)
-        g = _rowmajor(grad)
+        g = rowmajor(grad)
         nblocks = triton.cdiv(T, block_m)
         blocks = min(BLOCKS, nblocks)
         programs = triton.cdiv(nblocks, blocks)
         dq = torch.empty(B, H, T, d, dtype=torch.float32, device=q.device)
         dh = torch.empty(B, H, T, cfg["BR"], dtype=torch.float32, device=q.device)
         part = torch.empty(B * H, programs, cfg["BR"], cfg["BD"], dtype=torch.float32, device=q.device)
-        _bwd[(programs, B * H)](q, mem, bases, g, dq, dh, part, *_strides(q), *_strides(mem), *_strides(bases),
-                                *_strides(g), *_strides(dq), H, T, d, r, n, offset, group, d ** -0.5, blocks,
+        _bwd[(programs, B * H)](q, mem, bases, g, dq, dh, part, *strides(q), *strides(mem), *strides(bases),
+                                *strides(g), *strides(dq), H, T, d, r, n, offset, group, d ** -0.5, blocks,
                                 num_warps=8, **cfg)
         dh = dh[..., :r]                                                                 # [B, H, T, r]
         if n == 1:

@@ -3,41 +3,27 @@
 Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-1]. The optional relative bias
 ``bias[h, s - t + w - 1]`` (shape [H, 2w-1]) is LAVO's embedded position encoding.
 
-:func:`window_attention` is the one entry; ``backend`` picks how it runs:
+:func:`window_attention` is the one entry; its ``backend`` ('auto' or a kernel name) is resolved by the kernel choice,
+:func:`lavo_zoo.attention.ops.dispatch.choose_kernels` (where each kernel runs, and the fallbacks), then runs:
 - ``recompute``: :class:`~lavo_zoo.attention.ops.window.blocked.WindowAttentionFunction` (``blocked.py``), which
   saves only its inputs and recomputes each chunk's scores in backward. The default on CPU and for short CUDA chunks.
 - ``autograd``: :func:`~lavo_zoo.attention.ops.window.blocked.window_autograd`, the same blocked computation left to
-  autograd; needed with attention dropout in training.
-- ``flex``: the fused CUDA kernel of ``flex.py``.
-- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix included; LAVO's layer picks
-  them on CUDA). Where they do not apply (fp64; a CPU tensor outside Triton's interpreter; Triton missing; attention
-  dropout in training; ``LAVO_ZOO_TRITON=0``: :func:`triton_applies`) the call runs as 'auto' would: on
-  ``flex`` where it is enabled (CUDA, at least ``flex.MIN_QUERIES`` queries), else ``recompute`` (``autograd`` with
-  dropout). 'auto' never picks it (the ``local`` mechanism keeps ``flex`` on CUDA).
-``naive.py`` holds the dense masked O(T^2) reference the tests compare with.
+  autograd; what runs with attention dropout in training.
+- ``flex``: the fused CUDA kernel of ``flex.py``; 'auto' takes it on CUDA (the ``local`` mechanism). If it cannot be
+  compiled on the device, the call runs ``recompute`` (``autograd`` with dropout) instead.
+- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix included); LAVO's layer
+  takes them on CUDA, 'auto' here does not. Requested where they do not run, the call runs ``recompute``.
+:func:`window_attention_step` is one query's window (a decoding step); ``naive.py`` holds the dense masked O(T^2)
+reference the tests compare with.
 """
 from __future__ import annotations
-
-import os
 
 import torch
 
 from lavo_zoo.attention.common import compute_dtype
+from lavo_zoo.attention.ops.dispatch import BACKENDS, FALLBACK, choose_kernels
 from lavo_zoo.attention.ops.window import flex
 from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
-
-BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")
-
-
-def triton_applies(q: torch.Tensor, dropout: float, training: bool) -> bool:
-    """Whether the ``triton`` backend runs for these queries (else it falls back to the blocked kernels)."""
-    if (dropout and training) or os.environ.get("LAVO_ZOO_TRITON", "1") == "0":
-        return False
-    try:
-        from lavo_zoo.attention.ops.window import triton as window_triton
-    except ImportError:  # no Triton on this platform
-        return False
-    return window_triton.usable(q)
 
 
 def last_positions(prefix: torch.Tensor | None, t: torch.Tensor, window: int) -> torch.Tensor:
@@ -53,42 +39,70 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
                      prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
                      dropout: float = 0.0, training: bool = False, backend: str = "auto",
                      chunk: int = CHUNK) -> torch.Tensor:
-    """Exact sliding-window attention; returns ``[B, H, T, d]`` in :func:`compute_dtype`.
+    """Exact sliding-window attention.
 
-    q, k, v [B, H, T, d]; key_mask [B, T] bool (True = real key). ``prefix`` = (keys, values) [B, H, P, d], P < w:
-    the previous chunk's last keys and values (causal streaming; no key_mask then), sitting before position 0.
-    A query whose window holds no real key (only possible for padded queries) gets finite garbage, never NaN.
-    ``backend`` (see the module docstring): 'auto' = 'flex' where :func:`flex.enabled`, 'autograd' with dropout
-    in training, else 'recompute'. Callers that choose explicitly (LAVO's layer does) pass the name.
+    Args:
+        q, k, v: [B, H, T, d].
+        window: w, the keys per causal window (2w - 1 noncausal).
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
+        bias: [H, 2w-1] relative bias added to the scaled scores, or None.
+        key_mask: [B, T] bool (True = real key), or None.
+        prefix: (keys, values) [B, H, P, d], P < w: the previous chunk's last keys and values (causal streaming; no
+            key_mask then), sitting before position 0.
+        dropout, training: attention dropout on the probabilities (in training only).
+        backend: 'auto' or a kernel name, resolved by :func:`~lavo_zoo.attention.ops.dispatch.choose_kernels`
+            (whose 'auto' here keeps flex_attention on CUDA, never Triton); callers that chose already (LAVO's layer)
+            pass the kernel's name.
+        chunk: queries per recomputed chunk of the ``recompute`` kernel.
+
+    Returns:
+        [B, H, T, d] in :func:`compute_dtype`. A query whose window holds no real key (only possible for padded
+        queries) gets finite garbage, never NaN.
     """
     ct = compute_dtype(q.dtype)
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("window_attention: a key prefix needs causal=True and no key_mask")
-    if backend not in BACKENDS:
-        raise ValueError(f"window_attention: backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
-    if backend == "auto":
-        backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training \
-            else "recompute"
-    if backend == "triton":
-        if triton_applies(q, dropout, training):
-            from lavo_zoo.attention.ops.window import triton as window_triton
-            return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
-                                                         prefix=prefix)
-        backend = "flex" if flex.enabled(q, dropout, training) else "autograd" if dropout and training else "recompute"
-    if backend == "flex":
+    kernel = choose_kernels(q, backend, dropout=dropout, training=training, auto_triton=False).window
+    if kernel == "triton":
+        from lavo_zoo.attention.ops.window import triton as window_triton
+        return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
+                                                     prefix=prefix)
+    if kernel == "flex":
         fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
         out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
         if out is not None:  # None: the kernel cannot be compiled on this device (warned once); recompute below
             return out.to(ct)
-        backend = "autograd" if dropout and training else "recompute"
+        kernel = choose_kernels(q, FALLBACK, dropout=dropout, training=training).window
     past_k, past_v = prefix if prefix is not None else (None, None)
-    if backend == "recompute":
-        if dropout and training:
-            raise ValueError("window_attention: the recompute backend has no attention dropout; use 'autograd'")
+    if kernel == "recompute":  # never with dropout in training: the kernel choice gives 'autograd' then
         return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk)
     P = 0 if past_k is None else past_k.shape[2]
     return window_autograd(q, [p for p in (past_k, k) if p is not None], [p for p in (past_v, v) if p is not None],
-                        window, causal, bias, key_mask, P, dropout, training)
+                           window, causal, bias, key_mask, P, dropout, training)
 
 
-__all__ = ["BACKENDS", "CHUNK", "last_positions", "triton_applies", "window_attention"]
+def window_attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *,
+                          prefix: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None = None
+                          ) -> torch.Tensor:
+    """One causal query's window (a decoding step), in a handful of small operations.
+
+    Args:
+        q, k, v: [B, H, 1, d], the step's query, key and value.
+        window: w.
+        prefix: (keys, values) [B, H, P, d], P < w: the last keys and values before the step.
+        bias: [H, 2w-1] relative bias, or None.
+
+    Returns:
+        [B, H, 1, d] in :func:`compute_dtype`: what :func:`window_attention` gives for the last query of
+        cat(prefix, k), to rounding.
+    """
+    ct = compute_dtype(q.dtype)
+    keys, values = torch.cat([prefix[0], k], 2).to(ct), torch.cat([prefix[1], v], 2).to(ct)   # [B, H, L, d]
+    L = keys.shape[2]                                                            # keys t-L+1..t, L <= w
+    scores = (q.to(ct) * q.shape[-1] ** -0.5) @ keys.transpose(-1, -2)           # [B, H, 1, L]
+    if bias is not None:                                                         # key s: bias[s - t + w - 1]
+        scores = scores + bias[:, window - L:window].to(ct)[None, :, None]
+    return scores.softmax(-1) @ values                                           # [B, H, 1, d]
+
+
+__all__ = ["BACKENDS", "CHUNK", "last_positions", "window_attention", "window_attention_step"]

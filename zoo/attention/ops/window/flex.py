@@ -1,6 +1,7 @@
 """CUDA fused sliding window: ``flex_attention`` with a banded block mask and a ``score_mod`` for the relative
-bias, compiled once per shape. :func:`lavo_zoo.attention.ops.window.window_attention` uses it on CUDA for chunks of at
-least ``MIN_QUERIES`` queries without attention dropout; ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
+bias, compiled once per shape. The kernel choice (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`) takes it on
+CUDA for chunks of at least ``MIN_QUERIES`` queries without attention dropout where Triton does not run (and for the
+``local`` mechanism); ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
 
 The block mask is built from block indices (:func:`band_block_mask`): the band of a w-token window touches at most
 three 128-key blocks per 128-query block, so the mask is built from O(T / 128) numbers. (``create_block_mask``
@@ -22,10 +23,11 @@ BLOCK = 128  # flex_attention's sparse block size (queries and keys)
 _failure: str | None = None  # why the fused kernel is off in this process, once it failed to compile
 
 
-def enabled(q: torch.Tensor, dropout: float, training: bool) -> bool:
-    """Whether window_attention should take the fused path for these queries."""
-    return (q.is_cuda and q.shape[2] >= MIN_QUERIES and not (dropout and training) and _failure is None
-            and os.environ.get("LAVO_ZOO_FLEX", "1") != "0")
+def enabled(q: torch.Tensor) -> bool:
+    """Whether the fused path can run for queries q [B, H, T, d]: a CUDA tensor, at least ``MIN_QUERIES`` queries,
+    ``LAVO_ZOO_FLEX`` not 0, and the kernel did not fail to compile in this process. (It has no attention dropout:
+    the kernel choice does not take it in training with dropout.)"""
+    return q.is_cuda and q.shape[2] >= MIN_QUERIES and _failure is None and os.environ.get("LAVO_ZOO_FLEX", "1") != "0"
 
 
 @functools.cache

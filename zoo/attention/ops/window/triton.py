@@ -7,7 +7,7 @@ FlashAttention-style:
 
 - ``_fwd``: one program per (block of ``block_m`` queries, batch x head) walks the ``block_n``-key tiles of its band
   with an online softmax (scores, max, sum and the output accumulator in fp32; ``tl.dot`` on the input dtype, IEEE
-  fp32 products for fp32 inputs unless torch allows TF32: :func:`precision`) and stores the output and the
+  fp32 products for fp32 inputs unless torch allows TF32: ``ops/triton_utils.py``) and stores the output and the
   log-sum-exp (fp32);
 - ``_bwd_dq``: per query block, recomputes the probabilities from the log-sum-exp; dQ = scale dS K;
 - ``_bwd_dkdv``: per key block, over the query tiles that see it; dV = P^T dO, dK = scale dS^T Q;
@@ -16,44 +16,20 @@ FlashAttention-style:
 dS = P (dP - delta), delta = rowsum(dO * O) (computed in torch from the saved fp32 output).
 
 A query whose window has no real key (only padded queries) gets finite garbage and no gradient, as in the blocked
-kernel. The kernels are decorated when this module is imported: with ``TRITON_INTERPRET=1`` set before that, they
-run in Triton's interpreter on CPU tensors (what the tests do); otherwise they need CUDA tensors.
+kernel. The helpers shared with LAVO's read kernels (precision, tile sizes, strides, interpretation) are in
+:mod:`lavo_zoo.attention.ops.triton_utils`.
 """
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from lavo_zoo.attention.common import heads_major_empty
+from lavo_zoo.attention.ops.triton_utils import NEG, block_dim, precision, rowmajor, strides
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by @triton.jit at decoration, i.e. now
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BLOCK_M = 64  # queries per program
 BLOCK_N = 64  # keys per tile
-NEG = -1.0e30  # masked score: finite, so rows without a real key stay finite
-
-
-def usable(t: torch.Tensor) -> bool:
-    """Whether these kernels can run on tensors like t: CUDA (or any device in the interpreter), fp16/bf16/fp32
-    (fp64 stays on the blocked kernels)."""
-    return (t.is_cuda or INTERPRETED) and t.dtype in DTYPES and t.numel() > 0
-
-
-def precision(dtype: torch.dtype) -> str:
-    """tl.dot's input precision for operands of this dtype: fp32 products ('ieee') for fp32 inputs unless torch
-    allows TF32 matmuls (``torch.set_float32_matmul_precision('high')``), as cuBLAS does; half inputs multiply in
-    their own dtype (the flag is ignored for them)."""
-    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
-        return "ieee"
-    return "tf32"
-
-
-def block_dim(n: int) -> int:
-    """A power-of-two tile extent >= n and >= 16 (tl.dot's minimum)."""
-    return max(16, triton.next_power_of_2(n))
 
 
 @triton.jit
@@ -203,15 +179,6 @@ def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, s
         tl.store(PART + (bh * NTB + pid) * (2 * W - 1) + o, tl.sum(ds, 0))
 
 
-def _strides(t: torch.Tensor) -> tuple[int, int, int]:
-    return t.stride(0), t.stride(1), t.stride(2)
-
-
-def _rowmajor(t: torch.Tensor) -> torch.Tensor:
-    """t with unit stride along its last axis (the kernels' column stride)."""
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 class WindowTritonFunction(torch.autograd.Function):
     """forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
     key_mask [B, T] bool | None, window, causal, block_m, block_n) -> [B, H, T, d] fp32 (laid out [B, T, H, d]).
@@ -229,7 +196,7 @@ class WindowTritonFunction(torch.autograd.Function):
         P = 0 if prefix_k is None else prefix_k.shape[2]
         if P:
             k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)  # [B, H, P+T, d]
-        q, k, v = _rowmajor(q), _rowmajor(k.to(q.dtype)), _rowmajor(v.to(q.dtype))  # tl.dot wants one dtype
+        q, k, v = rowmajor(q), rowmajor(k.to(q.dtype)), rowmajor(v.to(q.dtype))  # tl.dot wants one dtype
         B, H, T, d = q.shape
         cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
         span = (1 if causal else 2) * (window - 1)
@@ -239,7 +206,7 @@ class WindowTritonFunction(torch.autograd.Function):
         m = key_mask.to(torch.int8).contiguous() if key_mask is not None else torch.ones(1, 1, dtype=torch.int8,
                                                                                            device=q.device)
         _fwd[(triton.cdiv(T, block_m), B * H)](
-            q, k, v, b, m, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out), m.stride(0),
+            q, k, v, b, m, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), m.stride(0),
             H, T, P, d, d ** -0.5, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
             NK=triton.cdiv(block_m + span, block_n), **cfg)
         ctx.save_for_backward(q, k, v, bias, m, out, lse)
@@ -253,25 +220,25 @@ class WindowTritonFunction(torch.autograd.Function):
         B, H, T, d = q.shape
         cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
         span = (1 if causal else 2) * (window - 1)
-        g = _rowmajor(grad.to(q.dtype))
+        g = rowmajor(grad.to(q.dtype))
         delta = (grad.float() * out).sum(-1).reshape(B * H, T).contiguous()          # rowsum(dO * O)
         b = bias.contiguous() if has_bias else q
         args = (q, k, v, b, m, g, lse, delta)
-        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(g))
+        layout = (*strides(q), *strides(k), *strides(v), *strides(g))
         flags = {"HAS_BIAS": has_bias, "HAS_MASK": has_mask}
         dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device)
-        _bwd_dq[(triton.cdiv(T, block_m), B * H)](*args, dq, *strides, *_strides(dq), m.stride(0), H, T, P, d,
+        _bwd_dq[(triton.cdiv(T, block_m), B * H)](*args, dq, *layout, *strides(dq), m.stride(0), H, T, P, d,
                                                   d ** -0.5, NK=triton.cdiv(block_m + span, block_n), **flags, **cfg)
         dk = torch.empty(B, H, P + T, d, dtype=q.dtype, device=q.device)             # prefix and keys
         dv = torch.empty_like(dk)
-        _bwd_dkdv[(triton.cdiv(P + T, block_n), B * H)](*args, dk, dv, *strides, *_strides(dk), m.stride(0), H, T, P,
+        _bwd_dkdv[(triton.cdiv(P + T, block_n), B * H)](*args, dk, dv, *layout, *strides(dk), m.stride(0), H, T, P,
                                                         d, d ** -0.5, NQ=triton.cdiv(block_n + span, block_m),
                                                         **flags, **cfg)
         dbias = None
         if has_bias and ctx.needs_input_grad[5]:
             ntb = triton.cdiv(T, block_m)
             part = torch.zeros(B * H, ntb, 2 * window - 1, dtype=torch.float32, device=q.device)
-            _bwd_dbias[(ntb, B * H)](*args, part, *strides, m.stride(0), H, T, P, d, ntb, d ** -0.5, W=window,
+            _bwd_dbias[(ntb, B * H)](*args, part, *layout, m.stride(0), H, T, P, d, ntb, d ** -0.5, W=window,
                                      NO=window if causal else 2 * window - 1, HAS_MASK=has_mask, BM=block_m,
                                      BD=cfg["BD"])
             dbias = part.view(B, H, ntb, -1).sum((0, 2)).to(bias.dtype)
@@ -284,9 +251,9 @@ def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w
                             bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                             prefix: tuple[torch.Tensor, torch.Tensor] | None = None, block_m: int = BLOCK_M,
                             block_n: int = BLOCK_N) -> torch.Tensor:
-    """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32; see :func:`usable`) with bias [H, 2w-1],
-    key_mask [B, T] and the streaming ``prefix`` (keys, values) [B, H, P, d], P < w (causal, no key_mask);
-    [B, H, T, d] fp32. Block sizes are powers of two >= 16 (tests use 16)."""
+    """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32: :func:`lavo_zoo.attention.ops.triton_utils.usable`)
+    with bias [H, 2w-1], key_mask [B, T] and the streaming ``prefix`` (keys, values) [B, H, P, d], P < w (causal, no
+    key_mask); [B, H, T, d] fp32. Block sizes are powers of two >= 16 (tests use 16)."""
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")
     pk, pv = prefix if prefix is not None and prefix[0].shape[2] else (None, None)

@@ -1,4 +1,6 @@
-"""LAVO's orthogonal-memory read (docs/lavo.md, "Reading the orthogonal memory"), with a backward that recomputes.
+"""The PyTorch kernels of LAVO's orthogonal-memory read (docs/lavo.md, "Reading the orthogonal memory"): one with a
+backward that recomputes (``recompute``) and one left to autograd (``autograd``). Their Triton counterpart is
+``triton.py``; :func:`lavo_zoo.attention.lavo.ops.read` applies the reading's options and picks among the three.
 
 Per head, query q reads the memory of mean feature m through the r bases B [r, d]:
 H = B m, s = scale * H * (B q), p = softmax(s) over the r slots, o = B^T (p * H). Queries read different memories
@@ -10,8 +12,6 @@ probabilities chunk by chunk in backward; :func:`read_memory_autograd` is the sa
 (needed with attention dropout, whose mask backward must see).
 """
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.nn.functional as F
@@ -102,18 +102,6 @@ class MemoryReadFunction(torch.autograd.Function):
                     dbases += torch.einsum("bhmr,bhmd->hrd", dh, mem[:, :, r0:r1].to(ct))
         return (dq, dmem.to(mem.dtype) if need[1] else None, dbases.to(bases.dtype) if need[2] else None,
                 None, None, None)
-
-
-def triton_applies(q: torch.Tensor) -> bool:
-    """Whether the Triton read (``lavo/triton.py``) runs for queries q: Triton imports, ``LAVO_ZOO_TRITON`` is not
-    0, and q is a CUDA tensor (any device in Triton's interpreter) of a half or fp32 dtype (fp64 stays here)."""
-    if os.environ.get("LAVO_ZOO_TRITON", "1") == "0":
-        return False
-    try:
-        from lavo_zoo.attention.lavo import triton as lavo_triton
-    except ImportError:  # no Triton on this platform
-        return False
-    return lavo_triton.usable(q)
 
 
 READ_ELEMENTS = CHUNK * 768  # numbers per [B, H, chunk, r] temporary of the read: CHUNK queries at B H r = 768

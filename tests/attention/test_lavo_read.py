@@ -1,4 +1,4 @@
-"""LAVO's orthogonal-memory read kernels (lavo/memory.py): the recompute Function has exact gradients (gradcheck)
+"""LAVO's orthogonal-memory read kernels (lavo/read.py): the recompute Function has exact gradients (gradcheck)
 and equals the autograd read, for one memory row per token, per window and per sequence. Parametrised over the
 available devices, so a CUDA machine exercises the same checks there."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lavo_zoo.attention.lavo.memory import read_memory, read_memory_autograd
+from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
 
 F64 = torch.float64
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -1,0 +1,271 @@
+"""LAVO's memory as a stateless op: pure functions of tensors, no parameters and no module (the layer,
+``layer.py``, holds those and passes them in). docs/lavo.md has the equations.
+
+Given the queries q, the local branch's output and the features the memory averages ([B, H, T, d] each), the op
+builds the memory rows the queries read, reads them through the orthogonal bases and joins the two branches:
+
+- the memory rows: :func:`dissected_memory` (causal with context dissection: window j reads the mean features of the
+  complete windows before it, from the per-window sums of :func:`window_sums` and their prefix sum),
+  :func:`running_memory` (causal without: token t reads the running mean of features 0..t), :func:`mean_memory`
+  (noncausal and cross attention: one mean per sequence);
+- :func:`read`: the reading's options (temperature on q, rms-normalised memory), then the read kernel by name
+  (``read.py``: 'recompute', 'autograd'; ``triton.py``: 'triton');
+- :func:`combine_branches`: local + global as ``combine`` says;
+- :func:`memory_branch`: all of the above for a chunk of self-attention, with the streaming state in and out
+  (:class:`MemoryState`, flash-linear-attention's initial_state / output_final_state convention);
+  :func:`memory_step`: the same for one causal token (a decoding step), in a handful of small operations.
+
+``naive.py`` holds the per-position forms of :func:`memory_branch` and :func:`read` that the tests compare with.
+Sums, counts and the read run in the compute dtype (fp32, fp64 for fp64 inputs): pass feats and local in it.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from lavo_zoo.attention.common import compute_dtype
+from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
+
+COMBINES = ("half", "sum", "gain")
+EMPTY_MEMORY = ("local", "half")
+MEMORY_NORMS = ("mean", "rms")
+RMS_EPS = 1e-6
+
+
+class MemoryState(NamedTuple):
+    """The memory's part of the causal streaming state (constant size)."""
+
+    sum_complete: torch.Tensor  # [B, H, d] compute dtype: features summed over complete windows (all tokens w/o cd)
+    sum_partial: torch.Tensor   # [B, H, d] ... over the current, incomplete window (zeros without context dissection)
+    position: int               # tokens consumed so far
+
+
+def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
+    """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
+    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d]. The whole windows
+    are summed through a view, so no padded copy of feats is made."""
+    T = feats.shape[2]
+    head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
+    whole = (T - head) // w * w
+    parts = [feats[:, :, :head].sum(2, keepdim=True)] if head else []
+    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3))
+    if head + whole < T:
+        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True))
+    return torch.cat(parts, 2)
+
+
+def mean_memory(feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """One memory per sequence (noncausal and cross attention): the mean of feats [B, H, T, d] (zero at padded
+    positions) over the valid [B, 1, T] positions (1 real, 0 padded); [B, H, 1, d] (zeros where nothing is real)."""
+    return feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
+
+
+def dissected_memory(feats: torch.Tensor, valid: torch.Tensor, window: int, state: MemoryState | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums over
+    windows, O(T d)).
+
+    Args:
+        feats: [B, H, T, d] features, zero at padded positions; the chunk starts at ``state.position``.
+        valid: [B, 1, T] 1 for real positions, 0 for padded ones.
+        window: w.
+        state: the memory state before the chunk, or None (the sequence starts here).
+
+    Returns:
+        mem [B, H, n, d], the memory rows (query t reads row (a + t) // w, a = position % w: :func:`read`'s offset
+        and group); empty [B, 1, T, 1] bool, where the memory has no real token; the (sum_complete, sum_partial)
+        after the chunk (views of per-window tensors).
+    """
+    B, H, T, d = feats.shape
+    w = window
+    pos = state.position if state is not None else 0
+    a = pos % w                                   # the chunk starts a tokens into its first window
+    n = math.ceil((a + T) / w)
+    end = n * w - a - T
+    sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
+    counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
+    prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
+    if state is not None:
+        sums = torch.cat([sums[:, :, :1] + state.sum_partial[:, :, None], sums[:, :, 1:]], 2)
+        counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
+    before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
+    count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
+    mem = before / count.clamp(min=1)[..., None]                                # [B, H, n, d]
+    empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
+    if (pos + T) % w == 0:
+        return mem, empty, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
+    return mem, empty, (before[:, :, -1], sums[:, :, -1])
+
+
+def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState | None = None
+                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t.
+
+    Args:
+        feats: [B, H, T, d] features, zero at padded positions; valid: [B, 1, T] 1 real, 0 padded.
+        state: the memory state before the chunk (its ``sum_complete`` is the running sum), or None.
+
+    Returns:
+        mem [B, H, T, d], one row per token (this ablation's memory is one more [T, d] tensor than dissection's);
+        the (running sum, zeros) after the chunk (the sum a view of a [B, H, T, d] tensor).
+    """
+    B, H, _, d = feats.shape
+    prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
+    cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
+    count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
+    return cum / count.clamp(min=1)[..., None], (cum[:, :, -1], torch.zeros_like(prev))
+
+
+def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = "recompute", *, offset: int = 0,
+         group: int = 1, log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+         chunk: int | None = None, dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+    """Read the orthogonal memory (docs/lavo.md, "Reading the orthogonal memory").
+
+    Args:
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, d] mean features; query t reads row (offset + t) // group (n == 1: every query the one row).
+        bases: [H, r, d] orthonormal rows per head.
+        kernel: 'recompute', 'autograd' (the only one with attention dropout) or 'triton'
+            (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels` picks it).
+        log_temperature: [H], the log of a per-head factor on q before the read (the slot logits are the only place
+            q enters it), or None.
+        memory_norm: 'mean' reads mem as it is, 'rms' reads m / rms(m) per row (zero rows stay zero).
+        chunk: queries per recomputed chunk of the 'recompute' kernel (None: :func:`.read.read_chunk`).
+        dropout, training: attention dropout on the slot probabilities ('autograd' kernel, in training).
+
+    Returns:
+        [B, H, T, d] in the compute dtype (the Triton kernel: fp32).
+    """
+    if log_temperature is not None:
+        q = q * log_temperature.exp().to(q.dtype)[:, None, None]                   # [H, 1, 1] per head
+    if memory_norm == "rms":
+        mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
+    if kernel == "autograd":
+        return read_memory_autograd(q, mem, bases, offset, group, dropout, training)
+    if kernel == "triton":
+        from lavo_zoo.attention.lavo import triton as lavo_triton
+        return lavo_triton.read_memory_triton(q, mem, bases, offset, group)
+    if kernel != "recompute":
+        raise ValueError(f"the memory read has the kernels 'recompute', 'autograd' and 'triton', got '{kernel}'")
+    return read_memory(q, mem, bases, offset, group, chunk)
+
+
+def combine_branches(local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, *, combine: str = "half",
+                     gain: float | torch.Tensor = 1.0, empty_memory: str = "local", inplace: bool = False
+                     ) -> torch.Tensor:
+    """Join the local branch and the memory read, local and glob [B, H, T, d] -> [B, H, T, d].
+
+    Args:
+        empty: [B, 1, T, 1] bool, where the memory has no real token, or None (nowhere).
+        combine: 'half': 0.5 * (local + glob) where the memory is non-empty; local (``empty_memory`` 'local') or
+            0.5 * local ('half') where it is empty. 'sum' / 'gain': local + gain * glob (glob is exactly zero where
+            the memory is empty, so there the output is local).
+        gain: 'sum': a constant factor; 'gain': the learned per-head gain [H].
+        inplace: overwrite local and glob (fresh outputs of the recompute kernels, saved by nobody) instead of
+            allocating more [B, H, T, d] tensors.
+
+    Returns:
+        [B, H, T, d]; glob's gradient is zero at empty positions.
+    """
+    if combine != "half":  # no mask needed: an empty memory is a zero row, which reads exactly zero
+        if isinstance(gain, torch.Tensor):
+            glob = glob * gain.to(glob.dtype)[:, None, None]                    # [H, 1, 1]; glob kept for grad
+        elif gain != 1.0:
+            glob = glob.mul_(gain) if inplace else glob * gain
+        return local.add_(glob) if inplace else local + glob
+    if empty is None:
+        return local.add_(glob).mul_(0.5) if inplace else 0.5 * (local + glob)
+    keep = (~empty).to(local.dtype)                                              # [B, 1, T, 1]
+    coef = 0.5 + 0.5 * (1 - keep) if empty_memory == "local" else torch.full_like(keep, 0.5)
+    if inplace:
+        return local.mul_(coef).add_(glob.mul_(0.5 * keep))
+    return glob * (0.5 * keep) + local * coef
+
+
+def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bases: torch.Tensor, window: int, *,
+                  padding_mask: torch.Tensor | None = None, causal: bool = True, context_dissection: bool = True,
+                  combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local",
+                  log_temperature: torch.Tensor | None = None, memory_norm: str = "mean", kernel: str = "recompute",
+                  chunk: int | None = None, dropout: float = 0.0, training: bool = False,
+                  initial_state: MemoryState | None = None, output_final_state: bool = False,
+                  inplace: bool = False) -> tuple[torch.Tensor, MemoryState | None]:
+    """LAVO's self-attention output from its local branch: the memory rows, their read, the two branches joined.
+
+    Args:
+        q: [B, H, T, d] queries.
+        local: [B, H, T, d] the local branch's output (compute dtype).
+        feats: [B, H, T, d] the features the memory averages (compute dtype; the layer's ``memory_source``).
+        bases: [H, r, d].
+        window: w, the window length of context dissection.
+        padding_mask: [B, T] bool, True for real tokens, or None.
+        causal: causal (the memory of the tokens before: :func:`dissected_memory` or :func:`running_memory`) or
+            noncausal (one memory of every real token: :func:`mean_memory`).
+        context_dissection: causal only; see above.
+        combine, gain, empty_memory: :func:`combine_branches`.
+        log_temperature, memory_norm, kernel, chunk, dropout, training: :func:`read`.
+        initial_state: causal streaming: the state after the previous chunk, or None.
+        output_final_state: causal: return the state after this chunk (fresh tensors), else None.
+        inplace: :func:`combine_branches` (only where local and the read's output are fresh outputs of the
+            recompute kernels).
+
+    Returns:
+        [B, H, T, d] in the compute dtype, and the :class:`MemoryState` after the chunk (or None).
+    """
+    B, _, T, _ = feats.shape
+    ct = compute_dtype(feats.dtype)
+    valid = torch.ones(B, 1, T, dtype=ct, device=feats.device) if padding_mask is None \
+        else padding_mask[:, None].to(ct)                                        # [B, 1, T]
+    if padding_mask is not None:
+        feats = feats * valid[..., None]
+    reading = {"log_temperature": log_temperature, "memory_norm": memory_norm, "chunk": chunk, "dropout": dropout,
+               "training": training}
+    joining = {"combine": combine, "gain": gain, "empty_memory": empty_memory, "inplace": inplace}
+    if not causal:
+        mem = mean_memory(feats, valid)                                          # [B, H, 1, d]
+        del feats
+        return combine_branches(local, read(q, mem, bases, kernel, **reading), None, **joining), None
+    if context_dissection:
+        mem, empty, sums = dissected_memory(feats, valid, window, initial_state)
+        position = initial_state.position if initial_state is not None else 0
+        glob = read(q, mem, bases, kernel, offset=position % window, group=window, **reading)  # [B, H, T, d]
+    else:
+        mem, sums = running_memory(feats, valid, initial_state)
+        empty = None
+        glob = read(q, mem, bases, kernel, **reading)
+    del mem
+    out = combine_branches(local, glob, empty, **joining)
+    if not output_final_state:
+        return out, None
+    position = (initial_state.position if initial_state is not None else 0) + T
+    return out, MemoryState(sums[0].clone(), sums[1].clone(), position)  # views would keep per-chunk tensors alive
+
+
+def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases: torch.Tensor, window: int,
+                state: MemoryState, *, combine: str = "sum", gain: float | torch.Tensor = 1.0,
+                empty_memory: str = "local", log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+                kernel: str = "recompute", chunk: int | None = None) -> tuple[torch.Tensor, MemoryState]:
+    """One causal token after ``state`` with context dissection, no padding (a decoding step): what
+    :func:`memory_branch` gives for a one-token chunk, in a handful of small operations.
+
+    Args:
+        q, local, feat: [B, H, 1, d] the token's query, local output and memory feature (compute dtype).
+        bases, window: as :func:`memory_branch`; state: the state before the token.
+        combine, gain, empty_memory, log_temperature, memory_norm, kernel, chunk: as :func:`memory_branch`.
+
+    Returns:
+        [B, H, 1, d] in the compute dtype, and the state after the token.
+    """
+    w, pos = window, state.position
+    count = pos - pos % w                                                        # tokens of complete windows
+    empty = torch.full((1, 1, 1, 1), count == 0, device=q.device)
+    glob = read(q, state.sum_complete[:, :, None] / max(count, 1), bases, kernel, log_temperature=log_temperature,
+                memory_norm=memory_norm, chunk=chunk)                            # zeros while empty
+    partial = state.sum_partial + feat[:, :, 0]                                  # [B, H, d]
+    complete = state.sum_complete
+    if (pos + 1) % w == 0:                                                       # the window is complete
+        complete, partial = complete + partial, torch.zeros_like(partial)
+    out = combine_branches(local, glob, empty, combine=combine, gain=gain, empty_memory=empty_memory)
+    return out, MemoryState(complete, partial, pos + 1)
