@@ -1,13 +1,15 @@
-"""Configs: overrides, inheritance and every validation error path."""
+"""Configs (zoo/config.py): overrides, inheritance and every validation error path; the mistakes a new user makes get
+an error naming the key or file, and a child config can delete an inherited key."""
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
 from toy_recipe import ToyConfig
 
+from lavo_zoo.cli import main
 from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml, parse_override
-from lavo_zoo.engine.recipe import config_from_dict, find_config, resolve_config
-from lavo_zoo.errors import ConfigError, UsageError
+from lavo_zoo.engine.configs import resolve_config
+from lavo_zoo.errors import ConfigError
 
 
 @dataclass
@@ -86,31 +88,106 @@ def test_extends_merges_parent_and_detects_cycles(tmp_path):
         load_yaml(tmp_path / "a.yaml")
 
 
-def test_bad_files_and_names(tmp_path):
+def test_bad_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_yaml(tmp_path / "list.yaml")
     (tmp_path / "broken.yaml").write_text("a: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_yaml(tmp_path / "broken.yaml")
-    with pytest.raises(ConfigError, match="does not exist"):
-        find_config(tmp_path / "missing.yaml")
-    with pytest.raises(ConfigError, match="no config named 'nodomain/none'"):
-        find_config("nodomain/none")
-    with pytest.raises(ConfigError, match="no 'recipe:' key"):
-        config_from_dict({"train": {}})
-    with pytest.raises(UsageError, match="unknown recipe 'tyo'.*did you mean 'toy'"):
-        config_from_dict({"recipe": "tyo"})
-
-
-def test_every_builtin_config_validates():
-    from lavo_zoo.engine.recipe import available_configs
-    for name in available_configs():
-        recipe, cfg = resolve_config(name)
-        assert cfg.recipe == recipe.name, name
 
 
 def test_scientific_notation_without_dot_is_a_float_in_files_too(tmp_path):
     (tmp_path / "c.yaml").write_text("recipe: toy\ntrain:\n  lr: 5e-4\n  eps: 1.0e-8\n")
     _, cfg = resolve_config(tmp_path / "c.yaml")
     assert cfg.train.lr == 5e-4 and cfg.train.eps == 1e-8
+
+
+# ------------------------------------------------------------------------------------------ mistakes a new user makes
+TOY = "tests/engine/data/toy.yaml"
+
+
+@dataclass
+class Opts:
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class WithOpts(RunConfig):
+    inner: Opts = field(default_factory=Opts)
+
+
+def test_did_you_mean_finds_the_key_by_meaning():
+    with pytest.raises(ConfigError, match=r"'train.learning_rate'.*did you mean 'train.lr'\?"):
+        resolve_config(TOY, ["train.learning_rate=0.1"])
+    with pytest.raises(ConfigError, match=r"did you mean 'train.clip_grad_norm'\?"):
+        resolve_config(TOY, ["train.grad_clip_norm=1"])  # same words, another order
+    with pytest.raises(ConfigError, match=r"did you mean 'train.save_every'\?"):
+        resolve_config(TOY, ["train.sav_every=1"])  # a typo still goes by spelling
+
+
+def test_missing_parent_names_the_child_and_where_it_looked(tmp_path):
+    (tmp_path / "child.yaml").write_text("extends: nosuch.yaml\nrecipe: toy\n")
+    with pytest.raises(ConfigError) as e:
+        load_yaml(tmp_path / "child.yaml")
+    text = str(e.value)
+    assert str(tmp_path / "child.yaml") in text and str(tmp_path / "nosuch.yaml") in text and "built-in" in text
+
+
+def test_delete_drops_an_inherited_key_and_the_default_applies(tmp_path):
+    (tmp_path / "base.yaml").write_text("recipe: toy\ntrain:\n  lr: 0.5\n  batch_size: 3\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\ntrain:\n  lr: !delete\n")
+    assert load_yaml(tmp_path / "child.yaml") == {"recipe": "toy", "train": {"batch_size": 3}}
+    _, cfg = resolve_config(tmp_path / "child.yaml")
+    assert cfg.train.lr == 5e-4 and cfg.train.batch_size == 3
+    _, cfg = resolve_config(tmp_path / "base.yaml", ["train.batch_size=!delete"])
+    assert cfg.train.batch_size == 8 and cfg.train.lr == 0.5
+    # the mapping case: mechanism options that the child's mechanism does not take
+    data = {"inner": {"options": {"window": 16, "bases": 8}}}
+    assert from_dict(WithOpts, apply_overrides(data, ["inner.options.window=!delete"])).inner.options == {"bases": 8}
+
+
+def test_delete_of_a_key_that_is_not_inherited_is_refused(tmp_path):
+    (tmp_path / "base.yaml").write_text("recipe: toy\ntrain:\n  lr: 0.5\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\ntrain:\n  lrr: !delete\n")
+    with pytest.raises(ConfigError, match=r"deletes 'train.lrr'.*inherits no such key.*did you mean 'lr'"):
+        load_yaml(tmp_path / "child.yaml")
+    (tmp_path / "alone.yaml").write_text("recipe: toy\ntrain:\n  lr: !delete\n")
+    with pytest.raises(ConfigError, match="extends no config"):
+        load_yaml(tmp_path / "alone.yaml")
+    with pytest.raises(ConfigError, match="no key 'train.nope' to delete"):
+        apply_overrides({"train": {}}, ["train.nope=!delete"])
+
+
+def test_duplicate_keys_and_non_utf8_files_are_refused_naming_the_file(tmp_path):
+    (tmp_path / "dup.yaml").write_text("recipe: toy\ntrain: {lr: 1, lr: 2}\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml.*duplicate key 'lr' on line 2"):
+        load_yaml(tmp_path / "dup.yaml")
+    (tmp_path / "anchors.yaml").write_text("a: &x {p: 1, q: 2}\nb:\n  <<: *x\n  q: 3\n")  # a merge key is no duplicate
+    assert load_yaml(tmp_path / "anchors.yaml")["b"] == {"p": 1, "q": 3}
+    (tmp_path / "latin1.yaml").write_bytes("recipe: toy\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1.yaml is not UTF-8 text \(byte 17"):
+        load_yaml(tmp_path / "latin1.yaml")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=-1", "'train.lr' .* must be > 0, got -1"),
+    ("train.betas=[2,3]", r"'train.betas\[0\]' .* must be >= 0 and < 1, got 2"),
+    ("train.save_every=0", "'train.save_every' .* must be >= 1, got 0"),
+    ("train.log_every=0", "'train.log_every' .* must be >= 1, got 0"),
+    ("train.batch_size=0", "'train.batch_size' .* must be >= 1"),
+    ("train.max_epochs=0", "'train.max_epochs' .* must be >= 1"),
+])
+def test_out_of_range_values_exit_2_naming_the_key_before_anything_is_written(override, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", TOY, override, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert __import__("re").search(message, err) and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_lm_block_size_range_is_in_the_schema():
+    with pytest.raises(ConfigError, match="'data.block_size' .* must be >= 1, got 0"):
+        resolve_config("lm/tiny-lavo", ["data.block_size=0"])
+    _, cfg = resolve_config(TOY, ["train.max_epochs=null"])
+    assert cfg.train.max_epochs is None
