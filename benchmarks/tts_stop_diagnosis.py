@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 import lavo_zoo
-from lavo_zoo.recipes.tts.model import group_frames, shift_right, synthesize
+from lavo_zoo.recipes.tts.infer import synthesize
+from lavo_zoo.recipes.tts.model import group_frames, shift_right
 
 
 def diagnose(checkpoint: str, split: str = "test", max_utterances: int = 0) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""Checkpoint index, downloads, cache and verification; model cards (``card``) and uploads to the Hugging Face Hub
-(``push``).
+"""Released checkpoints: the index (``index``), downloads, the cache and verification (``download``, ``cache``,
+``resolve``), archives (``archive``), model cards (``card``), uploads to the Hugging Face Hub (``push``), their
+commands (``cli``) and ``lavo_zoo.load`` (``load``). A run's own checkpoint files are written and read by
+:mod:`lavo_zoo.engine.checkpoint_io`.
 
     list_checkpoints("lm/*")              index entries as rows for `lavo-zoo list checkpoints`
     resolve_checkpoint("lm/tiny-lavo@v1") a local checkpoint directory (downloaded, verified, unpacked as needed)
@@ -20,8 +22,9 @@ __all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "l
 
 def load_predictor(name_or_path: Any, device: str | None = None, overrides: Any = (), recipe: str | None = None
                    ) -> Any:
-    """The predictor of a trained model (:func:`lavo_zoo.checkpoints.predictor.load_predictor`; imports torch)."""
-    from lavo_zoo.checkpoints.predictor import load_predictor as load
+    """The predictor of a trained model: :func:`lavo_zoo.checkpoints.load.load_predictor` (``lavo_zoo.load``), imported
+    on first use (it imports torch)."""
+    from lavo_zoo.checkpoints.load import load_predictor as load
 
     return load(name_or_path, device, overrides, recipe)
 

@@ -95,7 +95,7 @@ def find_checkpoint_dir(root: Path) -> Path:
 
 def check_checkpoint_dir(path: Path) -> dict[str, Any]:
     """meta.json of a complete checkpoint directory whose weights match its weights_sha256 (else CheckpointError)."""
-    from lavo_zoo.engine.checkpoint import read_meta, verify_weights  # imports torch: only when checking
+    from lavo_zoo.engine.checkpoint_io import read_meta, verify_weights  # imports torch: only when checking
 
     meta = read_meta(path)
     verify_weights(path, meta)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.engine.checkpoint import sha256_file
+from lavo_zoo.engine.checkpoint_io import sha256_file
 from lavo_zoo.engine.env import cache_root
 
 RECORD = "record.json"

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint import CONFIG, read_config
+from lavo_zoo.engine.checkpoint_io import CONFIG, read_config
 from lavo_zoo.errors import UsageError, ZooError
 
 LIBRARY = "lavo-zoo"

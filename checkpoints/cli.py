@@ -16,7 +16,7 @@ from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive,
 from lavo_zoo.checkpoints.download import folder_lock
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import fetch_reference, unpack_checkpoint
-from lavo_zoo.engine.checkpoint import read_meta
+from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.errors import CheckpointError, UsageError
 from lavo_zoo.options import json_flag, overwrite_option, write_file
 

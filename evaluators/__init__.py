@@ -1,5 +1,8 @@
-"""Evaluators: one protocol (:class:`Evaluator`) and one module per metric family, in a registry that
-``lavo-zoo list evaluators`` reads and third-party packages extend through the ``lavo_zoo.evaluators`` entry points."""
+"""Evaluators: one protocol (:class:`Evaluator`, in :mod:`.base`) and one module per metric family (``loss``,
+``perplexity``, ``classification``, ``forecast``, ``chamfer``, ``rouge``, ``mcd``), in a registry that
+``lavo-zoo list evaluators`` reads and third-party packages extend through the ``lavo_zoo.plugins.evaluators``
+entry-point group. An evaluator that sets ``files`` and implements ``from_files`` scores saved predictions
+(``lavo-zoo score <name>``)."""
 from __future__ import annotations
 
 import pkgutil
@@ -20,6 +23,7 @@ def register_evaluator(name: str):
 
 
 def build_evaluator(name: str, **options) -> Evaluator:
+    """A fresh evaluator ``name`` (built-in or a plugin's) with its ``options`` (e.g. ``num_classes``)."""
     return EVALUATORS.get(name)(**options)
 
 

@@ -1,5 +1,6 @@
-"""The Evaluator protocol shared by every domain: ``reset``, ``update``, ``compute``, ``higher_is_better``, and
-``from_files`` for scoring saved predictions (``lavo-zoo score``)."""
+"""The Evaluator protocol shared by every domain: ``reset``, ``update(predictions, targets)``, ``compute``,
+``higher_is_better``, and ``from_files`` for scoring saved predictions (``lavo-zoo score``). A recipe's ``predict``
+produces what its evaluator's ``update`` takes; ``results`` is what the results JSON holds."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -49,9 +50,20 @@ class Evaluator(ABC):
 
     @classmethod
     def from_files(cls, pred: Path, ref: Path | None) -> Evaluator:
-        """A fresh evaluator that has scored the predictions saved in ``pred`` (a file or a folder) against the
-        references in ``ref`` (``lavo-zoo score``). Bad input is refused naming the file and row: a missing file is
-        a :class:`UsageError`, unreadable, mismatched or non-finite contents a :class:`DataError`."""
+        """Score saved predictions: what ``lavo-zoo score <name> --pred P --ref R`` runs.
+
+        Args:
+            pred: the predictions, a file or a folder (``files`` says which layout).
+            ref: the references, or None where ``pred`` holds both.
+
+        Returns:
+            A fresh evaluator that has been updated with every prediction, ready for :meth:`results`.
+
+        Raises:
+            UsageError: a file is missing, or the evaluator scores no files.
+            DataError: a file is unreadable, the predictions and references do not pair up, or a value is not
+                finite (naming the file and row).
+        """
         raise UsageError(f"evaluator {cls.__name__} cannot score files; `lavo-zoo score --help` lists those that can")
 
     def __init__(self) -> None:
@@ -64,15 +76,29 @@ class Evaluator(ABC):
 
     @abstractmethod
     def update(self, predictions: Any, targets: Any) -> None:
-        """Add one batch: ``predictions`` = what the model produced, ``targets`` = the ground truth (None when the
-        predictions already hold it, e.g. a per-token NLL). Grouping (lengths, categories) is an option of the
-        evaluator or part of these objects, never a separate argument."""
+        """Add one batch (grouping, such as lengths or categories, is an option of the evaluator or part of these
+        objects, never a separate argument).
+
+        Args:
+            predictions: what the model produced for the batch (the recipe's ``predict``: logits, forecasts,
+                clouds, summaries, waves, per-token NLL).
+            targets: the ground truth of the batch, or None when the predictions already hold it (a per-token NLL).
+        """
 
     @abstractmethod
     def compute(self) -> dict[str, float]:
-        """Metrics over everything added since the last reset."""
+        """The metrics over everything added since the last reset.
+
+        Returns:
+            ``{metric name: value}``; every name has a direction (:attr:`higher_is_better`).
+        """
 
     def is_higher_better(self, metric: str) -> bool:
+        """Whether a higher value of ``metric`` is better.
+
+        Raises:
+            KeyError: the evaluator declares no direction for ``metric``.
+        """
         if metric not in self.higher_is_better:
             raise KeyError(f"{type(self).__name__} does not declare a direction for metric '{metric}'")
         return self.higher_is_better[metric]
@@ -87,5 +113,9 @@ class Evaluator(ABC):
         return {}
 
     def results(self) -> dict[str, dict[str, Any]]:
-        """``{"name": {"value": float, "higher_is_better": bool}}`` as in the results JSON of docs/architecture.md."""
+        """The metrics with their directions.
+
+        Returns:
+            ``{"name": {"value": float, "higher_is_better": bool}}``, as in the results JSON of docs/architecture.md.
+        """
         return {k: {"value": float(v), "higher_is_better": self.is_higher_better(k)} for k, v in self.compute().items()}

@@ -12,10 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import toy_recipe  # noqa: F401  (registers the "toy" recipe)
 
 if os.environ.get("TOY_KILL_IN_SAVE_AT_STEP"):
-    from lavo_zoo.engine import checkpoint
+    from lavo_zoo.engine import checkpoint_io
 
     target = f".tmp-step-{os.environ['TOY_KILL_IN_SAVE_AT_STEP']}-"
-    real_save = checkpoint.save_safetensors_model
+    real_save = checkpoint_io.save_safetensors_model
 
     def save_then_die(model, filename, *args, **kwargs):
         real_save(model, filename, *args, **kwargs)
@@ -25,7 +25,7 @@ if os.environ.get("TOY_KILL_IN_SAVE_AT_STEP"):
                 f.truncate(size // 2)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpoint.save_safetensors_model = save_then_die
+    checkpoint_io.save_safetensors_model = save_then_die
 
 from lavo_zoo.cli import main
 

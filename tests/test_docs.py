@@ -1,5 +1,6 @@
 """Every documented command and Python block runs: README.md, docs/*.md and each recipe's README, block by block in
-order, in a fresh folder per file, as a user would type them.
+order, in a fresh folder per file, as a user would type them; and every ``key=value`` override they and the --help
+texts show validates.
 
 - A shell block (fenced ``bash``, or an indented block of commands) runs through bash with ``lavo-zoo`` standing in
   for a recorder, so loops and variables expand as written; each recorded command then runs in this process
@@ -32,7 +33,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
+
+from lavo_zoo.cli import cli
+from lavo_zoo.config import ConfigError
+from lavo_zoo.engine.configs import available_configs, resolve_config
+from lavo_zoo.engine.recipe import RECIPES, get_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "recipes").glob("*/README.md"))]
@@ -193,3 +200,73 @@ def test_every_skipped_block_says_why() -> None:
     assert all(b.reason for b in skipped), [str(b) for b in skipped if not b.reason]
     assert len(skipped) == SKIPPED, f"{len(skipped)} blocks are marked skip, SKIPPED says {SKIPPED}: " + \
         ", ".join(f"{b} ({b.reason})" for b in skipped)
+
+
+# ------------------------------------------------------------------------------------------ override examples
+# Every `key=value` override the README, the recipes' READMEs and the --help texts show validates against the config
+# its example names (else against at least one recipe's tiny config).
+_OVERRIDE = re.compile(r"(?<![\w.$/-])((?:train|model|data|eval)(?:\.\w+)+=(?:\[[^\]]*\]|[^\s`'\"),;]+))")
+_PLACEHOLDER = re.compile(r"=(?:[A-Z_]+\.?|.*\$.*)$")  # key=N, data.path=FILE: a placeholder, not an example;
+# train.seed=$s: a shell variable (the blocks above run as bash expands them)
+
+
+def _help_texts() -> str:
+    def walk(group: click.Group, ctx: click.Context):
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            sub = click.Context(cmd, parent=ctx, info_name=name)
+            yield cmd.get_help(sub)
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd, sub)
+    return "\n".join(walk(cli, click.Context(cli, info_name="lavo-zoo")))
+
+
+def _snippets(text: str) -> list[str]:
+    """A markdown text's examples: each line of a fenced block (continuations joined) and each inline code span."""
+    out, prose = [], []
+    for i, part in enumerate(re.split(r"^```.*$", text, flags=re.MULTILINE)):
+        (out.extend(part.replace("\\\n", " ").splitlines()) if i % 2 else prose.append(part))
+    out += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", "\n".join(prose))]
+    return out
+
+
+def _examples() -> list[tuple[str, str | None, list[str]]]:
+    """(where, config named in the same example or None, overrides) for every example that shows overrides."""
+    sources = {p.relative_to(ROOT).as_posix(): _snippets(p.read_text())
+               for p in [ROOT / "README.md", *sorted(ROOT.glob("recipes/*/README.md"))]}
+    sources["--help"] = _help_texts().replace("\\\n", " ").splitlines()
+    configs = set(available_configs())
+    found = []
+    for where, snippets in sources.items():
+        for snippet in snippets:
+            overrides = [o for o in _OVERRIDE.findall(snippet) if not _PLACEHOLDER.search(o)]
+            if not overrides:
+                continue
+            named = [w for w in re.findall(r"[\w.-]+/[\w.$-]+", snippet) if w in configs]
+            found.append((where, named[0] if named else None, overrides))
+    return found
+
+
+EXAMPLES = _examples()
+
+
+def test_the_documentation_shows_override_examples():
+    assert len(EXAMPLES) >= 10
+    shown = {o for _, _, overrides in EXAMPLES for o in overrides}
+    assert {"model.attention.name=sdpa", "model.attention.cross.name=performer"} <= shown
+
+
+@pytest.mark.parametrize("where,config,overrides", EXAMPLES, ids=[f"{w}:{' '.join(o)}" for w, _, o in EXAMPLES])
+def test_override_examples_in_the_readme_and_help_validate(where, config, overrides, tmp_path):
+    """Each example applies to the config its line names, else to at least one recipe's tiny config (an example on a
+    checkpoint, e.g. `lavo-zoo eval CKPT eval.beam=4`, names no config)."""
+    overrides = [o.replace("$", "") for o in overrides if "${" not in o]
+    candidates = [config] if config else [get_recipe(name).tiny_config for name in RECIPES.names()]
+    errors = []
+    for name in candidates:
+        try:
+            resolve_config(name, overrides)
+            return
+        except ConfigError as e:
+            errors.append(str(e))
+    pytest.fail(f"{where}: {' '.join(overrides)} does not validate: {errors}")

@@ -11,7 +11,7 @@ from lavo_zoo.version import __version__
 def __getattr__(name: str) -> Any:
     """``lavo_zoo.load`` is imported on first use, so that ``import lavo_zoo`` (and the CLI's --help) stays light."""
     if name == "load":
-        from lavo_zoo.checkpoints.predictor import load_predictor
+        from lavo_zoo.checkpoints.load import load_predictor
         return load_predictor
     raise AttributeError(f"module 'lavo_zoo' has no attribute {name!r}")
 

@@ -154,7 +154,8 @@ def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> l
         return RECIPES.describe(pattern, lambda e: {
             "description": e.load().description, "evaluator": e.load().evaluator,
             "commands": sorted(n for n, (recipe, _) in commands.items() if recipe == e.name),
-            "datasets": list(e.load().datasets), "tiny_config": e.load().tiny_config, "source": e.source})
+            "datasets": list(e.load().builtin.datasets if e.load().builtin else ()),
+            "tiny_config": e.load().tiny_config, "source": e.source})
     if kind == "evaluators":
         from lavo_zoo.evaluators import EVALUATORS
         return EVALUATORS.describe(pattern, lambda e: {
@@ -163,7 +164,7 @@ def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> l
     if kind == "configs":
         import fnmatch
 
-        from lavo_zoo.engine.recipe import available_configs
+        from lavo_zoo.engine.configs import available_configs
         return [{"name": n} for n in available_configs() if pattern is None or fnmatch.fnmatch(n, pattern)]
     from lavo_zoo.checkpoints import list_checkpoints
     return list_checkpoints(pattern)
@@ -231,7 +232,7 @@ def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str
     The run directory receives config.yaml (resolved), metrics.jsonl and checkpoints/step-N/ with checkpoints/last
     pointing at the newest complete one.
     """
-    from lavo_zoo.engine.recipe import resolve_config
+    from lavo_zoo.engine.configs import resolve_config
     from lavo_zoo.engine.trainer import Trainer
 
     command = command_line("train", config, *overrides, out=out, resume=resume, device=device, max_steps=max_steps)

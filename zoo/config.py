@@ -163,7 +163,7 @@ def load_yaml(path: Path, named: NamedConfig = lambda name: None,
               known: Callable[[], list[str]] = list) -> dict[str, Any]:
     """A YAML mapping from ``path`` with ``extends:`` and ``!delete`` resolved. ``extends: <parent>`` is a path
     relative to the file or a named config, which ``named`` finds (the recipe registry's lookup,
-    :func:`lavo_zoo.engine.recipe.named_config`); ``known`` lists the names for did-you-mean hints."""
+    :func:`lavo_zoo.engine.configs.named_config`); ``known`` lists the names for did-you-mean hints."""
     return _without_deletes(_load_yaml(path, (), named, known), str(path))
 
 

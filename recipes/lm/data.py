@@ -1,4 +1,4 @@
-"""PG-19 data: the on-disk layout, a memory-mapped token cache, fixed-length blocks, and a built-in corpus.
+"""PG-19 data: the on-disk layout, a memory-mapped token cache, fixed-length blocks.
 
 Layout (as DeepMind's PG-19 release)::
 
@@ -11,19 +11,16 @@ modification time, so editing, adding or removing a book rebuilds the cache (and
 ``<cache>`` is ``$LAVO_ZOO_CACHE`` or the user's cache directory. A book that is not UTF-8 text or that holds a NUL
 byte (binary data; NUL is also the ``bytes`` tokenizer's end of document) is refused, naming the file and the byte
 offset; with ``skip_bad_files`` such books are left out, counted and named in a warning (again on every cache
-hit). Without ``data.path`` the recipe uses a built-in corpus in the same layout, generated once from the Python
-standard library's module sources, so every command works offline on any machine.
+hit). Without ``data.path`` the recipe uses a built-in corpus in the same layout (:mod:`.builtin`), generated once
+from the Python standard library's module sources, so every command works offline on any machine.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
 import os
 import sys
-import sysconfig
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +31,6 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from lavo_zoo.config import NonNegativeInt, PositiveInt
-from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import DataError
 from lavo_zoo.nn.tokenizers import Tokenizer
 
@@ -184,27 +180,3 @@ class TokenBlocks(Dataset):
             raise IndexError(f"block {index} out of range for {len(self)} blocks")
         start = index * self.block_size
         return torch.from_numpy(self.tokens[start:start + self.block_size + 1].astype(np.int64))  # [T + 1]
-
-
-# ------------------------------------------------------------------------------------------- the built-in corpus
-def write_stdlib_corpus(out: Path, max_books: int | None = None) -> Path:
-    """Write a PG-19-layout corpus of this Python's standard-library modules (one module source = one "book") into
-    ``out``; returns ``out``. The split of each module is fixed by a hash of its name (about 90% train, 5%
-    validation, 5% test); ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
-    """
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    version = "{}.{}.{}".format(*sys.version_info[:3])
-    out = Path(out)
-    for split in SPLITS:
-        (out / split).mkdir(parents=True, exist_ok=True)
-    rows = []
-    for source in sorted(stdlib.glob("*.py"))[:max_books]:
-        book_id = source.stem
-        split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
-        title = f"The {book_id} module of the Python {version} standard library"
-        text = source.read_text(encoding="utf-8", errors="replace")
-        (out / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
-        rows.append([book_id, title, version, source.as_uri()])
-    with open(out / "metadata.csv", "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
-    return out

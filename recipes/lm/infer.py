@@ -1,18 +1,27 @@
-"""Text generation from a language model: :class:`LanguageModel`, what ``lavo_zoo.load`` returns for an ``lm``
-checkpoint (``lavo-zoo generate`` calls it).
+"""A trained language model on new text: generation (:func:`generate_ids`, :class:`LanguageModel`, what
+``lavo_zoo.load`` returns for an ``lm`` checkpoint and ``lavo-zoo generate`` calls), and the perplexity loops of the
+recipe's evaluation (:func:`length_perplexity` at several context lengths, :func:`stream_perplexity` through the
+carried state).
 
 With a streaming attention the prompt is consumed once and every new token costs one step with the carried state
 (LAVO's O(1) recurrent state, the softmax attentions' KV cache); otherwise each step re-runs the whole sequence.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
 
 from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.errors import DataError, UsageError
+from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.nn.tokenizers import Tokenizer, get_tokenizer
+from lavo_zoo.recipes.lm.data import TokenBlocks
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -71,15 +80,27 @@ class LanguageModel(Predictor):
 
     @property
     def tokenizer(self) -> Tokenizer:
+        """The tokenizer the model was trained with (``data.tokenizer``)."""
         return get_tokenizer(self.cfg.data.tokenizer)
 
     def generate(self, prompt: str | Sequence[str], max_new_tokens: int = 200, *, temperature: float = 1.0,
                  top_k: int = 50, top_p: float = 1.0, seed: int | None = None, stream_state: bool = True
                  ) -> str | list[str]:
-        """The continuation of ``prompt`` (a string, or a list of them: one continuation each), decoded with the
-        carried recurrent state / KV cache when the attention streams (``stream_state``), else by re-running the
-        sequence each step. ``temperature`` 0 is greedy; ``top_k`` 0 and ``top_p`` 1 switch those filters off;
-        generation stops at the end-of-document token."""
+        """Continue text.
+
+        Args:
+            prompt: the text to continue ('' starts a new document), or a list of them (one continuation each).
+            max_new_tokens: at most this many tokens; generation stops earlier at the end-of-document token.
+            temperature: softmax temperature; 0 decodes greedily.
+            top_k: sample among the k most likely tokens (0: all).
+            top_p: nucleus sampling: the smallest set of tokens holding this probability mass (1: all).
+            seed: seed of the sampling (None: not reproducible).
+            stream_state: decode with the carried recurrent state / KV cache when the attention streams, else by
+                re-running the whole sequence each step (the same tokens, slower).
+
+        Returns:
+            The continuation (without the prompt), or a list of them for a list of prompts.
+        """
         if not isinstance(prompt, str):
             return [self.generate(p, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                   stream_state=stream_state) for p in prompt]
@@ -88,3 +109,54 @@ class LanguageModel(Predictor):
         new = generate_ids(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                            stop=tokenizer.eod, seed=seed, use_state=stream_state and self.model.streaming)
         return tokenizer.decode([i for i in new if i != tokenizer.eod])
+
+
+# ------------------------------------------------------------------------------------------------- perplexity
+@torch.no_grad()
+def length_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTable, lengths: list[int], *,
+                      tokens_per_batch: int, max_tokens: int, device: torch.device | str = "cpu") -> None:
+    """Score non-overlapping blocks of each length into group ``<length>`` of ``table``, every length over the same
+    first ``max_tokens`` targets rounded down to a multiple of the longest length."""
+    scored = max_tokens // max(lengths) * max(lengths)
+    if scored == 0:
+        raise DataError(f"the split has {tokens.size} tokens (limit {max_tokens}), fewer than one block of the "
+                        f"longest evaluation length {max(lengths)}; lower eval.length_factors or data.block_size")
+    for length in lengths:
+        blocks = TokenBlocks(tokens, length, max_tokens=scored)
+        for batch in DataLoader(blocks, batch_size=max(1, tokens_per_batch // length)):
+            batch = batch.to(device)  # [b, length + 1]
+            table.update({str(length): model(batch[:, :-1], batch[:, 1:])})
+
+
+def bucket_edges(first: int, total: int) -> list[int]:
+    """Context-length bucket bounds 0, first, 2*first, 4*first, ... up to >= total."""
+    edges = [0, first]
+    while edges[-1] < total:
+        edges.append(edges[-1] * 2)
+    return edges
+
+
+@torch.no_grad()
+def stream_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTable, *, chunk: int, bucket_start: int,
+                      max_tokens: int | None = None, device: torch.device | str = "cpu") -> None:
+    """Feed ``tokens`` through ``model`` as ONE sequence, ``chunk`` tokens at a time, carrying the recurrent state.
+
+    Adds every token's NLL to group ``stream`` of ``table`` and to ``ctx:<lo>-<hi>``, the bucket of its context
+    length (tokens seen so far, 1-based; buckets double from ``bucket_start``). Memory is constant in the stream's
+    length for attentions with a bounded state (LAVO, local); a KV cache grows with it.
+    """
+    if not getattr(model, "streaming", False):
+        raise UsageError("eval.stream needs a streaming attention (one whose `lavo-zoo list attentions` entry has "
+                         "streaming=True); this model's attention cannot carry state across chunks")
+    n = min(tokens.size - 1, max_tokens or tokens.size)
+    edges = torch.tensor(bucket_edges(bucket_start, n))
+    names = [f"ctx:{lo + 1}-{hi}" for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist())]
+    state = None
+    for start in tqdm(range(0, n, chunk), desc="streaming", unit="chunk", disable=None, file=sys.stderr):
+        block = torch.from_numpy(tokens[start:min(start + chunk, n) + 1].astype(np.int64))[None].to(device)  # [1, t+1]
+        nll, state = model(block[:, :-1], block[:, 1:], state=state, return_state=True)  # [1, t]
+        table.update({"stream": nll})
+        context = torch.arange(start + 1, start + 1 + nll.shape[1])  # [t] tokens seen when predicting each target
+        bucket = torch.bucketize(context, edges, right=False) - 1  # context in (edges[b], edges[b+1]]
+        for b in bucket.unique().tolist():
+            table.update({names[b]: nll[0, (bucket == b).to(nll.device)]})

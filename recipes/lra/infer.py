@@ -41,7 +41,18 @@ class Classifier(Predictor):
     task: ListOps expressions (str), texts (str or bytes), Retrieval pairs of texts, or images (Image, Pathfinder)."""
 
     def tokens(self, item: Any) -> tuple[np.ndarray, ...]:
-        """The token sequence(s) of one input, as the task's release data is tokenized."""
+        """The token sequence(s) of one input, as the task's release data is tokenized.
+
+        Args:
+            item: one input of the checkpoint's task: a ListOps expression, a text (str or bytes), a Retrieval pair
+                of texts, or an image ([H, W] gray levels or [H, W, 3] RGB) for Image and Pathfinder.
+
+        Returns:
+            One int64 array [L] (two for Retrieval), cut to the model's length.
+
+        Raises:
+            InputError: the input cannot be read as the task's kind of input.
+        """
         task, length = self.cfg.data.task, self.cfg.data.length()
         try:
             if task == "listops":
@@ -57,7 +68,15 @@ class Classifier(Predictor):
 
     @torch.no_grad()
     def scores(self, inputs: Sequence[Any], batch_size: int = 32) -> np.ndarray:
-        """Class probabilities [N, C] of a list of inputs, ``batch_size`` at a time."""
+        """Class probabilities of raw inputs.
+
+        Args:
+            inputs: a list of inputs of the task (see :meth:`tokens`).
+            batch_size: inputs per forward pass.
+
+        Returns:
+            Probabilities [N, C] (float32), one row per input.
+        """
         out = []
         for start in range(0, len(inputs), batch_size):
             samples = []
@@ -72,7 +91,14 @@ class Classifier(Predictor):
         return np.concatenate(out) if out else np.zeros((0, self.cfg.model.num_classes), np.float32)
 
     def classify(self, inputs: Any) -> int | list[int]:
-        """The predicted class id of one input, or one per input of a list."""
+        """The predicted class.
+
+        Args:
+            inputs: one input of the task (see :meth:`tokens`), or a list of them.
+
+        Returns:
+            The class id of the most probable class, or a list of them for a list.
+        """
         single = not isinstance(inputs, list)
         probs = self.scores([inputs] if single else inputs)
         ids = probs.argmax(-1).tolist()

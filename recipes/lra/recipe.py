@@ -2,7 +2,6 @@
 noncausal attention, Skyformer's LRA model and training settings, accuracy as the metric."""
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,15 +15,8 @@ from lavo_zoo.config import RunConfig, TrainConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import Evaluator, build_evaluator
-from lavo_zoo.recipes.lra.data import (
-    GENERATOR_VERSIONS,
-    TASKS,
-    DataConfig,
-    builtin_lengths,
-    collate,
-    load_examples,
-    write_task,
-)
+from lavo_zoo.recipes.lra.builtin import BuiltinTasks
+from lavo_zoo.recipes.lra.data import TASKS, DataConfig, collate, load_examples
 from lavo_zoo.recipes.lra.infer import Classifier, class_logits
 from lavo_zoo.recipes.lra.model import LRAClassifier, ModelConfig
 
@@ -53,7 +45,7 @@ class LRARecipe(Recipe):
     config_class = LRAConfig
     evaluator = "accuracy"
     tiny_config = "lra/tiny-text-lavo"
-    datasets = TASKS
+    builtin = BuiltinTasks()
     task = ("text-classification", "Long Range Arena classification")
     limits = ("A classifier for one Long Range Arena task in its token or pixel-sequence encoding: a probe of "
               "long-range attention, not a general text or image classifier.")
@@ -98,22 +90,6 @@ class LRARecipe(Recipe):
     def dataset_name(self, data: DataConfig) -> str:
         """``built-in <task>``, or the release folder's name with the task: a model card names both."""
         return f"{Path(str(data.path)).name} ({data.task})" if data.path else f"built-in {data.task}"
-
-    def builtin_config(self, dataset: str, size: int | None) -> DataConfig:
-        """Task ``dataset`` with ``size`` training examples (default 2,000)."""
-        return DataConfig(task=dataset, builtin_size=size or DataConfig().builtin_size)
-
-    def builtin_key(self, data: DataConfig) -> dict:
-        if data.task not in TASKS:
-            raise ConfigError(f"unknown LRA task '{data.task}'; choose one of {', '.join(TASKS)}")
-        return {"dataset": data.task, "v": GENERATOR_VERSIONS[data.task], "size": data.builtin_size,
-                "seed": data.builtin_seed, "lengths": builtin_lengths(data),
-                "difficulty": data.difficulty if data.task == "pathfinder" else None,
-                "python": platform.python_version() if data.task in ("text", "retrieval") else None}
-
-    def write_builtin(self, out: Path, data: DataConfig) -> Path:
-        """The task's generated data in its release layout."""
-        return write_task(out, data.task, data.builtin_size, data.builtin_seed, builtin_lengths(data), data.difficulty)
 
     def write_data(self, out: Path, dataset: str | None = None, size: int | None = None,
                    overwrite: bool = False) -> Path:

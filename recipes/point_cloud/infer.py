@@ -31,9 +31,20 @@ class Completer(Predictor):
 
     @torch.no_grad()
     def complete(self, points: np.ndarray | Sequence[np.ndarray], seed: int = 0) -> np.ndarray | list[np.ndarray]:
-        """The dense completion [M, 3] of a partial cloud [N, 3] (coordinates normalised as PCN's, y up), or one per
-        cloud of a list, completed as one batch. A cloud with more points than the model takes
-        (``data.input_points``) is subsampled at random (``seed``), as PoinTr's RandomSamplePoints."""
+        """Complete partial point clouds.
+
+        Args:
+            points: a partial cloud [N, 3] (coordinates normalised as PCN's, y up), or a list of them (completed as
+                one batch). A cloud with more points than the model takes (``data.input_points``) is subsampled at
+                random, as PoinTr's RandomSamplePoints.
+            seed: seed of that subsampling.
+
+        Returns:
+            The dense completion [M, 3] (float32), or a list of them for a list.
+
+        Raises:
+            InputError: a cloud is not finite points [N, 3] with N >= 1.
+        """
         single = isinstance(points, np.ndarray) and points.ndim == 2
         clouds = [np.asarray(points, np.float32)] if single else [np.asarray(p, np.float32) for p in points]
         for i, cloud in enumerate(clouds):

@@ -3,7 +3,6 @@ CD-L1(coarse) + CD-L1(dense) and scored with PoinTr's Chamfer distances and F-sc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,7 +12,8 @@ from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.evaluators.chamfer import PointClouds, chamfer_l1
 from lavo_zoo.nn.points import nearest_sq_distances
-from lavo_zoo.recipes.point_cloud.data import GENERATOR_VERSION, CompletionDataset, DataConfig, write_shapes
+from lavo_zoo.recipes.point_cloud.builtin import BuiltinShapes
+from lavo_zoo.recipes.point_cloud.data import CompletionDataset, DataConfig
 from lavo_zoo.recipes.point_cloud.infer import Completer, complete_clouds
 from lavo_zoo.recipes.point_cloud.model import ModelConfig, PoinTr
 
@@ -44,7 +44,7 @@ class PointCloudRecipe(Recipe):
     config_class = PointCloudConfig
     tiny_config = "point_cloud/tiny-lavo"
     evaluator = "chamfer"
-    datasets = ("shapes",)
+    builtin = BuiltinShapes()
     task = ("point-cloud-completion", "Point cloud completion")
     limits = ("It completes partial clouds of the categories and the point density it was trained on; other "
               "categories or real scans with other noise are outside what it learnt.")
@@ -78,11 +78,3 @@ class PointCloudRecipe(Recipe):
         coarse, dense = complete_clouds(model, batch["partial"], batch["partial_mask"])
         loss, _ = self._loss(coarse, dense.points, batch["gt"])
         return loss, dense, PointClouds(batch["gt"], categories=list(batch["category"]))
-
-    def builtin_key(self, data: DataConfig) -> dict:
-        return {"dataset": "shapes", "version": GENERATOR_VERSION, "train": data.builtin_size,
-                "seed": data.builtin_seed, "gt_points": data.gt_points}
-
-    def write_builtin(self, out: Path, data: DataConfig) -> Path:
-        """Procedural shapes in the PCN layout (``builtin_size`` training models per category)."""
-        return write_shapes(out, data.builtin_size, data.builtin_seed, data.gt_points)

@@ -1,18 +1,20 @@
-"""Summarization inference: decode summaries of padded source batches with a trained model (the recipe's
+"""Summarization inference: decode summaries of padded source batches with a trained model
+(:func:`generate_summaries`), score a split's summaries with ROUGE (:func:`summarize_batches`, the recipe's
 evaluation), and :class:`Summarizer`, what ``lavo_zoo.load`` returns for a ``summarization`` checkpoint
 (``lavo-zoo summarize`` calls it)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from lavo_zoo.engine.checkpoint import unwrap
+from lavo_zoo.engine.checkpoint_io import unwrap
 from lavo_zoo.engine.predictor import Predictor
 from lavo_zoo.engine.recipe import to_device
 from lavo_zoo.errors import InputError
+from lavo_zoo.evaluators.rouge import Rouge
 from lavo_zoo.formats.multinews import ARTICLE_SEPARATOR, split_articles
 from lavo_zoo.recipes.summarization.data import Vocabulary, collate
 
@@ -34,6 +36,25 @@ def generate_summaries(model: nn.Module, cfg: Any, source: torch.Tensor, source_
     return [vocab.decode(row[:n].tolist()) for row, n in zip(out.tokens, out.lengths.tolist())]
 
 
+@torch.no_grad()
+def summarize_batches(model: nn.Module, cfg: Any, batches: Iterable[dict], device: torch.device | str,
+                      max_batches: int | None = None) -> Rouge:
+    """ROUGE of the summaries of ``batches`` (collated dicts with ``source``, ``source_mask``, ``references``,
+    ``ids``; at most ``max_batches`` of them) against the full references, decoded in eval mode with the eval settings
+    of ``cfg``; the evaluator keeps every (id, hypothesis, reference)."""
+    evaluator = Rouge(keep_summaries=True)
+    was_training = model.training
+    model.eval()
+    for i, batch in enumerate(batches):
+        if max_batches and i >= max_batches:
+            break
+        batch = to_device(batch, device)
+        hypotheses = generate_summaries(model, cfg, batch["source"], batch["source_mask"])
+        evaluator.update(hypotheses, batch["references"], ids=batch["ids"])  # as the recipe's predict, with the ids
+    model.train(was_training)
+    return evaluator
+
+
 def split_document(text: str) -> list[str]:
     """The articles of one document given as text: separated by ``|||||`` (Multi-News) or, without it, by blank
     lines."""
@@ -48,9 +69,21 @@ class Summarizer(Predictor):
 
     def summarize(self, documents: str | Sequence[str] | Sequence[Sequence[str]], beam: int | None = None,
                   max_length: int | None = None, batch_size: int = 8) -> str | list[str]:
-        """The summary of one document (a string: articles separated by ``|||||`` or blank lines), or one summary per
-        document of a list (each a string or a list of article texts), decoded ``batch_size`` documents at a time
-        with the checkpoint's eval settings (``beam``, ``max_length`` in tokens override them)."""
+        """Summarise documents with the checkpoint's eval settings (lengths from the source, greedy or beam).
+
+        Args:
+            documents: one document (a string: articles separated by ``|||||`` or blank lines), or a list of
+                documents, each a string or a list of article texts.
+            beam: beam size (default: the checkpoint's ``eval.beam``).
+            max_length: the longest summary in tokens (default: from the source's length, ``eval.max_len_a/b``).
+            batch_size: documents decoded together.
+
+        Returns:
+            The summary, or a list of them for a list of documents.
+
+        Raises:
+            InputError: a document holds no article text.
+        """
         single = isinstance(documents, str)
         docs = [documents] if single else list(documents)
         articles = [split_document(d) if isinstance(d, str) else [a for a in d if a.strip()] for d in docs]

@@ -2,36 +2,31 @@
 any attention at each site, greedy (or beam) decoding with lengths from the source, ROUGE."""
 from __future__ import annotations
 
-import logging
-import platform
-import sysconfig
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, NonNegativeFloat, NonNegativeInt, PositiveInt, RunConfig
-from lavo_zoo.engine.checkpoint import unwrap
-from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
+from lavo_zoo.config import EvalConfig, NonNegativeFloat, NonNegativeInt, PositiveInt, RunConfig, TrainConfig
+from lavo_zoo.engine.checkpoint_io import unwrap
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators.base import Evaluator
-from lavo_zoo.evaluators.rouge import Rouge
 from lavo_zoo.nn.losses import label_smoothed_cross_entropy
-from lavo_zoo.recipes.summarization.data import (
-    BUILTIN_VERSION,
-    DataConfig,
-    SummarizationDataset,
-    Vocabulary,
-    collate,
-    load_split,
-    write_stdlib_corpus,
-)
-from lavo_zoo.recipes.summarization.infer import Summarizer, generate_summaries
+from lavo_zoo.recipes.summarization.builtin import BuiltinCorpus
+from lavo_zoo.recipes.summarization.data import DataConfig, SummarizationDataset, Vocabulary, collate, load_split
+from lavo_zoo.recipes.summarization.infer import Summarizer, generate_summaries, summarize_batches
 from lavo_zoo.recipes.summarization.model import ModelConfig, SummarizationTransformer
 
-log = logging.getLogger(__name__)
+
+def paper_train_config() -> TrainConfig:
+    """CAB's ParaGen settings for Multi-News: AdamW (0.9, 0.98), eps 1e-8, weight decay 0.01, peak lr 5e-4 with
+    inverse-sqrt decay after 1,000 warm-up steps, 50K steps, 64 examples per step (8 x 8 accumulated), no gradient
+    clipping."""
+    return TrainConfig(optimizer="adamw", lr=5e-4, betas=[0.9, 0.98], eps=1e-8, weight_decay=0.01,
+                       schedule="inverse_sqrt", warmup_steps=1000, max_steps=50_000, batch_size=8, grad_accum=8,
+                       clip_grad_norm=0.0, eval_every=2000, eval_batches=4, save_every=2000)
 
 
 @dataclass
@@ -53,6 +48,7 @@ class SummarizationEvalConfig(EvalConfig):
 @dataclass
 class SummarizationConfig(RunConfig):
     recipe: str = "summarization"
+    train: TrainConfig = field(default_factory=paper_train_config)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: SummarizationEvalConfig = field(default_factory=SummarizationEvalConfig)
@@ -64,7 +60,7 @@ class SummarizationRecipe(Recipe):
     config_class = SummarizationConfig
     tiny_config = "summarization/tiny-lavo-noncausal"
     evaluator = "rouge"
-    datasets = ("stdlib",)
+    builtin = BuiltinCorpus()
     task = ("summarization", "Multi-document summarization")
     limits = ("Its summaries come from a small encoder-decoder and may state what the sources do not say: do not "
               "rely on them as faithful summaries.")
@@ -99,16 +95,6 @@ class SummarizationRecipe(Recipe):
         return SummarizationDataset(examples, Vocabulary(cfg.data.tokenizer), cfg.data.max_source_tokens,
                                     cfg.data.max_target_tokens)
 
-    def builtin_key(self, data: DataConfig) -> dict:
-        """The corpus of this Python's standard library (its version and location), a fixed size."""
-        return {"dataset": "stdlib", "python": platform.python_version(), "stdlib": sysconfig.get_paths()["stdlib"],
-                "format": BUILTIN_VERSION}
-
-    def write_builtin(self, out: Path, data: DataConfig) -> Path:
-        """The standard-library corpus in the Multi-News layout ({train,val,test}.src/.tgt)."""
-        log.info("generated the built-in summarization corpus: %s", write_stdlib_corpus(out))
-        return out
-
     def collate(self, samples: list[dict]) -> dict:
         return collate(samples, pad=Vocabulary().pad)
 
@@ -129,23 +115,13 @@ class SummarizationRecipe(Recipe):
         cfg = getattr(self, "cfg", None) or self.resolve(SummarizationConfig())
         return generate_summaries(model, cfg, batch["source"], batch["source_mask"]), batch["references"]
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: SummarizationConfig, split: str, device: torch.device,
                  max_batches: int | None = None) -> Evaluator:
         """Decode ``split`` (at most ``max_batches`` batches) and score the summaries against the full references,
-        keeping every (id, hypothesis, reference) for ``lavo-zoo eval --out`` to write beside the results. Periodic
-        validation during training goes through :meth:`validation_step` (loss, then the same decoding and ROUGE)."""
-        evaluator = Rouge(keep_summaries=True)
-        was_training = model.training
-        model.eval()
-        for i, batch in enumerate(self.eval_loader(cfg, split)):
-            if max_batches and i >= max_batches:
-                break
-            batch = to_device(batch, device)
-            hypotheses = generate_summaries(model, cfg, batch["source"], batch["source_mask"])
-            evaluator.update(hypotheses, batch["references"], ids=batch["ids"])  # as predict(), with the ids
-        model.train(was_training)
-        return evaluator
+        keeping every (id, hypothesis, reference) for ``lavo-zoo eval --out`` to write beside the results
+        (:func:`~lavo_zoo.recipes.summarization.infer.summarize_batches`). Periodic validation during training goes
+        through :meth:`validation_step` (loss, then the same decoding and ROUGE)."""
+        return summarize_batches(model, cfg, self.eval_loader(cfg, split), device, max_batches)
 
 
 __all__ = ["SummarizationConfig", "SummarizationEvalConfig", "SummarizationRecipe"]

@@ -1,6 +1,7 @@
 """Forecasting data as Informer's ``data/data_loader.py``: ETT (hourly / 15-minute), Weather and custom CSVs with a
 ``date`` column, feature modes M / S / MS, Informer's split borders, a standard scaler fit on the training rows only,
-and ``timeF`` time features. Without ``data.path`` a built-in table in the ETT column layout is generated.
+and ``timeF`` time features. Without ``data.path`` a built-in table in the ETT column layout is generated
+(:mod:`.builtin`).
 
 Splits (``border1s`` / ``border2s`` exactly as the reference; validation and test start ``seq_len`` rows early so
 that their first window's input reaches back into the previous split):
@@ -27,8 +28,6 @@ from lavo_zoo.errors import ConfigError, DataError, did_you_mean
 
 log = logging.getLogger(__name__)
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
-# `lavo-zoo data time_series/<name>`: (freq, file name, rows of the real file)
-BUILTIN_DATASETS = {"etth1": ("h", "ETTh1.csv", 17420), "ettm1": ("t", "ETTm1.csv", 69680)}
 
 
 @dataclass
@@ -75,43 +74,6 @@ def time_features(dates: pd.DatetimeIndex, freq: str) -> np.ndarray:
               "week": lambda d: (d.isocalendar().week.to_numpy() - 1) / 52.0}
     return np.stack([np.asarray(scaled[f](dates), dtype=np.float64) - 0.5
                      for f in _features_for(freq)], axis=1).astype(np.float32)
-
-
-# ---------------------------------------------------------------------------------------------- built-in table
-def generate_step(freq: str) -> pd.Timedelta:
-    """The fixed time step of the built-in table for ``data.freq``."""
-    try:
-        return pd.Timedelta(pd.tseries.frequencies.to_offset({"t": "15min"}.get(freq, freq)))
-    except ValueError:
-        raise ConfigError(f"the built-in data is generated at a fixed step; data.freq '{freq}' is not one "
-                          "(use s, t, h, d or a multiple such as 15min), or give data.path=FILE") from None
-
-
-def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
-    """An ETT-layout table (date, HUFL, HULL, MUFL, MULL, LUFL, LULL, OT) of synthetic transformer loads: daily,
-    weekly and yearly cycles, a slow trend and AR(1) noise; the oil temperature OT follows a smoothed load plus
-    the season. Deterministic for a given ``seed``."""
-    step = generate_step(freq)
-    dates = pd.date_range("2016-07-01", periods=rows, freq=step)
-    rng = np.random.default_rng(seed)
-    hours = np.arange(rows) * (step / pd.Timedelta(hours=1))  # [N]
-    day, week, year = (np.sin(2 * np.pi * hours / p) for p in (24.0, 168.0, 8766.0))
-    day2 = np.cos(4 * np.pi * hours / 24.0)
-    trend = 0.3 * hours / max(hours[-1], 1.0) + np.cumsum(rng.normal(0, 0.01, rows))
-    noise = np.zeros((rows, 6))
-    shocks = rng.normal(0, 0.3, (rows, 6))
-    for t in range(1, rows):  # AR(1) noise per load channel
-        noise[t] = 0.9 * noise[t - 1] + shocks[t]
-    base = np.array([8.0, 2.5, 5.0, 1.5, 3.0, 1.0])  # HUFL HULL MUFL MULL LUFL LULL
-    amp = np.array([2.5, 0.6, 1.8, 0.4, 1.2, 0.3])
-    loads = (base + amp * (day[:, None] + 0.3 * day2[:, None]) + 0.5 * amp * week[:, None]
-             + amp * trend[:, None] + noise * amp / 2.5)  # [N, 6]
-    useful = loads[:, [0, 2, 4]].sum(1)
-    smooth = pd.Series(useful).ewm(halflife=12.0 / max(hours[1] - hours[0], 1e-9)).mean().to_numpy()
-    oil = 15.0 + 4.0 * year + 0.8 * (smooth - smooth.mean()) + rng.normal(0, 0.5, rows)
-    table = pd.DataFrame(np.column_stack([loads, oil]), columns=list(ETT_COLUMNS))
-    table.insert(0, "date", dates)
-    return table
 
 
 # --------------------------------------------------------------------------------------------------- reading
@@ -219,13 +181,6 @@ def resolve_split(cfg: DataConfig) -> str:
         return cfg.split
     name = Path(cfg.path).name.lower() if cfg.path else ""
     return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
-
-
-def write_table(table: pd.DataFrame, path: Path) -> Path:
-    """``table`` (a 'date' column and value columns) as a CSV in the ETT layout, values at full precision."""
-    table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S"))
-    table.to_csv(path, index=False, float_format="%.17g")
-    return path
 
 
 def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:

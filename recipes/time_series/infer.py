@@ -35,8 +35,19 @@ class Forecaster(Predictor):
         return list(m.columns), np.asarray(m.scaler_mean), np.asarray(m.scaler_std)
 
     def read(self, data: pd.DataFrame | str | Path) -> pd.DataFrame:
-        """A series as a table with a parsed 'date' column: a CSV path, or a DataFrame with a 'date' column or a
-        DatetimeIndex. Refuses missing columns (and, for M / MS models, columns the model was not trained on)."""
+        """A series as the model reads it.
+
+        Args:
+            data: a CSV path, or a DataFrame with a 'date' column or a DatetimeIndex.
+
+        Returns:
+            The table with a parsed, checked 'date' column and string column names.
+
+        Raises:
+            DataError: a training column is missing (or, for M / MS models, a column the model was not trained on
+                is present), or the dates are not readable and increasing.
+            InputError: ``data`` is neither a path nor a DataFrame.
+        """
         if isinstance(data, (str, Path)):
             table, source = read_table(Path(data)), str(data)
         elif isinstance(data, pd.DataFrame):
@@ -93,10 +104,24 @@ class Forecaster(Predictor):
     @torch.no_grad()
     def forecast(self, data: pd.DataFrame | str | Path, at: Date | Sequence[Date] | None = None
                  ) -> pd.DataFrame | list[pd.DataFrame]:
-        """The forecast of the ``pred_len`` steps after the last row of ``data`` (a CSV path or a DataFrame with a
-        'date' column or a DatetimeIndex), or after the row dated ``at``; a list of dates gives one forecast per
-        date, computed as one batch. Each forecast is a DataFrame: 'date' (continued at the data's frequency) and
-        the forecast columns (every column for M / S models, the target for MS) in the data's units."""
+        """Forecast the ``pred_len`` steps after a series, in the data's own units.
+
+        Args:
+            data: the series: a CSV path, or a DataFrame with a 'date' column or a DatetimeIndex, with the columns
+                the model was trained on.
+            at: the date of the last observed row (default: the last row), or a list of dates (one forecast each,
+                computed as one batch).
+
+        Returns:
+            A DataFrame per forecast (a list of them for a list of dates): 'date' (continued at the data's
+            frequency) and the forecast columns (every column for M / S models, the target for MS).
+
+        Raises:
+            DataError: the history is too short, unevenly spaced or at another step than the training data's, or
+                the columns differ from the training data's.
+            InputError: no row has the date ``at``.
+            UsageError: the checkpoint was saved without its training columns and scaler.
+        """
         source = str(data) if isinstance(data, (str, Path)) else "the table"
         table = self.read(data)
         columns, mean, std = self._stats()
@@ -129,9 +154,16 @@ class Forecaster(Predictor):
 
     @torch.no_grad()
     def split_windows(self, split: str, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-        """(history [K, seq_len], truth [K, pred_len], forecast [K, pred_len], window indices) of the last forecast
-        channel (the target for S/MS; the last column, the target when present, for M) at ``count`` evenly spaced
-        windows of ``split`` of the configured data, standardised."""
+        """Forecasts of windows of the configured data (``lavo-zoo forecast-plot``), standardised.
+
+        Args:
+            split: a split of the checkpoint's data (which must be where its config says).
+            count: how many evenly spaced windows.
+
+        Returns:
+            (history [K, seq_len], truth [K, pred_len], forecast [K, pred_len], window indices) of the last forecast
+            channel (the target for S / MS; the last column, the target when present, for M).
+        """
         dataset = self.recipe.build_dataset(self.cfg, split)
         indices = np.linspace(0, len(dataset) - 1, num=max(1, count)).round().astype(int).tolist()
         batch = {k: v.to(self.device) for k, v in self.recipe.collate([dataset[i] for i in indices]).items()}

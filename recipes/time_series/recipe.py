@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -10,19 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.config import RunConfig, TrainConfig
-from lavo_zoo.engine.checkpoint import unwrap
+from lavo_zoo.engine.checkpoint_io import unwrap
 from lavo_zoo.engine.recipe import Recipe, register_recipe
-from lavo_zoo.recipes.time_series.data import (
-    BUILTIN_DATASETS,
-    DataConfig,
-    ForecastWindows,
-    PreparedSeries,
-    generate_ett,
-    generate_step,
-    num_time_features,
-    prepare,
-    write_table,
-)
+from lavo_zoo.recipes.time_series.builtin import BuiltinETT
+from lavo_zoo.recipes.time_series.data import DataConfig, ForecastWindows, PreparedSeries, num_time_features, prepare
 from lavo_zoo.recipes.time_series.infer import Forecaster
 from lavo_zoo.recipes.time_series.model import Informer, ModelConfig
 
@@ -53,7 +43,7 @@ class TimeSeriesRecipe(Recipe):
     tiny_config = "time_series/tiny-lavo"
     evaluator = "forecast"
     predictor = Forecaster
-    datasets = tuple(BUILTIN_DATASETS)
+    builtin = BuiltinETT()
     task = ("time-series-forecasting", "Time series forecasting")
     limits = ("It forecasts the series it was trained on (its columns, frequency and standardisation); it does not "
               "transfer to other series, and its MSE and MAE are on standardised values.")
@@ -74,24 +64,6 @@ class TimeSeriesRecipe(Recipe):
         m.scaler_mean, m.scaler_std = series.mean.tolist(), series.std.tolist()
         m.step = pd.tseries.frequencies.to_offset(series.step).freqstr if series.step is not None else ""
         return cfg
-
-    def builtin_config(self, dataset: str, size: int | None) -> DataConfig:
-        """``etth1``: hourly, ``ettm1``: 15-minute; ``size`` rows (default: the real file's length). ETT-named
-        files use Informer's 12/4/4-month split, which needs the full length: with a smaller ``size`` train with
-        ``data.split=ratio``."""
-        freq, _, rows = BUILTIN_DATASETS[dataset]
-        return DataConfig(freq=freq, builtin_size=size or rows)
-
-    def builtin_key(self, data: DataConfig) -> dict:
-        generate_step(data.freq)  # a clear error for a frequency the generator cannot produce, before any file
-        return {"dataset": "ett", "rows": data.builtin_size, "freq": data.freq, "seed": data.builtin_seed,
-                "format": 1}
-
-    def write_builtin(self, out: Path, data: DataConfig) -> Path:
-        """A generated table in the ETT column layout, named as the real file of its frequency (ETTh1.csv,
-        ETTm1.csv; table.csv for other frequencies)."""
-        name = next((file for freq, file, _ in BUILTIN_DATASETS.values() if freq == data.freq), "table.csv")
-        return write_table(generate_ett(data.builtin_size, data.freq, data.builtin_seed), out / name)
 
     def build_model(self, cfg: TimeSeriesConfig) -> Informer:
         d = cfg.data

@@ -36,7 +36,8 @@ def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path
 
     from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.recipes.tts.audio import write_wav
-    from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
+    from lavo_zoo.recipes.tts.infer import teacher_forced_view
+    from lavo_zoo.recipes.tts.plot import plot_utterance
     from lavo_zoo.recipes.tts.text import dropped_characters
 
     if not text.strip():

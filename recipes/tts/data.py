@@ -1,4 +1,4 @@
-"""LJSpeech data: the on-disk layout, the split, cached log-mel features, the built-in spoken corpus.
+"""LJSpeech data: the on-disk layout, the split, cached log-mel features.
 
 Layout (as the LJSpeech-1.1 release)::
 
@@ -10,7 +10,8 @@ LJ003-*; train = the rest); for other ids a deterministic hash split (crc32 of t
 Features (``audio.log_mel``) are computed once per split into ``<cache>/tts/features/<dir>-<hash>/<split>-<key>.npz``
 (``key`` hashes the settings and every wav's name, size and modification time) and normalised with the mean and
 variance of the train split. Without ``data.path`` the recipe speaks a built-in corpus with espeak-ng (sentences of
-the Python documentation that ships with the interpreter) into the same layout, once, under the cache.
+the Python documentation that ships with the interpreter) into the same layout, once, under the cache
+(:mod:`.builtin`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import json
 import logging
 import os
 import re
-import sysconfig
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 from lavo_zoo.config import NonNegativeInt, PositiveFloat
 from lavo_zoo.errors import DataError
 from lavo_zoo.formats.text import read_lines
-from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav, write_wav
+from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav
 from lavo_zoo.recipes.tts.text import TextEncoder, text_encoder
 
 log = logging.getLogger(__name__)
@@ -221,39 +221,3 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def build_dataset(cfg: DataConfig, split: str, root: Path, cache: Path, synthesis: Any = None) -> TTSDataset:
     mean, std = feature_stats(cfg, root, cache)
     return TTSDataset(split_features(cfg, split, root, cache), text_encoder(cfg.text), mean, std, synthesis)
-
-
-# ------------------------------------------------------------------------------------------- the built-in corpus
-def corpus_sentences() -> list[str]:
-    """Plain English sentences (4+ words, letters and light punctuation only) from this Python's documentation:
-    the triple-quoted strings (docstrings) of its standard-library modules and its ``pydoc`` topics, de-duplicated,
-    in a fixed shuffled order."""
-    from pydoc_data.topics import topics
-
-    docs = list(topics.values())
-    triple = re.compile(r'"""(.*?)"""', re.DOTALL)
-    for source in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        docs += triple.findall(source.read_text(encoding="utf-8", errors="replace"))
-    text = re.sub(r"\s+", " ", " ".join(docs))
-    plain = re.compile(r"[A-Z][A-Za-z ,;:'\-]{15,110}[a-z][.!?]")
-    sentences = {s for s in re.split(r"(?<=[.!?])\s+", text) if plain.fullmatch(s) and len(s.split()) >= 4}
-    return sorted(sentences, key=lambda s: hashlib.sha256(s.encode()).hexdigest())
-
-
-def write_spoken_corpus(out: Path, size: int = 0) -> Path:
-    """Speak the first ``size`` corpus sentences (0: all) into ``out`` in the LJSpeech layout; returns ``out``."""
-    from lavo_zoo.recipes.tts.espeak import SAMPLE_RATE, espeak
-
-    log.info("speaking the built-in corpus (%s sentences)", size or "all")
-    sentences = corpus_sentences()
-    sentences = sentences[:size] if size else sentences
-    engine = espeak()
-    (out / "wavs").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i, sentence in enumerate(sentences, 1):
-        uid = f"PY{i:05d}"
-        wave = engine.speak(sentence).astype(np.float32) / 32768.0
-        write_wav(out / "wavs" / f"{uid}.wav", wave, SAMPLE_RATE)
-        rows.append(f"{uid}|{sentence}|{sentence}\n")
-    (out / "metadata.csv").write_text("".join(rows), encoding="utf-8")
-    return out

@@ -232,30 +232,3 @@ def tacotron2_loss(frames: torch.Tensor, post: torch.Tensor, stop_logits: torch.
     bce = F.binary_cross_entropy_with_logits(stop_logits[mask], stop_target[mask],
                                              pos_weight=torch.tensor(pos_weight, device=target.device))
     return l1 + mse + bce, {"l1": l1.item(), "mse": mse.item(), "stop_bce": bce.item()}
-
-
-@torch.no_grad()
-def synthesize(model: TransformerTTS, tokens: torch.Tensor, token_mask: torch.Tensor, max_frames: int,
-               threshold: float = 0.5, frames: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Greedy autoregressive synthesis as fairseq's ``AutoRegressiveSpeechGenerator``, through the shared
-    ``generate_frames``: from a zero group, each predicted group (before the postnet) is fed back until the stop
-    probability exceeds ``threshold`` or ``max_frames``; the postnet then runs once over the whole output.
-    ``frames`` [B] (optional): synthesise exactly ceil(frames / r) groups per utterance, the stop token ignored
-    (e.g. the reference's duration, which takes the stop decision out of a comparison).
-
-    -> (frames [B, T, n_mels] after the postnet (normalised), lengths [B] in frames, the groups that were fed back
-    [B, T / r, r * n_mels] (zeros after each utterance's end)).
-    """
-    from lavo_zoo.nn.search import StopProbability, generate_frames
-
-    max_steps = max(1, max_frames // model.cfg.frames_per_step)
-    start = tokens.new_zeros(model.group, dtype=next(model.parameters()).dtype)  # the all-zero "go" group
-    r = model.cfg.frames_per_step
-    steps = None if frames is None else (frames.to(tokens.device) + r - 1) // r  # [B] groups
-    out = generate_frames(model, tokens, token_mask, start, max_len_b=max_steps, stop=StopProbability(threshold),
-                          lengths=steps)
-    grouped = out.frames  # [B, T / r, r * n_mels]
-    steps = torch.arange(grouped.shape[1], device=grouped.device)[None] < out.lengths[:, None]  # [B, T / r]
-    post = (grouped + model.postnet(grouped, steps)) * steps[..., None]
-    return model.ungroup(post), out.lengths * model.cfg.frames_per_step, grouped

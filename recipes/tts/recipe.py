@@ -2,9 +2,6 @@
 autoregressive synthesis with a stop token, Griffin-Lim, MCD / MSD as fairseq's eval_sp.py."""
 from __future__ import annotations
 
-import contextlib
-import platform
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,15 +12,15 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveInt, Range, RunConfig, TrainConfig
-from lavo_zoo.engine.checkpoint import unwrap
-from lavo_zoo.engine.recipe import Recipe, register_recipe, to_device
+from lavo_zoo.engine.checkpoint_io import unwrap
+from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.recipes.tts import data as tts_data
-from lavo_zoo.recipes.tts.audio import FeatureSettings, griffin_lim, read_wav, write_wav
+from lavo_zoo.recipes.tts.builtin import BuiltinSpokenCorpus
 from lavo_zoo.recipes.tts.data import DataConfig
-from lavo_zoo.recipes.tts.infer import Synthesizer, speak
+from lavo_zoo.recipes.tts.infer import Synthesis, Synthesizer, evaluate_synthesis, reproducible, synthesize_batch
 from lavo_zoo.recipes.tts.model import (
     ModelConfig,
     TransformerTTS,
@@ -65,38 +62,6 @@ class TTSConfig(RunConfig):
     eval: TTSEvalConfig = field(default_factory=TTSEvalConfig)
 
 
-@dataclass(frozen=True)
-class Synthesis:
-    """What scoring a batch needs besides the model (every batch of the recipe's datasets carries it): the feature
-    settings (Griffin-Lim), the stop rule, and where the reference audio comes from."""
-
-    features: FeatureSettings
-    max_frames: int
-    stop_threshold: float
-    reference: str  # "resynthesized" or "recording"
-    root: str  # the data folder (recordings are <root>/wavs/<id>.wav)
-    length: str = "stop_token"  # or "reference": synthesise as many frames as the target has
-
-    @classmethod
-    def of(cls, cfg: TTSConfig, root: Path) -> Synthesis:
-        return cls(cfg.data.features(), cfg.eval.max_frames, cfg.eval.stop_threshold, cfg.eval.reference, str(root),
-                   cfg.eval.length)
-
-
-@contextlib.contextmanager
-def reproducible(model: nn.Module) -> Iterator[None]:
-    """In eval mode, draw the decoder prenet's always-on dropout from the random generator seeded with 0 (and put
-    the caller's generator state back afterwards): the same weights and batch give the same loss and the same
-    audio, as validation, ``predict`` and ``eval`` need. In training mode nothing changes."""
-    if model.training:
-        yield
-        return
-    device = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(0)
-        yield
-
-
 @register_recipe("tts")
 class TTSRecipe(Recipe):
     """Transformer-TTS; batches are dicts of tokens, token_lengths, mel, mel_lengths, ids, texts and the
@@ -106,7 +71,7 @@ class TTSRecipe(Recipe):
     config_class = TTSConfig
     evaluator = "mcd"
     tiny_config = "tts/tiny-lavo-causal"
-    datasets = ("pydocs",)
+    builtin = BuiltinSpokenCorpus()
     task = ("text-to-speech", "Text to speech")
     limits = ("It speaks in the one voice of its training corpus through a Griffin-Lim vocoder: intelligible at "
               "best, not natural speech; do not use it to imitate a person's voice.")
@@ -123,16 +88,6 @@ class TTSRecipe(Recipe):
             mean, std = tts_data.feature_stats(cfg.data, self.data_root(cfg.data), self.cache_dir(cfg.data))
             m.feature_mean, m.feature_std = mean.tolist(), std.tolist()
         return cfg
-
-    def builtin_key(self, data: DataConfig) -> dict:
-        """Sentences of this Python's documentation (``builtin_size`` of them, 0: all), spoken by espeak-ng."""
-        return {"dataset": f"pydocs-n{data.builtin_size or 'all'}", "python": platform.python_version(),
-                "size": data.builtin_size, "format": 1}
-
-    def write_builtin(self, out: Path, data: DataConfig) -> Path:
-        """The built-in spoken corpus in the LJSpeech layout (``builtin_size`` sentences; all, about 3,400, when
-        0)."""
-        return tts_data.write_spoken_corpus(out, data.builtin_size)
 
     def data_root(self, data: DataConfig) -> Path:
         """The LJSpeech-layout folder: ``data.path`` or the built-in corpus (spoken on first use)."""
@@ -168,30 +123,10 @@ class TTSRecipe(Recipe):
     def build_evaluator(self, cfg: TTSConfig) -> Evaluator:
         return build_evaluator(self.evaluator, sample_rate=cfg.data.features().sample_rate)
 
-    @torch.no_grad()
-    def synthesize_batch(self, model: nn.Module, batch: dict[str, Any]) -> list[dict[str, np.ndarray]]:
-        """:func:`speak` for the batch's texts (in eval mode reproducibly), plus per utterance ``target``
-        [T', n_mels] (the denormalised target log-mel) and ``reference`` [N'] (its Griffin-Lim resynthesis, or the
-        recording)."""
-        syn = batch["synthesis"]
-        with reproducible(model):
-            fixed = batch["mel_lengths"] if syn.length == "reference" else None  # [B] frames
-            results = speak(model, batch["tokens"], syn.features, syn.max_frames, syn.stop_threshold, fixed)
-        tts = unwrap(model)
-        mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)
-        for i, res in enumerate(results):
-            res["target"] = batch["mel"][i, :int(batch["mel_lengths"][i])].float().cpu().numpy() * std + mean
-            if syn.reference == "recording":
-                res["reference"] = read_wav(Path(syn.root) / "wavs" / f"{batch['ids'][i]}.wav",
-                                            syn.features.sample_rate)
-            else:
-                res["reference"] = griffin_lim(res["target"], syn.features)
-        return results
-
     def predict(self, model: nn.Module, batch: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(synthesised waves, reference waves) of the batch's utterances: autoregressive synthesis (in eval mode
         reproducible: :func:`reproducible`) and Griffin-Lim, scored by the ``mcd`` evaluator."""
-        results = self.synthesize_batch(model, batch)
+        results = synthesize_batch(model, batch)
         return [r["wave"] for r in results], [r["reference"] for r in results]
 
     def validation_step(self, model: nn.Module, batch: dict[str, Any]
@@ -201,40 +136,11 @@ class TTSRecipe(Recipe):
         loss, _ = self.training_loss(model, batch)
         return (loss, *self.predict(model, batch))
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: TTSConfig, split: str, device: torch.device,
                  max_batches: int | None = None) -> Evaluator:
         """Synthesise the split (at most ``eval.max_utterances``), vocode with Griffin-Lim and score MCD / MSD
         against the Griffin-Lim resynthesis of the target features (or the recordings); with ``eval.out_dir``
-        write synthesized/<id>.wav, reference/<id>.wav and plots/<id>.png there."""
-        from lavo_zoo.recipes.tts.plot import plot_utterance, teacher_forced_view
-
-        evaluator = self.build_evaluator(cfg)
-        rate = cfg.data.features().sample_rate
-        was_training = model.training
-        model.eval()
-        out = Path(cfg.eval.out_dir) if cfg.eval.out_dir else None
-        done, limit = 0, cfg.eval.max_utterances or None
-        for b, batch in enumerate(self.eval_loader(cfg, split)):
-            if (max_batches and b >= max_batches) or (limit and done >= limit):
-                break
-            if limit:  # synthesise only what is still wanted
-                batch = {k: v[:limit - done] if isinstance(v, (torch.Tensor, list)) else v for k, v in batch.items()}
-            batch = to_device(batch, device)
-            results = self.synthesize_batch(model, batch)
-            evaluator.update([r["wave"] for r in results], [r["reference"] for r in results])
-            done += len(results)
-            if out is None:
-                continue
-            for i, res in enumerate(results):
-                uid = batch["ids"][i]
-                write_wav(out / "synthesized" / f"{uid}.wav", res["wave"], rate, exact=True)  # what was scored
-                write_wav(out / "reference" / f"{uid}.wav", res["reference"], rate, exact=True)
-                if cfg.eval.plots:
-                    tokens = batch["tokens"][i:i + 1, :int(batch["token_lengths"][i])]
-                    with reproducible(model):
-                        stop, align = teacher_forced_view(unwrap(model), tokens, res["grouped"][None])
-                    plot_utterance(out / "plots" / f"{uid}.png", res["mel"], res["target"], stop, align,
-                                   title=f"{uid}: {batch['texts'][i][:80]}")
-        model.train(was_training)
-        return evaluator
+        write synthesized/<id>.wav, reference/<id>.wav and plots/<id>.png there
+        (:func:`~lavo_zoo.recipes.tts.infer.evaluate_synthesis`)."""
+        return evaluate_synthesis(model, cfg, self.eval_loader(cfg, split), self.build_evaluator(cfg), device,
+                                  max_batches)

@@ -1,9 +1,10 @@
-"""Helpers for the per-mechanism tests of the baselines and the oracle test: float64 modules of width 32 with 4 heads,
-random inputs seeded from the test's node id, and the small options that force several chunks / windows / segments /
-landmarks at T = 37."""
+"""Helpers for the attention tests: float64 modules of width 32 with 4 heads, random inputs seeded from the test's node
+id, the small options that force several chunks / windows / segments / landmarks at T = 37, and the one comparison of
+a mechanism with its slow reference (:func:`assert_matches_reference`)."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -61,3 +62,30 @@ def assert_causal_is_cumulative(name: str, request: pytest.FixtureRequest) -> No
     yc, yn = causal(x), noncausal(x)
     torch.testing.assert_close(yc[:, -1], yn[:, -1], atol=ATOL, rtol=RTOL)
     assert not torch.allclose(yc[:, :-1], yn[:, :-1], atol=1e-3)
+
+
+def assert_matches_reference(attn: torch.nn.Module, reference: Callable, x: torch.Tensor,
+                             padding_mask: torch.Tensor | None = None, *, context: torch.Tensor | None = None,
+                             context_mask: torch.Tensor | None = None, rows: torch.Tensor | None = None,
+                             weights: torch.Tensor | None = None, grads: bool = True, atol: float = ATOL,
+                             rtol: float = RTOL) -> None:
+    """``attn`` and its slow ``reference(attn, x, padding_mask, [context=, context_mask=])`` agree: the outputs (the
+    ``rows`` a boolean mask selects, e.g. the real ones; all when None) and, with ``grads``, the gradients of
+    ``(output * weights).sum()`` (``weights`` default: ``torch.randn_like`` of the output) w.r.t. ``x``, ``context``
+    (both must require grad) and every parameter."""
+    kw = {} if context is None else {"context": context, "context_mask": context_mask}
+    y, y_ref = attn(x, padding_mask, **kw), reference(attn, x, padding_mask, **kw)
+    if rows is not None:
+        y, y_ref = y[rows], y_ref[rows]
+    torch.testing.assert_close(y, y_ref, atol=atol, rtol=rtol)
+    if not grads:
+        return
+    weights = torch.randn_like(y) if weights is None else weights
+    inputs = [x] + ([context] if context is not None else [])
+    names = ["x", "context"][:len(inputs)] + [n for n, _ in attn.named_parameters()]
+    leaves = inputs + list(attn.parameters())
+    # unused inputs get zero gradients: e.g. LAVO's bases when T < w (every query is in window 0, the memory is empty)
+    grads_out = torch.autograd.grad((y * weights).sum(), leaves, materialize_grads=True)
+    grads_ref = torch.autograd.grad((y_ref * weights).sum(), leaves, materialize_grads=True)
+    for name, a, b in zip(names, grads_out, grads_ref):
+        torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, name=name: f"grad of {name}: {m}")

@@ -12,6 +12,7 @@ import torch
 
 from lavo_zoo.attention import ATTENTIONS, attention_class, build_attention
 from lavo_zoo.attention.base import SourceCache, reorder_batch
+from lavo_zoo.testing import randomise_zero_parameters
 from tests.attention import mechanism_testing
 
 D, H = 32, 4
@@ -28,12 +29,8 @@ def _gen(request) -> torch.Generator:
 
 def _build(name: str, pattern: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    attn = build_attention(name, D, H, pattern).double().eval()
-    with torch.no_grad():  # zero-initialised parameters (EPE, relative bias) randomised so that misuse shows
-        for p in attn.parameters():
-            if not p.any():
-                p.normal_()
-    return attn
+    # zero-initialised parameters (EPE, relative bias) randomised so that misuse shows
+    return randomise_zero_parameters(build_attention(name, D, H, pattern).double().eval())
 
 
 def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from lavo_zoo.attention import ATTENTIONS, attention_class
-from tests.attention.mechanism_testing import ATOL, RTOL, D, build, gen, randn, small_options
+from lavo_zoo.testing import randomise_zero_parameters
+from tests.attention.mechanism_testing import D, assert_matches_reference, build, gen, randn, small_options
 
 # options every variant needs for the fast form to be the reference's formula exactly
 EXACT = {"nystromformer": {"pinv_iterations": 0}}  # the reference uses the exact pseudo-inverse
@@ -63,29 +64,15 @@ def test_matches_naive(name: str, pattern: str, opts: dict, request) -> None:
                         "(see lavo_zoo.attention's docstring)")
         pytest.skip(f"attention '{name}' ({module}) has no `naive` reference")
     g = gen(request)
-    attn = build(name, pattern, **opts)
-    with torch.no_grad():  # zero-initialised parameters (EPE, relative bias) randomised so that misuse shows
-        for p in attn.parameters():
-            if not p.any():
-                p.normal_()
+    attn = randomise_zero_parameters(build(name, pattern, **opts))  # so that misuse of a zero-initialised one shows
     B, T, S = 2, 37, 19
     x = randn(g, B, T, D).requires_grad_(True)
     pm = torch.arange(T)[None] < torch.tensor([[T], [26]])  # [B, T]
-    kw, kwm, inputs = {}, {}, [x]
+    ctx = context_mask = None
     if pattern == "cross":
         ctx = randn(g, B, S, D).requires_grad_(True)
-        kw = {"context": ctx}
-        kwm = {"context": ctx, "context_mask": torch.arange(S)[None] < torch.tensor([[11], [S]])}
-        inputs.append(ctx)
-    torch.testing.assert_close(attn(x, **kw), naive(attn, x, **kw), atol=ATOL, rtol=RTOL)
-    y, y_ref = attn(x, pm, **kwm)[pm], naive(attn, x, pm, **kwm)[pm]
-    torch.testing.assert_close(y, y_ref, atol=ATOL, rtol=RTOL)
-    if name in OUTPUT_ONLY:
-        return
-    weights = randn(g, *y.shape)
-    names = ["x", "context"][:len(inputs)] + [n for n, _ in attn.named_parameters()]
-    leaves = inputs + list(attn.parameters())
-    grads = torch.autograd.grad((y * weights).sum(), leaves, materialize_grads=True)
-    grads_ref = torch.autograd.grad((y_ref * weights).sum(), leaves, materialize_grads=True)
-    for pname, a, b in zip(names, grads, grads_ref):
-        torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL, msg=lambda m, pname=pname: f"grad of {pname}: {m}")
+        context_mask = torch.arange(S)[None] < torch.tensor([[11], [S]])
+    assert_matches_reference(attn, naive, x, context=ctx, grads=False)
+    weights = randn(g, int(pm.sum()), D) if name not in OUTPUT_ONLY else None  # of the real rows
+    assert_matches_reference(attn, naive, x, pm, context=ctx, context_mask=context_mask, rows=pm, weights=weights,
+                             grads=name not in OUTPUT_ONLY)

@@ -188,7 +188,7 @@ def test_attention_sites() -> None:
 
 
 def test_dataset_names() -> None:
-    from lavo_zoo.engine.recipe import config_from_dict
+    from lavo_zoo.engine.configs import config_from_dict
 
     for data, recipe, expected in ((None, "lm", "built-in stdlib"), ({"path": "/d/pg19/"}, "lm", "pg19"),
                                    ({"task": "image"}, "lra", "built-in image"),

@@ -1,10 +1,17 @@
 """The command line: --help everywhere ends with examples, `list` output, exit codes and messages."""
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import click
 import pytest
 
-from lavo_zoo.cli import cli, main
+from lavo_zoo.cli import cli, main, recipe_commands
+from lavo_zoo.engine.recipe import RECIPES
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _all_commands(group: click.Group, ctx: click.Context, prefix=()):
@@ -117,3 +124,23 @@ def test_refused_option_value_is_a_usage_error_and_a_value_error(tmp_path, capsy
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "num_bases (999)" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------- recipe commands
+def test_help_lists_recipe_commands_with_their_recipe_without_importing_torch():
+    code = ("import sys; from lavo_zoo.cli import main; rc = main(['--help']); "
+            "assert 'torch' not in sys.modules and 'pandas' not in sys.modules, 'heavy import'; sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    for name, recipe in [("generate", "lm"), ("forecast-plot", "time_series"), ("complete", "point_cloud"),
+                         ("summarize", "summarization"), ("synthesize", "tts")]:
+        assert re.search(rf"^\s+{name}\s+\[{recipe}\] \S", out, re.MULTILINE), out
+    assert recipe_commands()["generate"][0] == "lm"
+
+
+def test_every_recipe_exports_its_commands_from_cli_py():
+    """Each built-in recipe's cli.py exports COMMANDS, click commands whose --help ends with examples."""
+    for name in [n for n in RECIPES.names() if (REPO / "recipes" / n).is_dir()]:
+        module = __import__(f"lavo_zoo.recipes.{name}.cli", fromlist=["COMMANDS"])
+        assert isinstance(module.COMMANDS, list), name
+        for command in module.COMMANDS:
+            assert isinstance(command, click.Command) and recipe_commands()[command.name] == (name, command)

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-import lavo_zoo.engine.recipe
+import lavo_zoo.engine.configs
 from lavo_zoo.cli import main
 
 TOY = "tests/engine/data/toy.yaml"
@@ -55,13 +55,13 @@ def _raise(exc):
 
 
 def test_ctrl_c_exits_130(monkeypatch, capsys):
-    monkeypatch.setattr(lavo_zoo.engine.recipe, "resolve_config", _raise(KeyboardInterrupt()))
+    monkeypatch.setattr(lavo_zoo.engine.configs, "resolve_config", _raise(KeyboardInterrupt()))
     assert main(["train", TOY]) == 130
     assert "interrupted" in capsys.readouterr().err
 
 
 def test_debug_message_does_not_suggest_debug(monkeypatch, capsys):
-    monkeypatch.setattr(lavo_zoo.engine.recipe, "resolve_config", _raise(RuntimeError("boom")))
+    monkeypatch.setattr(lavo_zoo.engine.configs, "resolve_config", _raise(RuntimeError("boom")))
     assert main(["train", TOY]) == 1
     assert "run with --debug" in capsys.readouterr().err
     assert main(["--debug", "train", TOY]) == 1

@@ -10,8 +10,8 @@ import yaml
 from safetensors.torch import load_file
 
 from lavo_zoo.cli import main
+from lavo_zoo.engine.configs import resolve_config
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler, lr_factor
-from lavo_zoo.engine.recipe import resolve_config
 from lavo_zoo.engine.run_dir import resume_changes
 from tests.helpers import TOY, run_cli
 

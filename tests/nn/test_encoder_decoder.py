@@ -13,6 +13,7 @@ from torch import nn
 from lavo_zoo.attention import ATTENTIONS, attention_class
 from lavo_zoo.errors import ConfigError, InputError, OptionError
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder, build_site_attention
+from lavo_zoo.testing import randomise_zero_parameters
 
 D, H, F = 16, 2, 32
 ATOL, RTOL = 1e-9, 1e-7
@@ -28,18 +29,11 @@ def _gen(request) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
-def _randomise_zero_params(module: nn.Module) -> nn.Module:
-    with torch.no_grad():  # EPE / relative biases start at 0: randomise them so that misuse shows
-        for p in module.parameters():
-            if not p.any():
-                p.normal_()
-    return module.double().eval()
-
-
 def _decoder(self_attn: str, cross: str, **kw) -> TransformerDecoder:
     torch.manual_seed(0)
-    return _randomise_zero_params(TransformerDecoder(2, D, H, F, self_attention=self_attn, cross_attention=cross,
-                                                     **kw))
+    # EPE / relative biases start at 0: randomise them so that misuse shows
+    return randomise_zero_parameters(TransformerDecoder(2, D, H, F, self_attention=self_attn, cross_attention=cross,
+                                                        **kw)).double().eval()
 
 
 def _mask(lengths: list[int], T: int) -> torch.Tensor:
@@ -170,7 +164,8 @@ def test_sdpa_stacks_equal_torch_transformer(norm_first: bool, activation: str, 
 def test_encoder_ignores_padded_tokens(request) -> None:
     g = _gen(request)
     torch.manual_seed(0)
-    enc = _randomise_zero_params(TransformerEncoder(2, D, H, F, attention={"name": "lavo", "window_size": 4}))
+    enc = randomise_zero_parameters(TransformerEncoder(2, D, H, F, attention={"name": "lavo", "window_size": 4}))
+    enc = enc.double().eval()
     x = torch.randn(2, 11, D, generator=g, dtype=torch.float64)
     m = _mask([11, 5], 11)
     x2 = torch.where(m[..., None], x, 100 * torch.randn(2, 11, D, generator=g, dtype=torch.float64))

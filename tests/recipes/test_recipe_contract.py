@@ -1,7 +1,9 @@
 """The contract every registered recipe keeps, checked on its ``tiny_config``: a new recipe is tested here without
 writing a test (docs/architecture.md, "The recipe contract"). The last test runs the public kit
 (:mod:`lavo_zoo.testing`) that plugin recipes run in their own suites, so the kit is held to the built-in recipes."""
+import importlib
 import math
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -11,9 +13,10 @@ import torch
 import lavo_zoo
 from lavo_zoo.checkpoints import load_predictor
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint import latest_checkpoint, load_model
+from lavo_zoo.engine.checkpoint_io import latest_checkpoint, load_model
+from lavo_zoo.engine.configs import available_configs, config_from_dict, resolve_config
 from lavo_zoo.engine.predictor import Predictor
-from lavo_zoo.engine.recipe import RECIPES, Recipe, available_configs, config_from_dict, get_recipe, resolve_config
+from lavo_zoo.engine.recipe import RECIPES, Recipe, get_recipe
 from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators import EVALUATORS
@@ -42,40 +45,67 @@ def _batch(recipe, cfg, split: str, n: int = 2):
 
 
 BUILTIN = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "recipes").glob("*/recipe.py"))
-ROOMS = ("recipe.py", "model.py", "data", "infer.py", "cli.py", "configs", "README.md")
+# docs/architecture.md, "Every recipe has the same rooms" (a room is a module, or a package where a domain has several
+# formats: LRA's data/)
+ROOMS = ("recipe.py", "model.py", "data", "builtin.py", "infer.py", "cli.py", "configs", "README.md")
+
+
+def check_rooms(folder: Path, package: str, recipe: Recipe) -> None:
+    """The recipe in ``folder`` (importable as ``package``) has every room, and each room holds what it is for:
+    recipe.py the config, whose training defaults are its paper_train_config(), with an EvalConfig; builtin.py the
+    recipe's BuiltinData (dataset names, cache key, generator); infer.py its predictor; cli.py its COMMANDS, click
+    commands; and a model card can say its task and limits."""
+    import click
+
+    from lavo_zoo.config import EvalConfig
+    from lavo_zoo.engine.builtin_data import BuiltinData
+
+    name = recipe.name
+    for room in ROOMS:
+        path = folder / room
+        if room == "README.md" and (folder.parent / "pyproject.toml").is_file():
+            path = folder.parent / room  # a plugin's README is its project's
+        assert path.is_file() or (path / "__init__.py").is_file() or (room == "configs" and path.is_dir()) or \
+            (folder / f"{room}.py").is_file(), f"{package}: no {room}"
+    eval_field = next(f for f in fields(recipe.config_class) if f.name == "eval")
+    assert issubclass(eval_field.type if isinstance(eval_field.type, type) else type(eval_field.default_factory()),
+                      EvalConfig), f"{name}: its eval config must subclass EvalConfig"
+    module = importlib.import_module(f"{package}.recipe")
+    train_field = next(f for f in fields(recipe.config_class) if f.name == "train")
+    assert callable(getattr(module, "paper_train_config", None)), f"{name}: recipe.py has no paper_train_config()"
+    assert train_field.default_factory is module.paper_train_config, \
+        f"{name}: the config's train defaults must be recipe.py's paper_train_config()"
+    assert isinstance(recipe.builtin, BuiltinData) and recipe.builtin.datasets, f"{name}: no built-in dataset"
+    assert type(recipe.builtin).__module__ == f"{package}.builtin", f"{name}: its BuiltinData belongs in builtin.py"
+    for hook in ("key", "write"):
+        assert getattr(type(recipe.builtin), hook) is not getattr(BuiltinData, hook), f"{name} does not define {hook}"
+    assert recipe.task != Recipe.task and all(recipe.task) and recipe.limits, \
+        f"{name}: the model card needs its task (type, name) and limits"
+    assert recipe.predictor is not None and issubclass(recipe.predictor, Predictor), f"{name}: no predictor"
+    assert recipe.predictor.__module__ == f"{package}.infer", f"{name}: its predictor belongs in infer.py"
+    commands = importlib.import_module(f"{package}.cli").COMMANDS
+    assert isinstance(commands, list) and all(isinstance(c, click.Command) for c in commands), \
+        f"{name}: cli.py's COMMANDS must be a list of click commands"
 
 
 @pytest.mark.parametrize("name", BUILTIN)
 def test_every_builtin_recipe_has_the_same_rooms(name):
-    """recipe.py, model.py, data (a module, or a package where a domain has several formats), infer.py, cli.py,
-    configs/ and README.md; the paper's training defaults are paper_train_config(); its eval config is an
-    EvalConfig; its built-in data comes through the one hook (datasets, builtin_key, write_builtin); a model card
-    can say its task and limits."""
-    import importlib
+    check_rooms(Path(__file__).resolve().parents[2] / "recipes" / name, f"lavo_zoo.recipes.{name}", get_recipe(name))
 
-    from lavo_zoo.config import EvalConfig
 
-    folder = Path(__file__).resolve().parents[2] / "recipes" / name
-    for room in ROOMS:
-        path = folder / room
-        assert path.is_file() or (folder / f"{room}.py").is_file() or (path / "__init__.py").is_file() or \
-            (room == "configs" and path.is_dir()), f"recipes/{name} has no {room}"
-    recipe = get_recipe(name)
-    eval_field = next(f for f in fields(recipe.config_class) if f.name == "eval")
-    assert issubclass(eval_field.type if isinstance(eval_field.type, type) else type(eval_field.default_factory()),
-                      EvalConfig), f"{name}: its eval config must subclass EvalConfig"
-    module = importlib.import_module(f"lavo_zoo.recipes.{name}.recipe")
-    train_field = next(f for f in fields(recipe.config_class) if f.name == "train")
-    if train_field.default_factory.__module__ == module.__name__:  # the recipe has its own training defaults
-        assert train_field.default_factory is getattr(module, "paper_train_config", None), name
-    assert recipe.datasets, f"{name}: no built-in dataset"
-    assert recipe.task != Recipe.task and all(recipe.task) and recipe.limits, \
-        f"{name}: the model card needs its task (type, name) and limits"
-    for hook in ("builtin_key", "write_builtin"):
-        assert getattr(type(recipe), hook) is not getattr(Recipe, hook), f"{name} does not define {hook}"
-    infer = importlib.import_module(f"lavo_zoo.recipes.{name}.infer")
-    assert recipe.predictor is not None and issubclass(recipe.predictor, Predictor), f"{name}: no predictor"
-    assert recipe.predictor.__module__ == infer.__name__, f"{name}: its predictor belongs in infer.py"
+def test_a_scaffolded_recipe_has_the_rooms_of_a_builtin_one(tmp_path, monkeypatch):
+    """`lavo-zoo new recipe` writes a plugin with the same rooms, checked the same way."""
+    from lavo_zoo.scaffold import render, substitutions
+
+    name = "rooms_demo"
+    render("recipe", name, tmp_path / "pkg")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+    try:
+        recipe_class = getattr(importlib.import_module(f"{name}.recipe"), substitutions("recipe", name)["cls"])
+        check_rooms(tmp_path / "pkg" / name, name, recipe_class())
+    finally:
+        for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[module]
 
 
 @pytest.mark.parametrize("name", NAMES)

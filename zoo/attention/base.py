@@ -129,6 +129,25 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, *,
                 context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None,
                 state: Any = None, return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        """Attend: validate the inputs once, then run the mechanism (:meth:`attend`).
+
+        Args:
+            x: the queries' sequence [B, T, D] (D = ``embed_dim``).
+            padding_mask: [B, T] bool, True = a real token (None: all real). A padded position changes no real
+                output; its own output is unspecified.
+            context: the source [B, S, D]; required with pattern ``cross``, refused otherwise.
+            context_mask: [B, S] bool, True = a real source token (None: all real); ``cross`` only.
+            state: the state a previous chunk returned (``causal`` and ``streaming`` mechanisms only): the chunk
+                continues that sequence.
+            return_state: also return the state after this chunk (same condition; no ``padding_mask``).
+
+        Returns:
+            y [B, T, D], or (y, state) with ``return_state``.
+
+        Raises:
+            ValueError: a shape, dtype or mask does not fit, ``context`` is missing or not allowed for the pattern,
+                or streaming is asked of a pattern or mechanism without a state.
+        """
         self._check(x, "x", padding_mask, "padding_mask")
         if self.pattern == "cross":
             if context is None:

@@ -20,7 +20,7 @@ def measure(config: str, length: int, repeats: int, device: Any, overrides: tupl
     ``overrides`` (KEY=VALUE) applied after ``model.dropout=0.0``."""
     import torch
 
-    from lavo_zoo.engine.recipe import resolve_config
+    from lavo_zoo.engine.configs import resolve_config
 
     recipe, cfg = resolve_config(config, ["model.dropout=0.0", *overrides])
     cfg = recipe.resolve(cfg)

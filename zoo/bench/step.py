@@ -18,7 +18,7 @@ def chamfer_speed(pairs: int) -> dict[str, float]:
     import torch
 
     from lavo_zoo.evaluators.chamfer import score_clouds
-    from lavo_zoo.recipes.point_cloud.data import make_shape
+    from lavo_zoo.recipes.point_cloud.builtin import make_shape
 
     out = {}
     for kind in ("near", "unrelated"):
@@ -39,7 +39,7 @@ def step_time(spec: dict[str, Any]) -> dict[str, float]:
     ``spec["overrides"]`` on built-in batches, and the process's peak RSS (run it in a fresh process)."""
     import torch
 
-    from lavo_zoo.engine.recipe import resolve_config
+    from lavo_zoo.engine.configs import resolve_config
 
     steps = spec["steps"]
     recipe, cfg = resolve_config(spec["config"], spec["overrides"])

@@ -33,7 +33,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """One measurement (``spec``: config, overrides, mode train|decode, length, repeats, steps, device)."""
     import torch
 
-    from lavo_zoo.engine.recipe import resolve_config
+    from lavo_zoo.engine.configs import resolve_config
 
     device = torch.device(spec["device"])
     torch.manual_seed(0)

@@ -29,7 +29,8 @@ def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: s
     import torch
 
     from lavo_zoo.attention import AttentionSpec, SiteAttention
-    from lavo_zoo.recipes.tts.model import ModelConfig, TransformerTTS, synthesize
+    from lavo_zoo.recipes.tts.infer import synthesize
+    from lavo_zoo.recipes.tts.model import ModelConfig, TransformerTTS
     from lavo_zoo.recipes.tts.text import text_encoder
 
     if size == "tiny" and decoder_self["name"] == "lavo":  # tts/tiny-*'s LAVO (r = 16, w = 8)
@@ -54,7 +55,7 @@ def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: s
         times.append(time.perf_counter() - start)
         return out
 
-    model.decode_step = timed  # the real loop (recipes.tts.model.synthesize), timed step by step
+    model.decode_step = timed  # the real loop (recipes.tts.infer.synthesize), timed step by step
     synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)  # warm-up
     r = cfg.frames_per_step
     per_frame, total = {n: float("inf") for n in at}, float("inf")

@@ -1,15 +1,11 @@
 """Facts about the running environment recorded with checkpoints and results (versions, git revision, device) and
-where the project caches things (``cache_root``, the generated built-in datasets)."""
+where the project caches things (``cache_root``; the built-in datasets in it: :mod:`lavo_zoo.engine.builtin_data`)."""
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import re
-import shutil
 import subprocess
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -82,34 +78,6 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
     if os.environ.get("LAVO_ZOO_CACHE"):
         return Path(os.environ["LAVO_ZOO_CACHE"]).expanduser()
     return Path(platformdirs.user_cache_dir("lavo-zoo"))
-
-
-DATA_PATH_FILE = ".data_path"  # inside a built-in dataset's folder: the data.path relative to it ("." = the folder)
-
-
-def builtin_dataset(parent: Path, name: str, key: dict[str, Any], write: Callable[[Path], Path]) -> Path:
-    """A generated built-in dataset in ``parent/<name>-<hash of key>``, written once; returns the path to give as
-    ``data.path`` (the folder, or the file in it that ``write`` returned).
-
-    ``key`` holds everything the generated files depend on (generator settings, a format version, the Python version
-    for data taken from the standard library): a change gives another folder, so a stale dataset is never read.
-    ``write(folder)`` fills a temporary folder and returns the data path inside it; the folder is then renamed into
-    place, so concurrent processes and crashes never leave a half-written dataset.
-    """
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    root = Path(parent).expanduser() / f"{name}-{digest}"
-    if not (root / DATA_PATH_FILE).is_file():
-        tmp = root.parent / f".{root.name}.{os.getpid()}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        made = Path(write(tmp))
-        (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
-        shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
-        try:
-            os.replace(tmp, root)
-        except OSError:  # another process wrote it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    return root / (root / DATA_PATH_FILE).read_text()
 
 
 def pick_device(name: str | None) -> torch.device:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint import load_model
+from lavo_zoo.engine.checkpoint_io import load_model
 from lavo_zoo.engine.env import pick_device, versions
 
 

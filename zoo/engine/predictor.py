@@ -12,16 +12,25 @@ from torch import nn
 
 
 class Predictor:
-    """``recipe``, ``cfg`` (the checkpoint's resolved config), ``model`` (in eval mode) on ``device``."""
+    """A trained model with its recipe and config; subclasses add the domain's calls."""
 
     def __init__(self, recipe: Any, cfg: Any, model: nn.Module, device: torch.device | str = "cpu",
                  checkpoint: str | None = None) -> None:
+        """Built by :func:`lavo_zoo.load` (users call that, not this).
+
+        Args:
+            recipe: the checkpoint's recipe (a :class:`~lavo_zoo.engine.recipe.Recipe`).
+            cfg: the checkpoint's resolved config.
+            model: the model with the checkpoint's weights (put in eval mode).
+            device: where the model is.
+            checkpoint: the reference it was loaded from (for messages and ``repr``).
+        """
         self.recipe, self.cfg, self.model = recipe, cfg, model.eval()
         self.device = torch.device(device)
         self.checkpoint = checkpoint
 
     def to(self, device: torch.device | str) -> Predictor:
-        """The same predictor on another device."""
+        """Move the model to ``device`` (cpu, cuda, cuda:N); returns the predictor itself."""
         self.device = torch.device(device)
         self.model.to(self.device)
         return self

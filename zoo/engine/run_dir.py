@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import safe_open
 
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
+from lavo_zoo.engine.checkpoint_io import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
 from lavo_zoo.errors import CheckpointError, UsageError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "tensorboard", "checkpoints")

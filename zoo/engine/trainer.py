@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
 from lavo_zoo.config import save_config
-from lavo_zoo.engine.checkpoint import (
+from lavo_zoo.engine.checkpoint_io import (
     CONFIG,
     WEIGHTS,
     load_train_state,

@@ -2,7 +2,9 @@
 written (``pip install -e DIR``, then ``lavo-zoo list``, ``train NAME/tiny``, ``eval`` and its own tests).
 
 The files come from ``templates/<kind>/``: a path segment ``PKG`` becomes the package name, a ``.tmpl`` suffix is
-dropped, and ``{{name}}``, ``{{pkg}}``, ``{{cls}}``, ``{{dist}}`` in the text are replaced.
+dropped, and ``{{name}}``, ``{{pkg}}``, ``{{cls}}``, ``{{camel}}``, ``{{dist}}``, ``{{command}}`` in the text are
+replaced. A recipe plugin has every room a built-in recipe has (docs/architecture.md, "Every recipe has the same
+rooms"): recipe.py, model.py, data.py, builtin.py, infer.py, cli.py, configs/ and README.md.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def substitutions(kind: str, name: str) -> dict[str, str]:
     camel = "".join(part.capitalize() for part in name.split("_"))
     suffix = "Attention" if kind == "attention" else "Recipe"
     return {"name": name, "pkg": name, "cls": camel + suffix, "camel": camel,
-            "dist": "lavo-zoo-" + name.replace("_", "-")}
+            "dist": "lavo-zoo-" + name.replace("_", "-"), "command": name.replace("_", "-") + "-classify"}
 
 
 def render(kind: str, name: str, out: Path) -> list[Path]:
@@ -107,6 +109,7 @@ Examples:
 @click.argument("name")
 @out_option("Directory to create (default: ./NAME); refused if it exists and is not empty.", folder=True)
 def new_recipe(name: str, out: Path | None) -> None:
-    """A recipe plugin: model.py, data.py (a real on-disk format and a built-in generator), recipe.py, a tiny
-    config, a README and tests that run the lavo-zoo recipe kit."""
+    """A recipe plugin with every room a built-in recipe has: recipe.py (the glue and its training defaults), model.py,
+    data.py (a real on-disk format), builtin.py (its generator), infer.py (the predictor lavo_zoo.load returns),
+    cli.py (a command), a tiny config, a README and tests that run the lavo-zoo recipe kit."""
     _new("recipe", name, out)

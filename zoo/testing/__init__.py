@@ -12,6 +12,9 @@ their own test suites (``lavo-zoo new`` writes tests that use them).
     def test_recipe_contract(check, tmp_path):
         check(tmp_path)
 
+``randomise_zero_parameters(module)`` draws the zero-initialised parameters (position biases, gates) of a module at
+random, so that a comparison with a slow reference sees them; the checks and the zoo's own tests use it.
+
 Each check raises ``AssertionError`` with a message naming the mechanism and what broke; a check that does not apply
 (e.g. an exact comparison for a mechanism that samples) calls ``pytest.skip`` with the reason.
 """
@@ -28,6 +31,7 @@ from lavo_zoo.testing.attention import (
     check_refuses_unsupported_patterns,
     check_reproducible,
     check_streaming_matches_full,
+    randomise_zero_parameters,
 )
 from lavo_zoo.testing.recipe import (
     check_evaluates,
@@ -54,5 +58,6 @@ __all__ = [
     "check_resumes_exactly",
     "check_streaming_matches_full",
     "check_trains",
+    "randomise_zero_parameters",
     "recipe_checks",
 ]

@@ -40,6 +40,25 @@ def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64) 
     return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
 
 
+def randomise_zero_parameters(module: torch.nn.Module) -> torch.nn.Module:
+    """Draw every parameter of ``module`` that is all zeros from N(0, 1), in place (from the global generator).
+
+    Parameters that start at zero (an embedded position encoding, a relative bias, a gate) make a wrong index or sign
+    in them invisible to a comparison; randomised, the misuse shows.
+
+    Args:
+        module: any module (an attention, a decoder).
+
+    Returns:
+        ``module`` itself, for chaining.
+    """
+    with torch.no_grad():
+        for p in module.parameters():
+            if not p.any():
+                p.normal_()
+    return module
+
+
 def _right_padding(B: int, T: int, lengths: list[int]) -> torch.Tensor:
     return torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [B, T] True = real
 
@@ -198,12 +217,7 @@ DECODE_CHUNKS = [1, 4, 2, 7, 1, 1]  # 16 positions in uneven steps, single token
 
 def _build_randomised(name: str, pattern: str) -> torch.nn.Module:
     """float64, eval mode, with zero-initialised parameters (position biases) randomised so that misuse shows."""
-    attn = _build(name, pattern)
-    with torch.no_grad():
-        for p in attn.parameters():
-            if not p.any():
-                p.normal_()
-    return attn
+    return randomise_zero_parameters(_build(name, pattern))
 
 
 def _decode(attn: torch.nn.Module, x: torch.Tensor, state: object, sizes: list[int]) -> torch.Tensor:

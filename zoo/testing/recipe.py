@@ -22,7 +22,7 @@ SHORT_RUN = ["train.max_steps=2", "train.save_every=1", "train.log_every=1", "tr
 
 
 def _train(config: str, out: Path, overrides: list[str], resume: str | None = None) -> Path:
-    from lavo_zoo.engine.recipe import resolve_config
+    from lavo_zoo.engine.configs import resolve_config
     from lavo_zoo.engine.trainer import Trainer
 
     recipe, cfg = resolve_config(config, SHORT_RUN + list(overrides))
@@ -81,7 +81,7 @@ def check_evaluates(config: str, tmp_path: Path, overrides: list[str] = (), spli
 
 def check_refuses_missing_data(config: str, tmp_path: Path, overrides: list[str] = ()) -> None:
     """``data.path`` pointing nowhere is a clear error that names the path, raised before any training."""
-    from lavo_zoo.engine.recipe import resolve_config
+    from lavo_zoo.engine.configs import resolve_config
 
     missing = tmp_path / "no-such-dataset"
     recipe, cfg = resolve_config(config, list(overrides) + [f"data.path={missing}"])

@@ -1,4 +1,5 @@
-"""Long Range Arena data: the five tasks' release formats, their LRA tokenisation, and the built-in generators.
+"""Long Range Arena data: the five tasks' release formats and their LRA tokenisation, one module per task (each with
+the generator of its built-in data beside its reader: the two sides of one format).
 
 =========== ===================================================== ============ ======== =========== =========
 task        release layout (``data.path``)                          tokens       length   vocabulary  classes
@@ -10,8 +11,9 @@ image       ``cifar-10-batches-bin/{data,test}_batch*.bin``         gray pixels 
 pathfinder  ``<difficulty>/{imgs/<b>/sample_<i>.png,metadata/}``    pixels       1,024    256         2
 =========== ===================================================== ============ ======== =========== =========
 
-Without ``data.path`` the task's built-in generator writes the same layout once into the cache
-(``$LAVO_ZOO_CACHE/lra/builtin/<task>-<hash of its settings>``) and the same loader reads it.
+Without ``data.path`` the task's built-in generator (called through :mod:`lavo_zoo.recipes.lra.builtin`) writes the
+same layout once into the cache (``$LAVO_ZOO_CACHE/lra/builtin/<task>-<hash of its settings>``) and the same loader
+reads it.
 """
 from __future__ import annotations
 
@@ -28,13 +30,9 @@ from lavo_zoo.recipes.lra.data.common import (
     SPLITS,
     LRADataset,
     collate,
-    split_sizes,
 )
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
-# per task: bump a task's number when its generator's output changes, so that its cached built-in data is rebuilt
-# (and only its: Pathfinder's takes minutes to draw)
-GENERATOR_VERSIONS = {"listops": 2, "text": 2, "retrieval": 2, "image": 3, "pathfinder": 2}
 
 
 @dataclass(frozen=True)
@@ -74,37 +72,6 @@ class DataConfig:
         return self.max_length or self.info().max_length
 
 
-def builtin_lengths(cfg: DataConfig) -> tuple[int, int]:
-    lo, hi = {"listops": (500, 2000), "text": (1000, 4000), "retrieval": (1000, 4000)}.get(cfg.task, (0, 0))
-    return cfg.builtin_min_length or lo, cfg.builtin_max_length or hi
-
-
-def write_task(out: Path, task: str, size: int, seed: int = 0, length_range: tuple[int, int] | None = None,
-               difficulty: str = "curv_contour_length_14") -> Path:
-    """Write task ``task``'s built-in data (``size`` training examples) into ``out`` in the release layout;
-    returns the folder to give as ``data.path``."""
-    if task not in TASKS:
-        raise ConfigError(f"unknown LRA task '{task}'; choose one of {', '.join(TASKS)}")
-    if size < 1:
-        raise ConfigError(f"the built-in data size must be >= 1, got {size}")
-    sizes = split_sizes(size)
-    cfg = DataConfig(task=task, builtin_min_length=(length_range or (0, 0))[0],
-                     builtin_max_length=(length_range or (0, 0))[1])
-    lo, hi = builtin_lengths(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    if task == "listops":
-        listops.write_dataset(out, sizes, listops.ListOpsGenerator(min_length=lo, max_length=hi), seed)
-    elif task == "text":
-        text.write_dataset(out, sizes, seed, lo, hi)
-    elif task == "retrieval":
-        retrieval.write_dataset(out, sizes, seed, lo, hi)
-    elif task == "image":
-        image.write_dataset(out, sizes, seed)
-    else:
-        pathfinder.write_dataset(out, sum(sizes.values()), difficulty, seed)
-    return out
-
-
 def load_examples(cfg: DataConfig, split: str, root: Path | None = None) -> LRADataset:
     """``split`` of the configured task as a dataset, read from ``root`` (default: ``data.path``; the recipe passes
     its built-in data's folder when that is unset)."""
@@ -130,14 +97,11 @@ def load_examples(cfg: DataConfig, split: str, root: Path | None = None) -> LRAD
 
 
 __all__ = [
-    "GENERATOR_VERSIONS",
     "TASKS",
     "TASK_INFO",
     "DataConfig",
     "LRADataset",
     "TaskInfo",
-    "builtin_lengths",
     "collate",
     "load_examples",
-    "write_task",
 ]

@@ -1,21 +1,17 @@
-"""Helpers for the LM recipe tests: tiny configs and attentions that may still be missing."""
+"""Helpers for the LM recipe tests: tiny configs and models over the causal attentions the streaming and generation
+tests cover."""
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
+import torch
 
-from lavo_zoo.attention import ATTENTIONS
-from lavo_zoo.engine.recipe import config_from_dict
+from lavo_zoo.engine.configs import config_from_dict
 
-# (attention, options) pairs the streaming/generation tests cover, where registered
+# (attention, options) pairs the streaming/generation tests cover: built-in names, so a renamed one fails loudly
 CAUSAL_ATTENTIONS = [("vanilla", {}), ("lavo", {"num_bases": 8, "window_size": 4}), ("sdpa", {}),
                      ("sdpa", {"rope": True}), ("local", {"window_size": 4})]
-
-
-def require_attention(name: str) -> None:
-    if name not in ATTENTIONS.names():
-        pytest.skip(f"attention '{name}' is not registered in this tree yet")
+IDS = ["-".join([name, *(f"{k}={v}" for k, v in opts.items())]) for name, opts in CAUSAL_ATTENTIONS]
 
 
 def tiny_config(attention: str = "vanilla", options: dict[str, Any] | None = None, **sections: Any):
@@ -29,3 +25,10 @@ def tiny_config(attention: str = "vanilla", options: dict[str, Any] | None = Non
         data[key] = {**data.get(key, {}), **value}
     recipe, cfg = config_from_dict(data)
     return recipe, recipe.resolve(cfg)
+
+
+def tiny_model(attention: str, options: dict[str, Any]):
+    """(recipe, config, model in eval mode) of :func:`tiny_config`, seeded."""
+    torch.manual_seed(0)
+    recipe, cfg = tiny_config(attention, options)
+    return recipe, cfg, recipe.build_model(cfg).eval()

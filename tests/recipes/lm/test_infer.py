@@ -1,13 +1,19 @@
+"""Generation and the perplexity loops (infer.py), and the ``generate`` command and Python API that call them."""
+import math
+
+import numpy as np
+import pytest
+import torch
 from click.testing import CliRunner
 
+from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.recipes.lm.cli import generate
-from lavo_zoo.recipes.lm.infer import generate_ids
-from tests.recipes.lm.helpers import require_attention, tiny_config
+from lavo_zoo.recipes.lm.infer import bucket_edges, generate_ids, stream_perplexity
+from tests.recipes.lm.helpers import CAUSAL_ATTENTIONS, IDS, tiny_config, tiny_model
 
 
 def test_generate_command_continues_the_prompt_from_a_checkpoint(tmp_path):
-    require_attention("lavo")
-    from lavo_zoo.engine.checkpoint import save_checkpoint
+    from lavo_zoo.engine.checkpoint_io import save_checkpoint
 
     recipe, cfg = tiny_config("lavo", {"num_bases": 8, "window_size": 4})
     model = recipe.build_model(cfg).eval()
@@ -28,9 +34,8 @@ def test_generate_help_ends_with_examples():
 def test_the_python_api_is_what_the_command_prints(tmp_path):
     """``lavo_zoo.load`` returns the LanguageModel the command uses: the same greedy continuation, one per prompt of a
     list, and the same with the recurrent state carried as with the sequence re-run every step."""
-    require_attention("lavo")
     import lavo_zoo
-    from lavo_zoo.engine.checkpoint import save_checkpoint
+    from lavo_zoo.engine.checkpoint_io import save_checkpoint
 
     recipe, cfg = tiny_config("lavo", {"num_bases": 8, "window_size": 4})
     ckpt = save_checkpoint(tmp_path / "checkpoints", 1, recipe.build_model(cfg).eval(), cfg, "lm")
@@ -43,3 +48,39 @@ def test_the_python_api_is_what_the_command_prints(tmp_path):
     assert result.exit_code == 0 and result.output.startswith("Once" + one), result.output
     sampled = [lm.generate("Once", max_new_tokens=12, temperature=1.0, seed=3) for _ in range(2)]
     assert sampled[0] == sampled[1]  # a seed fixes the sample
+
+
+@pytest.mark.parametrize("attention,options", CAUSAL_ATTENTIONS[:2], ids=IDS[:2])
+def test_streaming_evaluation_equals_parallel_evaluation(attention, options):
+    _, _, model = tiny_model(attention, options)
+    tokens = np.random.default_rng(0).integers(0, 256, 301).astype(np.uint8)
+    table = PerplexityTable()
+    stream_perplexity(model, tokens, table, chunk=37, bucket_start=32)
+    ids = torch.from_numpy(tokens.astype(np.int64))[None]  # [1, 301]
+    with torch.no_grad():
+        nll = model(ids[:, :-1], ids[:, 1:])[0]  # [300]
+    metrics = table.compute()
+    assert table.num_samples == 300
+    assert metrics["ppl@stream"] == pytest.approx(math.exp(nll.double().mean()), rel=1e-5)
+    for lo, hi in [(0, 32), (32, 64), (64, 128), (128, 256), (256, 512)]:
+        assert metrics[f"ppl@ctx:{lo + 1}-{hi}"] == pytest.approx(math.exp(nll[lo:hi].double().mean()), rel=1e-5)
+
+
+@pytest.mark.parametrize("attention,options", CAUSAL_ATTENTIONS, ids=IDS)
+def test_generation_with_state_equals_greedy_full_reruns(attention, options):
+    _, _, model = tiny_model(attention, options)
+    prompt = list(b"Once upon a time")
+    with_state = generate_ids(model, prompt, 24, temperature=0, use_state=True)
+    reruns = generate_ids(model, prompt, 24, temperature=0, use_state=False)
+    assert with_state == reruns and len(with_state) == 24
+
+
+def test_sampling_is_reproducible_with_a_seed():
+    _, _, model = tiny_model("vanilla", {})
+    a = generate_ids(model, [1, 2, 3], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
+    b = generate_ids(model, [1, 2, 3], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
+    assert a == b
+
+
+def test_bucket_edges_double():
+    assert bucket_edges(32, 300) == [0, 32, 64, 128, 256, 512]

@@ -1,4 +1,4 @@
-"""The PCN layout loader on a hand-written fixture, PoinTr's transforms, the crop protocol and the built-in data."""
+"""The PCN layout loader on a hand-written fixture, PoinTr's transforms and the crop protocol."""
 from __future__ import annotations
 
 import json
@@ -11,14 +11,10 @@ import torch
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.formats.pcd import read_pcd, write_pcd
 from lavo_zoo.recipes.point_cloud.data import (
-    PCN_CATEGORIES,
     CompletionDataset,
     DataConfig,
     crop_view,
-    make_shape,
     mirror,
-    render_partial,
-    write_shapes,
 )
 
 GT = 64
@@ -121,28 +117,3 @@ def test_crop_protocol(pcn_root: Path) -> None:
         s = CompletionDataset(pcn_root, "test", DataConfig(gt_points=GT, input_points=64, partial="crop", crop=crop))[0]
         assert int(s["partial_mask"].sum()) == GT - int(GT * share)
     assert int(CompletionDataset(pcn_root, "test", _cfg(partial="crop", crop="easy"))[0]["partial_mask"].sum()) == 32
-
-
-def test_render_partial_keeps_the_visible_side() -> None:
-    g = np.random.default_rng(2).normal(size=(4000, 3))
-    sphere = (g / np.linalg.norm(g, axis=1, keepdims=True)).astype(np.float32)
-    seen = render_partial(sphere, np.array([0.0, 0.0, 1.0]), resolution=20)
-    # the camera looks along +z: it sees the z < 0 half (up to pixel-sized slack at the silhouette)
-    assert 100 < len(seen) <= 400 and (seen[:, 2] < 0.35).all() and seen[:, 2].mean() < -0.5
-
-
-def test_builtin_generator_writes_the_pcn_layout(tmp_path: Path) -> None:
-    root = write_shapes(tmp_path / "pcn", train=1, seed=3, num_points=512)
-    index = json.loads((root / "PCN.json").read_text())
-    assert len(index) == 8 and {e["taxonomy_name"] for e in index} == set(PCN_CATEGORIES.values())
-    ds = CompletionDataset(root, "train", DataConfig(gt_points=512, input_points=256))
-    assert len(ds) == 8 and all(len(m.partials) == 8 for m in ds.models)
-    test = CompletionDataset(root, "test", DataConfig(gt_points=512, input_points=256))
-    assert len(test) == 16
-    for m in test.models:
-        gt = read_pcd(m.complete, expected_points=512)
-        partial = read_pcd(m.partials[0])
-        assert np.abs(gt).max() <= 0.5 + 1e-6 and 0.4 <= np.ptp(gt, 0).max() <= 1.0
-        assert 0 < len(partial) < 512 and np.isin(partial.view("V12"), gt.view("V12")).all()  # a subset of gt
-    assert np.array_equal(make_shape("lamp", 300, seed=5), make_shape("lamp", 300, seed=5))  # deterministic
-    assert not np.array_equal(make_shape("lamp", 300, seed=5), make_shape("lamp", 300, seed=6))

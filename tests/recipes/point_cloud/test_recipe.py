@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from lavo_zoo.cli import main
-from lavo_zoo.engine.recipe import available_configs, resolve_config
+from lavo_zoo.engine.configs import available_configs, resolve_config
 from lavo_zoo.errors import ConfigError, InputError
 from lavo_zoo.formats.pcd import read_pcd, write_pcd
 from lavo_zoo.recipes.point_cloud.cli import complete

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lavo_zoo.engine.recipe import resolve_config
+from lavo_zoo.engine.configs import resolve_config
 from lavo_zoo.errors import InputError
 from lavo_zoo.nn.search import generate
 from lavo_zoo.recipes.summarization.data import Example, SummarizationDataset, Vocabulary

@@ -1,22 +1,17 @@
 """The recipe end to end on a small slice of the built-in corpus: 2 training steps, eval writing the results JSON and
-the summaries, `summarize` on the saved checkpoint, `write_data`."""
+the summaries, `summarize` on the saved checkpoint."""
 import json
 
 import pytest
 
 from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.cli import main
-from lavo_zoo.engine.recipe import available_configs, get_recipe, resolve_config
+from lavo_zoo.engine.configs import available_configs, resolve_config
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators.rouge import score_summaries
+from lavo_zoo.recipes.summarization.builtin import builtin_split, module_examples, stdlib_sources, write_stdlib_corpus
 from lavo_zoo.recipes.summarization.cli import summarize
-from lavo_zoo.recipes.summarization.data import (
-    builtin_split,
-    load_split,
-    module_examples,
-    stdlib_sources,
-    write_stdlib_corpus,
-)
+from lavo_zoo.recipes.summarization.data import load_split
 from lavo_zoo.recipes.summarization.infer import split_document
 from tests.helpers import run_command
 
@@ -122,14 +117,3 @@ def test_summarize_a_saved_checkpoint(trained, tmp_path):
 def test_split_document_splits_on_separators_or_blank_lines():
     assert split_document("a\nb\n\nc\n") == ["a\nb", "c"]
     assert split_document("a\n\nb ||||| c NEWLINE_CHAR d") == ["a\n\nb", "c\nd"]
-
-
-def test_write_data_writes_the_multinews_layout(tmp_path, monkeypatch):
-    import lavo_zoo.recipes.summarization.recipe as recipe_module
-
-    sources = [s for s in stdlib_sources() if s[0] in ("bisect", "textwrap")]
-    monkeypatch.setattr(recipe_module, "write_stdlib_corpus", lambda out: write_stdlib_corpus(out, sources))
-    path = get_recipe("summarization").write_data(tmp_path / "mn")
-    assert sorted(p.name for p in path.iterdir()) == ["test.src", "test.tgt", "train.src", "train.tgt", "val.src",
-                                                      "val.tgt"]
-    assert all(line.startswith("– ") for line in (path / "train.tgt").read_text().splitlines())

@@ -11,7 +11,6 @@ from lavo_zoo.recipes.time_series.data import (
     ETT_COLUMNS,
     DataConfig,
     ForecastWindows,
-    generate_ett,
     split_borders,
     time_features,
 )
@@ -59,19 +58,6 @@ def test_real_etth1_feature_modes(etth1: Path) -> None:
     assert single.columns == ("OT",)
     ms = prepare(DataConfig(path=str(etth1), features="MS", target="HUFL"))
     assert ms.columns[-1] == "HUFL" and len(ms.columns) == 7  # the target moves last, as Dataset_Custom
-
-
-def test_builtin_data_layout_and_ratio_split() -> None:
-    table = generate_ett(2000, seed=0)
-    assert list(table.columns) == ["date", *ETT_COLUMNS]
-    pd.testing.assert_frame_equal(table, generate_ett(2000, seed=0))
-    cfg = DataConfig(builtin_size=2000, seq_len=48, label_len=24, pred_len=12)
-    series = prepare(cfg)
-    assert series.borders == {"train": (0, 1400), "validation": (1352, 1600), "test": (1552, 2000)}
-    np.testing.assert_allclose(series.values[:1400].mean(0), 0, atol=1e-5)
-    np.testing.assert_allclose(series.values[:1400].std(0), 1, atol=1e-5)
-    np.testing.assert_allclose(series.mean, table[list(ETT_COLUMNS)].to_numpy()[:1400].mean(0))
-    assert len(_windows(cfg, "validation")) == 248 - 60 + 1
 
 
 def test_builtin_data_with_ett_split_matches_real_borders() -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lavo_zoo.cli import main
-from lavo_zoo.engine.recipe import available_configs, config_from_dict, resolve_config
+from lavo_zoo.engine.configs import available_configs, config_from_dict, resolve_config
 
 TINY = {"recipe": "time_series",
         "data": {"builtin_size": 1000, "seq_len": 32, "label_len": 16, "pred_len": 8},
@@ -96,3 +96,21 @@ def test_cli_train_eval_and_plot(trained: Path, tmp_path: Path) -> None:
     assert results["num_samples"] == 248 - 60 + 1  # test rows [1000 - 200 - 48, 1000), windows of 48 + 12 rows
     assert main(["forecast-plot", str(trained), "--windows", "3", "--out", str(tmp_path / "forecast.png")]) == 0
     assert (tmp_path / "forecast.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_time_series_model_is_built_from_the_checkpoint_without_the_csv(tmp_path):
+    from lavo_zoo.engine.checkpoint_io import load_model, save_checkpoint
+
+    assert main(["data", "time_series/etth1", "--out", str(tmp_path), "--size", "500"]) == 0
+    csv = tmp_path / "ETTh1.csv"
+    recipe, cfg = resolve_config("time_series/tiny-lavo", [f"data.path={csv}", "data.split=ratio", "data.features=MS",
+                                                            "data.seq_len=24", "data.label_len=12", "data.pred_len=6"])
+    cfg = recipe.resolve(cfg)
+    assert (cfg.model.channels, cfg.model.out_channels, cfg.model.time_features) == (7, 1, 4)
+    model = recipe.build_model(cfg)
+    ckpt = save_checkpoint(tmp_path / "ckpt", 1, model, cfg, "time_series")
+    csv.unlink()
+    _, loaded_cfg, loaded, _ = load_model(ckpt, "cpu")
+    assert loaded_cfg.model == cfg.model
+    for a, b in zip(model.state_dict().values(), loaded.state_dict().values()):
+        torch.testing.assert_close(a, b)

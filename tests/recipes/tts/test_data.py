@@ -1,4 +1,4 @@
-"""The LJSpeech loader: layout, splits, every refusal, resampling and down-mixing, the built-in spoken corpus."""
+"""The LJSpeech loader: layout, splits, every refusal, resampling and down-mixing."""
 import logging
 from pathlib import Path
 
@@ -16,8 +16,7 @@ from lavo_zoo.recipes.tts.data import (
     read_metadata,
     split_utterances,
 )
-from lavo_zoo.recipes.tts.espeak import SAMPLE_RATE
-from tests.recipes.tts.helpers import BUILTIN_SIZE, tone, write_ljspeech
+from tests.recipes.tts.helpers import tone, write_ljspeech
 
 
 def split_features(cfg: DataConfig, split: str):
@@ -124,20 +123,6 @@ def test_dataset_normalises_with_train_statistics(tmp_path: Path) -> None:
     batch = collate([build_dataset(cfg, "test")[i] for i in range(3)])
     assert batch["tokens"].shape[0] == 3 and batch["tokens"][0, batch["token_lengths"][0] - 1] == 1  # ends in EOS
     assert batch["mel"].shape[:2] == (3, int(batch["mel_lengths"].max())) and batch["mel"].shape[2] == 80
-
-
-def test_builtin_corpus_is_real_ljspeech_layout(builtin_root: Path) -> None:
-    rows = read_metadata(builtin_root)
-    assert len(rows) == BUILTIN_SIZE
-    lines = (builtin_root / "metadata.csv").read_text().splitlines()
-    assert all(len(line.split("|")) == 3 for line in lines)
-    info = sf.info(str(rows[0].wav))
-    assert info.samplerate == SAMPLE_RATE and info.channels == 1 and info.subtype == "PCM_16"
-    assert 0.8 < info.duration < 12.0  # a spoken sentence
-    wave = read_wav(rows[0].wav, SAMPLE_RATE)
-    assert np.abs(wave).max() > 0.05  # not silence
-    feats = split_features(DataConfig(builtin_size=BUILTIN_SIZE), "train")
-    assert len(feats) + len(split_features(DataConfig(builtin_size=BUILTIN_SIZE), "test")) <= BUILTIN_SIZE
 
 
 def test_ljspeech_mini(shared_data: Path) -> None:

@@ -1,5 +1,5 @@
 """The tts recipe end to end on the built-in corpus: configs, a 2-step training run, eval writing results, wavs and
-plots, synthesize writing a playable 22,050 Hz wav, the data hook, --help examples."""
+plots, synthesize writing a playable 22,050 Hz wav, --help examples."""
 import json
 from pathlib import Path
 
@@ -10,10 +10,8 @@ from click.testing import CliRunner
 
 from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.cli import main
-from lavo_zoo.engine.recipe import available_configs, resolve_config
+from lavo_zoo.engine.configs import available_configs, resolve_config
 from lavo_zoo.recipes.tts.cli import synthesize
-from lavo_zoo.recipes.tts.data import read_metadata
-from lavo_zoo.recipes.tts.recipe import TTSRecipe
 from tests.recipes.tts.helpers import BUILTIN_SIZE
 
 MICRO = [f"data.builtin_size={BUILTIN_SIZE}", "data.max_duration=6", "model.embed_dim=16", "model.num_heads=2",
@@ -131,12 +129,6 @@ def test_the_python_api_speaks_what_the_command_writes(trained: Path, tmp_path: 
     assert len(tts.synthesize(["Hello world.", "Hi."], max_frames=16)) == 2
 
 
-def test_write_data_hook_writes_the_ljspeech_layout(tmp_path: Path) -> None:
-    TTSRecipe().write_data(tmp_path / "corpus", size=3)
-    rows = read_metadata(tmp_path / "corpus")
-    assert len(rows) == 3 and all(sf.info(str(r.wav)).samplerate == 22_050 for r in rows)
-
-
 def test_help_ends_with_examples() -> None:
     text = CliRunner().invoke(synthesize, ["--help"]).output
     assert "Examples:" in text and text.rstrip().splitlines()[-1].strip().startswith("lavo-zoo")
@@ -147,7 +139,7 @@ def test_scoring_in_eval_mode_is_reproducible_and_leaves_the_random_state(traine
     import numpy as np
     import torch
 
-    from lavo_zoo.engine.checkpoint import load_model
+    from lavo_zoo.engine.checkpoint_io import load_model
 
     monkeypatch.setenv("LAVO_ZOO_CACHE", str(builtin_root.parents[2]))
     recipe, cfg, model, _ = load_model(trained / "checkpoints" / "last", "cpu")

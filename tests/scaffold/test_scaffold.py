@@ -1,6 +1,7 @@
 """``lavo-zoo new``: the scaffolded plugin packages work as written. Each package is made importable the way
 ``pip install -e`` would (the package folder on ``sys.path`` and a real ``.dist-info`` carrying its entry points),
-then driven through the CLI in a subprocess: ``list``, ``train NAME/tiny``, ``eval``, and the plugin's own tests."""
+then driven through the CLI in a subprocess: ``list``, ``train NAME/tiny``, ``eval``, the recipe's own command, and
+the plugin's own tests."""
 from __future__ import annotations
 
 import json
@@ -68,6 +69,9 @@ def test_a_scaffolded_recipe_lists_trains_and_evaluates_through_the_cli(recipe_p
     results = json.loads((root / "res.json").read_text())
     assert results["recipe"] == "brackets_demo" and 0.0 <= results["metrics"]["accuracy"]["value"] <= 1.0
     assert results["metrics"]["accuracy"]["higher_is_better"] is True
+    classified = _cli(env, "brackets-demo-classify", "run/checkpoints/last", "--text", "([])", "--device", "cpu",
+                      cwd=root)  # cli.py's COMMANDS, mounted as lavo-zoo's own
+    assert classified.returncode == 0 and classified.stdout.startswith("([])\t"), classified.stderr[-3000:]
 
 
 def test_a_scaffolded_recipe_passes_its_own_tests(recipe_plugin):

@@ -1,5 +1,5 @@
-"""``lavo_zoo.load`` (this module's :func:`load_predictor`) turns anything ``lavo-zoo eval`` accepts into the
-domain's predictor; the recipes' inference commands call it too.
+"""Loading a trained model for new inputs: ``lavo_zoo.load`` (this module's :func:`load_predictor`) turns anything
+``lavo-zoo eval`` accepts into the domain's predictor; the recipes' inference commands call it too.
 
     import lavo_zoo
     lm = lavo_zoo.load("runs/tiny-lavo/checkpoints/last")          # a run, a checkpoint, an archive, an index name,
@@ -18,7 +18,7 @@ from lavo_zoo.errors import CheckpointError, UsageError
 
 def checkpoint_dir(path: Path) -> Path:
     """A run directory's newest complete checkpoint (``checkpoints/last``, else the newest step), or ``path``."""
-    from lavo_zoo.engine.checkpoint import META, latest_checkpoint
+    from lavo_zoo.engine.checkpoint_io import META, latest_checkpoint
 
     if (path / META).is_file() or not (path / "checkpoints").is_dir():
         return path
@@ -30,13 +30,27 @@ def checkpoint_dir(path: Path) -> Path:
 
 def load_predictor(name_or_path: str | Path, device: str | None = None, overrides: Sequence[str] = (),
                    recipe: str | None = None) -> Any:
-    """The predictor of a trained model: ``name_or_path`` is a run directory, a checkpoint directory, a .tar.gz /
-    .zip archive, an index name (``lm/tiny-lavo@v1``), a URL or an ``hf://org/repo@revision/file`` reference
-    (downloaded once, verified, cached); ``device`` cpu / cuda / cuda:N (default: cuda when available);
-    ``overrides`` change evaluation or data settings (``key=value``), never the model; ``recipe``: refuse a
-    checkpoint of another domain (a :class:`UsageError` naming both)."""
+    """The predictor of a trained model: ``lavo_zoo.load``.
+
+    Args:
+        name_or_path: a run directory (its newest complete checkpoint), a checkpoint directory, a .tar.gz / .zip
+            archive, an index name (``lm/tiny-lavo@v1``), a URL or an ``hf://org/repo@revision/file`` reference
+            (downloaded once, verified, cached).
+        device: ``cpu``, ``cuda`` or ``cuda:N`` (default: cuda when available).
+        overrides: ``key=value`` changes to evaluation or data settings (never the model).
+        recipe: the domain the caller expects; a checkpoint of another one is refused.
+
+    Returns:
+        The recipe's :class:`~lavo_zoo.engine.predictor.Predictor` subclass (its ``infer.py`` class: ``generate``,
+        ``forecast``, ``synthesize``, ``summarize``, ``complete``, ``classify``), its model in eval mode on ``device``.
+
+    Raises:
+        CheckpointError: the checkpoint is missing, incomplete, corrupt or does not fit its config.
+        UsageError: the checkpoint is of another domain than ``recipe``, its recipe has no predictor, or an override
+            changes the model.
+    """
     from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.checkpoint import load_model
+    from lavo_zoo.engine.checkpoint_io import load_model
     from lavo_zoo.engine.env import pick_device
 
     dev = pick_device(device)

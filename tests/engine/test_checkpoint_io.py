@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from lavo_zoo.cli import main
-from lavo_zoo.engine.checkpoint import load_model, save_checkpoint
-from lavo_zoo.engine.recipe import resolve_config
+from lavo_zoo.engine.checkpoint_io import load_model, save_checkpoint
+from lavo_zoo.engine.configs import resolve_config
 from lavo_zoo.errors import CheckpointError
 from tests.helpers import TOY, run_cli
 
@@ -64,7 +64,7 @@ def test_unreadable_safetensors_with_matching_hash_refused(checkpoint):
     path, _ = checkpoint
     (path / "model.safetensors").write_bytes(b"not a safetensors file")
     meta = json.loads((path / "meta.json").read_text())
-    from lavo_zoo.engine.checkpoint import sha256_file
+    from lavo_zoo.engine.checkpoint_io import sha256_file
     meta["weights_sha256"] = sha256_file(path / "model.safetensors")
     (path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="model.safetensors is corrupt or truncated and cannot be read"):
@@ -92,7 +92,7 @@ def test_a_corrupt_training_state_is_refused_by_its_hash(tmp_path):
     model = recipe.build_model(cfg)
     state = {"step": 1, "optimizer": {}, "rng": []}
     path = save_checkpoint(tmp_path / "ck", 1, model, cfg, recipe.name, train_state=state)
-    from lavo_zoo.engine.checkpoint import load_train_state
+    from lavo_zoo.engine.checkpoint_io import load_train_state
 
     assert load_train_state(path)["step"] == 1
     blob = bytearray((path / "train_state.pt").read_bytes())
@@ -105,7 +105,7 @@ def test_a_corrupt_training_state_is_refused_by_its_hash(tmp_path):
 def test_a_full_disk_during_a_save_leaves_the_previous_checkpoint_and_names_the_path(checkpoint, monkeypatch):
     import errno
 
-    import lavo_zoo.engine.checkpoint as ckpt
+    import lavo_zoo.engine.checkpoint_io as ckpt
 
     path, model = checkpoint
     recipe, cfg = resolve_config(TOY)
@@ -124,7 +124,7 @@ def test_a_full_disk_during_a_save_leaves_the_previous_checkpoint_and_names_the_
 def test_mismatched_config_refused(checkpoint):
     """A config that does not fit the weights (meta.json rewritten with it, as a careless tool might) is refused
     when the weights do not load into the model it builds."""
-    from lavo_zoo.engine.checkpoint import sha256_file
+    from lavo_zoo.engine.checkpoint_io import sha256_file
 
     path, _ = checkpoint
     cfg = yaml.safe_load((path / "config.yaml").read_text())

@@ -1,8 +1,11 @@
-"""Checkpoints on disk (docs/architecture.md): a directory with ``model.safetensors`` (weights only),
-``config.yaml`` (resolved config), ``meta.json`` (recipe, step, metrics, versions, git revision, and the sha256 of
-every other file: the weights, the config that defines the model, the training state) and, for resuming,
-``train_state.pt`` (optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``). Loading verifies
-every file meta.json lists, so an edited config is refused as surely as corrupt weights.
+"""Checkpoint IO: saving and loading a run's checkpoints (the index of released checkpoints and their downloads are
+:mod:`lavo_zoo.checkpoints`).
+
+A checkpoint on disk (docs/architecture.md) is a directory with ``model.safetensors`` (weights only), ``config.yaml``
+(resolved config), ``meta.json`` (recipe, step, metrics, versions, git revision, and the sha256 of every other file:
+the weights, the config that defines the model, the training state) and, for resuming, ``train_state.pt``
+(optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``). Loading verifies every file meta.json
+lists, so an edited config is refused as surely as corrupt weights.
 
 Saves are atomic: everything is written into a temporary sibling directory, flushed, then renamed into place, and
 ``last`` is a symlink swapped with ``os.replace``. A crash mid-save leaves the previous checkpoint intact. Loading
@@ -28,8 +31,8 @@ from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
 from lavo_zoo.config import to_dict
+from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
-from lavo_zoo.engine.recipe import config_from_dict
 from lavo_zoo.errors import CheckpointError, ConfigError, UsageError
 
 WEIGHTS, CONFIG, META, TRAIN_STATE = "model.safetensors", "config.yaml", "meta.json", "train_state.pt"

@@ -1,11 +1,13 @@
-"""The built-in generators: ListOps values against an independent evaluator, Pathfinder labels from the geometry,
-and every task's built-in data written in the release layout that the real loader reads back."""
+"""The built-in data (builtin.py and each task's generator in data/): ListOps values against an independent
+evaluator, Pathfinder labels from the geometry, and every task's built-in data written in the release layout that the
+real loader reads back, also by `lavo-zoo data lra/<task>`."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lavo_zoo.recipes.lra.data import DataConfig, load_examples, write_task
+from lavo_zoo.recipes.lra.builtin import write_task
+from lavo_zoo.recipes.lra.data import DataConfig, load_examples
 from lavo_zoo.recipes.lra.data import listops as lo
 from lavo_zoo.recipes.lra.data import pathfinder as pf
 from lavo_zoo.recipes.lra.data.image import MAX_PAPER_GRAY
@@ -131,3 +133,16 @@ def test_builtin_image_digit_is_visible_in_the_grayscale_the_model_reads(tmp_pat
             gray = np.sort(ex.tokens[0].astype(np.float64))  # [1024] pixel values as the model reads them
             strokes, paper = gray[-len(gray) * 3 // 100:].mean(), gray[len(gray) // 4]  # paper: >= half the pixels
             assert strokes - paper >= 100 and paper <= MAX_PAPER_GRAY + 6, (split, strokes, paper)
+
+
+def test_write_data_hook_writes_a_release_folder_the_loader_reads(tmp_path: Path) -> None:
+    from lavo_zoo.engine.recipe import get_recipe
+    from lavo_zoo.errors import UsageError
+    from lavo_zoo.recipes.lra.data import DataConfig, load_examples
+
+    recipe = get_recipe("lra")
+    root = recipe.write_data(tmp_path / "lo", "listops", size=20)
+    assert (root / "basic_val.tsv").read_text().startswith("Source\tTarget\n")
+    assert len(load_examples(DataConfig(task="listops", path=str(root)), "train")) == 20
+    with pytest.raises(UsageError, match="no built-in dataset 'cifar'"):
+        recipe.write_data(tmp_path / "x", "cifar")

@@ -1,0 +1,30 @@
+"""Named configs (zoo/engine/configs.py): every built-in config validates; a missing file, an unknown name or recipe
+and a directory given as the config are refused, naming what was wrong."""
+import pytest
+
+from lavo_zoo.cli import main
+from lavo_zoo.engine.configs import config_from_dict, find_config, resolve_config
+from lavo_zoo.errors import ConfigError, UsageError
+
+
+def test_every_builtin_config_validates():
+    from lavo_zoo.engine.configs import available_configs
+    for name in available_configs():
+        recipe, cfg = resolve_config(name)
+        assert cfg.recipe == recipe.name, name
+
+
+def test_a_directory_as_the_config_is_called_a_directory(tmp_path, capsys):
+    assert main(["train", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert "is a directory, not a config file" in capsys.readouterr().err
+
+
+def test_missing_files_unknown_names_and_recipes_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        find_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="no config named 'nodomain/none'"):
+        find_config("nodomain/none")
+    with pytest.raises(ConfigError, match="no 'recipe:' key"):
+        config_from_dict({"train": {}})
+    with pytest.raises(UsageError, match="unknown recipe 'tyo'.*did you mean 'toy'"):
+        config_from_dict({"recipe": "tyo"})

@@ -1,0 +1,79 @@
+"""Synthesis (infer.py): stopping on the stop token or at max_frames, at given lengths, the same alone or batched."""
+import pytest
+import torch
+
+from lavo_zoo.recipes.tts.infer import synthesize
+from lavo_zoo.recipes.tts.model import TransformerTTS, shift_right
+from tests.recipes.tts.helpers import SITES, tiny_config
+
+
+def test_synthesis_stops_on_the_stop_token_or_at_max_frames() -> None:
+    torch.manual_seed(2)
+    model = TransformerTTS(tiny_config()).eval()
+    tokens = torch.randint(3, 20, (2, 6))
+    mask = tokens != 0
+    with torch.no_grad():
+        model.stop_head.bias.fill_(50.0)
+    frames, lengths, fed = synthesize(model, tokens, mask, max_frames=20)
+    assert lengths.tolist() == [2, 2] and frames.shape == (2, 2, 8)  # one step of 2 frames
+    with torch.no_grad():
+        model.stop_head.bias.fill_(-50.0)
+    frames, lengths, fed = synthesize(model, tokens, mask, max_frames=20)
+    assert lengths.tolist() == [20, 20] and frames.shape == (2, 20, 8) and fed.shape == (2, 10, 16)
+    # without prenet dropout the output is the teacher-forced model's on its own fed-back (pre-postnet) groups
+    model.decoder_prenet.dropout = 0.0
+    frames, lengths, fed = synthesize(model, tokens, mask, max_frames=8)
+    pre, _, cache = [], None, model.init_cache(model.encode(tokens, mask), mask)
+    prev = torch.zeros(2, 1, 16)
+    for _ in range(4):
+        group, _, cache = model.decode_step(prev, cache)
+        pre.append(group)
+        prev = group[:, None]
+    pre = torch.stack(pre, 1)  # [2, 4, 16]
+    torch.testing.assert_close(fed, pre, rtol=1e-5, atol=1e-5)
+    _, post, _ = model(tokens, mask, shift_right(pre))
+    torch.testing.assert_close(frames, model.ungroup(post), rtol=1e-5, atol=1e-5)
+
+
+def test_synthesis_at_given_lengths_ignores_the_stop_token_and_follows_the_same_path() -> None:
+    from lavo_zoo.errors import InputError
+
+    torch.manual_seed(3)
+    model = TransformerTTS(tiny_config()).eval()
+    model.decoder_prenet.dropout = 0.0
+    tokens = torch.randint(3, 20, (2, 6))
+    mask = tokens != 0
+    with torch.no_grad():
+        model.stop_head.bias.fill_(-50.0)  # never stops on its own: runs to max_frames
+    _, _, free_fed = synthesize(model, tokens, mask, max_frames=12)
+    with torch.no_grad():
+        model.stop_head.bias.fill_(50.0)  # would stop after the first group
+    _, lengths, fed = synthesize(model, tokens, mask, max_frames=4, frames=torch.tensor([7, 12]))
+    assert lengths.tolist() == [8, 12]  # ceil(7 / 2) and 12 / 2 groups of 2 frames, beyond max_frames too
+    assert fed.shape == (2, 6, 16) and bool((fed[0, 4:] == 0).all())
+    torch.testing.assert_close(fed[1], free_fed[1], rtol=1e-6, atol=1e-6)  # the same greedy path, stop aside
+    torch.testing.assert_close(fed[0, :4], free_fed[0, :4], rtol=1e-6, atol=1e-6)
+    with pytest.raises(InputError, match="one positive frame count"):
+        synthesize(model, tokens, mask, max_frames=4, frames=torch.tensor([7, 0]))
+
+
+@pytest.mark.parametrize("sites", SITES, ids=lambda s: "-".join(f"{k}={v['name']}" for k, v in s.items()) or "sdpa")
+def test_an_utterance_is_synthesised_the_same_alone_or_in_any_batch(sites: dict) -> None:
+    torch.manual_seed(4)
+    model = TransformerTTS(tiny_config(**sites)).double().eval()
+    with torch.no_grad():  # BatchNorm shifts make padded positions non-zero after a convolution
+        for bn in (m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)):
+            bn.bias.uniform_(-1, 1)
+            bn.running_mean.uniform_(-1, 1)
+        model.stop_head.bias.fill_(-50.0)  # every utterance decodes max_frames: same decoder steps alone and batched
+    short, long = torch.randint(3, 20, (1, 5)), torch.randint(3, 20, (1, 12))
+    alone, lengths, _ = synthesize(model, short, short != 0, max_frames=12)
+    batch = torch.cat([torch.cat([short, short.new_zeros(1, 7)], 1), long])  # right-padded beside a longer one
+    together, batch_lengths, _ = synthesize(model, batch, batch != 0, max_frames=12)
+    assert batch_lengths[0] == lengths[0]
+    torch.testing.assert_close(together[:1, :int(lengths[0])], alone[:, :int(lengths[0])], rtol=1e-10, atol=1e-10)
+    # the postnet reads zeros past an utterance's end, as past the end of an unpadded batch
+    frames = torch.randn(2, 6, model.group, dtype=torch.double)
+    mask = torch.tensor([[True] * 4 + [False] * 2, [True] * 6])
+    torch.testing.assert_close(model.postnet(frames, mask)[:1, :4], model.postnet(frames[:1, :4]), rtol=1e-10,
+                               atol=1e-10)

@@ -1,0 +1,148 @@
+"""Built-in data: the one protocol through which every recipe generates the data it runs on offline.
+
+A recipe that can generate its own data sets ``Recipe.builtin`` to an instance of a :class:`BuiltinData` subclass,
+written in the recipe's ``builtin.py``::
+
+    class BuiltinShapes(BuiltinData):
+        datasets = ("shapes",)                       # what `lavo-zoo data point_cloud/<name>` takes, default first
+
+        def key(self, data):                         # everything the generated files depend on: the cache key
+            return {"dataset": "shapes", "version": 2, "train": data.builtin_size, "seed": data.builtin_seed}
+
+        def write(self, out, data):                  # the generator: the real dataset's on-disk layout in `out`
+            return write_shapes(out, data.builtin_size, data.builtin_seed)
+
+The engine builds the rest on those: :meth:`Recipe.data_path` reads ``data.path`` or generates the built-in data once
+into the cache (:func:`generated_dataset`), and :meth:`Recipe.write_data` (``lavo-zoo data``) writes it where the
+user asks (:func:`write_dataset`), never replacing a file without ``overwrite``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lavo_zoo.errors import UsageError, did_you_mean
+
+DATA_PATH_FILE = ".data_path"  # inside a built-in dataset's folder: the data.path relative to it ("." = the folder)
+
+
+class BuiltinData:
+    """The built-in data of one recipe: the dataset names it can generate, the cache key of the files a data section
+    describes, and the generator. Subclasses set ``datasets`` and implement :meth:`key` and :meth:`write`;
+    :meth:`config` has a default."""
+
+    datasets: ClassVar[tuple[str, ...]] = ()  # the names `lavo-zoo data <recipe>/<name>` takes, the default first
+
+    def config(self, data: Any, dataset: str, size: int | None) -> Any:
+        """The data section whose built-in data ``lavo-zoo data <recipe>/<dataset> --size N`` writes.
+
+        Args:
+            data: the recipe's default data section (an instance of its ``DataConfig``).
+            dataset: one of :attr:`datasets`.
+            size: ``--size``, in the recipe's unit (books, examples, rows, models per category), or None.
+
+        Returns:
+            The data section to generate. The default sets ``builtin_size`` to ``size`` when given.
+
+        Raises:
+            UsageError: ``size`` is given but the data section has no ``builtin_size``.
+        """
+        if size is None:
+            return data
+        if not hasattr(data, "builtin_size"):
+            raise UsageError(f"the built-in dataset '{dataset}' has a fixed size; drop --size")
+        return replace(data, builtin_size=size)
+
+    def key(self, data: Any) -> dict[str, Any]:
+        """Everything the built-in files of data section ``data`` depend on.
+
+        Args:
+            data: a data section with ``path`` unset.
+
+        Returns:
+            JSON-able values (generator settings, the generator's version, the Python version where the data comes
+            from its standard library): the key of the cache, so that a change generates a fresh copy and a stale
+            one is never read. A ``dataset`` entry names the cached folder.
+        """
+        raise NotImplementedError
+
+    def write(self, out: Path, data: Any) -> Path:
+        """Generate the built-in data that data section ``data`` describes.
+
+        Args:
+            out: an existing, empty folder to write into, in the real dataset's on-disk layout.
+            data: a data section with ``path`` unset.
+
+        Returns:
+            The path to give as ``data.path``: ``out``, or a file in it.
+        """
+        raise NotImplementedError
+
+
+def check_dataset(recipe: str, dataset: str | None, names: tuple[str, ...]) -> str:
+    """``dataset`` (default: the first of ``names``) if it is one of ``names``, else a :class:`UsageError`."""
+    dataset = dataset or names[0]
+    if dataset not in names:
+        raise UsageError(f"recipe '{recipe}' has no built-in dataset '{dataset}'{did_you_mean(dataset, names)}; "
+                         f"choose one of {', '.join(names)} (lavo-zoo data {recipe}/<dataset>)")
+    return dataset
+
+
+def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Callable[[Path], Path]) -> Path:
+    """A generated built-in dataset in ``parent/<name>-<hash of key>``, written once; returns the path to give as
+    ``data.path`` (the folder, or the file in it that ``write`` returned).
+
+    ``key`` holds everything the generated files depend on (generator settings, a format version, the Python version
+    for data taken from the standard library): a change gives another folder, so a stale dataset is never read.
+    ``write(folder)`` fills a temporary folder and returns the data path inside it; the folder is then renamed into
+    place, so concurrent processes and crashes never leave a half-written dataset.
+    """
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    root = Path(parent).expanduser() / f"{name}-{digest}"
+    if not (root / DATA_PATH_FILE).is_file():
+        tmp = root.parent / f".{root.name}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        made = Path(write(tmp))
+        (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
+        shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
+        try:
+            os.replace(tmp, root)
+        except OSError:  # another process wrote it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root / (root / DATA_PATH_FILE).read_text()
+
+
+def write_dataset(out: Path, write: Callable[[Path], Path], overwrite: bool = False) -> Path:
+    """Generate data with ``write`` (as :meth:`BuiltinData.write`) into the folder ``out``; returns the data path.
+
+    The files are generated in a temporary folder beside ``out`` and moved in once complete; a file of the same name
+    already in ``out`` is refused before anything moves (replaced with ``overwrite``), so a user's own data is never
+    lost and a failure (a full disk) leaves no partial file under a final name.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        made = write(tmp).relative_to(tmp)
+        files = sorted(f.relative_to(tmp) for f in tmp.rglob("*") if f.is_file())
+        taken = [f for f in files if (out / f).exists()]
+        if taken and not overwrite:
+            shown = ", ".join(str(out / f) for f in taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3
+                                                                  else "")
+            raise UsageError(f"{len(taken)} file(s) the built-in data would write already exist: {shown}. "
+                             "Nothing was written; give another --out, or add --overwrite to replace them.")
+        for f in files:
+            (out / f).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / f, out / f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out / made
