@@ -15,7 +15,7 @@ def study(tmp_path):
                       "log_every: 1}\n")
     yield config
     RECIPES._entries.pop("compare_toy", None)
-    SeqRecipe.fail_at_call, SeqRecipe.calls = 0, 0
+    SeqRecipe.fail_at_call, SeqRecipe.calls, SeqRecipe.first_step_cost_s = 0, 0, 0.0
 
 
 @pytest.fixture

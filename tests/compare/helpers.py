@@ -1,6 +1,7 @@
 """A test-only recipe small enough to train a whole study in seconds, and the study the tests run on it."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -26,6 +27,9 @@ class SeqConfig(RunConfig):
     model: SeqModelConfig = field(default_factory=SeqModelConfig)
 
 
+FIRST_STEP_BYTES = 256 * 2**20
+
+
 class Killed(Exception):
     pass
 
@@ -39,6 +43,8 @@ class SeqRecipe(Recipe):
     evaluator = "mean_loss"
     fail_at_call = 0  # raise Killed on this call of training_loss (0 = never): a run killed mid-training
     calls = 0
+    # the study's first step pays what a process pays once (warm-up): it sleeps this long and touches 256 MiB
+    first_step_cost_s = 0.0
 
     def build_model(self, cfg):
         m = cfg.model
@@ -57,6 +63,9 @@ class SeqRecipe(Recipe):
         type(self).calls += 1
         if type(self).calls == type(self).fail_at_call:
             raise Killed("killed")
+        if type(self).calls == 1 and type(self).first_step_cost_s:
+            time.sleep(type(self).first_step_cost_s)
+            torch.ones(FIRST_STEP_BYTES // 4).sum()
         x, y = batch
         return nn.functional.mse_loss(self._out(model, x), y), {}
 

@@ -28,7 +28,7 @@ def test_interrupted_study_keeps_finished_cells_and_resumes_the_killed_one(study
     assert SeqRecipe.calls == 2 + 3  # the killed cell resumed at step 2; the last cell trained from scratch
     assert [(r.attention, r.seed) for r in records] == [("sdpa", 1), ("sdpa", 2), ("local", 1), ("local", 2)]
     for r in records:
-        assert r.parameters > 0 and r.train_time_s > 0 and r.peak_memory_bytes >= 0
+        assert r.parameters > 0 and r.train_time_s > 0 and r.step_time_s > 0 and r.step_memory_bytes >= 0
         saved = json.loads((out / "cells" / f"{r.attention}-seed{r.seed}" / "results.json").read_text())
         assert saved["config"]["model"]["attention"]["name"] == r.attention
         assert saved["config"]["train"]["seed"] == r.seed
@@ -93,3 +93,17 @@ def test_a_cell_trained_with_another_config_is_refused_or_rerun(study, tmp_path)
     steps = [json.loads(line)["step"] for line in (out / "cells" / "sdpa-seed1" / "metrics.jsonl").read_text()
              .splitlines() if json.loads(line).get("split") == "train"]
     assert max(steps) == 3 and record.overrides[-1] == "train.seed=1"
+
+
+def test_a_seed_or_an_attention_given_twice_is_refused(study, tmp_path, capsys):
+    """A run counts once: --seeds 1,1,1 would be one run counted three times (a spread of 0, a verdict from one run)."""
+    from lavo_zoo.cli import main
+    from lavo_zoo.errors import UsageError
+
+    with pytest.raises(UsageError, match="--seeds lists the seed 1 more than once.*a run counts once"):
+        run_study(str(study), ["sdpa"], [1, 1, 1], None, [], {}, tmp_path / "x", "cpu", "test")
+    with pytest.raises(UsageError, match="--attentions lists the attention sdpa more than once"):
+        run_study(str(study), ["sdpa", "local", "sdpa"], [1], None, [], {}, tmp_path / "x", "cpu", "test")
+    assert main(["compare", str(study), "--seeds", "2,1,2", "--out", str(tmp_path / "y"), "--device", "cpu"]) == 2
+    assert "--seeds lists the seed 2 more than once" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before anything trained

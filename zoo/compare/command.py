@@ -50,7 +50,8 @@ Examples:
 @click.option("--rerun", is_flag=True, help="Train again the cells of OUT whose config differs from the study's "
                                             "(refused otherwise).")
 @click.option("--collect", "collect_paths", is_flag=True,
-              help="Build the table from existing results: the arguments are results JSONs or folders holding them.")
+              help="Build the table from existing results: the arguments are results JSONs or folders holding them "
+                   "(each run counted once).")
 @click.option("--efficiency/--no-efficiency", default=True, show_default=True,
               help="Columns 'faster / smaller than softmax from': each attention's efficiency lengths against sdpa "
                    "(one layer at the model's width, heads and the site's pattern, forward + backward, as `lavo-zoo "
@@ -77,8 +78,6 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         if not config:
             raise UsageError("give a CONFIG (e.g. lm/tiny-lavo), or --collect with existing results")
         names = _csv_list(attentions, "--attentions")
-        if len(set(names)) != len(names):
-            raise UsageError(f"--attentions lists a name twice: {attentions}")
         seed_list = _csv_list(seeds, "--seeds", int)
         extra = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
         how = None  # how the efficiency lengths are measured (None: not at all)

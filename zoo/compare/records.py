@@ -24,10 +24,15 @@ class CellRecord:
     overrides: list[str] = field(default_factory=list)  # the cell's overrides (its attention and seed included)
     num_samples: int | None = None
     checkpoint: str | None = None  # the weights it was scored with (checkpoints/best, or last)
+    checkpoint_sha256: str | None = None  # their sha256: the same weights scored twice are one run
     parameters: int | None = None
-    train_time_s: float | None = None
-    peak_memory_bytes: int | None = None
+    train_time_s: float | None = None  # wall time of the training (first-use costs of the process included)
+    # steady-state step time (median, s) and step memory (bytes above what a step starts with), measured so that the
+    # order the cells run in does not matter (lavo_zoo.compare.steps); None in records of earlier versions
+    step_time_s: float | None = None
+    step_memory_bytes: int | None = None
     memory_method: str | None = None
+    measured_steps: int | None = None  # steps the step time is the median of
     device: str | None = None
     split: str | None = None
     source: str | None = None  # the results JSON a collected record was read from

@@ -6,8 +6,9 @@ Every (attention, seed) cell is a normal training run in ``OUT/cells/<attention>
 weights) or, when the run kept none, ``checkpoints/last``. A cell is finished once its ``cell.json`` (its
 :class:`~lavo_zoo.compare.records.CellRecord`) exists: running the same command again skips it, so an interrupted
 study continues where it stopped. A cell is reused only while its resolved config equals the study's (another budget
-or option is refused, naming the difference; ``--rerun`` retrains it). Each cell records its parameter count,
-training time and peak memory (measured as :mod:`lavo_zoo.engine.memory` describes).
+or option is refused, naming the difference; ``--rerun`` retrains it). Each cell records its parameter count, the wall
+time of its training, and its step time and step memory, measured so that the order the cells run in does not matter
+(:mod:`lavo_zoo.compare.steps`). A run counts once: a seed (or an attention) given twice is refused.
 """
 from __future__ import annotations
 
@@ -57,6 +58,15 @@ def attention_key(cfg: Any, site: str | None) -> str:
         return f"model.attention.{site}"
     raise UsageError("this recipe's config has no model.attention (an AttentionSpec or SiteAttention), so there is "
                      "no attention to compare")
+
+
+def check_distinct(items: list, option: str, what: str) -> None:
+    """A run counts once: refuse an attention or a seed given twice, which would train (or keep) the same cell again
+    and count it as another run (a spread of 0, a verdict from one run)."""
+    repeated = sorted({str(x) for x in items if items.count(x) > 1})
+    if repeated:
+        raise UsageError(f"{option} lists the {what} {', '.join(repeated)} more than once; each {what} is one run "
+                         f"and a run counts once: give each {what} once (e.g. --seeds 1,2,3 for three runs)")
 
 
 def check_study_attentions(attentions: list[str], options: dict[str, dict[str, Any]]) -> None:
@@ -130,27 +140,29 @@ def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: str,
              max_batches: int | None = None) -> dict[str, Any]:
     """Train (or resume) and evaluate one cell (``cfg`` resolved); writes its results.json and returns what its
-    record holds of the run (metrics, parameters, time, memory)."""
+    record holds of the run: metrics, the weights scored, parameters, the wall time of its training (data
+    preparation and validation included) and its steady-state step time and step memory
+    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it)."""
+    from lavo_zoo.compare.steps import StepMeter
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.engine.evaluate import evaluate_checkpoint
-    from lavo_zoo.engine.memory import PeakMemory
     from lavo_zoo.engine.trainer import Trainer
 
     parameters = sum(p.numel() for p in recipe.build_model(cfg).parameters())
     timing_file = cell_dir / "compare-timing.json"
     spent = json.loads(timing_file.read_text())["train_time_s"] if timing_file.exists() else 0.0
-    with PeakMemory(pick_device(device)) as peak:
-        start = time.perf_counter()
-        Trainer(recipe, cfg, cell_dir, device=device, resume="auto").fit()
-        spent += time.perf_counter() - start
-        timing_file.write_text(json.dumps({"train_time_s": spent}))
-        checkpoints = cell_dir / "checkpoints"
-        chosen = checkpoints / "best" if (checkpoints / "best").is_dir() else checkpoints / "last"
-        results = evaluate_checkpoint(chosen, split=split, device=device, max_batches=max_batches)
+    meter = StepMeter(pick_device(device))
+    start = time.perf_counter()
+    Trainer(recipe, cfg, cell_dir, device=device, resume="auto", step_observer=meter).fit()
+    spent += time.perf_counter() - start
+    timing_file.write_text(json.dumps({"train_time_s": spent}))
+    checkpoints = cell_dir / "checkpoints"
+    chosen = checkpoints / "best" if (checkpoints / "best").is_dir() else checkpoints / "last"
+    results = evaluate_checkpoint(chosen, split=split, device=device, max_batches=max_batches)
     (cell_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return {"metrics": results["metrics"], "num_samples": results["num_samples"], "checkpoint": str(chosen),
-            "parameters": parameters, "train_time_s": round(spent, 3), "peak_memory_bytes": peak.bytes,
-            "memory_method": peak.method, "device": results["device"], "split": split}
+            "checkpoint_sha256": results.get("checkpoint_sha256"), "parameters": parameters,
+            "train_time_s": round(spent, 3), **meter.result(), "device": results["device"], "split": split}
 
 
 def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
@@ -164,6 +176,8 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
     from lavo_zoo.config import to_dict
     from lavo_zoo.engine.recipe import resolve_config
 
+    check_distinct(attentions, "--attentions", "attention")
+    check_distinct(seeds, "--seeds", "seed")
     _, cfg = resolve_config(config, overrides)  # validates the config and the overrides once, before any training
     key = attention_key(cfg, site) if attentions else None
     if not attentions and (site is not None or options):

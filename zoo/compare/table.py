@@ -30,8 +30,8 @@ class Row:
     seeds: int  # records in the row
     metrics: dict[str, MetricSummary]  # every metric of the study, in first-seen order (n = 0 where it has none)
     parameters: float | None = None  # means over the records that have them
-    train_time_s: float | None = None
-    peak_memory_bytes: float | None = None
+    step_time_s: float | None = None
+    step_memory_bytes: float | None = None
     efficiency: dict[str, Any] | None = None  # the row's efficiency lengths (lavo_zoo.compare.efficiency)
 
 
@@ -54,7 +54,7 @@ def summarise(records: list[CellRecord]) -> tuple[list[Row], dict[str, bool]]:
             metrics[name] = (MetricSummary(statistics.fmean(values), statistics.stdev(values) if len(values) > 1
                                            else 0.0, len(values)) if values else MetricSummary(math.nan, 0.0, 0))
         means = {}
-        for extra in ("parameters", "train_time_s", "peak_memory_bytes"):
+        for extra in ("parameters", "step_time_s", "step_memory_bytes"):
             values = [getattr(r, extra) for r in group if getattr(r, extra) is not None]
             means[extra] = statistics.fmean(values) if values else None
         efficiency = next((r.efficiency for r in group if r.efficiency), None)
@@ -92,6 +92,13 @@ def _efficiency_note(rows: list[Row]) -> list[str]:
                  f"already at the shortest, \"> L\": not up to the longest); measured on {machines}, records in "
                  f"{EFFICIENCY_DIR}/.")]
 
+
+STEP_NOTE = ("Step time: the median wall time of an optimiser step (its batch, forward, backward, update) over the "
+             "cell's training steps after its first two (of the second where there is no other; a resumed cell: "
+             "its last session); step memory: the peak "
+             "memory of its second step above what that step starts with (CUDA: tensor allocations; CPU: the "
+             "resident set, with the memory freed before returned to the system). The first step warms up, so "
+             "neither depends on the order the cells ran in.")
 
 SOFTMAX, CONTROL = "sdpa", "mean"
 SEPARATION_STDS, SEPARATION_SEEDS = 2.0, 3
@@ -142,7 +149,7 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
     header = ["attention", "seeds", *(f"{m} ({'higher' if h else 'lower'} is better)" for m, h in directions.items()),
-              *efficiency, "parameters", "train time (s)", "peak memory (MiB)"]
+              *efficiency, "parameters", "step time (ms)", "step memory (MiB)"]
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     best = {m: _best(rows, m, h) for m, h in directions.items()}
     for row in rows:
@@ -153,10 +160,10 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
             cells.append(f"**{text}**" if n and best[m] is not None and mean == best[m] else text)
         cells += [efficiency_text(row.efficiency, c) for c in EFFICIENCY_COLUMNS] if efficiency else []
         cells.append(f"{row.parameters:,.0f}" if row.parameters is not None else "-")
-        cells.append(f"{row.train_time_s:.1f}" if row.train_time_s is not None else "-")
-        cells.append(f"{row.peak_memory_bytes / 2**20:.0f}" if row.peak_memory_bytes is not None else "-")
+        cells.append(f"{row.step_time_s * 1000:.3g}" if row.step_time_s is not None else "-")
+        cells.append(f"{row.step_memory_bytes / 2**20:.3g}" if row.step_memory_bytes is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold.",
+    lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold. " + STEP_NOTE,
               *_separation_note(separation(rows, directions)),
               *(_efficiency_note(rows) if efficiency else [])]
     md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
@@ -164,12 +171,12 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
-                         *efficiency, "parameters", "train_time_s", "peak_memory_bytes"])
+                         *efficiency, "parameters", "step_time_s", "step_memory_bytes"])
         for row in rows:
             found = [efficiency_text(row.efficiency, c) for c in EFFICIENCY_COLUMNS] if efficiency else []
             writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
                              *("" if text == "n/a" else text for text in found),
-                             row.parameters, row.train_time_s, row.peak_memory_bytes])
+                             row.parameters, row.step_time_s, row.step_memory_bytes])
     _chart(rows, directions, png, title)
     return [md, csv_path, png]
 
