@@ -26,7 +26,7 @@ from lavo_zoo.options import check_writable, device_option, json_flag, out_optio
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
-    "compare": "lavo_zoo.compare:compare",
+    "compare": "lavo_zoo.compare.command:compare",
     "new": "lavo_zoo.scaffold:new",
     "download": "lavo_zoo.checkpoints.cli:download",
     "cache": "lavo_zoo.checkpoints.cli:cache",

@@ -4,7 +4,7 @@ import torch
 
 from lavo_zoo.attention import SITE_PATTERNS, AttentionSpec, SiteAttention, build_attention
 from lavo_zoo.config import apply_overrides, to_dict
-from lavo_zoo.engine.recipe import config_from_dict, resolve_config
+from lavo_zoo.engine.configs import config_from_dict, resolve_config
 from lavo_zoo.errors import ConfigError
 
 

@@ -16,10 +16,11 @@ switches the mechanism and drops the previous one's options (see :func:`lavo_zoo
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from lavo_zoo.attention.base import Attention
+from lavo_zoo.attention.registry import ATTENTIONS, attention_class, build_attention, check_attention, option_defaults
 from lavo_zoo.errors import ConfigError, did_you_mean
 
 SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
@@ -32,35 +33,15 @@ class AttentionSpec:
     name: str = "sdpa"
     options: dict[str, Any] = field(default_factory=dict)
 
-    def build(self, embed_dim: int, num_heads: int, pattern: str):
+    def build(self, embed_dim: int, num_heads: int, pattern: str) -> Attention:
         """The :class:`~lavo_zoo.attention.Attention` module for ``pattern``."""
-        from lavo_zoo.attention import build_attention
-
         return build_attention(self.name, embed_dim, num_heads, pattern, **self.options)
 
     def check(self, pattern: str, site: str) -> None:
-        """Raise :class:`ConfigError` (naming ``site``) unless the mechanism exists, supports ``pattern`` and takes
-        every option given. Option values are checked when the attention is built."""
-        from lavo_zoo.attention import ATTENTIONS, attention_class, list_attentions
-
-        names = ATTENTIONS.names()
-        if self.name not in names:
-            raise ConfigError(f"config key '{site}.name': unknown attention '{self.name}'"
-                              f"{did_you_mean(self.name, names)}; choose one of {', '.join(names)}")
-        cls = attention_class(self.name)
-        if pattern not in cls.patterns:
-            able = [i.name for i in list_attentions() if pattern in i.patterns]
-            raise ConfigError(f"config key '{site}': attention '{self.name}' does not support pattern '{pattern}' "
-                              f"(it supports {', '.join(cls.patterns)}); mechanisms with '{pattern}': "
-                              f"{', '.join(able)}")
-        params = inspect.signature(cls.__init__).parameters
-        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            return
-        valid = [n for n in params if n not in ("self", "embed_dim", "num_heads", "pattern")]
-        for key in self.options:
-            if key not in valid:
-                raise ConfigError(f"config key '{site}.{key}': attention '{self.name}' has no option '{key}'"
-                                  f"{did_you_mean(key, valid)}; its options: {', '.join(valid) or 'none'}")
+        """Raise :class:`ConfigError` (naming ``site``, the config key) unless the mechanism exists, supports
+        ``pattern`` and takes every option given (:func:`~lavo_zoo.attention.registry.check_attention`). Option
+        values are checked when the attention is built."""
+        check_attention(self.name, pattern, self.options, key=site)
 
     # ----------------------------------------------------------------------------- config (de)serialisation
     @classmethod
@@ -92,20 +73,16 @@ class AttentionSpec:
         return {"name": self.name, **self._recorded_defaults(), **self.options}
 
     def _recorded_defaults(self) -> dict[str, Any]:
-        from lavo_zoo.attention import ATTENTIONS, _options, attention_class
-
-        if self.name not in ATTENTIONS.names():
+        if self.name not in ATTENTIONS:
             return {}
         cls = attention_class(self.name)
-        defaults = _options(cls)
+        defaults = option_defaults(cls)
         return {k: defaults[k] for k in cls.former_defaults if k not in self.options}
 
     def with_former_defaults(self) -> None:
         """Fill the options a config saved before their default changed does not record with their former
         defaults (:attr:`Attention.former_defaults`): an old checkpoint keeps the reading it was trained with."""
-        from lavo_zoo.attention import ATTENTIONS, attention_class
-
-        if self.name in ATTENTIONS.names():
+        if self.name in ATTENTIONS:
             for key, value in attention_class(self.name).former_defaults.items():
                 self.options.setdefault(key, value)
 
@@ -119,7 +96,7 @@ class SiteAttention:
     decoder_self: AttentionSpec = field(default_factory=AttentionSpec)
     cross: AttentionSpec = field(default_factory=AttentionSpec)
 
-    def build(self, site: str, embed_dim: int, num_heads: int):
+    def build(self, site: str, embed_dim: int, num_heads: int) -> Attention:
         """The attention module for ``site`` (one of :data:`SITE_PATTERNS`) with that site's pattern."""
         return getattr(self, site).build(embed_dim, num_heads, SITE_PATTERNS[site])
 

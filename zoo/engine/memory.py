@@ -4,9 +4,15 @@ On CUDA: ``torch.cuda.max_memory_allocated`` above what was allocated when the r
 kernel's resident-set high-water mark is reset (``/proc/self/clear_refs``) and the peak is VmHWM - VmRSS at the
 start, i.e. the real peak of every allocation made inside the region. Where clear_refs is not available,
 ru_maxrss - RSS at the start is used (it then also counts earlier peaks of the process).
+
+On CPU the resident set at the start also holds memory that earlier work freed but the C library kept for reuse, which
+the region then reuses without growing it: :func:`release_freed_memory` returns it to the system first, so that a
+region measured after other work reads the same as one measured first (``lavo-zoo compare`` measures each cell so).
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import re
 import resource
 from pathlib import Path
@@ -18,6 +24,18 @@ def memory_now() -> tuple[int, int]:
     status = Path("/proc/self/status").read_text()
     kb = [int(re.search(rf"{k}:\s+(\d+)", status).group(1)) for k in ("VmRSS", "VmHWM")]
     return kb[0] * 1024, kb[1] * 1024
+
+
+def release_freed_memory() -> bool:
+    """Collect garbage and return the memory freed blocks hold to the system (glibc's ``malloc_trim``), so that the
+    resident set is the memory in use. False where the C library has no such call (the freed memory then stays)."""
+    gc.collect()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def reset_peak() -> str:

@@ -315,16 +315,3 @@ def get_recipe(name: str) -> Recipe:
         raise UsageError(f"recipe '{name}' ({RECIPES.entry(name).source}) is not a Recipe subclass")
     return cls()
 
-
-# The config lookup moved to lavo_zoo.engine.configs; these names stay importable from here for code written against
-# them (imported on first use: configs imports this module).
-_MOVED_TO_CONFIGS = ("available_configs", "config_dirs", "config_from_dict", "find_config", "load_config_file",
-                     "named_config", "recipe_module_dir", "resolve_config")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_CONFIGS:
-        from lavo_zoo.engine import configs
-
-        return getattr(configs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -101,13 +101,25 @@ class _Run:
     state: TrainingState
 
 
+class StepObserver(Protocol):
+    """Told when each optimiser step of a run starts and ends (``lavo-zoo compare`` measures steps with it)."""
+
+    def step_started(self, step: int) -> None:
+        """Step ``step`` (1-based) is about to load its micro-batches."""
+
+    def step_ended(self, step: int) -> None:
+        """Step ``step`` has updated the weights (before its logging, validation and checkpoint)."""
+
+
 class Trainer:
     """Trains ``recipe``'s model with config ``cfg`` into ``out_dir`` (see the module docstring)."""
 
     def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
-                 resume: str | None = None, command: str | None = None) -> None:
+                 resume: str | None = None, command: str | None = None,
+                 step_observer: StepObserver | None = None) -> None:
         """``command``: the command line that runs this training, recorded in every checkpoint's meta.json (for
-        model cards); by default the process's own when it is ``lavo-zoo``."""
+        model cards); by default the process's own when it is ``lavo-zoo``. ``step_observer`` is told when each
+        optimiser step starts and ends (validation and checkpoints are outside)."""
         # data-derived model sizes, resolved once here so config.yaml and every checkpoint hold them
         self.recipe, self.cfg, self.tc, self.out = recipe, recipe.resolve(cfg), cfg.train, Path(out_dir)
         self.ckpt_root = self.out / "checkpoints"
@@ -126,6 +138,7 @@ class Trainer:
         if command is None and Path(sys.argv[0]).name == "lavo-zoo":
             command = shlex.join(["lavo-zoo", *sys.argv[1:]])
         self.provenance = {"command": command, "machine": machine(self.device), "seed": self.tc.seed}
+        self.step_observer = step_observer
 
     # ------------------------------------------------------------------------------------------------ resume
     def _resume_path(self) -> Path | None:
@@ -252,9 +265,13 @@ class Trainer:
         while state.step < tc.max_steps:
             if interrupts.requested is not None:
                 self._stop_interrupted(run, val_metrics, interrupts)
+            if self.step_observer is not None:
+                self.step_observer.step_started(state.step + 1)
             step_out = self._optimizer_step(run, stream)
             if step_out is None:  # the last epoch ran out: a partial step is not taken
                 break
+            if self.step_observer is not None:
+                self.step_observer.step_ended(state.step)
             loss, extras, grad_norm = step_out
             window.append(loss)
             self.progress.update(state.step, {"loss": loss, "lr": run.scheduler.get_last_lr()[0]})

@@ -1,0 +1,124 @@
+"""The attention registry (``lavo_zoo.attention.registry``): every built-in mechanism module registers, one check of a
+name, a pattern and options serves build_attention and the config specs alike, and a third-party package adds a
+mechanism through its entry point."""
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import lavo_zoo.attention
+from lavo_zoo.attention import ATTENTIONS, Attention, AttentionSpec, build_attention, list_attentions, registry
+from lavo_zoo.errors import ConfigError, UsageError
+
+
+@pytest.fixture
+def scratch(monkeypatch):
+    """Registrations made in a test are forgotten after it."""
+    ATTENTIONS.names()  # discover the built-ins first
+    monkeypatch.setattr(ATTENTIONS, "_entries", dict(ATTENTIONS._entries))
+
+
+def test_the_package_re_exports_the_registry():
+    for name in ("ATTENTIONS", "attention_class", "attention_info", "build_attention", "check_attention",
+                 "list_attentions", "register_attention"):
+        assert getattr(lavo_zoo.attention, name) is getattr(registry, name), name
+
+
+def test_every_scanned_module_is_a_mechanism_and_every_built_in_is_scanned():
+    """The folder scan imports mechanisms only (not base, common, spec, registry, ops), each registering one."""
+    scanned = set(ATTENTIONS._builtin_modules)
+    assert not {f"lavo_zoo.attention.{m}" for m in ("base", "common", "spec", "registry", "ops")} & scanned
+    builtin = [e.name for e in ATTENTIONS if e.source == "builtin"]
+    homes = {registry.attention_class(n).__module__ for n in builtin}
+    assert {m for m in scanned if any(h == m or h.startswith(m + ".") for h in homes)} == scanned
+
+
+# (name, pattern, options, the config key suffix a spec's error names, the message every caller gives)
+BAD = {
+    "unknown name": ("lavoo", "causal", {}, ".name",
+                     r"unknown attention 'lavoo' \(did you mean 'lavo'\?\); choose one of abc"),
+    "unsupported pattern": ("local", "cross", {}, "",
+                            "attention 'local' does not support pattern 'cross'; it supports: causal, noncausal; "
+                            + "mechanisms with 'cross': .*lavo"),
+    "unknown option": ("lavo", "causal", {"num_base": 3}, ".num_base",
+                       r"attention 'lavo' has no option 'num_base' \(did you mean 'num_bases'\?\); its options: "
+                       + "num_bases"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=str)
+def test_one_check_for_build_attention_and_the_config_specs(case):
+    name, pattern, options, suffix, message = BAD[case]
+    with pytest.raises(UsageError, match=f"^{message}") as built:
+        build_attention(name, 16, 2, pattern, **options)
+    assert not isinstance(built.value, ConfigError)  # a library call, not a config file
+    with pytest.raises(ConfigError, match=f"^config key 'model.attention{suffix}': {message}"):
+        AttentionSpec(name, options).check(pattern, "model.attention")
+    with pytest.raises(ConfigError, match=f"^config key 'model.attention.cross{suffix}': {message}"):
+        registry.check_attention(name, pattern, options, key="model.attention.cross")
+
+
+def test_a_good_selection_gives_its_class_and_an_unknown_pattern_is_refused():
+    assert registry.check_attention("lavo", "cross", {"num_bases": 4}) is registry.attention_class("lavo")
+    assert registry.check_attention("local") is registry.attention_class("local")  # no pattern: not checked
+    with pytest.raises(UsageError, match=r"unknown attention pattern 'casual' \(did you mean 'causal'\?\)"):
+        build_attention("sdpa", 16, 2, "casual")
+    with pytest.raises(UsageError, match=r"unknown attention pattern 'crosss' \(did you mean 'cross'\?\)"):
+        list_attentions(supports="crosss")
+    assert {i.name for i in list_attentions(supports="cross")} == {
+        n for n in ATTENTIONS.names() if "cross" in registry.attention_class(n).patterns}
+
+
+def test_register_attention_takes_attention_subclasses_and_options_follow_the_constructor(scratch):
+    with pytest.raises(TypeError, match="expects an Attention subclass"):
+        registry.register_attention("not_attention")(dict)
+
+    @registry.register_attention("any_options")
+    class AnyOptions(Attention):
+        """Takes any keyword (test-only)."""
+        patterns = ("noncausal",)
+
+        def __init__(self, embed_dim, num_heads, pattern, scale: float = 2.0, **extra):
+            super().__init__(embed_dim, num_heads, pattern)
+            self.scale, self.extra = scale, extra
+
+        def attend(self, x, padding_mask, context, context_mask, state, return_state):
+            return x * self.scale
+
+    info = registry.attention_info("any_options")
+    assert info.options == {"scale": 2.0} and info.patterns == ("noncausal",)
+    assert info.description == "Takes any keyword (test-only)."
+    attn = build_attention("any_options", 8, 2, "noncausal", whatever=1)  # **extra: every option is taken
+    assert attn.extra == {"whatever": 1}
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_attention("any_options")(type("Other", (AnyOptions,), {}))
+
+
+def test_third_party_entry_point_is_discovered(tmp_path, monkeypatch):
+    """A package installed elsewhere adds an attention without editing this repository."""
+    pkg = tmp_path / "thirdparty_attn.py"
+    pkg.write_text(textwrap.dedent("""
+        from lavo_zoo.attention import Attention
+        class Identity(Attention):
+            '''Returns its input (test plug-in).'''
+            patterns = ("causal", "noncausal")
+            def attend(self, x, padding_mask, context, context_mask, state, return_state):
+                return x
+    """))
+    dist = tmp_path / "thirdparty_attn-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-attn\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[lavo_zoo.plugins.attentions]\nidentity_plugin = thirdparty_attn:Identity\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(ATTENTIONS, "_discovered", False)
+    monkeypatch.setattr(ATTENTIONS, "_entries", dict(ATTENTIONS._entries))
+    assert "identity_plugin" in ATTENTIONS.names()
+    assert ATTENTIONS.entry("identity_plugin").source.startswith("entry point")
+    attn = build_attention("identity_plugin", embed_dim=8, num_heads=2, pattern="noncausal")
+    x = torch.randn(1, 3, 8)
+    assert torch.equal(attn(x), x)
+    with pytest.raises(UsageError, match="does not support pattern 'cross'; it supports: causal, noncausal"):
+        build_attention("identity_plugin", embed_dim=8, num_heads=2, pattern="cross")
+    sys.modules.pop("thirdparty_attn", None)

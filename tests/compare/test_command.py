@@ -1,0 +1,46 @@
+"""``lavo-zoo compare`` from the command line, on the test recipe and on real recipes."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+
+def test_compare_command_measures_and_switches_off_the_efficiency_lengths(study, tmp_path, in_process):
+    from lavo_zoo.cli import main
+
+    out = tmp_path / "cmp"
+    args = ["compare", str(study), "--attentions", "local,sdpa", "-o", "local.window_size=3", "--out", str(out),
+            "--device", "cpu"]
+    assert main([*args, "--efficiency-lengths", "0"]) == 2 and not (out / "cells").exists()
+    assert main([*args, "--efficiency-lengths", "8,32"]) == 0
+    rows = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
+    assert rows["sdpa"]["faster than softmax from"] == "-" and rows["local"]["faster than softmax from"]
+    assert json.loads((out / "efficiency" / "local.json").read_text())["key"]["isolate"] is True  # CPU: isolated
+    assert main([*args, "--no-efficiency"]) == 0
+    assert "softmax" not in (out / "table.md").read_text()
+    assert main(["compare", "--collect", str(out), "--out", str(tmp_path / "table")]) == 0
+    assert "faster than softmax from" in (tmp_path / "table" / "table.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, overrides", [
+    ("lm/tiny-lavo", ["model.num_layers=1", "model.embed_dim=64", "model.num_heads=2", "data.block_size=32",
+                      "train.batch_size=2", "eval.length_factors=[1]", "eval.max_tokens=256"]),
+    ("time_series/tiny-lavo", ["--site", "cross", "data.builtin_size=600", "data.seq_len=24", "data.label_len=12",
+                               "data.pred_len=6"]),
+])
+def test_compare_runs_recipes_whose_sizes_come_from_the_data(tmp_path, config, overrides, in_process):
+    """The model's data-derived sizes (vocabulary, channels) are resolved before the parameters are counted (and
+    before the attention layer of the efficiency lengths is read from the built model)."""
+    from lavo_zoo.cli import main
+
+    assert main(["compare", config, "--attentions", "lavo,sdpa", "--out", str(tmp_path / "cmp"), "--max-steps", "2",
+                 "--max-batches", "1", "--device", "cpu", "--efficiency-lengths", "8,16", "train.eval_every=0",
+                 "train.save_every=2", *overrides]) == 0
+    rows = list(csv.DictReader((tmp_path / "cmp" / "table.csv").open()))
+    assert [r["attention"] for r in rows] == ["lavo", "sdpa"] and all(int(float(r["parameters"])) > 0 for r in rows)
+    assert rows[1]["faster than softmax from"] == "-" and rows[0]["faster than softmax from"]
+    key = json.loads((tmp_path / "cmp" / "efficiency" / "lavo.json").read_text())["key"]
+    assert key["pattern"] == ("cross" if "--site" in overrides else "causal") and key["embed_dim"] > 0

@@ -1,0 +1,109 @@
+"""The study runner: every (attention, seed) cell trained with the same budget, an interrupted study continues
+(finished cells are kept, the killed one resumes), a cell is reused only with the same config, bad selections are
+refused before anything trains."""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+
+import pytest
+
+from lavo_zoo.compare import CellRecord, run_study, write_table
+from tests.compare.helpers import Killed, SeqRecipe, small_study
+
+
+def test_interrupted_study_keeps_finished_cells_and_resumes_the_killed_one(study, tmp_path):
+    out = tmp_path / "cmp"
+    SeqRecipe.fail_at_call = 3 + 3 + 2  # two cells finish (3 steps each), the third dies in its second step
+    with pytest.raises(Killed):
+        small_study(study, out)
+    finished = sorted(p.parent.name for p in (out / "cells").glob("*/cell.json"))
+    assert finished == ["sdpa-seed1", "sdpa-seed2"]
+    kept = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("sdpa-*/metrics.jsonl")}
+    assert (out / "cells" / "local-seed1" / "checkpoints" / "step-1").is_dir()  # the killed cell saved step 1
+    SeqRecipe.fail_at_call, SeqRecipe.calls = 0, 0
+    records = small_study(study, out)
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # finished cells were not retrained
+    assert SeqRecipe.calls == 2 + 3  # the killed cell resumed at step 2; the last cell trained from scratch
+    assert [(r.attention, r.seed) for r in records] == [("sdpa", 1), ("sdpa", 2), ("local", 1), ("local", 2)]
+    for r in records:
+        assert r.parameters > 0 and r.train_time_s > 0 and r.step_time_s > 0 and r.step_memory_bytes >= 0
+        saved = json.loads((out / "cells" / f"{r.attention}-seed{r.seed}" / "results.json").read_text())
+        assert saved["config"]["model"]["attention"]["name"] == r.attention
+        assert saved["config"]["train"]["seed"] == r.seed
+    # the resumed cell ends where an uninterrupted run of the same cell ends
+    fresh = small_study(study, tmp_path / "fresh")
+    by_cell = {(r.attention, r.seed): r.metrics["loss"]["value"] for r in fresh}
+    for r in records:
+        assert r.metrics["loss"]["value"] == by_cell[(r.attention, r.seed)]
+
+    paths = write_table(records, out, "test study")
+    assert [p.name for p in paths] == ["table.md", "table.csv", "chart.png"] and all(p.stat().st_size for p in paths)
+    rows = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
+    for name in ("sdpa", "local"):
+        losses = [r.metrics["loss"]["value"] for r in records if r.attention == name]
+        assert float(rows[name]["loss_mean"]) == pytest.approx(statistics.fmean(losses))
+        assert float(rows[name]["loss_std"]) == pytest.approx(statistics.stdev(losses))
+    best = min(rows, key=lambda n: float(rows[n]["loss_mean"]))
+    best_line = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith(f"| {best} "))
+    assert "**" in best_line  # lower loss is better: the lower mean is marked
+
+
+def test_refusals(study, tmp_path):
+    from lavo_zoo.errors import ConfigError, UsageError
+    with pytest.raises(UsageError, match="not sites"):
+        run_study(str(study), ["sdpa"], [1], "encoder_self", [], {}, tmp_path / "x", "cpu", "test")
+    with pytest.raises(UsageError, match="-o names performer"):
+        run_study(str(study), ["sdpa"], [1], None, [], {"performer": {"num_features": 4}}, tmp_path / "x", "cpu",
+                  "test")
+    with pytest.raises((UsageError, ConfigError)):  # an unknown attention is refused before anything trains
+        run_study(str(study), ["sdpa", "nosuch"], [1], None, [], {}, tmp_path / "y", "cpu", "test")
+    assert not (tmp_path / "y" / "cells").exists()
+
+
+def test_repeated_runs_of_the_configs_own_attention(study, tmp_path):
+    """Without --attentions: one row, the config's attention, over the seeds (Informer's --itr): mean and spread of
+    each metric; more seeds later keep the finished ones."""
+    out = tmp_path / "rep"
+    records = run_study(str(study), [], [1, 2], None, [], {}, out, "cpu", "test")
+    assert [(r.attention, r.seed) for r in records] == [("sdpa", 1), ("sdpa", 2)]
+    kept = (out / "cells" / "sdpa-seed1" / "cell.json").read_text()
+    run_study(str(study), [], [1, 2, 3], None, [], {}, out, "cpu", "test")
+    assert (out / "cells" / "sdpa-seed1" / "cell.json").read_text() == kept
+    write_table([CellRecord.from_json(json.loads(p.read_text())) for p in sorted(out.rglob("cell.json"))], out,
+                "repeats")
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    values = [json.loads(p.read_text())["metrics"]["loss"]["value"] for p in sorted(out.rglob("cell.json"))]
+    assert len(rows) == 1 and rows[0]["seeds"] == "3"
+    assert float(rows[0]["loss_mean"]) == pytest.approx(statistics.fmean(values))
+    assert float(rows[0]["loss_std"]) == pytest.approx(statistics.stdev(values))
+
+
+def test_a_cell_trained_with_another_config_is_refused_or_rerun(study, tmp_path):
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=2"], {}, out, "cpu", "test")
+    first = (out / "cells" / "sdpa-seed1" / "cell.json").read_text()
+    with pytest.raises(UsageError, match=r"train\.max_steps: 2 there, 3 now.*--rerun"):
+        run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test")
+    assert (out / "cells" / "sdpa-seed1" / "cell.json").read_text() == first  # nothing lost
+    (record,) = run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test", rerun=True)
+    steps = [json.loads(line)["step"] for line in (out / "cells" / "sdpa-seed1" / "metrics.jsonl").read_text()
+             .splitlines() if json.loads(line).get("split") == "train"]
+    assert max(steps) == 3 and record.overrides[-1] == "train.seed=1"
+
+
+def test_a_seed_or_an_attention_given_twice_is_refused(study, tmp_path, capsys):
+    """A run counts once: --seeds 1,1,1 would be one run counted three times (a spread of 0, a verdict from one run)."""
+    from lavo_zoo.cli import main
+    from lavo_zoo.errors import UsageError
+
+    with pytest.raises(UsageError, match="--seeds lists the seed 1 more than once.*a run counts once"):
+        run_study(str(study), ["sdpa"], [1, 1, 1], None, [], {}, tmp_path / "x", "cpu", "test")
+    with pytest.raises(UsageError, match="--attentions lists the attention sdpa more than once"):
+        run_study(str(study), ["sdpa", "local", "sdpa"], [1], None, [], {}, tmp_path / "x", "cpu", "test")
+    assert main(["compare", str(study), "--seeds", "2,1,2", "--out", str(tmp_path / "y"), "--device", "cpu"]) == 2
+    assert "--seeds lists the seed 2 more than once" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before anything trained

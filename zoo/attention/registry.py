@@ -1,0 +1,211 @@
+"""The attention registry: name -> :class:`~lavo_zoo.attention.base.Attention` class, and the one check of a name,
+a pattern and option names that every caller uses (:func:`build_attention`, :class:`~lavo_zoo.attention.spec.
+AttentionSpec` when a config is read, ``lavo-zoo compare`` before a study starts).
+
+Every module or package beside this one (except ``base``, ``common``, ``spec``, ``registry``, ``ops`` and
+``_private`` ones) is a mechanism, imported on first use of the registry; third-party packages add mechanisms
+through the ``lavo_zoo.plugins.attentions`` entry-point group.
+"""
+from __future__ import annotations
+
+import inspect
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.errors import ConfigError, OptionError, UsageError, did_you_mean
+from lavo_zoo.registry import Registry
+
+_PACKAGE = __name__.rpartition(".")[0]  # lavo_zoo.attention
+_NOT_MECHANISMS = ("base", "common", "spec", "registry", "ops")
+# the constructor arguments every attention takes; the others are its options
+_CONTRACT_ARGUMENTS = ("self", "embed_dim", "num_heads", "pattern")
+
+
+def _is_mechanism_module(name: str) -> bool:
+    """Modules named base, common, spec, registry, ops (shared kernels) or _private are not mechanisms."""
+    return name not in _NOT_MECHANISMS and not name.startswith("_")
+
+
+ATTENTIONS = Registry(
+    "attention", "lavo_zoo.plugins.attentions",
+    builtin_modules=tuple(f"{_PACKAGE}.{m.name}" for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+                          if _is_mechanism_module(m.name)),
+)
+
+
+def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]]:
+    """Class decorator that registers an :class:`Attention` subclass under ``name``.
+
+    Example: ``@register_attention("lavo")`` above ``class LavoAttention(Attention)``.
+
+    Args:
+        name: the registry name configs and commands select the mechanism by (``attention: {name: lavo}``).
+
+    Returns:
+        The decorator; it returns the class unchanged.
+
+    Raises:
+        TypeError: the decorated object is not an :class:`Attention` subclass.
+        ValueError: another class is already registered under ``name``.
+    """
+    def decorator(cls: type[Attention]) -> type[Attention]:
+        if not (isinstance(cls, type) and issubclass(cls, Attention)):
+            raise TypeError(f"register_attention('{name}') expects an Attention subclass, got {cls!r}")
+        return ATTENTIONS.register(name, cls)
+    return decorator
+
+
+@dataclass(frozen=True)
+class AttentionInfo:
+    """What ``lavo-zoo list attentions`` shows of one registered mechanism."""
+
+    name: str
+    patterns: tuple[str, ...]
+    streaming: bool
+    description: str
+    options: dict[str, Any]  # constructor options beyond embed_dim/num_heads/pattern, with defaults
+    # how step-by-step decoding runs each decoder pattern, e.g. ("causal:state", "cross:prefix"); see
+    # Attention.decoding: state / cache / source, or prefix = falls back to re-running the prefix
+    decoding: tuple[str, ...] = ()
+
+
+def option_defaults(cls: type[Attention]) -> dict[str, Any]:
+    """{option: default (None where it has none)} of the constructor of ``cls`` beyond embed_dim, num_heads and
+    pattern (``**kwargs`` is not an option)."""
+    params = inspect.signature(cls.__init__).parameters
+    return {n: (None if p.default is inspect.Parameter.empty else p.default) for n, p in params.items()
+            if n not in _CONTRACT_ARGUMENTS and p.kind is not p.VAR_KEYWORD}
+
+
+def _takes_any_option(cls: type[Attention]) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+
+
+def attention_class(name: str) -> type[Attention]:
+    """The class registered under ``name`` (imported on first use).
+
+    Raises:
+        UsageError: ``name`` is not registered, or a plug-in registered something that is not an Attention subclass.
+    """
+    cls = ATTENTIONS.get(name)
+    if not (isinstance(cls, type) and issubclass(cls, Attention)):
+        raise UsageError(f"attention '{name}' ({ATTENTIONS.entry(name).source}) is not an Attention subclass")
+    return cls
+
+
+def check_pattern(pattern: str) -> None:
+    """Raise a :class:`UsageError` unless ``pattern`` is one of :data:`~lavo_zoo.attention.base.PATTERNS`."""
+    if pattern not in PATTERNS:
+        raise UsageError(f"unknown attention pattern '{pattern}'{did_you_mean(pattern, PATTERNS)}; "
+                         f"choose one of {', '.join(PATTERNS)}")
+
+
+def check_attention(name: str, pattern: str | None = None, options: Iterable[str] = (),
+                    key: str | None = None) -> type[Attention]:
+    """The one check of an attention selection: the name is registered, the mechanism supports ``pattern`` and takes
+    every option named. Option *values* are checked by the mechanism when it is built (:func:`build_attention`).
+
+    Args:
+        name: a registry name (``lavo-zoo list attentions``).
+        pattern: causal, noncausal or cross; None checks no pattern.
+        options: option names (a mapping's keys are its names).
+        key: the config key the selection was read from (``model.attention``, ``model.attention.cross``): the errors
+            are then :class:`ConfigError` naming ``<key>.name``, ``<key>`` or ``<key>.<option>``.
+
+    Returns:
+        The mechanism's class.
+
+    Raises:
+        UsageError: (a :class:`ConfigError` with ``key``) an unknown name, an unknown or unsupported pattern, an
+            option the mechanism does not take; each message says what to choose instead, with a did-you-mean.
+    """
+    error = UsageError if key is None else ConfigError
+
+    def where(suffix: str = "") -> str:
+        return "" if key is None else f"config key '{key}{suffix}': "
+
+    if name not in ATTENTIONS:
+        names = ATTENTIONS.names()
+        raise error(f"{where('.name')}unknown attention '{name}'{did_you_mean(name, names)}; choose one of "
+                    f"{', '.join(names)}")
+    cls = attention_class(name)
+    if pattern is not None:
+        check_pattern(pattern)
+        if pattern not in cls.patterns:
+            able = [n for n in ATTENTIONS.names() if pattern in attention_class(n).patterns]
+            raise error(f"{where()}attention '{name}' does not support pattern '{pattern}'; it supports: "
+                        f"{', '.join(cls.patterns)}; mechanisms with '{pattern}': {', '.join(able)}")
+    if not _takes_any_option(cls):
+        valid = option_defaults(cls)
+        for option in options:
+            if option not in valid:
+                raise error(f"{where('.' + option)}attention '{name}' has no option '{option}'"
+                            f"{did_you_mean(option, valid)}; its options: {', '.join(valid) or 'none'}")
+    return cls
+
+
+def attention_info(name: str) -> AttentionInfo:
+    """What one registered mechanism is and can do.
+
+    Args:
+        name: a registry name.
+
+    Returns:
+        Its :class:`AttentionInfo`: patterns, streaming support, one-line description, options with their defaults,
+        and how each decoder pattern decodes step by step.
+
+    Raises:
+        UsageError: ``name`` is not registered.
+    """
+    cls = attention_class(name)
+    doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
+    decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
+    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding)
+
+
+def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:
+    """The registered mechanisms, sorted by name.
+
+    Args:
+        pattern: a glob over the names (``"l*"``); None lists every one.
+        supports: only the mechanisms that can do this attention pattern (causal, noncausal, cross).
+
+    Returns:
+        One :class:`AttentionInfo` per mechanism.
+
+    Raises:
+        UsageError: ``supports`` is not an attention pattern.
+    """
+    if supports is not None:
+        check_pattern(supports)
+    infos = [attention_info(n) for n in ATTENTIONS.names(pattern)]
+    return [i for i in infos if supports is None or supports in i.patterns]
+
+
+def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "causal", **options: Any) -> Attention:
+    """Build a registered attention layer.
+
+    Args:
+        name: a registry name (``lavo-zoo list attentions``).
+        embed_dim: the model width D; inputs are (B, T, D).
+        num_heads: the number of heads H (D must divide by H).
+        pattern: causal, noncausal or cross.
+        **options: the mechanism's own constructor options (``num_bases=32``).
+
+    Returns:
+        The :class:`Attention` module, in training mode, on the CPU.
+
+    Raises:
+        UsageError: an unknown name or pattern, a pattern the mechanism does not support, an option it does not
+            take (:func:`check_attention`).
+        OptionError: an option value the mechanism refuses (also a ValueError).
+    """
+    cls = check_attention(name, pattern, options)
+    try:
+        return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
+    except ValueError as e:  # an option value the mechanism refuses (e.g. num_bases > head_dim): a usage error
+        raise OptionError(f"attention '{name}': {e}") from None

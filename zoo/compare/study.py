@@ -1,0 +1,254 @@
+"""``lavo-zoo compare``'s study runner: one recipe config, several attentions (or the config's own, for repeated
+runs) and seeds, the same budget for each.
+
+Every (attention, seed) cell is a normal training run in ``OUT/cells/<attention>-seed<seed>/`` (resumed with
+``--resume auto`` if it was killed) followed by an evaluation of its ``checkpoints/best`` (the validation-selected
+weights) or, when the run kept none, ``checkpoints/last``. A cell is finished once its ``cell.json`` (its
+:class:`~lavo_zoo.compare.records.CellRecord`) exists: running the same command again skips it, so an interrupted
+study continues where it stopped. A cell is reused only while its resolved config equals the study's (another budget
+or option is refused, naming the difference; ``--rerun`` retrains it). Each cell records its parameter count, the wall
+time of its training, and its step time and step memory, measured so that the order the cells run in does not matter
+(:mod:`lavo_zoo.compare.steps`). A run counts once: a seed (or an attention) given twice is refused.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lavo_zoo.compare.efficiency import Efficiency, attention_setup, study_efficiency
+from lavo_zoo.compare.records import CELL_FILE, CellRecord, attention_label
+from lavo_zoo.errors import UsageError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (attention, seed) run of the study."""
+
+    attention: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.attention}-seed{self.seed}"
+
+
+def attention_key(cfg: Any, site: str | None) -> str:
+    """The dotted config key of the attention to vary: ``model.attention`` or ``model.attention.<site>``."""
+    from lavo_zoo.attention import SITE_PATTERNS, AttentionSpec, SiteAttention
+
+    attention = getattr(getattr(cfg, "model", None), "attention", None)
+    if isinstance(attention, AttentionSpec):
+        if site is not None:
+            raise UsageError(f"--site {site}: this recipe's model has one attention (model.attention), not sites; "
+                             "leave --site out")
+        return "model.attention"
+    if isinstance(attention, SiteAttention):
+        if site is None:
+            raise UsageError(f"this recipe's model has attention sites ({', '.join(SITE_PATTERNS)}): name the one to "
+                             "vary with --site, e.g. --site encoder_self")
+        if site not in SITE_PATTERNS:
+            raise UsageError(f"unknown attention site '{site}'{did_you_mean(site, SITE_PATTERNS)}; "
+                             f"choose one of {', '.join(SITE_PATTERNS)}")
+        return f"model.attention.{site}"
+    raise UsageError("this recipe's config has no model.attention (an AttentionSpec or SiteAttention), so there is "
+                     "no attention to compare")
+
+
+def check_distinct(items: list, option: str, what: str) -> None:
+    """A run counts once: refuse an attention or a seed given twice, which would train (or keep) the same cell again
+    and count it as another run (a spread of 0, a verdict from one run)."""
+    repeated = sorted({str(x) for x in items if items.count(x) > 1})
+    if repeated:
+        raise UsageError(f"{option} lists the {what} {', '.join(repeated)} more than once; each {what} is one run "
+                         f"and a run counts once: give each {what} once (e.g. --seeds 1,2,3 for three runs)")
+
+
+def check_study_attentions(attentions: list[str], options: dict[str, dict[str, Any]]) -> None:
+    """Refuse, before anything trains, a name in ``--attentions`` that is not registered and an option (``-o``) its
+    attention does not take (:func:`~lavo_zoo.attention.registry.check_attention`; the pattern is checked where the
+    recipe reads its config or builds its model)."""
+    from lavo_zoo.attention import check_attention
+
+    for name in attentions:
+        try:
+            check_attention(name)
+        except UsageError as e:
+            raise UsageError(f"--attentions: {e}; `lavo-zoo list attentions` describes them") from None
+        try:
+            check_attention(name, options=options.get(name, {}))
+        except UsageError as e:
+            raise UsageError(f"-o: {e}") from None
+
+
+def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any]]) -> list[str]:
+    """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
+    keeps the config's attention, ``key`` None) and seed."""
+    if key is None:
+        return [f"train.seed={cell.seed}"]
+    extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
+    return [f"{key}.name={cell.attention}", *extra, f"train.seed={cell.seed}"]
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): data}
+
+
+def check_reusable(cell_dir: Path, resolved: dict[str, Any], rerun: bool) -> None:
+    """Keep ``cell_dir`` only if it was trained with ``resolved`` (the cell's resolved config as a mapping); with
+    ``rerun`` a cell trained otherwise is removed (to be trained again), without it the study is refused naming
+    the difference. A cell folder without a config.yaml yet is kept (its run had not started)."""
+    import yaml
+
+    saved_file = cell_dir / "config.yaml"
+    if not saved_file.is_file():
+        return
+    saved, now = _flat(yaml.safe_load(saved_file.read_text())), _flat(resolved)
+    diff = [f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now" for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k)]
+    if not diff:
+        return
+    if rerun:
+        shutil.rmtree(cell_dir)
+        return
+    raise UsageError(f"{cell_dir} was trained with another config ({'; '.join(diff[:6])}"
+                     f"{' ...' if len(diff) > 6 else ''}); its results would not be comparable. Give another --out, "
+                     "the study's earlier settings, or --rerun to train the cell again")
+
+
+def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """``("lavo.num_bases=64", ...)`` -> ``{"lavo": {"num_bases": 64}}`` (values read as YAML)."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, dot, rest = item.partition(".")
+        key, eq, value = rest.partition("=")
+        if not (dot and eq and name and key):
+            raise UsageError(f"-o {item}: write an attention option as ATTENTION.KEY=VALUE, e.g. lavo.num_bases=64")
+        out.setdefault(name, {})[key] = yaml.safe_load(value)
+    return out
+
+
+def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: str,
+             max_batches: int | None = None) -> dict[str, Any]:
+    """Train (or resume) and evaluate one cell (``cfg`` resolved); writes its results.json and returns what its
+    record holds of the run: metrics, the weights scored, parameters, the wall time of its training (data
+    preparation and validation included) and its steady-state step time and step memory
+    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it)."""
+    from lavo_zoo.compare.steps import StepMeter
+    from lavo_zoo.engine.env import pick_device
+    from lavo_zoo.engine.evaluate import evaluate_checkpoint
+    from lavo_zoo.engine.trainer import Trainer
+
+    parameters = sum(p.numel() for p in recipe.build_model(cfg).parameters())
+    timing_file = cell_dir / "compare-timing.json"
+    spent = json.loads(timing_file.read_text())["train_time_s"] if timing_file.exists() else 0.0
+    meter = StepMeter(pick_device(device))
+    start = time.perf_counter()
+    Trainer(recipe, cfg, cell_dir, device=device, resume="auto", step_observer=meter).fit()
+    spent += time.perf_counter() - start
+    timing_file.write_text(json.dumps({"train_time_s": spent}))
+    checkpoints = cell_dir / "checkpoints"
+    chosen = checkpoints / "best" if (checkpoints / "best").is_dir() else checkpoints / "last"
+    results = evaluate_checkpoint(chosen, split=split, device=device, max_batches=max_batches)
+    (cell_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return {"metrics": results["metrics"], "num_samples": results["num_samples"], "checkpoint": str(chosen),
+            "checkpoint_sha256": results.get("checkpoint_sha256"), "parameters": parameters,
+            "train_time_s": round(spent, 3), **meter.result(), "device": results["device"], "split": split}
+
+
+def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
+              options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str,
+              rerun: bool = False, max_batches: int | None = None,
+              efficiency: Efficiency | None = None, dry_run: bool = False) -> list[CellRecord]:
+    """Run every unfinished cell (attention-major order) and return all cell records. An empty ``attentions``
+    keeps the config's own attention (one row: repeated runs over ``seeds``). With ``efficiency``, every record also
+    gets its row's efficiency lengths (:func:`study_efficiency`; not in cell.json). ``dry_run``: check every cell
+    (its config, the data of the first, each model) and print the plan; nothing is trained or written."""
+    from lavo_zoo.config import to_dict
+    from lavo_zoo.engine.configs import resolve_config
+
+    check_distinct(attentions, "--attentions", "attention")
+    check_distinct(seeds, "--seeds", "seed")
+    _, cfg = resolve_config(config, overrides)  # validates the config and the overrides once, before any training
+    key = attention_key(cfg, site) if attentions else None
+    if not attentions and (site is not None or options):
+        raise UsageError("--site and -o choose attentions to compare: use them with --attentions")
+    unknown = sorted(set(options) - set(attentions))
+    if unknown:
+        raise UsageError(f"-o names {', '.join(unknown)}, which --attentions does not list")
+    check_study_attentions(attentions, options)
+    own = attention_label(to_dict(cfg))
+    cells = [Cell(a, s) for a in attentions or [own] for s in seeds]
+    planned = []
+    for cell in cells:  # every cell's config is checked (and resolved) before the first one trains
+        cell_overrides_ = overrides + cell_overrides(key, cell, options)
+        recipe, cell_cfg = resolve_config(config, cell_overrides_)
+        cell_cfg = recipe.resolve(cell_cfg)
+        cell_dir = out_dir / "cells" / cell.name
+        check_reusable(cell_dir, to_dict(cell_cfg), rerun)
+        planned.append((cell, recipe, cell_cfg, cell_overrides_, cell_dir))
+    if dry_run:
+        _print_plan(planned, config, device)
+        return []
+    records = []
+    for i, (cell, recipe, cell_cfg, cell_overrides_, cell_dir) in enumerate(planned, 1):
+        done = cell_dir / CELL_FILE
+        if done.exists():
+            click.echo(f"[{i}/{len(cells)}] {cell.name}: finished earlier with the same config, kept", err=True)
+        else:
+            click.echo(f"[{i}/{len(cells)}] {cell.name}: training in {cell_dir}", err=True)
+            cell_dir.mkdir(parents=True, exist_ok=True)
+            record = CellRecord(attention=cell.attention, seed=cell.seed, site=site, config=config,
+                                overrides=cell_overrides_,
+                                **run_cell(recipe, cell_cfg, cell_dir, device, split, max_batches))
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps(record.to_json(), indent=2) + "\n")
+            tmp.rename(done)  # atomic: a cell is either finished or not
+        records.append(CellRecord.from_json(json.loads(done.read_text())))
+    if efficiency is not None:
+        setups: dict[str, dict[str, Any] | None] = {}
+        for cell, recipe, cell_cfg, _, _ in planned:
+            if cell.attention not in setups:
+                setups[cell.attention] = _row_setup(recipe, cell_cfg, key)
+        found = study_efficiency(setups, out_dir, device, efficiency)
+        for record in records:
+            if record.attention in found:
+                record.efficiency = found[record.attention]
+    return records
+
+
+def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
+    """:func:`attention_setup` of a row; repeated runs of a config (``key`` None) measure its attention when the
+    model has one (not sites)."""
+    if key is None:
+        try:
+            key = attention_key(cfg, None)
+        except UsageError:
+            return None
+    return attention_setup(recipe, cfg, key)
+
+
+def _print_plan(planned: list[tuple], config: str, device: str | None) -> None:
+    """``compare --dry-run``: the first cell as ``train --dry-run`` describes it, then one line per cell."""
+    from lavo_zoo.engine.dry_run import describe_run
+
+    _, recipe, cfg, _, cell_dir = planned[0]
+    rows = describe_run(recipe, cfg, cell_dir, device, resume="auto", config_name=config)
+    click.echo(f"dry run: {len(planned)} cells check out; nothing is trained or written")
+    for label, text in rows:
+        if label not in ("start", "would write"):
+            click.echo(f"  {label:<12} {text}")
+    for cell, recipe, cell_cfg, _, cell_dir in planned:
+        state = ("finished, kept" if (cell_dir / CELL_FILE).exists() else
+                 "resumes" if (cell_dir / "checkpoints").is_dir() else "trains")
+        params = sum(p.numel() for p in recipe.build_model(cell_cfg).parameters())
+        click.echo(f"  cell {cell.name:<28} {params:>12,} parameters  {state} in {cell_dir}")
