@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 pytest.importorskip("transformers", reason="the hf extra (pip install -e '.[dev]') is not installed")
 
-from lavo_zoo.checkpoints.card import split_card  # noqa: E402
-from lavo_zoo.cli import main  # noqa: E402
-from lavo_zoo.engine.checkpoint import save_checkpoint  # noqa: E402
-from tests.checkpoints.helpers import make_checkpoint  # noqa: E402
-from tests.recipes.lm.helpers import tiny_config  # noqa: E402
+from lavo_zoo.checkpoints.card import split_card
+from lavo_zoo.cli import main
+from lavo_zoo.engine.checkpoint import save_checkpoint
+from tests.checkpoints.helpers import make_checkpoint
+from tests.recipes.lm.helpers import tiny_config
 
 FOLDER_FILES = ["README.md", "config.json", "generation_config.json", "lavo_zoo_lm.py", "model.safetensors",
                 "tokenizer.json", "tokenizer_config.json"]
@@ -112,6 +113,22 @@ def test_a_damaged_folder_is_a_checkpoint_error(tmp_path: Path, capsys: pytest.C
     folder = tmp_path / "hf"
     assert run(capsys, "export", str(ckpt), str(folder), "--format", "hf")[0] == 0
     weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["model.ln_f.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    code, _, err = run(capsys, "eval", str(folder), "--max-batches", "1")
+    assert code == 1 and str(folder) in err and "missing: model.ln_f.weight" in err
     weights.write_bytes(weights.read_bytes()[:200])
     code, _, err = run(capsys, "eval", str(folder), "--max-batches", "1")
     assert code == 1 and str(folder) in err and "not a readable transformers folder" in err
+
+
+def test_an_unsupported_transformers_is_named_with_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import lavo_zoo.recipes.lm.hf as lm_hf
+
+    ckpt = lm_checkpoint(tmp_path / "run")
+    monkeypatch.setattr(lm_hf, "transformers_version", lambda: (4, 57))
+    code, _, err = run(capsys, "export", str(ckpt), str(tmp_path / "hf"), "--format", "hf")
+    assert code == 2 and "needs transformers >= 5.24, < 6" in err and "pip install 'lavo-zoo[hf]'" in err
+    assert not (tmp_path / "hf").exists()

@@ -14,6 +14,8 @@ needs nothing else; without importing lavo-zoo, ``trust_remote_code=True`` loads
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +63,8 @@ def export_folder(checkpoint: Path, out: Path, card: str) -> list[Path]:
         raise CheckpointError(f"{checkpoint} is a '{recipe.name}' checkpoint; the lm transformers format takes lm "
                               "checkpoints only")
     hf = to_transformers(model, cfg, step=meta.get("step"), weights_sha256=meta.get("weights_sha256"))
-    hf.save_pretrained(out)
+    with _no_progress_bars():
+        hf.save_pretrained(out)
     transformers_tokenizer(cfg.data.tokenizer).save_pretrained(out)
     (out / "README.md").write_text(card, encoding="utf-8")
     return sorted(p for p in out.iterdir() if p.is_file())
@@ -77,10 +80,16 @@ def import_folder(folder: Path, out: Path) -> Path:
     from lavo_zoo.errors import ConfigError
 
     try:
-        hf = LavoZooLMForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        with _no_progress_bars():
+            hf, report = LavoZooLMForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError, ConfigError) as e:
         raise CheckpointError(f"{folder} is not a readable transformers folder of a lavo-zoo language model: "
                               f"{type(e).__name__}: {e}") from e
+    wrong = {what: sorted(map(str, report.get(key) or ())) for what, key in (
+        ("missing", "missing_keys"), ("unexpected", "unexpected_keys"), ("of another shape", "mismatched_keys"))}
+    if any(wrong.values()):
+        detail = "; ".join(f"{what}: {', '.join(keys[:4])}" for what, keys in wrong.items() if keys)
+        raise CheckpointError(f"the weights in {folder} do not match the model its config.json describes ({detail})")
     try:
         recipe, cfg = config_from_dict(hf.config.run_config(), source=str(folder / "config.json"))
     except ConfigError as e:
@@ -90,3 +99,17 @@ def import_folder(folder: Path, out: Path) -> Path:
                   "source_weights_sha256": recorded.get("weights_sha256")}
     return save_checkpoint(out, int(recorded.get("step") or 0), hf.model, cfg, recipe.name, name="checkpoint",
                            provenance=provenance)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars off (a tiny model's one-shard save or load needs none), as they were after."""
+    from transformers.utils import logging
+
+    was = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            logging.enable_progress_bar()

@@ -184,7 +184,11 @@ class LavoZooLMPreTrainedModel(PreTrainedModel):
     _is_stateful = True  # a recurrent state: no assisted decoding
 
     def _init_weights(self, module: torch.nn.Module) -> None:
-        """Nothing: the recipe's model initialises its own weights (fairseq's init, ``TransformerLM``)."""
+        """A new model keeps the recipe's own initialisation (``TransformerLM``'s, fairseq's); a module whose weights a
+        loaded folder lacks (transformers reports them as newly initialised) gets its default initialisation."""
+        if getattr(self, "_built", False) and hasattr(module, "reset_parameters") and any(
+                not getattr(p, "_is_hf_initialized", False) for p in module.parameters(recurse=False)):
+            module.reset_parameters()
 
 
 class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
@@ -195,6 +199,7 @@ class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.model = lm if lm is not None else TransformerLM(config.model_config())
         self.post_init()
+        self._built = True  # from here on _init_weights initialises what from_pretrained did not load
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

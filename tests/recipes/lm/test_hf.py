@@ -16,19 +16,19 @@ import torch
 
 pytest.importorskip("transformers", reason="the hf extra (pip install -e '.[dev]') is not installed")
 
-from lavo_zoo.cli import main  # noqa: E402
-from lavo_zoo.engine.checkpoint import save_checkpoint  # noqa: E402
-from lavo_zoo.nn.tokenizers import get_tokenizer  # noqa: E402
-from lavo_zoo.recipes.lm.infer import generate_ids  # noqa: E402
-from tests.recipes.lm.helpers import tiny_config  # noqa: E402
+from lavo_zoo.cli import main
+from lavo_zoo.engine.checkpoint import save_checkpoint
+from lavo_zoo.nn.tokenizers import get_tokenizer
+from lavo_zoo.recipes.lm.infer import filter_logits, generate_ids
+from tests.recipes.lm.helpers import tiny_config
 
 # lavo (constant-size state), sdpa (KV cache), local (window cache), longshort (cannot stream: re-runs the prefix)
 ATTENTIONS = {"lavo": {"num_bases": 8, "window_size": 4}, "sdpa": {}, "local": {"window_size": 4}, "longshort": {}}
 PROMPT = list(b"def read(self, n):\n    ")
 # the strings on which the transformers tokenizers must give the recipe's ids
-STRINGS = ["", "hello world", "  two leading spaces\n\ttab", "déjà vu, naïve café", "日本語のテキスト", "emoji 🚀 👨‍👩‍👧",
-           "text that spells <|endoftext|>", "Ā\x00nul", "def f(x):\n    return x ** 2  # square\n", "I'm 've 'll",
-           "z" * 300, "zero\u200dwidth\u00a0nbsp\r\n"]
+STRINGS = ["", "hello world", "  two leading spaces\n\ttab", "déjà vu, naïve café", "日本語のテキスト",
+           "emoji 🚀 👨‍👩‍👧", "text that spells <|endoftext|>", "Ā\x00nul", "def f(x):\n    return x ** 2  # square\n",
+           "I'm 've 'll", "z" * 300, "zero\u200dwidth\u00a0nbsp\r\n"]
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +67,9 @@ def test_importing_lavo_zoo_registers_the_classes_without_importing_transformers
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert type(AutoConfig.from_pretrained(folder)).__name__ == "LavoZooLMConfig"
     assert type(model).__name__ == "LavoZooLMForCausalLM" and type(model.model).__name__ == "TransformerLM"
-    fresh = subprocess.run([sys.executable, "-c", "import sys, lavo_zoo; print(sorted(m for m in sys.modules "
-                            "if m.split('.')[0] in ('transformers', 'torch')))"], capture_output=True, text=True,
-                           timeout=120)
+    script = ("import sys, lavo_zoo\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'torch')))")
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert fresh.returncode == 0 and fresh.stdout.strip() == "[]", fresh.stderr
 
 
@@ -92,7 +92,7 @@ def test_without_lavo_zoo_imported_first_the_folder_loads_with_trust_remote_code
     _, _, folder = exported("lavo")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home"), "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-c", TRANSFORMERS_FIRST, str(folder)], capture_output=True, text=True,
-                            env=env, stdin=subprocess.DEVNULL, timeout=300)
+                            env=env, stdin=subprocess.DEVNULL, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = [line[line.index("RESULT"):] for line in result.stdout.splitlines() if "RESULT" in line]  # after a prompt
     assert printed == [
@@ -117,6 +117,18 @@ def test_exported_logits_and_loss_equal_the_checkpoints(attention, exported):
         loss = hf(ids, labels=ids).loss  # transformers' convention: labels are the inputs, shifted inside
         torch.testing.assert_close(loss, model(ids[:, :-1], ids[:, 1:]).mean(), atol=1e-5, rtol=1e-5)
         assert hf(ids, logits_to_keep=1).logits.shape == (3, 1, 256)
+
+
+def test_a_new_model_is_initialised_as_the_recipes():
+    from lavo_zoo.recipes.lm.hf.configuration import LavoZooLMConfig
+    from lavo_zoo.recipes.lm.hf.modeling import LavoZooLMForCausalLM
+
+    recipe, cfg = tiny_config("lavo", ATTENTIONS["lavo"])
+    torch.manual_seed(3)
+    ours = recipe.build_model(cfg).state_dict()
+    torch.manual_seed(3)
+    theirs = LavoZooLMForCausalLM(LavoZooLMConfig.from_run_config(cfg)).model.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
 def test_right_padding_is_scored_left_padding_and_padded_decoding_refused(exported):
@@ -204,10 +216,15 @@ def test_sampling_options_behave_as_transformers_documents(attention, exported):
     drawn = sample(top_k=3, temperature=1.5)
     assert drawn == sample(top_k=3, temperature=1.5, use_cache=False), "the carried state samples as full re-runs"
     assert drawn != greedy
-    with torch.no_grad():  # every token drawn is one of the 3 most likely after its prefix
+    nucleus = sample(top_p=0.6, top_k=0)
+    assert nucleus == sample(top_p=0.6, top_k=0, use_cache=False)
+    with torch.no_grad():  # every token drawn is one of the 3 most likely / in the 0.6 nucleus after its prefix
         for t, token in enumerate(drawn):
             logits = model(torch.tensor([PROMPT + drawn[:t]]))[0]
             assert token in logits.topk(3).indices.tolist()
+        for t, token in enumerate(nucleus):
+            logits = model(torch.tensor([PROMPT + nucleus[:t]]))[0]
+            assert torch.isfinite(filter_logits(logits, top_p=0.6)[token])  # the recipe's own nucleus
 
 
 @pytest.mark.parametrize("attention", ["lavo", "sdpa"])
