@@ -204,9 +204,9 @@ Examples:
   lavo-zoo export runs/tiny/checkpoints/last dist/lm-tiny-lavo-v1.tar.gz --name lm/tiny-lavo@v1 \\
       --source https://github.com/ORG/lavo-zoo/releases/download/v1/lm-tiny-lavo-v1.tar.gz --results test.json
       # writes dist/lm-tiny-lavo-v1.tar.gz and its card dist/lm-tiny-lavo-v1.README.md
-  lavo-zoo export runs/tiny/checkpoints/step-2000 out.tar.gz --with-train-state   # resumable archive
   lavo-zoo export runs/tiny/checkpoints/last dist/lm-tiny-lavo --format hf --results test.json
-      # a transformers folder: AutoModelForCausalLM.from_pretrained("dist/lm-tiny-lavo") after `import lavo_zoo`""")
+      # a transformers folder: AutoModelForCausalLM.from_pretrained("dist/lm-tiny-lavo") after `import lavo_zoo`
+  lavo-zoo export runs/tiny/checkpoints/step-2000 out.tar.gz --with-train-state   # resumable archive""")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @format_option
