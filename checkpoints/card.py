@@ -76,9 +76,12 @@ def result_metrics(results: dict[str, Any]) -> list[tuple[str, float, bool | Non
 
 # ------------------------------------------------------------------------------------------------------- card
 def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: str,
-               results: dict[str, Any] | None = None) -> str:
+               results: dict[str, Any] | None = None, transformers_use: str | None = None) -> str:
     """The model card (Markdown with YAML front matter) of checkpoint directory ``checkpoint`` released as index
-    entry ``name`` under ``license``; ``results``: a results JSON (:func:`load_results`) whose metrics it reports."""
+    entry ``name`` under ``license``; ``results``: a results JSON (:func:`load_results`) whose metrics it reports.
+    ``transformers_use``: the card of the checkpoint exported as a transformers folder (``export --format hf``):
+    ``library_name: transformers``, and this Markdown (from the recipe's transformers plugin) as its Use section."""
+    transformers = transformers_use is not None
     config_text = (checkpoint / CONFIG).read_text(encoding="utf-8", errors="replace")
     try:
         config = yaml.safe_load(config_text)
@@ -97,7 +100,8 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
         sites = attention_sites((config.get("model") or {}).get("attention"))
     metrics = result_metrics(results) if results else []
     split = (results or {}).get("split")
-    front: dict[str, Any] = {"library_name": LIBRARY, **_license_fields(license),
+    front: dict[str, Any] = {"library_name": "transformers" if transformers else LIBRARY,
+                             **({"pipeline_tag": task_type} if transformers else {}), **_license_fields(license),
                              "tags": _unique(["lavo", LIBRARY, str(meta.get("recipe")), task_type,
                                               *(site[1] for site in sites)])}
     if metrics:
@@ -110,10 +114,12 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
         _summary(name, meta, recipe, task_name, dataset),
         _model_section(sites),
         _results_section(name, meta, results, metrics, split),
-        "## Config\n\nThe checkpoint's `config.yaml`, from which `lavo-zoo eval` rebuilds the model:\n\n"
+        ("## Config\n\nThe lavo-zoo config it was trained with (`config.json` holds it, under `model` and "
+         "`lavo_zoo`), from which `lavo-zoo eval` rebuilds the model:\n\n" if transformers else
+         "## Config\n\nThe checkpoint's `config.yaml`, from which `lavo-zoo eval` rebuilds the model:\n\n")
         + _fenced(config_text, "yaml"),
         _provenance_section(meta, results),
-        _use_section(name),
+        transformers_use if transformers else _use_section(name),
         (f"## Licence\n\nThe weights are released under {license}. lavo-zoo's code is Apache-2.0. Data given as "
          "`data.path` keeps its own licence and terms."),
         "## Intended use and limitations\n\n" + GENERIC_LIMITS

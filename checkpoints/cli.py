@@ -26,6 +26,10 @@ cache_dir_option = click.option(
 license_option = click.option("--license", "license_", default="Apache-2.0", show_default=True,
                               help="License of the weights (an SPDX identifier such as Apache-2.0, MIT, CC-BY-4.0).")
 description_option = click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
+format_option = click.option(
+    "--format", "format_", type=click.Choice(["archive", "hf"]), default="archive", show_default=True,
+    help="archive: a .tar.gz of the checkpoint directory and its model card; hf: a Hugging Face transformers model "
+         "folder (language models; needs the hf extra).")
 results_option = click.option(
     "--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
     help="Results JSON of `lavo-zoo eval CKPT --out` to report: the entry's metrics, the model card's results.")
@@ -200,9 +204,12 @@ Examples:
   lavo-zoo export runs/tiny/checkpoints/last dist/lm-tiny-lavo-v1.tar.gz --name lm/tiny-lavo@v1 \\
       --source https://github.com/ORG/lavo-zoo/releases/download/v1/lm-tiny-lavo-v1.tar.gz --results test.json
       # writes dist/lm-tiny-lavo-v1.tar.gz and its card dist/lm-tiny-lavo-v1.README.md
+  lavo-zoo export runs/tiny/checkpoints/last dist/lm-tiny-lavo --format hf --results test.json
+      # a transformers folder: AutoModelForCausalLM.from_pretrained("dist/lm-tiny-lavo") after `import lavo_zoo`
   lavo-zoo export runs/tiny/checkpoints/step-2000 out.tar.gz --with-train-state   # resumable archive""")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@format_option
 @click.option("--with-train-state", is_flag=True, help="Include train_state.pt (left out by default).")
 @click.option("--name", default=None, help="Index name <domain>/<config>@<tag> (default: <recipe>/<OUT stem>@v1).")
 @click.option("--source", default=None, help="Where OUT will be published: https://... or hf://org/repo@rev/path.")
@@ -210,16 +217,25 @@ Examples:
 @description_option
 @results_option
 @overwrite_option
-def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None, source: str | None,
+def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, name: str | None, source: str | None,
            license_: str, description: str, results: Path | None, overwrite: bool) -> None:
     """Pack CHECKPOINT (a checkpoint directory) as OUT (.tar.gz) with its model card, and print its sha256, size
-    and an index entry.
+    and an index entry; with --format hf, write it as OUT, a transformers model folder.
 
     The weights are checked against meta.json's weights_sha256 first. The model card (Hugging Face metadata, the
     config, the commands that trained and scored the model, commit, hardware, seed, licence, limits) goes into the
     archive as README.md and beside it as <OUT stem>.README.md. Paste the printed entry under `checkpoints:` in
     checkpoints/index.yaml once OUT is published at --source.
+
+    --format hf (language models; needs the hf extra) writes config.json, model.safetensors, the tokenizer files,
+    generation_config.json and the model card (README.md, library_name: transformers) into the folder OUT, which
+    AutoModelForCausalLM / AutoTokenizer.from_pretrained load after `import lavo_zoo`, and which `lavo-zoo eval`
+    and lavo_zoo.load read too.
     """
+    if format_ == "hf":
+        _refuse_archive_options("export", with_train_state=with_train_state, source=source, description=description)
+        _export_hf(checkpoint, out, name, license_, results, overwrite)
+        return
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
     if out.exists() and not overwrite:  # a published archive's sha256 is in some index: never replace it silently
@@ -238,6 +254,28 @@ def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None
                f"sha256 {entry['sha256']}\nsize   {entry['size']} ({human_size(entry['size'])})\n\n"
                "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
     click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
+
+
+def _export_hf(checkpoint: Path, out: Path, name: str | None, license_: str, results: Path | None,
+               overwrite: bool) -> None:
+    from lavo_zoo.checkpoints.transformers_format import export_transformers
+
+    files, _ = export_transformers(checkpoint, out, name=name, license_=license_, results=results,
+                                   overwrite=overwrite)
+    click.echo(f"wrote the transformers folder {out} (model card: {out / CARD}):")
+    for file in files:
+        click.echo(f"  {file.name:<28} {human_size(file.stat().st_size):>10}")
+    click.echo(f"\nload it with:\n  import lavo_zoo\n  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+               f'  model = AutoModelForCausalLM.from_pretrained("{out}")\n'
+               f'  tokenizer = AutoTokenizer.from_pretrained("{out}")')
+
+
+def _refuse_archive_options(command: str, **given: Any) -> None:
+    """--format hf writes no archive: the options that only an archive has are refused, naming them."""
+    used = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
+    if used:
+        raise UsageError(f"{' '.join(used)}: only for archives; `{command} --format hf` writes a transformers folder "
+                         "(drop them, or export an archive)")
 
 
 def card_path(archive: Path) -> Path:
@@ -294,9 +332,12 @@ Examples:
   lavo-zoo push runs/tiny/checkpoints/best hf://ORG/lavo-lm-tiny --name lm/tiny-lavo@v1 --results test.json
   lavo-zoo push runs/tiny/checkpoints/best hf://ORG/lavo-lm-tiny@v2 --private   # branch v2 of a private repo
   HF_TOKEN=hf_... HF_ENDPOINT=https://hub.example.org lavo-zoo push CKPT hf://ORG/REPO   # another Hub
+  lavo-zoo push runs/tiny/checkpoints/best hf://ORG/lavo-lm-tiny-hf --format hf --results test.json
+      # a transformers model repository: AutoModelForCausalLM.from_pretrained("ORG/lavo-lm-tiny-hf")
   (needs: pip install 'lavo-zoo[hf]', and `hf auth login` or HF_TOKEN)""")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("repo", metavar="hf://ORG/REPO[@BRANCH]")
+@format_option
 @click.option("--name", default=None, help="Index name <domain>/<config>@<tag> (default: <recipe>/<REPO>@v1).")
 @click.option("--filename", default=None, metavar="NAME.tar.gz",
               help="The archive's name in the repository (default: the index name, e.g. lm-tiny-lavo-v1.tar.gz).")
@@ -306,8 +347,8 @@ Examples:
 @click.option("--private", is_flag=True, help="Create the repository private (an existing one keeps its visibility).")
 @click.option("--message", default=None, help="Commit message (default: 'lavo-zoo push <name>').")
 @cache_dir_option
-def push(checkpoint: Path, repo: str, name: str | None, filename: str | None, license_: str, description: str,
-         results: Path | None, private: bool, message: str | None, cache_dir: Path | None) -> None:
+def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: str | None, license_: str,
+         description: str, results: Path | None, private: bool, message: str | None, cache_dir: Path | None) -> None:
     """Export CHECKPOINT and upload it to a Hugging Face repository, verify the upload, print its index entry.
 
     The archive and its model card (as the repository's README.md) go up in one commit to BRANCH (default main;
@@ -315,10 +356,18 @@ def push(checkpoint: Path, repo: str, name: str | None, filename: str | None, li
     hf:// path of `lavo-zoo download`, which checks its sha256 (it stays in the cache), and the index entry is
     printed with the source pinned to that commit: hf://ORG/REPO@<commit>/<archive>. The endpoint is HF_ENDPOINT
     (default the public Hub), the token HF_TOKEN or the one `hf auth login` saved.
+
+    With --format hf the repository gets the transformers folder of `export --format hf` instead (its files in one
+    commit, each downloaded back and checked), which AutoModelForCausalLM.from_pretrained("ORG/REPO") loads after
+    `import lavo_zoo`; no index entry is printed (the index lists archives).
     """
     from lavo_zoo.checkpoints.push import ARCHIVE_RE, hub_api, parse_repo, upload, verify
 
     repo_id, branch = parse_repo(repo)
+    if format_ == "hf":
+        _refuse_archive_options("push", filename=filename, description=description)
+        _push_hf(checkpoint, repo_id, branch, name, license_, results, private, message, cache_dir)
+        return
     if filename is not None and not ARCHIVE_RE.match(filename):
         raise UsageError(f"--filename must be a plain file name ending in .tar.gz or .tgz, got '{filename}'")
     if name is not None and not NAME_RE.match(name):
@@ -341,3 +390,30 @@ def push(checkpoint: Path, repo: str, name: str | None, filename: str | None, li
                f"verified: downloaded back, sha256 {entry['sha256']} matches (cached at {cached})\n\n"
                "index entry (append under `checkpoints:` in checkpoints/index.yaml):\n")
     click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
+
+
+def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, license_: str, results: Path | None,
+             private: bool, message: str | None, cache_dir: Path | None) -> None:
+    from lavo_zoo.checkpoints.cache import sha256_file
+    from lavo_zoo.checkpoints.push import hub_api, upload, verify
+    from lavo_zoo.checkpoints.transformers_format import export_transformers
+
+    if name is not None and not NAME_RE.match(name):
+        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    api = hub_api()  # before any work: huggingface_hub installed, not offline
+    name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
+    with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
+        folder = Path(tmp) / "model"
+        files, _ = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)
+        size = sum(f.stat().st_size for f in files)
+        click.echo(f"uploading the transformers folder ({len(files)} files, {human_size(size)}) to "
+                   f"hf://{repo_id}@{branch} ...", err=True)
+        commit = upload(api, repo_id, branch, {f.name: f for f in files}, message or f"lavo-zoo push {name} (hf)",
+                        private=private)
+        for file in files:  # every file downloaded back at the commit and checked against what was uploaded
+            verify(repo_id, commit, file.name, sha256_file(file), f"{name} {file.name}", cache_dir)
+    click.echo(f"uploaded {', '.join(f.name for f in files)} to hf://{repo_id}@{branch} as commit {commit}\n"
+               f"verified: every file downloaded back at that commit matches its sha256\n\n"
+               f"load it with:\n  import lavo_zoo\n  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+               f'  model = AutoModelForCausalLM.from_pretrained("{repo_id}", revision="{commit}")\n'
+               f'  tokenizer = AutoTokenizer.from_pretrained("{repo_id}", revision="{commit}")')

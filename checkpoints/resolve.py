@@ -14,6 +14,7 @@ from lavo_zoo.checkpoints.archive import check_checkpoint_dir, find_checkpoint_d
 from lavo_zoo.checkpoints.cache import UNPACKED
 from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.index import load_index
+from lavo_zoo.checkpoints.transformers_format import import_transformers_folder, transformers_recipe
 from lavo_zoo.errors import CheckpointError, UsageError
 
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -59,10 +60,14 @@ def resolve_checkpoint(ref: str, cache_dir: Path | str | None = None) -> Path:
 @contextlib.contextmanager
 def open_checkpoint(ref: str) -> Iterator[Path]:
     """A checkpoint directory for anything a user may type, valid inside the ``with`` block: a directory as is; a
-    local .tar.gz/.zip unpacked safely into a temporary directory (removed afterwards); an index name, URL or hf://
-    reference through the verified download cache."""
+    transformers folder of a lavo-zoo model (``export --format hf``, ``Trainer``) written as a checkpoint into a
+    temporary directory; a local .tar.gz/.zip unpacked safely into a temporary directory (both removed afterwards);
+    an index name, URL or hf:// reference through the verified download cache."""
     path = Path(ref)
-    if path.is_dir():
+    if path.is_dir() and transformers_recipe(path) is not None:
+        with tempfile.TemporaryDirectory(prefix="lavo-zoo-ckpt-") as tmp:
+            yield import_transformers_folder(path, Path(tmp))
+    elif path.is_dir():
         yield path
     elif path.is_file() and is_archive(path):
         with tempfile.TemporaryDirectory(prefix="lavo-zoo-ckpt-") as tmp:

@@ -2,10 +2,16 @@
 
     import lavo_zoo
     model = lavo_zoo.load("runs/tiny-lavo")        # the domain's predictor: generate / forecast / synthesize / ...
+
+Importing it also registers the language models' transformers classes with transformers' Auto classes, once
+transformers is imported (``lavo_zoo.hf``; nothing is imported now).
 """
 from typing import Any
 
+from lavo_zoo.hf import install_auto_registration
 from lavo_zoo.version import __version__
+
+install_auto_registration()
 
 
 def __getattr__(name: str) -> Any:

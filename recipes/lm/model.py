@@ -5,7 +5,8 @@ embeddings, sinusoidal positions unless the attention encodes position itself (L
 :class:`ModelConfig`; the defaults are GPT-2 small (12 x 768, 12 heads, FFN 3072).
 
 The LM head never materialises all T x V logits: with targets the model returns per-token NLL computed by
-:func:`~lavo_zoo.nn.losses.chunked_cross_entropy`; without, only the last position's logits.
+:func:`~lavo_zoo.nn.losses.chunked_cross_entropy`; without, only the last position's logits. ``features`` and
+``logits`` give every position's (what the transformers form in ``hf/`` returns).
 Streaming: ``model(idx, state=s, return_state=True)`` carries every layer's attention state (LAVO's O(1)
 recurrent state, or the softmax attentions' KV cache) and the position offset across chunks.
 """
@@ -87,6 +88,18 @@ class TransformerLM(nn.Module):
         With ``return_state`` also returns the :class:`LMState` after these tokens; pass it back as ``state`` to
         continue the sequence (requires a streaming attention).
         """
+        h, new_state = self.features(idx, state=state, return_state=return_state)  # [B, T, D]
+        if targets is not None:
+            out = chunked_cross_entropy(h, self.embed_tokens.weight, targets, chunk_size=self.cfg.ce_chunk_size or None,
+                                        reduction="none")  # [B, T]
+        else:
+            out = self.logits(h[:, -1])  # [B, V]
+        return (out, new_state) if return_state else out
+
+    def features(self, idx: torch.Tensor, *, state: LMState | None = None, return_state: bool = False
+                 ) -> tuple[torch.Tensor, LMState | None]:
+        """idx [B, T] -> (the final LayerNorm's output h [B, T, D], the :class:`LMState` after these tokens when
+        ``return_state`` or ``state`` is given, else None). ``logits(h)`` gives every position's logits."""
         T = idx.shape[1]
         offset = state.offset if state is not None else 0
         x = self.embed_tokens(idx) * self.embed_scale  # [B, T, D]
@@ -101,10 +114,8 @@ class TransformerLM(nn.Module):
                 new_layers.append(layer_state)
             else:
                 x = block(x)
-        h = self.ln_f(x)  # [B, T, D]
-        if targets is not None:
-            out = chunked_cross_entropy(h, self.embed_tokens.weight, targets, chunk_size=self.cfg.ce_chunk_size or None,
-                                        reduction="none")  # [B, T]
-        else:
-            out = h[:, -1] @ self.embed_tokens.weight.t()  # [B, V]
-        return (out, LMState(offset + T, new_layers)) if return_state else out
+        return self.ln_f(x), (LMState(offset + T, new_layers) if streaming else None)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., D] -> logits [..., V] through the tied output projection."""
+        return h @ self.embed_tokens.weight.t()

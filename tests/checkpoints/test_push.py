@@ -172,3 +172,28 @@ def test_push_in_a_subprocess_reads_hf_endpoint_at_import(hub: FileServer, check
     entry = printed_entry(done.stdout)
     assert entry["source"] == f"hf://org/sub-repo@{commit['oid']}/lm-sub-v1.tar.gz"
     assert entry["sha256"] == hashlib.sha256(commit["files"]["lm-sub-v1.tar.gz"]).hexdigest()
+
+
+def test_push_format_hf_uploads_the_transformers_folder_and_verifies_every_file(
+        hub: FileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    from tests.checkpoints.test_transformers_format import FOLDER_FILES, lm_checkpoint
+
+    ckpt = lm_checkpoint(tmp_path / "run")
+    code, out, err = run(capsys, "push", str(ckpt), "hf://org/tiny-hf", "--format", "hf", "--name", "lm/tiny@v1")
+    assert code == 0, err
+    [commit] = hub.commits
+    assert commit["revision"] == "main" and commit["summary"] == "lavo-zoo push lm/tiny@v1 (hf)"
+    assert sorted(commit["files"]) == FOLDER_FILES
+    front, _ = split_card(commit["files"]["README.md"].decode())
+    assert front["library_name"] == "transformers" and "model-index" not in front  # no --results given
+    # the same folder as `export --format hf` writes (the card aside: it names no output path)
+    assert run(capsys, "export", str(ckpt), str(tmp_path / "hf"), "--format", "hf", "--name", "lm/tiny@v1")[0] == 0
+    for name in FOLDER_FILES:
+        assert commit["files"][name] == (tmp_path / "hf" / name).read_bytes(), name
+    downloaded = {path for path, _ in hub.requests}
+    assert {f"/org/tiny-hf/resolve/{commit['oid']}/{name}" for name in FOLDER_FILES} <= downloaded
+    assert f'from_pretrained("org/tiny-hf", revision="{commit["oid"]}")' in out and "index entry" not in out
+
+    code, _, err = run(capsys, "push", str(ckpt), "hf://org/tiny-hf", "--format", "hf", "--filename", "x.tar.gz")
+    assert code == 2 and "--filename" in err and len(hub.commits) == 1

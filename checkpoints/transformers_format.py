@@ -1,0 +1,86 @@
+"""Checkpoints as Hugging Face transformers model folders: ``lavo-zoo export CKPT OUT --format hf``, ``push --format
+hf``, and reading such a folder (or one that transformers' ``save_pretrained`` / ``Trainer`` wrote after training
+it further) wherever a checkpoint is accepted (``lavo-zoo eval``, ``lavo_zoo.load``).
+
+The folder's layout belongs to the recipe (its transformers plugin, :mod:`lavo_zoo.hf`); this module only knows
+that its ``config.json`` names the recipe under ``lavo_zoo.recipe`` and that a folder with a ``meta.json`` is a
+lavo-zoo checkpoint instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from lavo_zoo.errors import CheckpointError, UsageError
+
+HF_CONFIG = "config.json"
+FORMATS = ("archive", "hf")
+
+
+def transformers_recipe(path: Path) -> str | None:
+    """The recipe of a transformers folder ``path`` written from a lavo-zoo model (its config.json's
+    ``lavo_zoo.recipe``), or None for anything else (a lavo-zoo checkpoint directory, another model)."""
+    path = Path(path)
+    if not (path / HF_CONFIG).is_file() or (path / "meta.json").is_file():
+        return None
+    try:
+        data = json.loads((path / HF_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    recipe = (data.get("lavo_zoo") or {}).get("recipe") if isinstance(data, dict) else None
+    return recipe if isinstance(recipe, str) and recipe else None
+
+
+def import_transformers_folder(folder: Path, out: Path) -> Path:
+    """The checkpoint directory (written under ``out``) of transformers folder ``folder``."""
+    from lavo_zoo.hf import get_plugin
+
+    recipe = transformers_recipe(folder)
+    if recipe is None:
+        raise CheckpointError(f"{folder} is not a transformers folder of a lavo-zoo model ({HF_CONFIG} names no "
+                              "lavo_zoo.recipe)")
+    return get_plugin(recipe).import_folder(Path(folder), Path(out))
+
+
+def export_transformers(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
+                        overwrite: bool = False) -> tuple[list[Path], str]:
+    """Write checkpoint directory ``checkpoint`` as the transformers folder ``out`` with its model card (README.md);
+    (the files written, the card). ``out`` is written beside itself and renamed into place when complete; an
+    existing ``out`` is replaced only with ``overwrite``."""
+    from lavo_zoo.checkpoints.archive import check_checkpoint_dir
+    from lavo_zoo.checkpoints.card import build_card, load_results
+    from lavo_zoo.checkpoints.index import NAME_RE
+    from lavo_zoo.hf import get_plugin
+
+    if out.exists() and not overwrite:
+        raise UsageError(f"{out} already exists; export does not replace it without --overwrite. Give another OUT, "
+                         "or add --overwrite.")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"OUT {out} is a file; --format hf writes a folder")
+    meta = check_checkpoint_dir(checkpoint.resolve())
+    recipe = str(meta.get("recipe") or "unknown")
+    plugin = get_plugin(recipe)  # before any work: a recipe without a transformers form is refused
+    name = name or f"{recipe}/{out.name}@v1"
+    if not NAME_RE.match(name):
+        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    scored = load_results(results, meta) if results is not None else None
+    card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored,
+                      transformers_use=plugin.card_use())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        plugin.export_folder(checkpoint.resolve(), tmp, card)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(p for p in out.iterdir() if p.is_file()), card
+
