@@ -272,7 +272,7 @@ def test_lm_evaluation_harness_scores_an_exported_model_offline(exported, tmp_pa
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from lavo_zoo.recipes.lm.data import write_stdlib_corpus
+    from lavo_zoo.recipes.lm.builtin import write_stdlib_corpus
 
     for var, value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home"),
                        "HF_DATASETS_CACHE": str(tmp_path / "datasets")}.items():
