@@ -192,13 +192,13 @@ class Trainer:
             model.eval()
             losses = []
             evaluator = self.recipe.build_evaluator(self.cfg)
-            with self._autocast():
-                for i, batch in enumerate(loader):
-                    if limit and i >= limit:
-                        break
+            for i, batch in enumerate(loader):
+                if limit and i >= limit:
+                    break
+                with self._autocast():  # the model in training's precision, the scores in full precision
                     loss, predictions, targets = self.recipe.validation_step(model, to_device(batch, self.device))
-                    losses.append(float(loss))
-                    evaluator.update(predictions, targets)
+                losses.append(float(loss))
+                evaluator.update(predictions, targets)
             model.train()
         metrics = {"loss": sum(losses) / max(1, len(losses))}
         for name, value in evaluator.compute().items():  # the evaluator's metrics, kept apart from the loss

@@ -10,27 +10,16 @@ a dense cloud): half-precision inputs are upcast and autocast is switched off ar
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
+
+from lavo_zoo.nn.precision import full as _full
+from lavo_zoo.nn.precision import no_autocast as _no_autocast
 
 MAX_BLOCK = 1 << 24  # elements of one block of the pairwise distance matrix
 
 
 def _rows_per_block(batch: int, columns: int, max_block: int) -> int:
     return max(1, max_block // max(1, batch * columns))
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """t in fp32 when it is in a half precision (fp16, bf16); fp32 and fp64 stay as they are."""
-    return t.float() if t.is_floating_point() and t.element_size() < 4 else t
-
-
-def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast switched off on ``device`` for the products inside (it would run them in bf16 / fp16)."""
-    if torch.amp.is_autocast_available(device.type):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 def square_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
