@@ -43,13 +43,15 @@ from gpu_common import TOY, Timer, append_jsonl, device, environment, errors, wr
 
 BOUNDS = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 1e-2, "bf16": 5e-2, "autocast": 5e-2}
 YARDSTICK_FACTOR = 3.0
-# sizes: the device run, and the toy run on the CPU
+# sizes of the device run (False) and the toy run on the CPU (True): lengths of the fp32 and autocast sweeps, "few"
+# of fp16 and bf16, "mid" of the rest; the layer's width D (heads = D / d), head dim d, window w, bases r; the recipe
+# shapes (LRA: T, heads, d, w, r; time series: T, source, heads, d, r); "long": T, D, heads, r, w
 SIZES = {
-    False: {"lengths": (1, 15, 63, 65, 999, 4096), "few": (65, 4096), "mid": 999, "heads_dim": 256, "d": 64,
+    False: {"lengths": (1, 15, 63, 65, 999, 4096), "few": (65, 4096), "mid": 999, "width": 256, "d": 64,
             "dims": (32, 128), "w": 16, "r": 32, "lra": (4000, 2, 32, 256, 32), "ts": (72, 96, 8, 64, 16),
             "kernel_lengths": (63, 999), "chunks": (1000, 17, 1), "decode": (1000, 40),
             "long": (65536, 768, 12, 64, 16)},
-    True: {"lengths": (37, 1), "few": (37,), "mid": 37, "heads_dim": 32, "d": 16, "dims": (8, 32), "w": 4,
+    True: {"lengths": (37, 1), "few": (37,), "mid": 37, "width": 32, "d": 16, "dims": (8, 32), "w": 4,
            "r": 8, "lra": (40, 2, 8, 16, 8), "ts": (12, 16, 2, 16, 4), "kernel_lengths": (15, 37),
            "chunks": (20, 5, 1), "decode": (40, 6), "long": (72, 32, 2, 16, 4)},
 }
@@ -64,7 +66,7 @@ def build_cases(toy: bool) -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = [{"kind": "long", "T": s["long"][0], "shape": s["long"][1:]}]
 
     def layer(pattern: str, T: int, precision: str, dim: int = d, **extra: Any) -> None:
-        heads = extra.pop("heads", s["heads_dim"] // dim)
+        heads = extra.pop("heads", s["width"] // dim)
         cases.append({"kind": "layer", "pattern": pattern, "T": T, "precision": precision, "d": dim, "heads": heads,
                       "w": extra.pop("w", w), "r": extra.pop("r", min(r, dim)), **extra})
 
@@ -388,7 +390,7 @@ def check_stream(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     import torch
 
     precision, d = case["precision"], case["d"]
-    heads = SIZES[TOY]["heads_dim"] // d
+    heads = SIZES[TOY]["width"] // d
     attn = _lavo(heads * d, heads, "causal", min(SIZES[TOY]["r"], d), SIZES[TOY]["w"], {}, dev)
     ref = copy.deepcopy(attn).double()
     ref.backend = "recompute"
@@ -419,7 +421,7 @@ def check_decode(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     import torch
 
     d, T, steps = case["d"], case["T"], case["steps"]
-    heads = SIZES[TOY]["heads_dim"] // d
+    heads = SIZES[TOY]["width"] // d
     attn = _lavo(heads * d, heads, "causal", min(SIZES[TOY]["r"], d), SIZES[TOY]["w"], {}, dev).eval()
     ref = copy.deepcopy(attn).double()
     ref.backend = "recompute"
