@@ -79,8 +79,8 @@ Examples:
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed steps per figure (the median is reported) after one warm-up step.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Config override for every config (repeatable), e.g. model.attention.dropout=0.0 or "
-                   "train.precision=fp32.")
+              help="Config override for every config (repeatable), e.g. model.attention.dropout=0.0, "
+                   "train.precision=fp32 (the timing's precision)")
 @device_option
 @json_records_option
 def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, overrides: tuple[str, ...], device: str | None,
