@@ -22,6 +22,7 @@ import torch
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
+from lavo_zoo.nn.precision import no_autocast
 
 MSD_OFFSET = 1e-6
 
@@ -37,18 +38,24 @@ def _transforms(sr: int) -> tuple[torch.nn.Module, torch.nn.Module]:
     return mfcc, mel
 
 
+def _wave(wave: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A float32 CPU tensor of a waveform (a numpy array or a tensor in any float dtype, on any device)."""
+    return torch.as_tensor(wave).detach().to("cpu", torch.float32) if isinstance(wave, torch.Tensor) \
+        else torch.as_tensor(np.asarray(wave, dtype=np.float32))
+
+
 def mcd_features(wave: np.ndarray | torch.Tensor, sr: int) -> np.ndarray:
-    """13 MFCCs per frame [T, 13] of a mono waveform [N]."""
+    """13 MFCCs per frame [T, 13] of a mono waveform [N], in fp32 (also under autocast)."""
     mfcc, _ = _transforms(sr)
-    with torch.no_grad():
-        return mfcc(torch.as_tensor(np.asarray(wave, dtype=np.float32))).T.numpy()
+    with torch.no_grad(), no_autocast("cpu"):
+        return mfcc(_wave(wave)).T.numpy()
 
 
 def msd_features(wave: np.ndarray | torch.Tensor, sr: int) -> np.ndarray:
-    """80 log-mel bands per frame [T, 80] (log(mel + 1e-6)) of a mono waveform [N]."""
+    """80 log-mel bands per frame [T, 80] (log(mel + 1e-6)) of a mono waveform [N], in fp32 (also under autocast)."""
     _, mel = _transforms(sr)
-    with torch.no_grad():
-        return torch.log(mel(torch.as_tensor(np.asarray(wave, dtype=np.float32))) + MSD_OFFSET).T.numpy()
+    with torch.no_grad(), no_autocast("cpu"):
+        return torch.log(mel(_wave(wave)) + MSD_OFFSET).T.numpy()
 
 
 def frame_distances(ref: np.ndarray, syn: np.ndarray) -> np.ndarray:

@@ -147,7 +147,7 @@ def test_half_inputs(kernels, dtype):
     (causal, padded, with EPE) and the per-window read within 3e-3 of the float64 reference's largest entry."""
     if dtype == torch.bfloat16:
         pytest.skip("Triton 3.6's interpreter multiplies bf16 tl.dot operands wrongly (a 16x16 product is off by "
-                    "1e10); fp16 covers the half-precision paths here, bf16 runs in benchmarks/check_triton_gpu.py")
+                    "1e10); fp16 covers the half-precision paths here, bf16 runs in benchmarks/gpu/check_kernels.py")
     window_triton, lavo_triton = kernels
     B, H, T, d, w, r = 2, 2, 37, 16, 5, 4
     q, k, v = (torch.randn(B, H, T, d).to(dtype).requires_grad_() for _ in range(3))

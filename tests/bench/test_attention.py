@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from lavo_zoo.attention import list_attentions
 from lavo_zoo.bench import bench
+from lavo_zoo.bench.attention import measure
 from lavo_zoo.bench.timing import run_isolated
 from lavo_zoo.cli import main
 from lavo_zoo.engine.env import machine
@@ -41,6 +42,28 @@ def test_modes_json_and_plot(tmp_path, mode):
     assert png.read_bytes()[:4] == b"\x89PNG"
     host = json.loads(out.read_text())["settings"]["machine"]  # what the figures depend on besides the code
     assert host["torch"] == torch.__version__ and host["torch_threads"] == torch.get_num_threads()
+
+
+@pytest.mark.parametrize("mode", ["fwdbwd", "decode"])
+def test_half_dtype_runs_under_trainings_autocast_unless_pure(mode):
+    """--dtype bfloat16 times what training runs: fp32 weights and inputs with every forward under bf16 autocast;
+    --precision pure casts the module and inputs to bf16 and runs without autocast."""
+    seen = []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+                                          next(module.parameters()).dtype, args[0].dtype)))
+    spec = {"attention": "lavo", "embed_dim": 32, "heads": 2, "pattern": "causal", "options": {}, "device": "cpu",
+            "dtype": "bfloat16", "batch": 1, "length": 40, "mode": mode, "warmup": 0, "repeats": 1, "chunk_size": 16}
+    try:
+        trained = measure(spec)
+        autocast_seen, seen[:] = set(seen), []
+        pure = measure({**spec, "precision": "pure"})
+    finally:
+        hook.remove()
+    assert trained["time_s"] > 0 and pure["time_s"] > 0
+    assert {(on, dtype, weights, inputs) for on, dtype, weights, inputs in autocast_seen} == {
+        (True, torch.bfloat16, torch.float32, torch.float32)}
+    assert {(on, weights, inputs) for on, _, weights, inputs in seen} == {(False, torch.bfloat16, torch.bfloat16)}
 
 
 def test_machine_reads_the_cpu_model_and_vector_units(tmp_path):

@@ -38,7 +38,33 @@ def test_a_generated_dataset_is_written_once_per_key(tmp_path):
     other = generated_dataset(tmp_path, "set", {"rows": 4}, write)
     assert first == again != other and len(calls) == 2 and first.name == "data.txt"
     assert first.read_text() == "1" and other.read_text() == "2"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.parent.name, other.parent.name])  # no tmp
+    folders = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
+    assert folders == sorted([first.parent.name, other.parent.name])  # no temporary folder left
+
+
+def test_a_generated_dataset_asked_for_at_once_is_written_once(tmp_path):
+    """Two processes (threads here: the lock is a file lock) asking for the same dataset at once: one writes it, the
+    other waits and reads it; nobody replaces a dataset that another one is reading."""
+    import threading
+    import time
+
+    from lavo_zoo.engine.builtin_data import generated_dataset
+
+    calls, paths = [], []
+
+    def write(out):
+        calls.append(out)
+        time.sleep(0.3)  # long enough for the other one to ask meanwhile
+        (out / "data.txt").write_text("complete")
+        return out / "data.txt"
+
+    threads = [threading.Thread(target=lambda: paths.append(generated_dataset(tmp_path, "set", {"rows": 3}, write)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(paths) == 2 and paths[0] == paths[1] and paths[0].read_text() == "complete"
 
 
 def test_data_never_replaces_a_users_file_and_leaves_nothing_partial(tmp_path, capsys, monkeypatch):

@@ -13,6 +13,7 @@ from lavo_zoo.nn.points import (
     knn,
     nearest_indices,
     nearest_sq_distances,
+    square_distances,
 )
 
 
@@ -140,3 +141,46 @@ def test_evaluator_overall_is_the_mean_of_category_means_and_ignores_padding() -
                                             rel=1e-9)  # not the mean over clouds
     results = ev.results()
     assert results["fscore@lamp"]["higher_is_better"] and not results["cd_l1"]["higher_is_better"]
+
+
+def _brute_sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[B, N, M] squared distances in fp64, one difference at a time (no |a|^2 + |b|^2 - 2ab cancellation)."""
+    return (a.double()[:, :, None] - b.double()[:, None]).square().sum(-1)
+
+
+def test_distances_and_neighbours_stay_exact_under_bf16_autocast() -> None:
+    """Training's bf16 autocast (CPU autocast applies the same policy as CUDA's to bmm / baddbmm) must not reach the
+    distance products: every neighbour, the k-NN graph, the distances and the scores as without autocast and as a
+    brute-force fp64 search, on dense clouds (bf16 products change most neighbours there)."""
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.rand(2, 400, 3, generator=g), torch.rand(2, 380, 3, generator=g)
+    ref = _brute_sq_distances(a, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dist = square_distances(a, b)
+        ab, ba = nearest_indices(a, b)
+        grid_ab, grid_ba = nearest_indices(a, b, max_block=4096)  # the grid search and its dense fallback
+        neighbours = knn(a, b, 8)
+        d1, d2 = nearest_sq_distances(a, b)
+        scores = score_clouds(a[0], b[0])
+    assert dist.dtype == torch.float32 and d1.dtype == torch.float32
+    torch.testing.assert_close(dist.double(), ref, rtol=0, atol=1e-5)
+    assert torch.equal(ab, ref.argmin(-1)) and torch.equal(ba, ref.argmin(1))
+    assert torch.equal(grid_ab, ab) and torch.equal(grid_ba, ba)
+    assert torch.equal(neighbours, ref.topk(8, -1, largest=False).indices)
+    torch.testing.assert_close(d1.double(), ref.min(-1).values, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(d2.double(), ref.min(1).values, rtol=1e-5, atol=1e-7)
+    assert scores == score_clouds(a[0], b[0])
+
+
+def test_half_precision_clouds_are_measured_in_fp32() -> None:
+    """bf16 points (a model's output under autocast): the distances of the rounded points, in fp32, with gradients."""
+    g = torch.Generator().manual_seed(6)
+    a = torch.rand(1, 300, 3, generator=g).bfloat16().requires_grad_()
+    b = torch.rand(1, 310, 3, generator=g)
+    d1, d2 = nearest_sq_distances(a, b)
+    ref = _brute_sq_distances(a.detach(), b)
+    assert d1.dtype == torch.float32
+    torch.testing.assert_close(d1.double(), ref.min(-1).values, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(d2.double(), ref.min(1).values, rtol=1e-5, atol=1e-7)
+    (d1.sum() + d2.sum()).backward()
+    assert a.grad is not None and a.grad.dtype == torch.bfloat16 and a.grad.abs().sum() > 0

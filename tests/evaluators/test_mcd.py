@@ -100,3 +100,20 @@ def test_features_follow_eval_sp() -> None:
     import torch
     np.testing.assert_allclose(msd_features(wave, 22_050), torch.log(mel(torch.from_numpy(wave)) + 1e-6).T.numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_features_and_scores_stay_fp32_under_bf16_autocast() -> None:
+    """Scoring inside training's (CPU) bf16 autocast gives the fp32 features and scores, from numpy or tensors."""
+    import torch
+
+    wave, other = tone(0.5), tone(0.4, freq=330.0)
+    plain = (mcd_features(wave, 22_050), msd_features(wave, 22_050))
+    ev = build_evaluator("mcd", sample_rate=22_050)
+    ev.update([other], [wave])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = (mcd_features(torch.from_numpy(wave).bfloat16().float(), 22_050), msd_features(wave, 22_050))
+        ev2 = build_evaluator("mcd", sample_rate=22_050)
+        ev2.update([torch.from_numpy(other)], [wave])
+    np.testing.assert_allclose(mixed[1], plain[1], rtol=0, atol=0)
+    np.testing.assert_allclose(mixed[0], mcd_features(torch.from_numpy(wave).bfloat16().float().numpy(), 22_050))
+    assert mixed[0].dtype == np.float32 and ev2.compute() == ev.compute()

@@ -173,7 +173,7 @@ class ProbSparseAttention(Attention):
         out = torch.softmax(scores, dim=-1) @ v  # [B, H, n, d]
         if causal:
             out = torch.where(sel_active[..., None], out, lazy.gather(2, sel_d))
-        return lazy.scatter(2, sel_d, out)
+        return lazy.scatter(2, sel_d, out.to(lazy.dtype))  # under autocast the products come out in bf16
 
 
 # -------------------------------------------------------------------------------- slow reference, used by tests

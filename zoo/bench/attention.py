@@ -3,6 +3,9 @@ length.
 
 Timing: ``time.perf_counter`` around each run, ``torch.cuda.synchronize()`` before reading the clock on CUDA; the
 median of ``--repeats`` runs after ``--warmup`` untimed ones.
+Precision: ``--dtype bfloat16`` / ``float16`` is training's mixed precision by default (``--precision autocast``:
+fp32 weights and inputs, the runs under ``torch.autocast`` to that dtype, backward outside it, as ``lavo-zoo train``
+runs on CUDA); ``--precision pure`` casts the module and its inputs to the dtype instead.
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the runs. On CPU every
 measurement runs in fresh subprocesses (``--isolate``, the default there): one times the runs with the default
 allocator; another, once the model, inputs and any streaming prefill exist, resets the kernel's resident-set
@@ -35,6 +38,7 @@ from lavo_zoo.options import device_option, json_records_option
 MODES = ("fwd", "fwdbwd", "decode", "stream")
 PATTERNS = ("causal", "noncausal", "cross")  # cross: queries and source of the same length (fwd and fwdbwd)
 DTYPES = ("float32", "bfloat16", "float16")
+PRECISIONS = ("autocast", "pure")  # how a half --dtype is applied: training's autocast, or the module cast to it
 KERNEL_SWITCHES = ("LAVO_ZOO_TRITON", "LAVO_ZOO_FLEX")  # environment switches that force kernel fallbacks
 DECODE_STEPS = 16  # tokens per timed decode run; the reported time is per token
 
@@ -57,8 +61,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
     attn = build_attention(spec["attention"], spec["embed_dim"], spec["heads"], spec["pattern"], **spec["options"])
+    amp = None  # the autocast dtype: a half --dtype under training's autocast keeps fp32 weights and inputs
+    if dtype != torch.float32 and spec.get("precision", "autocast") == "autocast":
+        dtype, amp = torch.float32, dtype
     attn = attn.to(device=device, dtype=dtype)
-    run, tokens, extra = _workload(attn, spec, device, dtype)
+    run, tokens, extra = _workload(attn, spec, device, dtype, amp)
     record = time_runs(run, spec["warmup"], spec["repeats"], device)
     median = statistics.median(record["times_s"])
     per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
@@ -67,10 +74,13 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "threads": torch.get_num_threads(), **kernels}
 
 
-def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
+def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any, amp: Any = None
               ) -> tuple[Callable[[], None], int, dict[str, Any]]:
-    """The function one timed run calls, the tokens it processes, and a dict it may fill (state size)."""
+    """The function one timed run calls, the tokens it processes, and a dict it may fill (state size). Weights and
+    inputs are in ``dtype``; ``amp``: the autocast dtype the forward runs under (None: none)."""
     import torch
+
+    from lavo_zoo.engine.precision import autocast
 
     B, T, D, mode = spec["batch"], spec["length"], spec["embed_dim"], spec["mode"]
     extra: dict[str, Any] = {}
@@ -84,14 +94,16 @@ def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
 
         def run() -> None:
             if mode == "fwd":
-                with torch.no_grad():
+                with torch.no_grad(), autocast(amp, device):
                     attn(x, **inputs)
                 return
             attn.zero_grad(set_to_none=True)
             x.grad = None
             if source is not None:
                 source.grad = None
-            attn(x, **inputs).backward(g)
+            with autocast(amp, device):
+                y = attn(x, **inputs)
+            y.backward(g.to(y.dtype))  # outside autocast, as training runs backward
         return run, B * T, extra
     attn.eval()
     chunk = spec["chunk_size"]
@@ -100,13 +112,13 @@ def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
 
         def run() -> None:
             state = None
-            with torch.no_grad():
+            with torch.no_grad(), autocast(amp, device):
                 for start in range(0, T, chunk):  # each chunk's output is dropped at once (consumed downstream)
                     state = attn(x[:, :min(chunk, T - start)], state=state, return_state=True)[1]
             extra["state_bytes"] = _state_bytes(state)
         return run, B * T, extra
     box = [None]  # decode: prefill to position T, then each run decodes DECODE_STEPS single tokens
-    with torch.no_grad():
+    with torch.no_grad(), autocast(amp, device):
         for start in range(0, T, chunk):
             x = torch.randn(B, min(chunk, T - start), D, device=device, dtype=dtype)
             box[0] = attn(x, state=box[0], return_state=True)[1]
@@ -114,7 +126,7 @@ def _workload(attn: Any, spec: dict[str, Any], device: Any, dtype: Any
     step = torch.randn(B, 1, D, device=device, dtype=dtype)
 
     def run() -> None:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(amp, device):
             for _ in range(DECODE_STEPS):
                 box[0] = attn(step, state=box[0], return_state=True)[1]
     return run, B * DECODE_STEPS, extra
@@ -216,10 +228,10 @@ def efficiency_table(lengths: dict[str, dict[str, Any]]) -> list[str]:
 def run_sweep(names: list[str], lengths: list[int], options: dict[str, dict[str, Any]], settings: dict[str, Any],
               isolate: bool, timeout: float | None = None, efficiency: dict[str, Any] | None = None,
               echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
-    """Measure every (name, length) with ``settings`` (mode, pattern, device, dtype, embed_dim, heads, batch,
-    repeats, warmup, chunk_size), then, with ``efficiency`` (``{"tolerance", "step"}``), the efficiency lengths
-    against ``sdpa``, added to the sweep when not in ``names``. Prints as it goes; returns the JSON the command
-    writes: ``settings`` (with the machine), ``results`` and ``efficiency_lengths``."""
+    """Measure every (name, length) with ``settings`` (mode, pattern, device, dtype, precision (default autocast),
+    embed_dim, heads, batch, repeats, warmup, chunk_size), then, with ``efficiency`` (``{"tolerance", "step"}``),
+    the efficiency lengths against ``sdpa``, added to the sweep when not in ``names``. Prints as it goes; returns
+    the JSON the command writes: ``settings`` (with the machine), ``results`` and ``efficiency_lengths``."""
     from lavo_zoo.engine.env import describe_machine, machine
 
     names, options = list(names), dict(options)
@@ -233,9 +245,12 @@ def run_sweep(names: list[str], lengths: list[int], options: dict[str, dict[str,
     if efficiency is not None:
         settings["efficiency"] = {"baseline": BASELINE, "tolerance": efficiency["tolerance"],
                                   "step": efficiency["step"], "baseline_added": added}
+    precision = "" if settings["dtype"] == "float32" else (
+        " (pure: module and inputs cast)" if settings.get("precision") == "pure" else " autocast (fp32 weights)")
     echo(f"# {settings['mode']} {settings['pattern']} D={settings['embed_dim']} H={settings['heads']} "
-         f"B={settings['batch']} {settings['dtype']} on {settings['device']}; median of {settings['repeats']} after "
-         f"{settings['warmup']} warm-up; {'isolated processes' if isolate else 'in process'}")
+         f"B={settings['batch']} {settings['dtype']}{precision} on {settings['device']}; median of "
+         f"{settings['repeats']} after {settings['warmup']} warm-up; "
+         f"{'isolated processes' if isolate else 'in process'}")
     echo(f"# {describe_machine(host)}")
     if "lavo" in names or switches:
         echo("# LAVO's kernels in [brackets] on its rows ('triton' on CUDA, 'recompute' on CPU)"
@@ -292,7 +307,8 @@ Examples:
   lavo-zoo bench attention --attentions lavo --lengths 1024,65536 --mode decode --no-efficiency
   lavo-zoo bench attention --attentions lavo --lengths 16384,1048576 --mode stream --chunk-size 16384 --no-efficiency
   lavo-zoo bench attention --attentions lavo,local -o window_size=64 -o lavo.num_bases=32 --lengths 4096
-  lavo-zoo bench attention --device cuda --dtype bfloat16 --lengths 8192,32768 --json r.json --plot r.png""")
+  lavo-zoo bench attention --device cuda --dtype bfloat16 --lengths 8192,32768 --json r.json --plot r.png
+  lavo-zoo bench attention --device cuda --dtype bfloat16 --precision pure --mode decode --lengths 65536""")
 @click.option("--attentions", default="lavo,sdpa,local", show_default=True,
               help="Comma-separated registered attentions (see `lavo-zoo list attentions`).")
 @click.option("--lengths", default="1024,4096,16384", show_default=True,
@@ -303,7 +319,12 @@ Examples:
 @click.option("--pattern", type=click.Choice(PATTERNS), default="causal", show_default=True,
               help="cross: attention over a source as long as the queries (fwd and fwdbwd only).")
 @device_option
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
+              help="Compute precision. bfloat16 / float16: see --precision.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="autocast", show_default=True,
+              help="How a half --dtype is applied: autocast = training's mixed precision (fp32 weights and inputs, "
+                   "the forward under torch.autocast to --dtype, as `lavo-zoo train` runs on CUDA); pure = the "
+                   "module and its inputs cast to --dtype (half-precision inference).")
 @click.option("--embed-dim", type=click.IntRange(1), default=768, show_default=True)
 @click.option("--heads", type=click.IntRange(1), default=12, show_default=True)
 @click.option("--batch", type=click.IntRange(1), default=1, show_default=True)
@@ -331,7 +352,7 @@ Examples:
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of time and peak memory against length (log-log), one line per attention.")
 def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device: str | None, dtype: str,
-                  embed_dim: int, heads: int, batch: int, repeats: int, warmup: int, chunk_size: int,
+                  precision: str, embed_dim: int, heads: int, batch: int, repeats: int, warmup: int, chunk_size: int,
                   options: tuple[str, ...], isolate: bool | None, timeout: float | None, efficiency: bool,
                   efficiency_tolerance: float, efficiency_step: int, json_file: Path | None,
                   plot_file: Path | None) -> None:
@@ -362,8 +383,9 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
 
     device = str(pick_device(device))
     isolate = device == "cpu" if isolate is None else isolate
-    settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "embed_dim": embed_dim,
-                "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup, "chunk_size": chunk_size}
+    settings = {"mode": mode, "pattern": pattern, "device": device, "dtype": dtype, "precision": precision,
+                "embed_dim": embed_dim, "heads": heads, "batch": batch, "repeats": repeats, "warmup": warmup,
+                "chunk_size": chunk_size}
     for n in names:  # build each once so that a bad option fails now, as a usage error
         try:
             build_attention(n, embed_dim, heads, pattern, **per_options[n])

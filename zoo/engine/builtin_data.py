@@ -101,21 +101,24 @@ def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Calla
     ``key`` holds everything the generated files depend on (generator settings, a format version, the Python version
     for data taken from the standard library): a change gives another folder, so a stale dataset is never read.
     ``write(folder)`` fills a temporary folder and returns the data path inside it; the folder is then renamed into
-    place, so concurrent processes and crashes never leave a half-written dataset.
+    place, so crashes never leave a half-written dataset. Processes that ask for it at once wait for the one that
+    writes it (a lock file beside it), so none writes it twice or replaces a dataset another one is reading.
     """
+    from filelock import FileLock
+
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     root = Path(parent).expanduser() / f"{name}-{digest}"
     if not (root / DATA_PATH_FILE).is_file():
-        tmp = root.parent / f".{root.name}.{os.getpid()}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        made = Path(write(tmp))
-        (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
-        shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
-        try:
-            os.replace(tmp, root)
-        except OSError:  # another process wrote it first
-            shutil.rmtree(tmp, ignore_errors=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(root.parent / f".{root.name}.lock"):
+            if not (root / DATA_PATH_FILE).is_file():  # nobody wrote it while this process waited
+                tmp = root.parent / f".{root.name}.{os.getpid()}.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+                made = Path(write(tmp))
+                (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
+                shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
+                os.replace(tmp, root)
     return root / (root / DATA_PATH_FILE).read_text()
 
 

@@ -1,4 +1,9 @@
-"""DistributedDataParallel set-up from the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK); nothing home-made."""
+"""DistributedDataParallel set-up from the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK); nothing home-made.
+
+On CUDA each process binds to its own GPU (``torch.cuda.set_device(LOCAL_RANK)``) before joining the NCCL group, so
+NCCL's collectives (``all_reduce``, ``all_gather_object``, ``barrier``) and every kernel launch use that GPU rather
+than cuda:0, and the tensors the helpers here reduce live on it (NCCL rejects CPU tensors).
+"""
 from __future__ import annotations
 
 import os
@@ -7,12 +12,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+CPU = torch.device("cpu")
+
 
 @dataclass(frozen=True)
 class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    device: torch.device = CPU  # where this process's collectives put their tensors
 
     @property
     def is_main(self) -> bool:
@@ -24,26 +32,32 @@ class DistInfo:
 
 
 def init_distributed(device: torch.device) -> DistInfo:
-    """Join the torchrun process group (gloo on CPU, nccl on CUDA); a single process gets the default DistInfo."""
+    """Join the torchrun process group (gloo on CPU; on CUDA, nccl after binding this process to GPU LOCAL_RANK); a
+    single process gets the default DistInfo."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
-    info = DistInfo(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    collective = CPU
+    if device.type == "cuda":
+        collective = torch.device("cuda", local_rank)
+        torch.cuda.set_device(collective)  # before the group exists: NCCL's communicator binds to the current GPU
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return info
+    return DistInfo(rank, world, local_rank, collective)
 
 
 def local_device(device: torch.device, info: DistInfo) -> torch.device:
-    return torch.device("cuda", info.local_rank) if device.type == "cuda" and info.enabled else device
+    return info.device if device.type == "cuda" and info.enabled else device
 
 
 def mean_across(value: float, info: DistInfo) -> float:
+    """The mean of ``value`` over all processes (an all-reduce of one number on the collective device)."""
     if not info.enabled:
         return value
-    t = torch.tensor([value], dtype=torch.float64)
+    t = torch.tensor([value], dtype=torch.float64, device=info.device)
     dist.all_reduce(t)
-    return float(t) / info.world_size
+    return float(t.item()) / info.world_size
 
 
 def barrier(info: DistInfo) -> None:

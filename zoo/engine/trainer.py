@@ -45,6 +45,7 @@ from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
 from lavo_zoo.engine.logging import MetricsLog, Progress, phase
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
+from lavo_zoo.engine.precision import autocast, autocast_dtype
 from lavo_zoo.engine.recipe import Recipe, to_device
 from lavo_zoo.engine.run_dir import RunLock, last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
@@ -129,9 +130,7 @@ class Trainer:
         self.resume = resume
         if self.tc.grad_accum < 1 or self.tc.batch_size < 1 or self.tc.max_steps < 0:
             raise UsageError("train.batch_size and train.grad_accum must be >= 1 and train.max_steps >= 0")
-        precision = self.tc.precision
-        self.autocast_dtype = torch.bfloat16 if precision == "bf16" or (
-            precision == "auto" and self.device.type == "cuda") else None
+        self.autocast_dtype = autocast_dtype(self.tc.precision, self.device)
         self._val_loader: DataLoader | None = None
         self._val_missing = False
         self._resume_changes: dict[str, dict[str, Any]] = {}  # changeable settings a resume changed
@@ -193,9 +192,7 @@ class Trainer:
         return self._val_loader
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+        return autocast(self.autocast_dtype, self.device)
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float]:
@@ -208,13 +205,13 @@ class Trainer:
             model.eval()
             losses = []
             evaluator = self.recipe.build_evaluator(self.cfg)
-            with self._autocast():
-                for i, batch in enumerate(loader):
-                    if limit and i >= limit:
-                        break
+            for i, batch in enumerate(loader):
+                if limit and i >= limit:
+                    break
+                with self._autocast():  # the model in training's precision, the scores in full precision
                     loss, predictions, targets = self.recipe.validation_step(model, to_device(batch, self.device))
-                    losses.append(float(loss))
-                    evaluator.update(predictions, targets)
+                losses.append(float(loss))
+                evaluator.update(predictions, targets)
             model.train()
         metrics = {"loss": sum(losses) / max(1, len(losses))}
         for name, value in evaluator.compute().items():  # the evaluator's metrics, kept apart from the loss

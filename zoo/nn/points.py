@@ -3,10 +3,17 @@ sampling, k nearest neighbours, gathering, and the nearest-neighbour squared dis
 made of. Pairwise distances are computed a block at a time (at most ``max_block`` elements, 2^24 = 64 MiB of fp32
 by default), so a 16,384 x 16,384 distance matrix never exists at once; nearest neighbours between large clouds
 also skip the blocks that cannot hold one.
+
+Distances are always computed in fp32 or fp64, also under mixed-precision autocast (training's bf16 autocast would
+otherwise run the |a|^2 + |b|^2 - 2 a.b products in bf16, whose 8-bit mantissa changes most nearest neighbours of
+a dense cloud): half-precision inputs are upcast and autocast is switched off around the products.
 """
 from __future__ import annotations
 
 import torch
+
+from lavo_zoo.nn.precision import full as _full
+from lavo_zoo.nn.precision import no_autocast as _no_autocast
 
 MAX_BLOCK = 1 << 24  # elements of one block of the pairwise distance matrix
 
@@ -16,8 +23,11 @@ def _rows_per_block(batch: int, columns: int, max_block: int) -> int:
 
 
 def square_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """||a_i - b_j||^2 for a [B, N, C], b [B, M, C] -> [B, N, M] (|a|^2 + |b|^2 - 2 a.b, clamped at 0)."""
-    d = torch.baddbmm(b.square().sum(-1).unsqueeze(1), a, b.transpose(1, 2), alpha=-2)  # [B, N, M]
+    """||a_i - b_j||^2 for a [B, N, C], b [B, M, C] -> [B, N, M] (|a|^2 + |b|^2 - 2 a.b, clamped at 0), in fp32
+    (fp64 for fp64 inputs), also under autocast."""
+    a, b = _full(a), _full(b)
+    with _no_autocast(a.device):
+        d = torch.baddbmm(b.square().sum(-1).unsqueeze(1), a, b.transpose(1, 2), alpha=-2)  # [B, N, M]
     return d.add_(a.square().sum(-1, keepdim=True)).clamp_(min=0)
 
 
@@ -161,14 +171,17 @@ def nearest_indices(a: torch.Tensor, b: torch.Tensor, max_block: int = MAX_BLOCK
     a [B, N, 3], b [B, M, 3], exact up to ties.
 
     Pairs with N x M <= ``max_block`` take dense distance matrices (both directions from one); larger ones are
-    searched through a uniform grid (see :func:`_nearest_one_way`), so nothing near N x M is held.
+    searched through a uniform grid (see :func:`_nearest_one_way`), so nothing near N x M is held. Distances in fp32
+    (fp64 for fp64 inputs), also under autocast.
     """
+    a, b = _full(a), _full(b)
     bs, n, _ = a.shape
     m = b.shape[1]
     if n * m <= max_block:  # dense, a few clouds at a time
         a2, b2 = _augmented(a, b)
         per = max(1, max_block // (n * m))
-        pairs = [torch.bmm(a2[i:i + per], b2[i:i + per].transpose(1, 2)) for i in range(0, bs, per)]  # [b, N, M]
+        with _no_autocast(a.device):
+            pairs = [torch.bmm(a2[i:i + per], b2[i:i + per].transpose(1, 2)) for i in range(0, bs, per)]  # [b, N, M]
         return torch.cat([d.argmin(-1) for d in pairs]), torch.cat([d.argmin(1) for d in pairs])
     ab = torch.stack([_nearest_one_way(a[i], b[i], max_block) for i in range(bs)])  # [B, N]
     ba = torch.stack([_nearest_one_way(b[i], a[i], max_block) for i in range(bs)])  # [B, M]
@@ -179,7 +192,9 @@ def nearest_sq_distances(a: torch.Tensor, b: torch.Tensor, max_block: int = MAX_
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """(d1 [B, N], d2 [B, M]): squared distance of each a-point to its nearest b-point and of each b-point to its
     nearest a-point. Differentiable: the neighbours are found without gradients, the distances are recomputed
-    exactly from the matched pairs (as the CUDA Chamfer extensions' backward passes do)."""
+    exactly from the matched pairs (as the CUDA Chamfer extensions' backward passes do). fp32 for half-precision
+    inputs."""
+    a, b = _full(a), _full(b)
     ab, ba = nearest_indices(a.detach(), b.detach(), max_block)
     d1 = (a - gather_points(b, ab)).square().sum(-1)  # [B, N]
     d2 = (b - gather_points(a, ba)).square().sum(-1)  # [B, M]
