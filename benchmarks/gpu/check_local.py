@@ -42,7 +42,7 @@ def main() -> int:
         x = torch.randn(B, T, D, device=dev, requires_grad=True)
         mask = torch.ones(B, T, dtype=torch.bool, device=dev)
         mask[1, T - T // 7:] = False  # the shorter sequence of the batch, padded
-        record = {"length": T, "flex": flex.enabled(torch.empty(1, H, T, D // H, device=dev), 0.0, False),
+        record = {"length": T, "flex": flex.enabled(torch.empty(1, H, T, D // H, device=dev)),
                   "dense_scores_bytes": B * H * T * T * 2}
         try:
             with Timer() as timer, PeakMemory(dev) as peak:
