@@ -250,7 +250,8 @@ class Forecaster(Predictor):
 
 
 def forecast_csv(frames: pd.DataFrame | list[pd.DataFrame]) -> str:
-    """Forecast table(s) as CSV text in the input layout ('date' first, then the value columns)."""
+    """Forecast table(s) as CSV text in the input layout ('date' first, with its UTC offset where the dates have a
+    time zone, then the value columns)."""
     table = pd.concat(frames) if isinstance(frames, list) else frames
-    table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+    table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S%z"))
     return table.to_csv(index=False, float_format="%.9g")

@@ -187,3 +187,18 @@ def test_dates_in_several_time_zones_are_refused_naming_the_line(forecaster, tab
     text.to_csv(tmp_path / "zones.csv", index=False)
     with pytest.raises(DataError, match="several time zones .* line 42"):
         forecaster.forecast(tmp_path / "zones.csv")
+
+
+def test_the_forecast_csv_keeps_the_time_zone_of_the_dates(forecaster, table) -> None:
+    """A forecast of a series in a time zone is written with the zone's offset, so that it reads back (and is scored
+    against the truth by date) as the same instants."""
+    import io
+
+    from lavo_zoo.recipes.time_series.infer import forecast_csv
+
+    recent = table.tail(60).reset_index(drop=True)
+    for zone in (None, "Asia/Tokyo"):
+        series = recent if zone is None else recent.assign(date=recent["date"].dt.tz_localize(zone))
+        frame = forecaster.forecast(series)
+        written = pd.read_csv(io.StringIO(forecast_csv(frame)), parse_dates=["date"])
+        assert list(written["date"]) == list(frame["date"]), zone
