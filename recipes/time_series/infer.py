@@ -153,15 +153,13 @@ class Forecaster(Predictor):
         raise DataError(f"{source}: the rows the forecast reads are not at the training step {trained_words}")
 
     def memory_per_window(self) -> int:
-        """Estimated bytes of one forecast window's forward pass: the widest activations and full attention
-        weights over the encoder's and the decoder's lengths."""
+        """Estimated bytes of one forecast window's forward pass: the widest activations (the feed-forward layer's
+        and the attention's projections) over the encoder's and the decoder's lengths."""
         m, d = self.cfg.model, self.cfg.data
-        length = d.seq_len + d.label_len + d.pred_len
-        return length * (m.ffn_dim + 4 * m.embed_dim) * 4 + (d.seq_len ** 2 + (d.label_len + d.pred_len) ** 2) * \
-            m.num_heads * 4
+        return (d.seq_len + d.label_len + d.pred_len) * (m.ffn_dim + 4 * m.embed_dim) * 4
 
     @torch.no_grad()
-    def forecast(self, data: pd.DataFrame | str | Path, at: Date | list[Date] | None = None, batch_size: int = 64
+    def forecast(self, data: pd.DataFrame | str | Path, at: Date | list[Date] | None = None, batch_size: int = 32
                  ) -> pd.DataFrame | list[pd.DataFrame]:
         """Forecast the ``pred_len`` steps after a series, in the data's own units.
 
