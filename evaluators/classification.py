@@ -12,34 +12,56 @@ from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
 from lavo_zoo.formats.text import read_lines
 
+# the confusion matrix is C x C: class ids beyond this are refused rather than allocated
+MAX_CLASSES = 10_000
+
+
+def _check_id_range(ids, path: Path, unit: str = "row") -> None:
+    """A :class:`DataError` naming the first ``unit`` whose class id is negative or >= MAX_CLASSES."""
+    import numpy as np
+
+    bad = np.flatnonzero((ids < 0) | (ids >= MAX_CLASSES))
+    if len(bad):
+        raise DataError(f"{path}, {unit} {int(bad[0]) + 1}: class id {ids[bad[0]]} is out of range; class ids are "
+                        f"0..C-1 for C classes (at most {MAX_CLASSES:,})")
+
 
 def read_class_ids(path: Path, option: str = "--pred"):
-    """Class ids [N] (int64 numpy) from a .npy file (ids [N], or scores [N, C] whose argmax is the id) or a text
-    file with one integer per line (blank lines skipped); NaN or infinite scores are refused naming the row."""
+    """Class ids [N] (int64 numpy) from a .npy file (integer ids [N], or real-valued scores [N, C] whose argmax is
+    the id) or a text file with one integer per line (blank lines skipped); NaN or infinite scores, booleans,
+    fractional ids and ids outside 0..MAX_CLASSES-1 are refused naming the row or line."""
     import numpy as np
 
     path = input_path(path, option)
     if path.suffix == ".npy":
         try:
             array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, EOFError) as e:
             raise DataError(f"{path}: not a readable .npy array ({e})") from None
-        if array.ndim in (1, 2) and np.issubdtype(array.dtype, np.number):
+        if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or
+                                       np.issubdtype(array.dtype, np.floating)):
+            raise DataError(f"{path}: expected integer class ids [N] or real scores [N, C], got {array.dtype} values")
+        if array.ndim in (1, 2):
             check_finite(array, path)
         if array.ndim == 2:
             array = array.argmax(-1)
         if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or np.all(array == np.round(array))):
             raise DataError(f"{path}: expected class ids [N] or scores [N, C], got shape {list(array.shape)} of "
                             f"{array.dtype}")
+        _check_id_range(array, path)
         return array.astype(np.int64)
     ids = []
     for number, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
         try:
-            ids.append(int(line.strip()))
+            value = int(line.strip())
         except ValueError:
             raise DataError(f"{path}, line {number}: '{line.strip()[:40]}' is not an integer class id") from None
+        if not 0 <= value < MAX_CLASSES:
+            raise DataError(f"{path}, line {number}: class id {value} is out of range; class ids are 0..C-1 for C "
+                            f"classes (at most {MAX_CLASSES:,})")
+        ids.append(value)
     return np.asarray(ids, dtype=np.int64)
 
 
@@ -90,6 +112,8 @@ class Accuracy(Evaluator):
         if true.numel() and (min(int(true.min()), int(pred.min())) < 0):
             raise ValueError("class ids must be >= 0")
         needed = max(int(true.max()) + 1, int(pred.max()) + 1) if true.numel() else 0
+        if needed > MAX_CLASSES:
+            raise ValueError(f"class id {needed - 1} is out of range: at most {MAX_CLASSES:,} classes")
         if self.num_classes is not None and needed > self.num_classes:
             raise ValueError(f"class id {needed - 1} is outside the evaluator's {self.num_classes} classes")
         if needed > self.confusion.shape[0]:

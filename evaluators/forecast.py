@@ -3,6 +3,7 @@ channel (on standardised values when the recipe feeds them standardised)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,38 +14,163 @@ from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
 
 
-def read_array(path: Path, option: str = "--pred"):
-    """A float64 array from a .npy file or a CSV of numbers (a 'date' column, if any, is dropped); a missing,
-    unreadable, non-numeric or non-finite value is refused naming the file and row."""
+@dataclass
+class ForecastFile:
+    """One ``--pred`` or ``--ref`` file of ``score forecast``: its values [N, ...] (float64), and for a CSV the
+    names of its value columns and its dates (None for a .npy or a CSV without a 'date' column)."""
+
+    path: Path
+    values: Any
+    columns: list[str] | None = None
+    dates: Any = None  # pandas DatetimeIndex [N]
+
+
+def _default_names(header: list[str]) -> bool:
+    """Whether a header is pandas' default column names (0, 1, ...), as ``DataFrame(array).to_csv`` writes."""
+    return header == [str(i) for i in range(len(header))]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def read_forecast_file(path: Path, option: str = "--pred") -> ForecastFile:
+    """A .npy array (numbers, at least one value) or a CSV with a header line of column names, numeric value
+    columns and an optional 'date' column; anything else is refused naming the file (and the line): another file
+    type, a CSV without a header (``numpy.savetxt``'s layout), an unnamed column (an index written by pandas), a
+    repeated column name, a missing, non-numeric or non-finite value, an unreadable date."""
+    import csv
+    import io
+
     import numpy as np
     import pandas as pd
 
     path = input_path(path, option)
     if path.suffix == ".npy":
         try:
-            array = np.load(path, allow_pickle=False).astype(np.float64)
-        except (ValueError, OSError) as e:
-            raise DataError(f"{path} is not a numeric .npy array: {e}") from None
-        check_finite(array.reshape(len(array), -1) if array.ndim else array.reshape(1), path, "sample")
-        return array
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise DataError(f"{option} {path} is not a readable .npy array: {e}") from None
+        if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or
+                                       np.issubdtype(array.dtype, np.floating)):
+            raise DataError(f"{option} {path} holds {array.dtype} values; forecasts and truths are real numbers")
+        if array.ndim == 0 or array.size == 0:
+            held = "a single number (a 0-d array)" if array.ndim == 0 else f"no values (shape {list(array.shape)})"
+            raise DataError(f"{option} {path} holds {held}; give an array [N, ...] with one row per sample")
+        array = array.astype(np.float64)
+        check_finite(array.reshape(len(array), -1), path, "sample")
+        return ForecastFile(path, array)
+    if path.suffix not in (".csv", "") and path.is_file():
+        raise UsageError(f"{option} {path}: score forecast reads .npy arrays and .csv tables, not {path.suffix} "
+                         "files (a CSV needs a header line of column names and commas between values)")
     try:
-        table = pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise DataError(f"{path} is not a readable CSV file: {e}") from None
-    table = table.drop(columns=[c for c in table.columns if str(c).lower() == "date"])
-    values = table.apply(pd.to_numeric, errors="coerce")
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{option} {path} is not a UTF-8 CSV file") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+    first = next(csv.reader(io.StringIO(text)), None)
+    if not first:
+        raise DataError(f"{option} {path} is empty; a CSV needs a header line of column names and one row per step")
+    header = [name.strip() for name in first]
+    if all(_is_number(name) for name in header) and not _default_names(header):
+        raise DataError(f"{option} {path}: the first line holds numbers ({','.join(first)[:40]}), not column names; "
+                        "write a header line (numpy.savetxt(..., header='a,b', comments=''), or pandas' to_csv), "
+                        "or save a .npy array")
+    unnamed = [i for i, name in enumerate(header) if not name]
+    if unnamed:
+        raise DataError(f"{option} {path}: column {unnamed[0] + 1} has no name (an index written by pandas' "
+                        "to_csv? write it with index=False); name every column")
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise DataError(f"{option} {path}: the column name '{repeated[0]}' appears more than once; name each column "
+                        "once")
+    try:
+        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except pd.errors.ParserError as e:
+        raise DataError(f"{option} {path} is not a readable CSV file: {e}") from None
+    table.columns = header
+    if len(table) == 0:
+        raise DataError(f"{option} {path} has a header but no rows")
+    date_columns = [c for c in header if c.lower() == "date"]
+    dates = None
+    if date_columns:
+        raw = table.pop(date_columns[0])
+        try:
+            dates = pd.DatetimeIndex(pd.to_datetime(raw, errors="coerce"))
+        except ValueError:
+            raise DataError(f"{option} {path}: its dates are in several time zones; write every date in one time "
+                            "zone, or all in UTC") from None
+        if dates.isna().any():
+            row = int(np.flatnonzero(dates.isna())[0])
+            raise DataError(f"{option} {path}: the date {raw.iloc[row]!r} on line {row + 2} is not a date")
+    if table.shape[1] == 0:
+        raise DataError(f"{option} {path} has no value columns besides its dates")
+    values = table.apply(lambda column: pd.to_numeric(column.str.strip(), errors="coerce"))
     bad = values.isna().to_numpy()
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise DataError(f"{path}: column '{table.columns[col]}' has a missing or non-numeric value "
+        raise DataError(f"{option} {path}: column '{table.columns[col]}' has a missing or non-numeric value "
                         f"{table.iloc[row, col]!r} on line {row + 2}")
     array = values.to_numpy(np.float64)
     bad = ~np.isfinite(array)
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise DataError(f"{path}: column '{table.columns[col]}' has the non-finite value {array[row, col]} on line "
-                        f"{row + 2}; scores need finite values")
-    return array
+        raise DataError(f"{option} {path}: column '{table.columns[col]}' has the non-finite value {array[row, col]} "
+                        f"on line {row + 2}; scores need finite values")
+    return ForecastFile(path, array, list(table.columns), dates)
+
+
+def align(pred: ForecastFile, ref: ForecastFile) -> tuple[Any, Any, dict[str, Any]]:
+    """(forecast, truth, how they were paired): two CSVs are paired by column name (the truth's columns that the
+    forecast names, in its order) and, where both have dates, by date (the truth's row of each forecast date); any
+    other pair of files row by row, the same shape. Refuses a forecast column or date the truth does not have."""
+    import numpy as np
+
+    how: dict[str, Any] = {}
+    forecast, truth = pred.values, ref.values
+    if pred.columns is not None and ref.columns is not None:
+        missing = [c for c in pred.columns if c not in ref.columns]
+        if missing:
+            raise DataError(f"--pred {pred.path} has the column(s) {', '.join(missing)} that --ref {ref.path} has not "
+                            f"(its columns: {', '.join(ref.columns)}); columns are paired by name")
+        truth = truth[:, [ref.columns.index(c) for c in pred.columns]]
+        how["columns"] = list(pred.columns)
+        if pred.dates is not None and ref.dates is not None:
+            truth = truth[_rows_by_date(pred, ref)]
+            how["paired_by"] = "date"
+    if "paired_by" not in how:
+        how["paired_by"] = "row"
+        if forecast.shape != truth.shape:
+            raise DataError(f"--pred {pred.path} has shape {list(forecast.shape)} but --ref {ref.path} has "
+                            f"{list(truth.shape)}; they must match (rows are paired in order)")
+    return np.asarray(forecast), np.asarray(truth), how
+
+
+def _rows_by_date(pred: ForecastFile, ref: ForecastFile) -> Any:
+    """The truth's row of each forecast date."""
+    import numpy as np
+
+    if (pred.dates.tz is None) != (ref.dates.tz is None):
+        raise DataError(f"the dates of --pred {pred.path} and --ref {ref.path} differ in having a time zone; write "
+                        "both with or both without")
+    if len(pred.dates) == len(ref.dates) and (pred.dates == ref.dates).all():
+        return np.arange(len(ref.dates))
+    if ref.dates.has_duplicates:
+        repeated = ref.dates[ref.dates.duplicated()][0]
+        raise DataError(f"--ref {ref.path} has the date {repeated} more than once, and its dates are not those of "
+                        f"--pred {pred.path} row by row; give a truth with one row per date")
+    rows = ref.dates.get_indexer(pred.dates)
+    if (rows < 0).any():
+        first = int(np.flatnonzero(rows < 0)[0])
+        raise DataError(f"--pred {pred.path}: the date {pred.dates[first]} on line {first + 2} is not in --ref "
+                        f"{ref.path} (it runs from {ref.dates.min()} to {ref.dates.max()}); forecasts are paired "
+                        "with the truth by date")
+    return rows
 
 
 @register_evaluator("forecast")
@@ -56,23 +182,24 @@ class ForecastEvaluator(Evaluator):
 
     higher_is_better: ClassVar[dict[str, bool]] = {"mse": False, "mae": False, "rmse": False, "mape": False,
                                                    "mspe": False}
-    files = ("--pred: forecasts, .npy (any shape, e.g. [N, horizon, C]; the first dimension counts the samples) or "
-             "CSV (rows x series; a date column is ignored); --ref: the truth, the same shape")
+    files = ("--pred: forecasts, a .npy array (any shape, e.g. [N, horizon, C]; the first dimension counts the "
+             "samples) or a .csv with a header line (rows x named series, an optional 'date' column, as `lavo-zoo "
+             "forecast` writes); --ref: the truth, a .npy of the same shape or a .csv (two CSVs are paired by "
+             "column name and, where both have dates, by date; any other pair row by row)")
 
     @classmethod
     def from_files(cls, pred: Path, ref: Path | None) -> ForecastEvaluator:
         if ref is None:
             raise UsageError("score forecast needs --ref, the true values")
-        forecast, truth = read_array(pred, "--pred"), read_array(ref, "--ref")
-        if forecast.shape != truth.shape:
-            raise DataError(f"--pred {pred} has shape {list(forecast.shape)} but --ref {ref} has "
-                            f"{list(truth.shape)}; they must match")
+        forecast, truth, how = align(read_forecast_file(pred, "--pred"), read_forecast_file(ref, "--ref"))
         evaluator = cls()
         evaluator.update(torch.tensor(forecast), torch.tensor(truth))
+        evaluator.pairing = how
         return evaluator
 
     def reset(self) -> None:
         self.num_samples = 0
+        self.pairing: dict[str, Any] = {}  # how score forecast paired the files (columns, by row or by date)
         self.count = 0
         self.zero_truth = 0  # true values of exactly 0: MAPE / MSPE are infinite or NaN there, as Informer's
         self.sums = dict.fromkeys(("se", "ae", "ape", "spe"), 0.0)
@@ -92,10 +219,10 @@ class ForecastEvaluator(Evaluator):
         self.num_samples += err.shape[0]
 
     def details(self) -> dict[str, Any]:
-        """Why MAPE / MSPE are not finite, when they are not."""
+        """How ``score forecast`` paired its files, and why MAPE / MSPE are not finite, when they are not."""
         if not self.zero_truth:
-            return {}
-        return {"zero_truth_values": self.zero_truth,
+            return dict(self.pairing)
+        return {**self.pairing, "zero_truth_values": self.zero_truth,
                 "note": f"{self.zero_truth} of {self.count} true values are exactly 0 (e.g. a column that is constant "
                         "over the training rows standardises to 0); MAPE and MSPE divide by the truth, as Informer's "
                         "metrics do, so they are infinite or NaN: read MSE and MAE"}

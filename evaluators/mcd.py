@@ -168,6 +168,10 @@ class MelDistortion(Evaluator):
                     raise DataError(f"{path} is at {sr} Hz but the other files are at {rate} Hz; MCD compares files "
                                     f"at one sample rate (resample them first)")
                 check_finite(wave, path, "sample")
+                frame = int(0.05 * sr)  # one analysis window (n_fft)
+                if len(wave) <= frame // 2:
+                    raise DataError(f"{path} holds {len(wave)} samples, less than half an analysis window "
+                                    f"({frame} samples, 0.05 s at {sr} Hz); MCD needs at least one frame of audio")
                 waves.append(wave[:, 0])  # first channel, as eval_sp.py
             evaluator = evaluator or cls(sample_rate=rate)
             evaluator.update([waves[1]], [waves[0]])

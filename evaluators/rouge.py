@@ -86,7 +86,16 @@ class Rouge(Evaluator):
                                 "(<results>.summaries.jsonl); else add --ref with the references")
             hypotheses, references = read_pairs(pred)
         else:
-            hypotheses, references = read_summaries(pred), read_summaries(input_path(ref, "--ref"))
+            ref = input_path(ref, "--ref")
+            sides = []
+            for option, path in (("--pred", pred), ("--ref", ref)):
+                lines = read_lines(path)  # once: a path may be a pipe
+                if holds_json(path, lines):
+                    raise UsageError(f"{option} {path} holds JSON, not one summary per line; the JSON lines `lavo-zoo "
+                                     "eval` writes hold both sides: score them alone (lavo-zoo score rouge --pred "
+                                     "FILE.jsonl, without --ref)")
+                sides.append([clean_summary(line) for line in lines])
+            hypotheses, references = sides
             if len(hypotheses) != len(references):
                 raise DataError(f"--pred {pred} has {len(hypotheses)} lines but --ref {ref} has {len(references)}: "
                                 "give one summary per line in both, in the same order")
@@ -133,6 +142,20 @@ class Rouge(Evaluator):
         if self.num_samples == 0:
             raise ValueError("Rouge.compute() called before any summary was scored")
         return {name: total / self.num_samples for name, total in self.totals.items()}
+
+
+def holds_json(path: Path, lines: list[str]) -> bool:
+    """Whether ``path`` (whose ``lines`` these are) is JSON rather than text with one summary per line: a .json or
+    .jsonl name, or a first non-blank line that is a JSON object."""
+    if path.suffix in (".json", ".jsonl"):
+        return True
+    first = next((line for line in lines if line.strip()), "")
+    if not first.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def read_summaries(path: Path) -> list[str]:

@@ -6,6 +6,7 @@ import time
 
 import click
 
+from lavo_zoo import limits
 from lavo_zoo.options import device_option
 
 
@@ -17,14 +18,16 @@ Examples:
   lavo-zoo generate runs/tiny/checkpoints/last --prompt "ROMEO." --max-new-tokens 500 --no-stream-state""")
 @click.argument("checkpoint")
 @click.option("--prompt", required=True, help="Text to continue ('' starts a new document).")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Softmax temperature; 0 decodes greedily.")
-@click.option("--top-k", type=click.IntRange(min=0), default=50, show_default=True,
+@click.option("--max-new-tokens", type=limits.MAX_NEW_TOKENS.click_type(), default=200, show_default=True,
+              help=f"At most this many new tokens ({limits.MAX_NEW_TOKENS.describe()}).")
+@click.option("--temperature", type=limits.TEMPERATURE.click_type(), default=1.0, show_default=True,
+              help=f"Softmax temperature ({limits.TEMPERATURE.describe()}); 0 decodes greedily.")
+@click.option("--top-k", type=limits.TOP_K.click_type(), default=50, show_default=True,
               help="Sample among the k most likely tokens (0: all).")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
-              help="Nucleus sampling: the smallest set of tokens holding this probability mass.")
-@click.option("--seed", type=int, default=None, help="Seed for reproducible sampling.")
+@click.option("--top-p", type=limits.TOP_P.click_type(), default=1.0, show_default=True,
+              help=f"Nucleus sampling ({limits.TOP_P.describe()}): the smallest set of tokens holding this mass.")
+@click.option("--seed", type=limits.SEED.click_type(), default=None,
+              help=f"Seed for reproducible sampling ({limits.SEED.describe()}).")
 @device_option
 @click.option("--stream-state/--no-stream-state", default=True, show_default=True,
               help="Decode with the recurrent state / KV cache (when the attention streams) or full re-runs.")

@@ -8,8 +8,10 @@ With a streaming attention the prompt is consumed once and every new token costs
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,8 +19,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from lavo_zoo.engine.predictor import Predictor
-from lavo_zoo.errors import DataError, UsageError
+from lavo_zoo import limits
+from lavo_zoo.engine.predictor import Predictor, as_batch
+from lavo_zoo.errors import DataError, InputError, UsageError
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.nn.tokenizers import Tokenizer, get_tokenizer
 from lavo_zoo.recipes.lm.data import TokenBlocks
@@ -39,7 +42,10 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 
 def next_token(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
                generator: torch.Generator | None) -> int:
-    """Greedy at temperature 0, else a sample from the filtered, temperature-scaled distribution."""
+    """Greedy at temperature 0, else a sample from the filtered, temperature-scaled distribution; logits [V] that are
+    not finite are refused (an :class:`InputError`)."""
+    if not bool(torch.isfinite(logits).all()):
+        raise InputError("the model's next-token scores are not finite (NaN or infinite); nothing was generated")
     if temperature <= 0:
         return int(logits.argmax())
     probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
@@ -74,9 +80,26 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
     return ids[len(prompt):]
 
 
+def state_bytes(state: Any) -> int:
+    """Bytes held by the tensors of a decoding state (dataclasses, lists, tuples and dicts are walked)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return sum(state_bytes(getattr(state, f.name)) for f in dataclasses.fields(state))
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(s) for s in state)
+    if isinstance(state, dict):
+        return sum(state_bytes(s) for s in state.values())
+    return 0
+
+
 class LanguageModel(Predictor):
     """A trained language model: ``generate`` continues prompts (``lavo_zoo.load`` returns it for an ``lm``
     checkpoint)."""
+
+    # decoding states are measured after this many tokens and twice as many: a state that keeps every past token
+    # (a KV cache) grows between them, one of bounded size (LAVO, a local window up to this size) does not
+    PROBE_TOKENS = 1024
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -100,15 +123,45 @@ class LanguageModel(Predictor):
 
         Returns:
             The continuation (without the prompt), or a list of them for a list of prompts.
+
+        Raises:
+            InputError: ``prompt`` is not a str or a list of them, an option is outside its range
+                (:mod:`lavo_zoo.limits`), the decoding state would not fit in memory, or the model's scores are not
+                finite.
         """
-        if not isinstance(prompt, str):
-            return [self.generate(p, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                  stream_state=stream_state) for p in prompt]
+        prompts, single = as_batch(prompt, lambda p: isinstance(p, str), "prompt", "a text (str)")
+        max_new_tokens = limits.MAX_NEW_TOKENS.check(max_new_tokens)
+        temperature, top_p = limits.TEMPERATURE.check(temperature), limits.TOP_P.check(top_p)
+        top_k, seed = limits.TOP_K.check(top_k), limits.SEED.check_optional(seed)
         tokenizer = self.tokenizer
-        ids = tokenizer.encode(prompt) or [tokenizer.eod]
-        new = generate_ids(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                           stop=tokenizer.eod, seed=seed, use_state=stream_state and self.model.streaming)
-        return tokenizer.decode([i for i in new if i != tokenizer.eod])
+        use_state = stream_state and self.model.streaming
+        out = []
+        for text in prompts:
+            ids = tokenizer.encode(text) or [tokenizer.eod]
+            if use_state:
+                self._check_state_fits(len(ids) + max_new_tokens)
+            new = generate_ids(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                               stop=tokenizer.eod, seed=seed, use_state=use_state)
+            out.append(tokenizer.decode([i for i in new if i != tokenizer.eod]))
+        return out[0] if single else out
+
+    @torch.no_grad()
+    def _check_state_fits(self, tokens: int) -> None:
+        """Refuse a generation whose decoding state would outgrow memory after ``tokens`` tokens: the state's growth
+        per token is measured (once) between two probe lengths, so a bounded state is never refused."""
+        probe = self.PROBE_TOKENS
+        if tokens <= 2 * probe:
+            return
+        if not hasattr(self, "_state_growth"):
+            sizes = []
+            for length in (probe, 2 * probe):
+                dummy = torch.zeros(1, length, dtype=torch.long, device=self.device)
+                sizes.append(state_bytes(self.model(dummy, return_state=True)[1]))
+            self._state_growth = (max(sizes[1] - sizes[0], 0) / probe, sizes[1])
+        per_token, base = self._state_growth
+        self.check_fits(base + per_token * (tokens - 2 * probe),
+                        f"generating up to {tokens:,} tokens (the prompt and max_new_tokens) with the carried state",
+                        "lower max_new_tokens (this attention's state grows with every token)")
 
 
 # ------------------------------------------------------------------------------------------------- perplexity

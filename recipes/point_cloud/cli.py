@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo import limits
 from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
 
 
@@ -26,7 +27,7 @@ Examples:
               help="A ground-truth .pcd: drawn in the PNG and scored (CD-L1, CD-L2, F-Score@1%).")
 @click.option("--encoding", type=click.Choice(["ascii", "binary", "binary_compressed"]), default="binary",
               show_default=True, help="DATA encoding of the written .pcd.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=limits.SEED.click_type(), default=0, show_default=True,
               help="Seed of the random subset of input points when the scan has more than the model takes.")
 @device_option
 def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_file: Path | None,
@@ -37,7 +38,7 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     import torch
 
     from lavo_zoo.checkpoints import load_predictor
-    from lavo_zoo.errors import UsageError
+    from lavo_zoo.errors import InputError, UsageError
     from lavo_zoo.evaluators.base import input_path
     from lavo_zoo.evaluators.chamfer import score_clouds
     from lavo_zoo.formats.pcd import read_pcd, write_pcd
@@ -49,7 +50,11 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     if len(partial) == 0:
         raise UsageError(f"{input_pcd}: the scan has no points to complete")
     gt = read_pcd(input_path(gt_file, "--gt")) if gt_file is not None else None
-    completed = load_predictor(checkpoint, device, recipe="point_cloud").complete(partial, seed=seed)
+    completer = load_predictor(checkpoint, device, recipe="point_cloud")
+    try:
+        completed = completer.complete(partial, seed=seed)
+    except InputError as e:  # name the file, not "cloud 0"
+        raise InputError(f"{input_pcd}: {str(e).replace('cloud 0', 'the scan')}") from None
     write_pcd(out, completed, encoding, overwrite=overwrite)
     click.echo(f"wrote {out} ({len(completed)} points from {len(partial)} input points)")
     if gt is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo import limits
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
 
@@ -25,10 +26,12 @@ Examples:
                    "newlines as NEWLINE_CHAR); one summary per line.")
 @out_option("Write the summaries here, one per line (default: print them).")
 @overwrite_option
-@click.option("--beam", type=int, default=None, help="Beam size (default: the checkpoint's eval.beam, greedy = 1).")
-@click.option("--max-length", type=int, default=None, help="Longest summary in tokens (default: from the source).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Documents decoded at once (with --per-line).")
+@click.option("--beam", type=limits.BEAM.click_type(), default=None,
+              help=f"Beam size, {limits.BEAM.describe()} (default: the checkpoint's eval.beam, greedy = 1).")
+@click.option("--max-length", type=limits.MAX_LENGTH.click_type(), default=None,
+              help="Longest summary in tokens, at most the model's max_target_positions (default: from the source).")
+@click.option("--batch-size", type=limits.BATCH_SIZE.click_type(), default=8, show_default=True,
+              help=f"Documents decoded at once (with --per-line), {limits.BATCH_SIZE.describe()}.")
 @device_option
 def summarize(checkpoint: str, input_file: Path | None, per_line: bool, out: Path | None, overwrite: bool,
               beam: int | None, max_length: int | None, batch_size: int, device: str | None) -> None:
@@ -53,8 +56,6 @@ def summarize(checkpoint: str, input_file: Path | None, per_line: bool, out: Pat
     if empty:
         raise UsageError(f"line {empty[0]} of the input holds no article text" if per_line else
                          "the input holds no article text")
-    if beam is not None and beam < 1 or max_length is not None and max_length < 1:
-        raise UsageError("--beam and --max-length must be positive")
     summarizer = load_predictor(checkpoint, device, recipe="summarization")
     summaries = summarizer.summarize(documents, beam=beam, max_length=max_length, batch_size=batch_size)
     text = "".join(" ".join(s.split()) + "\n" for s in summaries) if per_line else summaries[0] + "\n"

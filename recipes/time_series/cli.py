@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo import limits
 from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
 
 
@@ -55,8 +56,8 @@ Examples:
 @out_option("PNG file to write.", default=Path("runs/forecast.png"))
 @overwrite_option
 @click.option("--split", default="test", show_default=True, help="Which split's windows to plot.")
-@click.option("--windows", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Number of evenly spaced windows (one panel each).")
+@click.option("--windows", type=limits.WINDOWS.click_type(), default=4, show_default=True,
+              help=f"Number of evenly spaced windows (one panel each), {limits.WINDOWS.describe()}.")
 @device_option
 def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out: Path, overwrite: bool, split: str, windows: int,
                   device: str | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -77,18 +78,21 @@ def time_features(dates: pd.DatetimeIndex, freq: str) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------- reading
-def read_table(path: Path) -> pd.DataFrame:
-    """The CSV at ``path`` with its 'date' column parsed and checked (:func:`check_dates`)."""
+def read_table(path: Path, option: str = "data.path") -> pd.DataFrame:
+    """The CSV at ``path`` with its 'date' column parsed and checked (:func:`check_dates`); ``option`` names where
+    the path came from in messages (``data.path``, or ``--csv`` for a series to forecast)."""
+    fix = ("set data.path=FILE to a CSV file with a 'date' column, or data.path=null for the built-in data"
+           if option == "data.path" else "give a CSV file with a 'date' column")
     if path.is_dir():
-        raise DataError(f"data.path {path} is a directory; set data.path=FILE to a CSV file with a 'date' column "
-                        "(e.g. a file inside it), or data.path=null for the built-in data")
-    if not path.is_file():
-        raise DataError(f"data.path {path} does not exist (relative paths start at the working directory); set "
-                        "data.path=FILE to a CSV with a 'date' column, or data.path=null for the built-in data")
+        raise DataError(f"{option} {path} is a directory; {fix}")
+    if not path.exists():
+        raise DataError(f"{option} {path} does not exist (relative paths start at the working directory); {fix}")
     try:
         table = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
         raise DataError(f"{path} is not a readable CSV file: {e}") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
     return check_dates(table, str(path))
 
 
@@ -98,12 +102,20 @@ def check_dates(table: pd.DataFrame, source: str) -> pd.DataFrame:
     if "date" not in table.columns:
         raise DataError(f"{source} has no 'date' column (columns: {', '.join(map(str, table.columns))}); "
                         "a forecasting CSV needs a 'date' column followed by numeric series")
-    dates = pd.to_datetime(table["date"], errors="coerce")
+    try:
+        dates = pd.to_datetime(table["date"], errors="coerce")
+    except ValueError as e:  # e.g. dates in several time zones
+        offsets = table["date"].astype(str).str.extract(r"([+-]\d\d:?\d\d|Z)$")[0]
+        changes = np.flatnonzero(offsets.ne(offsets.iloc[0]).to_numpy())
+        if len(changes):
+            raise DataError(f"{source}: its dates are in several time zones (the one on line {int(changes[0]) + 2} "
+                            "differs from line 2's); write every date in one time zone, or all in UTC") from None
+        raise DataError(f"{source}: its dates cannot be read as one series ({e})") from None
     if dates.isna().any():
         row = int(np.flatnonzero(dates.isna().to_numpy())[0])
         raise DataError(f"{source}: the 'date' value {table['date'].iloc[row]!r} on line {row + 2} is not a "
                         "parseable date (expected e.g. 2016-07-01 00:00:00, the same format on every line)")
-    steps = np.diff(dates.to_numpy().astype("datetime64[ns]").astype(np.int64))
+    steps = np.diff(pd.DatetimeIndex(dates).asi8)
     if (steps <= 0).any():
         row = int(np.flatnonzero(steps <= 0)[0]) + 1  # the later of the two rows
         what = "repeats" if steps[row - 1] == 0 else "comes before"
@@ -112,11 +124,28 @@ def check_dates(table: pd.DataFrame, source: str) -> pd.DataFrame:
     return table.assign(date=dates).reset_index(drop=True)
 
 
-def usual_step(dates: pd.Series) -> pd.Timedelta | None:
-    """The most common time step between consecutive dates (None for fewer than two rows)."""
-    if len(dates) < 2:
+def infer_step(dates: pd.Series | pd.DatetimeIndex) -> pd.DateOffset | None:
+    """The frequency pandas infers for regular dates (a fixed duration or a calendar step), None for irregular dates
+    or fewer than three."""
+    if len(dates) < 3:
         return None
-    return pd.Timedelta(pd.Series(np.diff(dates.to_numpy())).mode().iloc[0])
+    with warnings.catch_warnings():  # pandas 3 announces that infer_freq will return an offset instead of a string
+        warnings.filterwarnings("ignore", message=".*infer_freq.*")
+        found = pd.infer_freq(pd.DatetimeIndex(dates))
+    return None if found is None else pd.tseries.frequencies.to_offset(found)
+
+
+def series_step(dates: pd.Series) -> str:
+    """The time step between consecutive dates as a pandas offset string: the calendar frequency pandas infers
+    for a regular series ("h", "15min", "MS" for month starts, "B" for business days), else the most common step as
+    a fixed duration ("h" for hourly data with gaps); "" for fewer than two rows."""
+    if len(dates) < 2:
+        return ""
+    inferred = infer_step(dates)
+    if inferred is not None:
+        return inferred.freqstr
+    usual = pd.Timedelta(pd.Series(np.diff(dates.to_numpy())).mode().iloc[0])
+    return pd.tseries.frequencies.to_offset(usual).freqstr
 
 
 def numeric_values(table: pd.DataFrame, columns: list[str], source: str) -> np.ndarray:
@@ -173,7 +202,7 @@ class PreparedSeries:
     mean: np.ndarray  # [C] training-split mean (float64)
     std: np.ndarray  # [C] training-split std (ddof=0; 1 for constant columns, as scikit-learn)
     borders: dict[str, tuple[int, int]]
-    step: pd.Timedelta | None  # the most common time step between rows
+    step: str  # the time step between rows, a pandas offset string (series_step)
 
 
 def resolve_split(cfg: DataConfig) -> str:
@@ -212,7 +241,7 @@ def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:
     std = np.where(std == 0, 1.0, std)
     stamps = time_features(pd.DatetimeIndex(table["date"]), cfg.freq)
     return PreparedSeries(((raw - mean) / std).astype(np.float32), stamps, tuple(columns), mean, std, borders,
-                          usual_step(table["date"]))
+                          series_step(table["date"]))
 
 
 class ForecastWindows(Dataset):

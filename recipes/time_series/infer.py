@@ -4,18 +4,32 @@ columns and time step stored in the checkpoint (``lavo-zoo forecast``); ``split_
 split of the configured data (``lavo-zoo forecast-plot``)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo import limits
+from lavo_zoo.engine.predictor import Predictor, as_batch
 from lavo_zoo.errors import DataError, InputError, UsageError
-from lavo_zoo.recipes.time_series.data import check_dates, numeric_values, read_table, time_features
+from lavo_zoo.recipes.time_series.data import check_dates, infer_step, numeric_values, read_table, time_features
 
-Date = str | pd.Timestamp
+Date = str | pd.Timestamp | datetime.datetime | datetime.date | np.datetime64
+DATE = "a date (a str, pandas Timestamp, datetime or numpy datetime64)"
+
+
+def is_date(value: object) -> bool:
+    """Whether ``value`` is one date as ``Forecaster.forecast(at=...)`` takes it."""
+    return isinstance(value, (str, datetime.date, np.datetime64))
+
+
+def _step_words(offset: pd.DateOffset) -> str:
+    """A time step in words: a duration ("0 days 01:00:00") or a calendar step ("MS (MonthBegin)")."""
+    if isinstance(offset, pd.offsets.Tick):
+        return str(pd.Timedelta(offset))
+    return f"{offset.freqstr} ({type(offset).__name__})"
 
 
 class Forecaster(Predictor):
@@ -44,12 +58,12 @@ class Forecaster(Predictor):
             The table with a parsed, checked 'date' column and string column names.
 
         Raises:
-            DataError: a training column is missing (or, for M / MS models, a column the model was not trained on
-                is present), or the dates are not readable and increasing.
+            DataError: the table has no rows, a training column is missing (or, for M / MS models, a column the
+                model was not trained on is present), or the dates are not readable and increasing.
             InputError: ``data`` is neither a path nor a DataFrame.
         """
         if isinstance(data, (str, Path)):
-            table, source = read_table(Path(data)), str(data)
+            table, source = read_table(Path(data), "--csv / data"), str(data)
         elif isinstance(data, pd.DataFrame):
             source = "the table"
             if "date" not in data.columns and isinstance(data.index, pd.DatetimeIndex):
@@ -58,6 +72,9 @@ class Forecaster(Predictor):
         else:
             raise InputError(f"forecast needs a CSV path or a pandas DataFrame, got {type(data).__name__}")
         columns, _, _ = self._stats()
+        if len(table) == 0:
+            raise DataError(f"{source} has no rows; give the series to continue (at least seq_len = "
+                            f"{self.cfg.data.seq_len} rows)")
         present = [str(c) for c in table.columns if c != "date"]
         missing = [c for c in columns if c not in present]
         extra = [c for c in present if c not in columns] if self.cfg.data.features != "S" else []
@@ -72,7 +89,18 @@ class Forecaster(Predictor):
         """The row of the last observed step (the forecast starts after it)."""
         if at is None:
             return len(table) - 1
-        stamp = pd.Timestamp(at)
+        try:
+            stamp = pd.Timestamp(at)
+        except (ValueError, TypeError, OverflowError):
+            raise InputError(f"--at / at {at!r} is not a date; give the date of the last observed row, e.g. "
+                             f"{table['date'].iloc[-1]}") from None
+        if stamp is pd.NaT:
+            raise InputError(f"--at / at {at!r} is not a date")
+        aware = table["date"].dt.tz is not None
+        if (stamp.tz is not None) != aware:
+            raise InputError(f"--at / at {at!r} {'has a' if stamp.tz is not None else 'has no'} time zone but the "
+                             f"dates of {source} {'have one' if aware else 'have none'}; give it as they are written "
+                             f"(e.g. {table['date'].iloc[-1]})")
         rows = np.flatnonzero(table["date"].to_numpy() == stamp.to_datetime64())
         if len(rows) == 0:
             first, last = table["date"].iloc[0], table["date"].iloc[-1]
@@ -80,56 +108,99 @@ class Forecaster(Predictor):
                              "date of the last observed row")
         return int(rows[0])
 
+    def trained_step(self) -> pd.DateOffset | None:
+        """The time step of the training data (a pandas offset: a fixed duration, or a calendar step such as month
+        starts or business days), or None where the checkpoint does not say."""
+        step = self.cfg.model.step
+        return pd.tseries.frequencies.to_offset(step) if step else None
+
     def _future_dates(self, history: pd.Series, source: str) -> pd.DatetimeIndex:
-        """The ``pred_len`` dates after ``history``, at its regular frequency; refuses gaps and a step other than the
-        training data's."""
-        trained = pd.Timedelta(pd.tseries.frequencies.to_offset(self.cfg.model.step)) if self.cfg.model.step else None
+        """The ``pred_len`` dates after ``history``, at the training data's step (or, where the checkpoint does not
+        say, the history's own); refuses gaps and any other step, a calendar one (months, business days) included:
+        every row must follow the previous one by exactly the training step."""
+        trained = self.trained_step()
+        dates = pd.DatetimeIndex(history)
+        if trained is not None:
+            expected = pd.date_range(dates[0], periods=len(dates), freq=trained)
+            if len(expected) == len(dates) and expected[0] == dates[0] and (expected == dates).all():
+                return pd.date_range(dates[-1], periods=self.horizon + 1, freq=trained)[1:]
+            self._refuse_step(dates, trained, source)
         steps = pd.to_timedelta(np.diff(history.to_numpy()))  # [seq_len - 1]
         if len(steps) and (steps == steps[0]).all():
             offset = pd.tseries.frequencies.to_offset(steps[0])
-        else:  # calendar steps (months, business days) vary in length; anything else is a gap
-            inferred = pd.infer_freq(pd.DatetimeIndex(history)) if len(history) >= 3 else None
-            if inferred is None:
-                usual = trained if trained is not None else pd.Series(steps).mode().iloc[0]
-                bad = int(np.flatnonzero(steps != usual)[0])
-                raise DataError(f"{source}: the {len(history)} rows the forecast reads must be evenly spaced, but "
-                                f"{history.iloc[bad + 1]} follows {history.iloc[bad]} ({steps[bad]} instead of "
-                                f"{usual}); fill the gap (e.g. interpolate) or forecast from an earlier --at")
-            offset = pd.tseries.frequencies.to_offset(inferred)
-        if isinstance(offset, pd.offsets.Tick) and trained is not None and pd.Timedelta(offset) != trained:
-            raise DataError(f"{source}: its rows are {pd.Timedelta(offset)} apart; the model was trained on steps of "
-                            f"{trained} (resample the series to that step)")
-        return pd.date_range(history.iloc[-1], periods=self.horizon + 1, freq=offset)[1:]
+        else:
+            offset = infer_step(dates)  # calendar steps (months, business days) vary in length
+            if offset is None:
+                self._refuse_step(dates, None, source)
+        return pd.date_range(dates[-1], periods=self.horizon + 1, freq=offset)[1:]
+
+    def _refuse_step(self, dates: pd.DatetimeIndex, trained: pd.DateOffset | None, source: str) -> None:
+        """A :class:`DataError` saying how the history's dates differ from a regular series at the training step."""
+        steps = pd.to_timedelta(np.diff(dates.to_numpy()))
+        inferred = infer_step(dates)
+        trained_words = _step_words(trained) if trained is not None else None
+        if inferred is not None or (len(steps) and (steps == steps[0]).all()):  # regular, at another step
+            offset = inferred or pd.tseries.frequencies.to_offset(steps[0])
+            raise DataError(f"{source}: its rows are {_step_words(offset)} apart; the model was trained on steps of "
+                            f"{trained_words} (resample the series to that step)")
+        for i in range(1, len(dates)):  # the first row that does not follow its predecessor by the usual step
+            want = dates[i - 1] + trained if trained is not None else dates[i - 1] + pd.Series(steps).mode().iloc[0]
+            if dates[i] != want:
+                usual = trained_words or str(pd.Series(steps).mode().iloc[0])
+                raise DataError(f"{source}: the {len(dates)} rows the forecast reads must be evenly spaced, but "
+                                f"{dates[i]} follows {dates[i - 1]} ({steps[i - 1]} instead of {usual}); fill the "
+                                "gap (e.g. interpolate) or forecast from an earlier --at")
+        raise DataError(f"{source}: the rows the forecast reads are not at the training step {trained_words}")
+
+    def memory_per_window(self) -> int:
+        """Estimated bytes of one forecast window's forward pass: the widest activations (the feed-forward layer's
+        and the attention's projections) over the encoder's and the decoder's lengths."""
+        m, d = self.cfg.model, self.cfg.data
+        return (d.seq_len + d.label_len + d.pred_len) * (m.ffn_dim + 4 * m.embed_dim) * 4
 
     @torch.no_grad()
-    def forecast(self, data: pd.DataFrame | str | Path, at: Date | Sequence[Date] | None = None
+    def forecast(self, data: pd.DataFrame | str | Path, at: Date | list[Date] | None = None, batch_size: int = 32
                  ) -> pd.DataFrame | list[pd.DataFrame]:
         """Forecast the ``pred_len`` steps after a series, in the data's own units.
 
         Args:
             data: the series: a CSV path, or a DataFrame with a 'date' column or a DatetimeIndex, with the columns
-                the model was trained on.
-            at: the date of the last observed row (default: the last row), or a list of dates (one forecast each,
-                computed as one batch).
+                the model was trained on, at the training data's time step.
+            at: the date of the last observed row (default: the last row): a str, a pandas Timestamp, a datetime
+                or a numpy datetime64; or a list of them (one forecast each).
+            batch_size: forecasts computed at once (for a list of dates).
 
         Returns:
-            A DataFrame per forecast (a list of them for a list of dates): 'date' (continued at the data's
-            frequency) and the forecast columns (every column for M / S models, the target for MS).
+            A DataFrame per forecast (a list of them for a list of dates): 'date' (continued at the training
+            data's step) and the forecast columns (every column for M / S models, the target for MS).
 
         Raises:
-            DataError: the history is too short, unevenly spaced or at another step than the training data's, or
-                the columns differ from the training data's.
-            InputError: no row has the date ``at``.
+            DataError: the series has no rows, the history is too short, unevenly spaced or at another step than
+                the training data's (a calendar step such as months or business days included), the columns
+                differ from the training data's, or a value is too large for the model.
+            InputError: ``at`` is not a date or a list of them, no row has the date ``at``, ``batch_size`` is
+                outside its range, or the forecast is not finite.
             UsageError: the checkpoint was saved without its training columns and scaler.
         """
+        dates, single = ([None], True) if at is None else as_batch(at, is_date, "at", DATE)
+        batch_size = limits.BATCH_SIZE.check(batch_size)
         source = str(data) if isinstance(data, (str, Path)) else "the table"
         table = self.read(data)
         columns, mean, std = self._stats()
         d = self.cfg.data
         values = numeric_values(table, columns, source)  # [N, C] in the data's units
-        scaled = ((values - mean) / std).astype(np.float32)  # [N, C]
-        origins = [self._origin_row(table, date, source) for date in (at if isinstance(at, (list, tuple)) else [at])]
-        xs, x_marks, y_marks, futures = [], [], [], []
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = ((values - mean) / std).astype(np.float32)  # [N, C]
+        if not np.isfinite(scaled).all():
+            row, col = map(int, np.argwhere(~np.isfinite(scaled))[0])
+            raise DataError(f"{source}: column '{columns[col]}' has the value {values[row, col]:.6g} on line "
+                            f"{row + 2}, too large for the model (the training data's values of that column are "
+                            f"about {mean[col]:.4g} +- {std[col]:.4g})")
+        origins = [self._origin_row(table, date, source) for date in dates]
+        if origins:
+            self.check_fits(min(batch_size, len(origins)) * self.memory_per_window(),
+                            f"forecasting batches of {min(batch_size, len(origins))} windows", "lower batch_size")
+        windows = []
         for end in origins:  # the history is rows (end - seq_len, end]
             if end + 1 < d.seq_len:
                 raise DataError(f"{source}: the forecast reads the {d.seq_len} rows up to {table['date'].iloc[end]}, "
@@ -137,20 +208,23 @@ class Forecaster(Predictor):
             history = table["date"].iloc[end + 1 - d.seq_len:end + 1]
             future = self._future_dates(history, source)
             stamps = time_features(pd.DatetimeIndex(history).append(future), d.freq)  # [seq_len + pred_len, F]
-            xs.append(scaled[end + 1 - d.seq_len:end + 1])
-            x_marks.append(stamps[:d.seq_len])
-            y_marks.append(stamps[d.seq_len - d.label_len:])
-            futures.append(future)
-        x = torch.from_numpy(np.stack(xs)).to(self.device)  # [B, seq_len, C]
-        x_mark = torch.from_numpy(np.stack(x_marks)).to(self.device)  # [B, seq_len, F]
-        y_mark = torch.from_numpy(np.stack(y_marks)).to(self.device)  # [B, label_len + pred_len, F]
-        out = self.model(x, x_mark, x[:, -d.label_len:], y_mark).float().cpu().numpy()  # [B, pred_len, c_out]
-        c_out = out.shape[-1]
+            windows.append((scaled[end + 1 - d.seq_len:end + 1], stamps, future))
+        c_out = self.cfg.model.out_channels or len(columns)
         names = columns[-c_out:]
-        frames = [pd.DataFrame({"date": future, **{name: out[i, :, j] * std[-c_out + j] + mean[-c_out + j]
-                                                   for j, name in enumerate(names)}})
-                  for i, future in enumerate(futures)]
-        return frames if isinstance(at, (list, tuple)) else frames[0]
+        frames = []
+        for start in range(0, len(windows), batch_size):
+            chunk = windows[start:start + batch_size]
+            x = torch.from_numpy(np.stack([w[0] for w in chunk])).to(self.device)  # [B, seq_len, C]
+            x_mark = torch.from_numpy(np.stack([w[1][:d.seq_len] for w in chunk])).to(self.device)  # [B, seq_len, F]
+            y_mark = torch.from_numpy(np.stack([w[1][d.seq_len - d.label_len:] for w in chunk])
+                                      ).to(self.device)  # [B, label_len + pred_len, F]
+            out = self.model(x, x_mark, x[:, -d.label_len:], y_mark).float().cpu().numpy()  # [B, pred_len, c_out]
+            for i, (_, _, future) in enumerate(chunk):
+                forecast = out[i] * std[-c_out:] + mean[-c_out:]  # [pred_len, c_out] in the data's units
+                origin = table["date"].iloc[origins[start + i]]
+                self.check_finite(forecast, f"{source} after {origin} (values far outside the training data's)")
+                frames.append(pd.DataFrame({"date": future, **{name: forecast[:, j] for j, name in enumerate(names)}}))
+        return frames[0] if single else frames
 
     @torch.no_grad()
     def split_windows(self, split: str, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
@@ -158,12 +232,13 @@ class Forecaster(Predictor):
 
         Args:
             split: a split of the checkpoint's data (which must be where its config says).
-            count: how many evenly spaced windows.
+            count: how many evenly spaced windows (``limits.WINDOWS``: at most 100).
 
         Returns:
             (history [K, seq_len], truth [K, pred_len], forecast [K, pred_len], window indices) of the last forecast
             channel (the target for S / MS; the last column, the target when present, for M).
         """
+        count = limits.WINDOWS.check(count)
         dataset = self.recipe.build_dataset(self.cfg, split)
         indices = np.linspace(0, len(dataset) - 1, num=max(1, count)).round().astype(int).tolist()
         batch = {k: v.to(self.device) for k, v in self.recipe.collate([dataset[i] for i in indices]).items()}
@@ -173,7 +248,8 @@ class Forecaster(Predictor):
 
 
 def forecast_csv(frames: pd.DataFrame | list[pd.DataFrame]) -> str:
-    """Forecast table(s) as CSV text in the input layout ('date' first, then the value columns)."""
+    """Forecast table(s) as CSV text in the input layout ('date' first, with its UTC offset where the dates have a
+    time zone, then the value columns)."""
     table = pd.concat(frames) if isinstance(frames, list) else frames
-    table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+    table = table.assign(date=table["date"].dt.strftime("%Y-%m-%d %H:%M:%S%z"))
     return table.to_csv(index=False, float_format="%.9g")

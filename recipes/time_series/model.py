@@ -56,7 +56,7 @@ class ModelConfig:
     columns: list[str] = field(default_factory=list)  # input columns in order (the target last for M / MS)
     scaler_mean: list[float] = field(default_factory=list)  # per column, over the training split
     scaler_std: list[float] = field(default_factory=list)  # per column (ddof=0; 1 for a constant column)
-    step: str = ""  # the usual time step between rows, a pandas offset (1h, 15min); "" = unknown
+    step: str = ""  # the time step between rows, a pandas offset (h, 15min, MS, B); "" = unknown
 
 
 class DataEmbedding(nn.Module):

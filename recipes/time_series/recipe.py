@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -62,7 +61,7 @@ class TimeSeriesRecipe(Recipe):
         m.time_features = num_time_features(d.freq)
         m.columns = list(series.columns)
         m.scaler_mean, m.scaler_std = series.mean.tolist(), series.std.tolist()
-        m.step = pd.tseries.frequencies.to_offset(series.step).freqstr if series.step is not None else ""
+        m.step = series.step
         return cfg
 
     def build_model(self, cfg: TimeSeriesConfig) -> Informer:

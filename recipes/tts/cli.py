@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo import limits
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
 
@@ -21,11 +22,12 @@ Examples:
 @overwrite_option
 @click.option("--png", "png", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the mel spectrogram, stop probability and alignment as a PNG.")
-@click.option("--max-frames", type=click.IntRange(min=1), default=None,
-              help="Stop after this many frames at the latest (default: the checkpoint's eval.max_frames).")
-@click.option("--stop-threshold", type=click.FloatRange(0, 1), default=None,
-              help="Stop when the stop-token probability exceeds this (default: eval.stop_threshold, 0.5).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--max-frames", type=limits.MAX_FRAMES.click_type(), default=None,
+              help=f"Stop after this many frames at the latest, {limits.MAX_FRAMES.describe()} (default: the "
+                   "checkpoint's eval.max_frames).")
+@click.option("--stop-threshold", type=limits.STOP_THRESHOLD.click_type(), default=None,
+              help="Stop when the stop-token probability exceeds this, from 0 to 1 (default: eval.stop_threshold).")
+@click.option("--seed", type=limits.SEED.click_type(), default=0, show_default=True,
               help="Seed of the decoder prenet's dropout (on at inference, as Tacotron 2).")
 @device_option
 def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path | None, max_frames: int | None,

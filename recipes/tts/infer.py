@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from lavo_zoo import limits
 from lavo_zoo.engine.checkpoint_io import unwrap
-from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.engine.predictor import Predictor, as_batch, describe
 from lavo_zoo.engine.recipe import to_device
 from lavo_zoo.errors import InputError
 from lavo_zoo.evaluators.base import Evaluator
@@ -191,6 +192,19 @@ def teacher_forced_view(model: TransformerTTS, tokens: torch.Tensor, grouped: to
     return probs, weights.mean(1)[0].float().cpu().numpy()
 
 
+def text_list(texts: Any, argument: str = "texts") -> list[str]:
+    """``texts`` if it is a list of str; else an :class:`InputError` (a bare string would be read letter by letter)."""
+    if isinstance(texts, str):
+        raise InputError(f"{argument} must be a list of texts, got one str {texts[:20]!r}; give [text] (or call "
+                         "synthesize(text))")
+    if not isinstance(texts, list):
+        raise InputError(f"{argument} must be a list of texts (str), got {describe(texts)}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"{argument}[{i}] must be a text (str), got {describe(text)}")
+    return texts
+
+
 class Synthesizer(Predictor):
     """A trained text-to-speech model: ``synthesize`` speaks text (``lavo_zoo.load`` returns it for a ``tts``
     checkpoint)."""
@@ -200,18 +214,22 @@ class Synthesizer(Predictor):
         """The sample rate of the audio it synthesises (Hz)."""
         return self.cfg.data.features().sample_rate
 
-    def tokens(self, texts: Sequence[str]) -> torch.Tensor:
+    def tokens(self, texts: list[str]) -> torch.Tensor:
         """The model's input for texts.
 
         Args:
-            texts: the texts to speak.
+            texts: the texts to speak (a list of str).
 
         Returns:
             Right-padded token ids [B, S] (0 = pad) on the predictor's device.
 
         Raises:
-            InputError: a text reduces to nothing speakable by the model's front end.
+            InputError: ``texts`` is not a non-empty list of str, or a text reduces to nothing speakable by the
+                model's front end.
         """
+        texts = text_list(texts)
+        if not texts:
+            raise InputError("texts is empty; give at least one text to speak")
         encoder = text_encoder(self.cfg.data.text)
         for text in texts:
             if not encoder.symbols_of(text):
@@ -220,12 +238,23 @@ class Synthesizer(Predictor):
         ids = [torch.tensor(encoder.encode(t)) for t in texts]
         return torch.nn.utils.rnn.pad_sequence(ids, batch_first=True).to(self.device)
 
-    def speak(self, texts: Sequence[str], *, max_frames: int | None = None, stop_threshold: float | None = None,
+    def memory_estimate(self, texts: int, tokens: int, frames: int) -> int:
+        """Estimated bytes of synthesising ``texts`` texts of up to ``tokens`` tokens for up to ``frames`` frames:
+        the decoder's caches (self attention over the frames, cross attention over the text), the frames, the
+        encoder's widest activations, and one utterance's Griffin-Lim (fp64 magnitudes, complex spectra)."""
+        m, f = self.cfg.model, self.cfg.data.features()
+        groups = -(-frames // m.frames_per_step)
+        decoder = m.decoder_layers * 2 * (tokens + groups) * m.embed_dim * 4 + frames * m.n_mels * 4 * 4
+        encoder = tokens * (m.ffn_dim + 4 * m.embed_dim) * 4
+        vocoder = frames * ((f.n_fft // 2 + 1) * (8 + 3 * 16) + f.hop_length * 8)
+        return texts * (decoder + encoder) + vocoder
+
+    def speak(self, texts: list[str], *, max_frames: int | None = None, stop_threshold: float | None = None,
               seed: int = 0) -> list[dict[str, np.ndarray]]:
         """Synthesise texts as one batch, with everything the synthesis produced.
 
         Args:
-            texts: the texts to speak.
+            texts: the texts to speak (a list of str).
             max_frames: stop at the latest after this many frames (default: the checkpoint's ``eval.max_frames``).
             stop_threshold: stop when the stop-token probability exceeds this (default: ``eval.stop_threshold``).
             seed: seed of the decoder prenet's dropout (on at inference, as Tacotron 2); the caller's random state
@@ -234,16 +263,34 @@ class Synthesizer(Predictor):
         Returns:
             Per text: ``wave`` [N] (Griffin-Lim), ``mel`` [T, n_mels] (denormalised log-mel) and ``grouped`` (what
             the decoder fed back).
+
+        Raises:
+            InputError: ``texts`` is not a list of str or a text holds nothing speakable, an option is outside its
+                range, the synthesis would not fit in memory, or the audio is not finite.
         """
         e = self.cfg.eval
-        tokens = self.tokens(texts)
+        texts = text_list(texts)
+        max_frames = limits.MAX_FRAMES.check_optional(max_frames)
+        stop_threshold = limits.STOP_THRESHOLD.check_optional(stop_threshold)
+        seed = limits.SEED.check(seed)
+        if not texts:
+            return []
+        tokens = self.tokens(texts)  # [B, S]
+        frames = max_frames or e.max_frames
+        self.check_fits(self.memory_estimate(len(texts), tokens.shape[1], frames),
+                        f"synthesising {len(texts)} text(s) of up to {tokens.shape[1]} symbols for up to {frames:,} "
+                        "frames", "lower max_frames, or give shorter or fewer texts")
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
-            return speak(self.model, tokens, self.cfg.data.features(), max_frames or e.max_frames,
-                         e.stop_threshold if stop_threshold is None else stop_threshold)
+            results = speak(self.model, tokens, self.cfg.data.features(), frames,
+                            e.stop_threshold if stop_threshold is None else stop_threshold)
+        for text, result in zip(texts, results):
+            for key in ("mel", "wave"):
+                self.check_finite(result[key], f"the text {text[:40]!r}")
+        return results
 
-    def synthesize(self, text: str | Sequence[str], *, max_frames: int | None = None,
+    def synthesize(self, text: str | list[str], *, max_frames: int | None = None,
                    stop_threshold: float | None = None, seed: int = 0
                    ) -> tuple[np.ndarray, int] | list[tuple[np.ndarray, int]]:
         """Speak text: autoregressive mel frames until the stop token (or ``max_frames``), then Griffin-Lim.
@@ -258,9 +305,10 @@ class Synthesizer(Predictor):
             (samples [N] float32 in [-1, 1], sample rate), or a list of them for a list of texts.
 
         Raises:
-            InputError: a text holds nothing the model can speak.
+            InputError: ``text`` is not a str or a list of them, a text holds nothing the model can speak, an
+                option is outside its range, or the synthesis would not fit in memory.
         """
-        texts = [text] if isinstance(text, str) else list(text)
+        texts, single = as_batch(text, lambda t: isinstance(t, str), "text", "a text (str)")
         results = self.speak(texts, max_frames=max_frames, stop_threshold=stop_threshold, seed=seed)
         out = [(r["wave"].astype(np.float32), self.sample_rate) for r in results]
-        return out[0] if isinstance(text, str) else out
+        return out[0] if single else out

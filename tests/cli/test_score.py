@@ -5,6 +5,7 @@ values through the evaluator), eval's results JSON schema, the old spellings as 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -258,3 +259,112 @@ def test_an_empty_cloud_and_nan_audio_are_refused_naming_the_file(tmp_path, caps
     sf.write(str(tmp_path / "syn" / "a.wav"), wave, 22_050, subtype="FLOAT")
     assert main(["score", "mcd", "--pred", str(tmp_path / "syn"), "--ref", str(tmp_path / "ref")]) == 1
     assert "a.wav, sample 101" in capsys.readouterr().err
+
+
+def _forecast_csvs(tmp_path: Path) -> tuple:
+    """(a truth CSV of date, a, b over six hours, a forecast [6, 2], the truth [6, 2], the dates)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    true = rng.normal(3, 1, (6, 2))
+    pred = true + rng.normal(0, 0.3, true.shape)
+    dates = pd.date_range("2020-01-01", periods=6, freq="h")
+    pd.DataFrame({"date": dates, "a": true[:, 0], "b": true[:, 1]}).to_csv(tmp_path / "truth.csv", index=False)
+    return tmp_path / "truth.csv", pred, true, dates
+
+
+def test_forecast_csvs_are_paired_by_column_name_and_by_date(tmp_path, capsys):
+    import pandas as pd
+
+    truth, pred, true, dates = _forecast_csvs(tmp_path)
+    expected = _informer_metrics(pred, true)
+    layouts = {  # the same forecast, written in other column orders, row orders and with fewer rows
+        "swapped.csv": pd.DataFrame({"date": dates, "b": pred[:, 1], "a": pred[:, 0]}),
+        "reversed.csv": pd.DataFrame({"date": dates[::-1], "a": pred[::-1, 0], "b": pred[::-1, 1]}),
+        "no-date.csv": pd.DataFrame({"a": pred[:, 0], "b": pred[:, 1]}),
+    }
+    for name, frame in layouts.items():
+        frame.to_csv(tmp_path / name, index=False)
+        code, res = _score("forecast", "--pred", str(tmp_path / name), "--ref", str(truth), "--out",
+                           str(tmp_path / f"{name}.json"))
+        assert code == 0 and _values(res) == pytest.approx(expected, rel=1e-12), name
+        assert res["details"]["columns"] == (["b", "a"] if name == "swapped.csv" else ["a", "b"])
+        assert res["details"]["paired_by"] == ("row" if name == "no-date.csv" else "date")
+    # the last three hours of one column, against the whole truth: its rows and column are picked by date and name
+    pd.DataFrame({"date": dates[3:], "b": pred[3:, 1]}).to_csv(tmp_path / "tail.csv", index=False)
+    code, res = _score("forecast", "--pred", str(tmp_path / "tail.csv"), "--ref", str(truth), "--out",
+                       str(tmp_path / "tail.json"))
+    assert code == 0 and _values(res) == pytest.approx(_informer_metrics(pred[3:, 1:], true[3:, 1:]), rel=1e-12)
+
+
+@pytest.mark.parametrize("layout,message", [
+    ("shifted", "the date 2020-01-01 06:00:00 on line 5 is not in --ref"),
+    ("renamed", "has the column\\(s\\) x, y that --ref .* has not"),
+    ("savetxt", "the first line holds numbers .* not column names"),
+    ("index", "column 1 has no name \\(an index written by pandas"),
+    ("repeated", "the column name 'a' appears more than once"),
+    ("header-only", "has a header but no rows"),
+    ("spaces.txt", "reads .npy arrays and .csv tables, not .txt files"),
+])
+def test_forecast_files_of_other_layouts_are_refused(tmp_path, capsys, layout, message):
+    import pandas as pd
+
+    truth, pred, _, dates = _forecast_csvs(tmp_path)
+    path = tmp_path / (layout if layout.endswith(".txt") else f"{layout}.csv")
+    if layout == "shifted":
+        shifted = pd.DataFrame({"date": dates + pd.Timedelta(hours=3), "a": pred[:, 0], "b": pred[:, 1]})
+        shifted.to_csv(path, index=False)
+    elif layout == "renamed":
+        pd.DataFrame({"x": pred[:, 0], "y": pred[:, 1]}).to_csv(path, index=False)
+    elif layout == "savetxt":
+        np.savetxt(path, pred, delimiter=",")  # no header line: its first row would be read as column names
+    elif layout == "index":
+        pd.DataFrame({"a": pred[:, 0], "b": pred[:, 1]}).to_csv(path)
+    elif layout == "repeated":
+        path.write_text("a,a\n1,2\n")
+    elif layout == "header-only":
+        path.write_text("date,a,b\n")
+    else:
+        np.savetxt(path, pred)
+    assert main(["score", "forecast", "--pred", str(path), "--ref", str(truth)]) in (1, 2)
+    assert re.search(message, capsys.readouterr().err), layout
+
+
+@pytest.mark.parametrize("array,message", [(np.zeros((0, 2)), "holds no values"), (np.float64(3), "a single number"),
+                                           (np.array([True, False]), "holds bool values"),
+                                           (np.array([1 + 2j]), "holds complex128 values")])
+def test_forecast_npy_files_must_hold_real_numbers(tmp_path, capsys, array, message):
+    np.save(tmp_path / "x.npy", array)
+    assert main(["score", "forecast", "--pred", str(tmp_path / "x.npy"), "--ref", str(tmp_path / "x.npy")]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_rouge_refuses_json_lines_given_as_text(tmp_path, capsys):
+    pairs, ref = tmp_path / "eval.jsonl", tmp_path / "ref.txt"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in ROUGE_PAIRS))
+    ref.write_text("".join(r["reference"] + "\n" for r in ROUGE_PAIRS))
+    (tmp_path / "eval.txt").write_text(pairs.read_text())  # the same JSON under a text file's name
+    for pred, other in ((pairs, ref), (tmp_path / "eval.txt", ref), (ref, pairs)):
+        assert main(["score", "rouge", "--pred", str(pred), "--ref", str(other)]) == 2
+        assert "holds JSON, not one summary per line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ids,message", [("0\n1000000000\n", "line 2: class id 1000000000 is out of range"),
+                                         ("0\n99999999999999999999\n", "line 2: class id 9999"),
+                                         ("0\n-1\n", "line 2: class id -1 is out of range")])
+def test_accuracy_refuses_class_ids_out_of_range_naming_the_line(tmp_path, capsys, ids, message):
+    (tmp_path / "pred.txt").write_text(ids)
+    (tmp_path / "true.txt").write_text("0\n1\n")
+    assert main(["score", "accuracy", "--pred", str(tmp_path / "pred.txt"), "--ref", str(tmp_path / "true.txt")]) == 1
+    assert message in capsys.readouterr().err
+    np.save(tmp_path / "bool.npy", np.array([True, False]))
+    assert main(["score", "accuracy", "--pred", str(tmp_path / "bool.npy"), "--ref", str(tmp_path / "true.txt")]) == 1
+    assert "got bool values" in capsys.readouterr().err
+
+
+def test_mcd_refuses_a_wav_shorter_than_one_frame(tmp_path, capsys):
+    for folder, seconds in (("syn", 0.002), ("ref", 0.5)):
+        (tmp_path / folder).mkdir()
+        sf.write(str(tmp_path / folder / "a.wav"), tone(seconds), 22_050)
+    assert main(["score", "mcd", "--pred", str(tmp_path / "syn"), "--ref", str(tmp_path / "ref")]) == 1
+    assert "holds 44 samples, less than half an analysis window" in capsys.readouterr().err

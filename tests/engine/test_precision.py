@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lavo_zoo.engine.precision import autocast_dtype, precision_name
 from lavo_zoo.engine.configs import resolve_config
+from lavo_zoo.engine.precision import autocast_dtype, precision_name
 from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.evaluators.loss import MeanLoss
 from tests.helpers import TOY

@@ -89,4 +89,7 @@ def pick_device(name: str | None) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {name} was asked for but no CUDA GPU is available; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from "
+                         "0; use cuda:0 or cpu")
     return device

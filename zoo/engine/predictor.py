@@ -2,13 +2,66 @@
 :class:`Predictor` with its domain's calls (``generate``, ``forecast``, ``synthesize``, ``summarize``,
 ``complete``, ``classify``), and the recipe names the class (``Recipe.predictor``). A predictor needs only the
 checkpoint: the model is rebuilt from the checkpoint's own config, and every size and statistic it needs was stored
-there when the model was trained."""
+there when the model was trained.
+
+Every predictor holds to the same rules, with the helpers here: it takes one input or a list of them, as its
+docstring says, and refuses anything else (:func:`as_batch`: a bare string where a list of strings is taken, a tuple,
+an array or a tensor walked element by element would be a wrong answer); it checks every option with the one check
+the command uses too (:mod:`lavo_zoo.limits`); it refuses a request whose estimated memory cannot fit before it
+starts (:meth:`Predictor.check_fits`); and it never returns a non-finite output (:meth:`Predictor.check_finite`).
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+
+from lavo_zoo.errors import InputError
+
+
+def describe(value: Any) -> str:
+    """A short description of a value's type (and shape) for messages: "str 'a gre...'", "ndarray [2, 3]"."""
+    name = type(value).__name__
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return f"{name} of shape {list(value.shape)}"
+    if isinstance(value, (str, bytes)):
+        return f"{name} {value[:20]!r}" + ("..." if len(value) > 20 else "")
+    if isinstance(value, (list, tuple)):
+        return f"{name} of {len(value)}"
+    return name
+
+
+def as_batch(inputs: Any, is_item: Callable[[Any], bool], argument: str, item: str,
+             is_element: Callable[[Any], bool] | None = None, element: str | None = None) -> tuple[list[Any], bool]:
+    """The inputs of a predictor call that takes one item or a list of them.
+
+    Args:
+        inputs: what the caller gave.
+        is_item: whether a value is one item.
+        argument: the argument's name, for messages.
+        item: one item in words, e.g. "a text (str)".
+        is_element, element: where an element of a list may take more forms than a single item (a document as a
+            list of articles), the test and words for an element (default: ``is_item`` and ``item``).
+
+    Returns:
+        (the items as a list, whether one item was given rather than a list).
+
+    Raises:
+        InputError: ``inputs`` is neither one item nor a list of items (a tuple, an array, a tensor, a string where
+            items are lists...): the message names the argument, what it takes and what it got.
+    """
+    if is_item(inputs):
+        return [inputs], True
+    if not isinstance(inputs, list):
+        raise InputError(f"{argument} must be {item} or a list of them, got {describe(inputs)}"
+                         + ("; give a list" if isinstance(inputs, (tuple, np.ndarray, torch.Tensor)) else ""))
+    for i, value in enumerate(inputs):
+        if not (is_element or is_item)(value):
+            raise InputError(f"{argument}[{i}] must be {element or item}, got {describe(value)}")
+    return inputs, False
 
 
 class Predictor:
@@ -30,10 +83,39 @@ class Predictor:
         self.checkpoint = checkpoint
 
     def to(self, device: torch.device | str) -> Predictor:
-        """Move the model to ``device`` (cpu, cuda, cuda:N); returns the predictor itself."""
-        self.device = torch.device(device)
+        """Move the model to ``device`` (cpu, cuda, cuda:N); returns the predictor itself.
+
+        Raises:
+            UsageError: ``device`` is not cpu, cuda or cuda:N, or names a GPU this machine does not have.
+        """
+        from lavo_zoo.engine.env import pick_device
+
+        self.device = pick_device(str(device))
         self.model.to(self.device)
         return self
+
+    def check_fits(self, need: float, request: str, fix: str) -> None:
+        """Refuse, before it starts, a request whose estimated memory ``need`` (bytes) the predictor's device cannot
+        hold (an :class:`~lavo_zoo.errors.InputError` saying ``request`` and how to ``fix`` it)."""
+        from lavo_zoo.engine.memory import check_fits
+
+        check_fits(need, self.device, request, fix)
+
+    @staticmethod
+    def check_finite(output: np.ndarray | torch.Tensor, what: str) -> None:
+        """Refuse an output that holds NaN or infinite values.
+
+        Args:
+            output: what the model produced (any shape).
+            what: the input it was produced for and why it can go wrong, for the message.
+
+        Raises:
+            InputError: ``output`` is not finite (the input is far outside what the model was trained on).
+        """
+        finite = torch.isfinite(output).all() if isinstance(output, torch.Tensor) else np.isfinite(output).all()
+        if not bool(finite):
+            raise InputError(f"the model's output for {what} is not finite (NaN or infinite values); nothing was "
+                             "returned")
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(recipe={self.recipe.name!r}, checkpoint={self.checkpoint!r}, "

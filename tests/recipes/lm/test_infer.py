@@ -84,3 +84,66 @@ def test_sampling_is_reproducible_with_a_seed():
 
 def test_bucket_edges_double():
     assert bucket_edges(32, 300) == [0, 32, 64, 128, 256, 512]
+
+
+def _language_model(attention: str = "lavo", options: dict | None = None):
+    from lavo_zoo.recipes.lm.infer import LanguageModel
+
+    recipe, cfg, model = tiny_model(attention, options if options is not None else {"num_bases": 8, "window_size": 4})
+    return LanguageModel(recipe, cfg, model, "cpu", checkpoint="tiny")
+
+
+@pytest.mark.parametrize("prompt", [b"Once", ("Once", "Twice"), np.array(["Once"]), torch.tensor([1, 2]), 5, None,
+                                    ["Once", 3]], ids=["bytes", "tuple", "array", "tensor", "int", "None", "mixed"])
+def test_generate_takes_a_text_or_a_list_of_texts_and_refuses_the_rest(prompt) -> None:
+    from lavo_zoo.errors import InputError
+
+    lm = _language_model()
+    with pytest.raises(InputError, match=r"prompt(\[1\])? must be a text \(str\)"):
+        lm.generate(prompt, max_new_tokens=2)
+    assert lm.generate(["Once"], max_new_tokens=2, temperature=0) == [lm.generate("Once", max_new_tokens=2,
+                                                                                  temperature=0)]
+    assert lm.generate([], max_new_tokens=2) == []
+
+
+@pytest.mark.parametrize("option,value", [("max_new_tokens", 0), ("max_new_tokens", -1), ("temperature", -1.0),
+                                          ("temperature", math.nan), ("top_k", -5), ("top_p", 0.0),
+                                          ("top_p", 1.5), ("seed", -1)])
+def test_generate_checks_each_option_as_the_command_does(tmp_path, option, value) -> None:
+    """The predictor refuses what `lavo-zoo generate` refuses, with the same words (the one check of limits)."""
+    from lavo_zoo import limits
+    from lavo_zoo.engine.checkpoint_io import save_checkpoint
+    from lavo_zoo.errors import InputError
+
+    lm = _language_model()
+    words = f"must be {getattr(limits, option.upper()).describe()}"
+    with pytest.raises(InputError, match=f"{option} {words}"):
+        lm.generate("Once", **{"max_new_tokens": 2, option: value})
+    ckpt = save_checkpoint(tmp_path / "checkpoints", 1, lm.model, lm.cfg, "lm")
+    result = CliRunner().invoke(generate, [str(ckpt), "--prompt", "Once", f"--{option.replace('_', '-')}",
+                                           str(value)])
+    assert result.exit_code == 2 and words in result.output, result.output
+
+
+def test_a_decoding_state_that_grows_past_memory_is_refused_before_generating(monkeypatch) -> None:
+    """A KV cache grows with every token: its growth is measured and a generation whose cache would not fit is
+    refused; LAVO's state stops growing once its window is full, so the same request is not refused."""
+    from lavo_zoo.engine import memory
+    from lavo_zoo.errors import InputError
+
+    monkeypatch.setattr(memory, "available_memory", lambda device: 50_000_000)
+    sdpa = _language_model("sdpa", {})  # 2 layers x keys and values x 32 floats: 512 bytes a token
+    with pytest.raises(InputError, match="generating up to 1,000,004 tokens .* needs about 512 MB .* lower "
+                                         "max_new_tokens"):
+        sdpa.generate("Once", max_new_tokens=1_000_000)
+    _language_model()._check_state_fits(1_000_004)  # LAVO: a bounded state, nothing to refuse
+
+
+def test_non_finite_scores_are_refused() -> None:
+    from lavo_zoo.errors import InputError
+
+    lm = _language_model()
+    with torch.no_grad():
+        next(lm.model.parameters()).fill_(math.nan)
+    with pytest.raises(InputError, match="not finite"):
+        lm.generate("Once", max_new_tokens=2)

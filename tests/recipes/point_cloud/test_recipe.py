@@ -16,10 +16,7 @@ from lavo_zoo.engine.configs import available_configs, resolve_config
 from lavo_zoo.errors import ConfigError, InputError
 from lavo_zoo.formats.pcd import read_pcd, write_pcd
 from lavo_zoo.recipes.point_cloud.cli import complete
-
-SMALL = ["data.builtin_size=1", "data.gt_points=1024", "data.train_gt_sample=0", "data.input_points=128",
-         "model.proxy_points=[64,32]", "model.num_query=32", "model.num_pred=128", "model.embed_dim=32",
-         "model.ffn_dim=64", "model.global_dim=64", "model.fold_hidden=16", "model.attention.cross.num_bases=8"]
+from tests.recipes.point_cloud.helpers import SMALL
 
 
 @pytest.fixture(scope="module")

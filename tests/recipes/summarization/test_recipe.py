@@ -14,12 +14,8 @@ from lavo_zoo.recipes.summarization.cli import summarize
 from lavo_zoo.recipes.summarization.data import load_split
 from lavo_zoo.recipes.summarization.infer import split_document
 from tests.helpers import run_command
+from tests.recipes.summarization.helpers import SMALL
 
-SMALL = ["model.embed_dim=32", "model.num_heads=2", "model.ffn_dim=64", "model.encoder_layers=1",
-         "model.decoder_layers=1", "model.max_source_positions=128", "model.max_target_positions=24",
-         "data.max_source_tokens=96", "data.max_target_tokens=16", "eval.max_len_b=12", "eval.min_len_b=2",
-         "model.attention.encoder_self.num_bases=8", "train.batch_size=4", "train.eval_every=0",
-         "train.save_every=2", "train.log_every=1", "eval.batch_size=8"]
 CONFIGS = ["tiny-sdpa", "tiny-lavo-noncausal", "tiny-lavo-causal", "tiny-local-noncausal", "tiny-lavo-noncausal-noepe",
            "tiny-lavo-noncausal-noepe-nocd", "multinews-sdpa", "multinews-lavo-noncausal", "multinews-lavo-causal",
            "multinews-local-noncausal", "multinews-lavo-noncausal-noepe", "multinews-lavo-noncausal-noepe-nocd"]

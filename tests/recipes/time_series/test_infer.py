@@ -102,3 +102,103 @@ def test_a_checkpoint_without_the_training_scaler_is_refused(forecaster, table) 
                            forecaster.model, checkpoint="old")
     with pytest.raises(UsageError, match="retrain"):
         old.forecast(table)
+
+
+@pytest.mark.parametrize("freq", ["MS", "ME", "B", "W", "D", "2h"])
+def test_an_hourly_model_refuses_a_series_at_another_step_calendar_steps_included(forecaster, table, freq) -> None:
+    """Month starts, month ends and business days are not fixed durations: they are compared as pandas offsets,
+    so an hourly model never forecasts months."""
+    recent = table.tail(100).reset_index(drop=True)
+    other = recent.assign(date=pd.date_range("2020-01-01", periods=len(recent), freq=freq))
+    with pytest.raises(DataError, match="apart; the model was trained on steps of 0 days 01:00:00"):
+        forecaster.forecast(other)
+
+
+def _calendar_forecaster(tmp_path: Path, freq: str):
+    """A Forecaster (random weights) of the tiny config whose training CSV is at the calendar step ``freq``."""
+    from lavo_zoo.engine.configs import resolve_config
+    from lavo_zoo.recipes.time_series.infer import Forecaster
+
+    rng = np.random.default_rng(0)
+    dates = pd.date_range("1990-01-01", periods=400, freq=freq)
+    series = pd.DataFrame({"date": dates, "load": rng.normal(10, 2, len(dates)), "OT": rng.normal(5, 1, len(dates))})
+    series.to_csv(tmp_path / "calendar.csv", index=False)
+    recipe, cfg = resolve_config("time_series/tiny-lavo", [f"data.path={tmp_path / 'calendar.csv'}"])
+    cfg = recipe.resolve(cfg)
+    return Forecaster(recipe, cfg, recipe.build_model(cfg).eval(), "cpu", checkpoint="calendar"), series
+
+
+@pytest.mark.parametrize("freq,offset", [("MS", pd.offsets.MonthBegin()), ("B", pd.offsets.BusinessDay())])
+def test_a_model_trained_on_a_calendar_step_forecasts_at_that_step_and_refuses_others(tmp_path, freq,
+                                                                                      offset) -> None:
+    forecaster, series = _calendar_forecaster(tmp_path, freq)
+    assert pd.tseries.frequencies.to_offset(forecaster.cfg.model.step) == offset
+    frame = forecaster.forecast(series)
+    want = pd.date_range(series["date"].iloc[-1], periods=forecaster.horizon + 1, freq=offset)[1:]
+    assert list(frame["date"]) == list(want) and np.isfinite(frame[["load", "OT"]].to_numpy()).all()
+    hourly = series.assign(date=pd.date_range("2020-01-01", periods=len(series), freq="h"))
+    with pytest.raises(DataError, match=f"0 days 01:00:00 apart; the model was trained on steps of {freq} "):
+        forecaster.forecast(hourly)
+    gap = series.drop(index=len(series) - 5).reset_index(drop=True)  # one step missing near the end
+    with pytest.raises(DataError, match="evenly spaced"):
+        forecaster.forecast(gap)
+
+
+def test_a_value_too_large_for_the_model_and_a_forecast_that_is_not_finite_are_refused(trained, forecaster, table,
+                                                                                         tmp_path) -> None:
+    recent = table.tail(100).reset_index(drop=True)
+    with pytest.raises(DataError, match="column 'OT' has the value 1e\\+39 on line 101, too large for the model"):
+        forecaster.forecast(recent.assign(OT=recent["OT"].where(recent.index != 99, 1e39)))
+    huge = recent.assign(OT=recent["OT"] * 1e30)  # finite in float32 after scaling, but the model overflows
+    with pytest.raises(InputError, match="output for the table after .* is not finite"):
+        forecaster.forecast(huge)
+    huge.to_csv(tmp_path / "huge.csv", index=False)
+    code, output = run_command(forecast, [str(trained), "--csv", str(tmp_path / "huge.csv"), "--out",
+                                          str(tmp_path / "out.csv")])
+    assert code == 2 and "huge.csv after" in output and not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("at,message", [
+    ((pd.Timestamp("2020-01-01"),), "got tuple of 1; give a list"),
+    (5, "got int"),
+    ("not a date", "'not a date' is not a date"),
+    (pd.Timestamp("2016-09-22 07:00", tz="UTC"), "has a time zone but the dates of the table have none"),
+])
+def test_at_takes_a_date_or_a_list_of_dates(forecaster, table, at, message) -> None:
+    with pytest.raises(InputError, match=message):
+        forecaster.forecast(table.tail(100), at=at)
+    assert forecaster.forecast(table.tail(100), at=[]) == []
+    with pytest.raises(InputError, match="batch_size must be an integer from 1 to 4096"):
+        forecaster.forecast(table.tail(100), batch_size=0)
+
+
+def test_windows_are_forecast_in_batches_as_each_alone(forecaster, table) -> None:
+    recent = table.tail(100).reset_index(drop=True)
+    origins = list(recent["date"].iloc[[50, 60, 99]])
+    batched = forecaster.forecast(recent, at=origins, batch_size=2)
+    for origin, frame in zip(origins, batched):
+        pd.testing.assert_frame_equal(frame, forecaster.forecast(recent, at=origin), atol=1e-5, rtol=1e-5)
+
+
+def test_dates_in_several_time_zones_are_refused_naming_the_line(forecaster, table, tmp_path) -> None:
+    recent = table.tail(60).reset_index(drop=True)
+    text = recent.assign(date=recent["date"].dt.strftime("%Y-%m-%d %H:%M:%S+01:00"))
+    text.loc[40, "date"] = text.loc[40, "date"].replace("+01:00", "+02:00")
+    text.to_csv(tmp_path / "zones.csv", index=False)
+    with pytest.raises(DataError, match="several time zones .* line 42"):
+        forecaster.forecast(tmp_path / "zones.csv")
+
+
+def test_the_forecast_csv_keeps_the_time_zone_of_the_dates(forecaster, table) -> None:
+    """A forecast of a series in a time zone is written with the zone's offset, so that it reads back (and is scored
+    against the truth by date) as the same instants."""
+    import io
+
+    from lavo_zoo.recipes.time_series.infer import forecast_csv
+
+    recent = table.tail(60).reset_index(drop=True)
+    for zone in (None, "Asia/Tokyo"):
+        series = recent if zone is None else recent.assign(date=recent["date"].dt.tz_localize(zone))
+        frame = forecaster.forecast(series)
+        written = pd.read_csv(io.StringIO(forecast_csv(frame)), parse_dates=["date"])
+        assert list(written["date"]) == list(frame["date"]), zone

@@ -1,4 +1,6 @@
-"""Synthesis (infer.py): stopping on the stop token or at max_frames, at given lengths, the same alone or batched."""
+"""Synthesis (infer.py): stopping on the stop token or at max_frames, at given lengths, the same alone or batched;
+the Synthesizer's inputs, options, memory and finite output."""
+import numpy as np
 import pytest
 import torch
 
@@ -77,3 +79,86 @@ def test_an_utterance_is_synthesised_the_same_alone_or_in_any_batch(sites: dict)
     mask = torch.tensor([[True] * 4 + [False] * 2, [True] * 6])
     torch.testing.assert_close(model.postnet(frames, mask)[:1, :4], model.postnet(frames[:1, :4]), rtol=1e-10,
                                atol=1e-10)
+
+
+@pytest.fixture(scope="module")
+def synthesizer():
+    """A tiny Synthesizer with random weights and unit feature statistics (no corpus needed)."""
+    from lavo_zoo.engine.configs import resolve_config
+    from lavo_zoo.recipes.tts.infer import Synthesizer
+
+    recipe, cfg = resolve_config("tts/tiny-lavo-causal", ["model.embed_dim=16", "model.num_heads=2",
+                                                          "model.ffn_dim=32", "model.encoder_layers=1",
+                                                          "model.decoder_layers=1", "model.prenet_dim=16",
+                                                          "model.postnet_dim=16", "model.postnet_layers=2",
+                                                          "model.encoder_conv_layers=1", "eval.max_frames=16",
+                                                          "model.attention.decoder_self.num_bases=4"])
+    n_mels = cfg.data.features().n_mels
+    cfg.model.feature_mean, cfg.model.feature_std = [-4.0] * n_mels, [1.0] * n_mels
+    recipe.resolve(cfg)
+    torch.manual_seed(0)
+    return Synthesizer(recipe, cfg, recipe.build_model(cfg).eval(), "cpu", checkpoint="tiny")
+
+
+@pytest.mark.parametrize("call,texts,message", [
+    ("speak", "Hello.", "texts must be a list of texts, got one str 'Hello.'; give \\[text\\]"),
+    ("speak", ("Hello.",), r"texts must be a list of texts \(str\), got tuple of 1"),
+    ("speak", ["Hello.", 5], r"texts\[1\] must be a text \(str\), got int"),
+    ("synthesize", ("Hello.", "Bye."), r"text must be a text \(str\) or a list of them, got tuple of 2; give a list"),
+    ("synthesize", b"Hello.", "got bytes"),
+    ("synthesize", [""], "holds nothing this model can speak"),
+])
+def test_texts_of_other_types_are_refused(synthesizer, call, texts, message) -> None:
+    from lavo_zoo.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        getattr(synthesizer, call)(texts)
+
+
+def test_a_text_and_a_list_of_texts(synthesizer) -> None:
+    wave, rate = synthesizer.synthesize("Hello.", max_frames=8)
+    assert rate == synthesizer.sample_rate and wave.ndim == 1 and np.isfinite(wave).all()
+    listed = synthesizer.synthesize(["Hello."], max_frames=8)
+    assert len(listed) == 1 and np.array_equal(listed[0][0], wave)
+    assert synthesizer.synthesize([]) == [] and synthesizer.speak([]) == []
+
+
+@pytest.mark.parametrize("option,value", [("max_frames", 0), ("max_frames", -5), ("max_frames", 2.5),
+                                          ("stop_threshold", float("nan")), ("stop_threshold", 2.0), ("seed", -1)])
+def test_options_are_checked_by_the_predictor_and_the_command(synthesizer, tmp_path, option, value) -> None:
+    from lavo_zoo import limits
+    from lavo_zoo.errors import InputError
+    from lavo_zoo.recipes.tts.cli import synthesize as command
+    from tests.helpers import run_command
+
+    words = f"must be {getattr(limits, option.upper()).describe()}"
+    with pytest.raises(InputError, match=f"{option} {words}"):
+        synthesizer.synthesize("Hello.", **{option: value})
+    code, out = run_command(command, [str(tmp_path / "no-checkpoint"), "--text", "Hello.", "--out",
+                                      str(tmp_path / "x.wav"), f"--{option.replace('_', '-')}", str(value)])
+    assert code == 2 and words in out, out
+
+
+def test_a_synthesis_that_cannot_fit_is_refused_before_it_starts(synthesizer, monkeypatch) -> None:
+    from lavo_zoo.engine import memory
+    from lavo_zoo.errors import InputError
+
+    need = synthesizer.memory_estimate(1, 8, 1_000_000)
+    assert need > 1_000_000 * (synthesizer.cfg.data.features().n_fft // 2 + 1) * 8  # Griffin-Lim's magnitudes
+    monkeypatch.setattr(memory, "available_memory", lambda device: need // 2)
+    with pytest.raises(InputError, match="synthesising 1 text.* for up to 1,000,000 frames needs about .* lower "
+                                         "max_frames"):
+        synthesizer.synthesize("Hello.", max_frames=1_000_000)
+
+
+def test_audio_that_is_not_finite_is_refused(synthesizer) -> None:
+    from lavo_zoo.errors import InputError
+    from lavo_zoo.recipes.tts.infer import Synthesizer
+
+    broken = Synthesizer(synthesizer.recipe, synthesizer.cfg,
+                         synthesizer.recipe.build_model(synthesizer.cfg).eval(), "cpu")
+    with torch.no_grad():
+        for p in broken.model.postnet.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises(InputError, match="output for the text 'Hello.' is not finite"):
+        broken.synthesize("Hello.", max_frames=8)
