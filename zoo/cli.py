@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.errors import UsageError, ZooError, os_error_message
 from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option, write_file
 
 LAZY_COMMANDS = {
@@ -221,7 +221,7 @@ Examples:
 @click.option("--resume", default=None, metavar="auto|PATH",
               help="'auto': continue from OUT's newest complete checkpoint if any; or a checkpoint directory.")
 @device_option
-@click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Shortcut for train.max_steps=N (N >= 1).")
 @click.option("--dry-run", is_flag=True,
               help="Check the config, the data's layout, the model and --out, print what the run would do and "
                    "write, and stop: nothing is trained or written.")
@@ -409,6 +409,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"error: {e}", err=True)
         return e.exit_code
+    except OSError as e:  # a full or read-only disk, a file that vanished: which file, why, and what to do
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {os_error_message(e)}", err=True)
+        return 1
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
         if debug:
             traceback.print_exc()

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.errors import UsageError, ZooError, os_error_message
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,22 +44,43 @@ def check_writable(path: Path, overwrite: bool, option: str = "--out") -> Path:
     if path.exists() and not overwrite:
         raise UsageError(f"{option} {path} already exists; nothing replaces it without --overwrite. Give another "
                          f"{option}, or add --overwrite.")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {path}: the folder {parent} is not writable; give another {option}")
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name")
+    check_folder_writable(path.parent, option, path)
     return path
+
+
+def check_folder_writable(folder: Path, option: str = "--out", given: Path | None = None) -> Path:
+    """Refuse, before any work is done, a ``folder`` that cannot be created or written in (a read-only mount, a
+    folder of another user, a path through a file); ``given``: what the user gave, for the message."""
+    folder, given = Path(folder), Path(given if given is not None else folder)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option} {given}: {existing} is a file, not a folder; give another {option}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if _read_only(existing) else "is not writable"
+        raise UsageError(f"{option} {given}: the folder {existing} {why}; give another {option}")
+    return folder
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: str = "--out") -> Path:
     """Write ``data`` to ``path`` atomically: into a temporary file beside it, then linked into place if the name
-    is still free (or replacing it with ``overwrite``). A full disk or a race leaves ``path`` as it was."""
+    is still free (or replacing it with ``overwrite``). A full or read-only disk or a race leaves ``path`` as it was
+    and no temporary file behind; the error names ``path`` and the reason."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(payload)
             f.flush()
@@ -68,13 +89,32 @@ def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: s
             os.replace(tmp, path)
         else:
             try:
-                os.link(tmp, path)
+                link_new(tmp, path)
             except FileExistsError:
                 raise UsageError(f"{option} {path} was created by someone else while this command ran; it was not "
                                  f"replaced. Give another {option}, or add --overwrite.") from None
     except OSError as e:
-        reason = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-        raise ZooError(f"could not write {path}: {reason}; nothing was written there") from None
+        e.filename, e.filename2 = str(path), None
+        raise ZooError(os_error_message(e, "could not write") + "; nothing was written there") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder cannot be read or written: nothing was created in it
+            pass
     return path
+
+
+def link_new(tmp: Path, path: Path) -> None:
+    """Give the complete file ``tmp`` the name ``path`` only if no file has it (FileExistsError otherwise), so that
+    of two commands writing one name, one wins and the other is told. A hard link where the file system has them; on
+    one without (FAT, some network shares) the name is claimed with O_EXCL, then replaced by ``tmp``."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK, errno.EXDEV):
+            raise
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    os.replace(tmp, path)

@@ -107,19 +107,104 @@ def test_results_are_written_whole_and_never_over_a_file_that_appeared_meanwhile
     assert target.read_text() == "{}"
 
 
-def test_eval_out_in_a_folder_that_cannot_be_written_is_refused_before_scoring(tmp_path):
+def test_eval_out_in_a_folder_that_cannot_be_written_is_refused_before_scoring(tmp_path, monkeypatch):
+    """A folder of another user (EACCES): access(2) says so, also where this user is root (simulated here)."""
     import os
 
+    import lavo_zoo.options
     from lavo_zoo.errors import UsageError
     from lavo_zoo.options import check_writable
 
     locked = tmp_path / "locked"
     locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        if os.access(locked, os.W_OK):
-            pytest.skip("this user can write anywhere (root): a read-only folder cannot be made here")
-        with pytest.raises(UsageError, match="is not writable"):
-            check_writable(locked / "sub" / "r.json", overwrite=False)
-    finally:
-        locked.chmod(0o700)
+    real_access = os.access
+    monkeypatch.setattr(lavo_zoo.options.os, "access", lambda p, mode: False if str(p) == str(locked)
+                        else real_access(p, mode))
+    with pytest.raises(UsageError, match=f"the folder {locked} is not writable"):
+        check_writable(locked / "sub" / "r.json", overwrite=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        check_writable(tmp_path / "file" / "r.json", overwrite=False)
+    with pytest.raises(UsageError, match="is a folder; give a file name"):
+        check_writable(locked, overwrite=True)
+
+
+# ------------------------------------------------------------------------------------ what train and --dry-run check
+def _train(out, *extra):
+    return main(["train", TOY, "train.save_every=1", "train.keep_last=0", "train.eval_every=0", "--out", str(out),
+                 *extra])
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["train", "dry-run"])
+@pytest.mark.parametrize("args, message", [
+    (["train.lr=1e400"], "'train.lr' in .* must be a finite number, got inf"),
+    (["train.lr=.nan"], "'train.lr' in .* must be a finite number, got nan"),
+    (["train.batch_size=41", "train.grad_accum=1"], r"train.batch_size=41 x train.grad_accum=1 = 41 examples, but "
+                                                    "the training split has 40"),
+    (["train.batch_size=16", "train.grad_accum=3"], "= 48 examples, but the training split has 40"),
+    (["train.max_steps=0"], "'train.max_steps' in .* must be >= 1, got 0"),
+    (["--max-steps", "0"], "--max-steps"),
+], ids=["lr-inf", "lr-nan", "batch-over-data", "accumulation-over-data", "max-steps-0", "max-steps-flag-0"])
+def test_a_run_that_cannot_train_is_refused_before_anything_is_written(tmp_path, capsys, args, message, dry_run):
+    out = tmp_path / "run"
+    assert _train(out, *args, *dry_run) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["train", "dry-run"])
+def test_an_out_on_a_read_only_file_system_is_refused_before_any_work(tmp_path, capsys, monkeypatch, dry_run):
+    import os
+
+    import lavo_zoo.options
+
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(lavo_zoo.options.os, "access",
+                        lambda p, mode: False if str(p).startswith(str(mount)) else real_access(p, mode))
+    monkeypatch.setattr(lavo_zoo.options, "_read_only", lambda folder: str(folder).startswith(str(mount)))
+    assert _train(mount / "run", *dry_run) == 2
+    err = capsys.readouterr().err
+    assert f"--out {mount / 'run'}: the folder {mount} is on a read-only file system" in err
+    assert "check out" not in err and list(mount.iterdir()) == []
+
+
+def test_resuming_beyond_max_steps_is_refused_and_at_max_steps_says_nothing_is_left(run_dir, tmp_path, capsys):
+    """run_dir ended at step 2: --max-steps 1 would train nothing (refused), 2 has nothing left (said, exit 0);
+    neither changes the run folder, and --dry-run says the same first."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(run_dir, out, symlinks=True)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for dry_run in ([], ["--dry-run"]):
+        assert _train(out, "--max-steps", "1", "--resume", "auto", *dry_run) == 2
+        err = capsys.readouterr().err
+        assert "is at step 2, beyond where this run ends (train.max_steps=1); nothing would be trained" in err
+        assert "--max-steps above 2" in err
+    assert _train(out, "--max-steps", "2", "--resume", "auto") == 0
+    assert "nothing to train:" in capsys.readouterr().err
+    assert _train(out, "--max-steps", "2", "--resume", "auto", "--dry-run") == 0
+    assert "at step 2; nothing left to train" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert _train(out, "--max-steps", "3", "--resume", "auto") == 0  # and it continues when asked for more
+    assert (out / "checkpoints" / "step-3").is_dir()
+
+
+def test_dry_run_refuses_a_resume_that_train_would_refuse(run_dir, capsys):
+    assert _train(run_dir, "--resume", "auto", "--dry-run", "model.hidden=8") == 2
+    assert "cannot resume from" in capsys.readouterr().err
+
+
+def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(run_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(run_dir, out, symlinks=True)
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "split": "tr')  # SIGKILL in the middle of an append
+    assert _train(out, "--max-steps", "3", "--resume", "auto") == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("split") == "train"] == [2, 3]  # logged every 2 steps and at the end
