@@ -286,10 +286,11 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
     The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation and data settings,
     not model.* ones: the weights fix the model), its recipe's evaluator runs, the metrics print as a table and,
     with --out, go to a results JSON. Recipes that write files while scoring (tts: synthesised wavs and plots) put
-    them in a folder beside it (results.json -> results/).
+    them in a folder beside it (results.json -> results/), listed in its eval-manifest.json: --overwrite replaces
+    only the files an earlier evaluation listed there, and a folder holding anything else is refused.
     """
     from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
+    from lavo_zoo.engine.evaluate import evaluate_checkpoint, files_folder, format_table
 
     if out is not None:  # before scoring: nothing is lost or wasted
         check_writable(out, overwrite)
@@ -297,13 +298,14 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
                            out=out, overwrite=overwrite)
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
-                                      files_dir=out.with_suffix("") if out is not None else None,
+                                      files_dir=files_folder(out) if out is not None else None,
                                       out_file=out, overwrite=overwrite, command=command)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))
     if out is not None:
         write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
-        click.echo(f"wrote {out}" + "".join(f" and {p}" for p in results.get("outputs", [])))
+        click.echo(f"wrote {out}" + "".join(f" and {p}" for p in results.get("outputs", []))
+                   + (f" and the files in {results['files']}/" if results.get("files") else ""))
 
 
 # ---------------------------------------------------------------------------------------------------- score

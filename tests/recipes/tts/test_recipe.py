@@ -66,7 +66,8 @@ def test_two_training_steps_write_a_checkpoint(trained: Path) -> None:
     assert "vocab_size: 41" in saved and "feature_mean:" in saved  # resolved from the data, saved with the run
 
 
-def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path) -> None:
+def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                           ) -> None:
     results = tmp_path / "results.json"
     assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
                  "--device", "cpu"]) == 0
@@ -88,6 +89,23 @@ def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path) -> No
                  "--device", "cpu", "--overwrite", "eval.max_utterances=1"]) == 0
     assert json.loads(results.read_text())["num_samples"] == 1
     assert len(list((files / "synthesized").glob("*.wav"))) == 1 and len(list((files / "plots").glob("*.png"))) == 1
+    # it removes only files an evaluation recorded writing there: the user's notes and own wav stop it, untouched
+    notes, own = files / "notes.txt", files / "synthesized" / "mine.wav"
+    notes.write_text("my notes")
+    own.write_bytes(b"RIFF my own recording")
+    before = {p: p.read_bytes() for p in files.rglob("*") if p.is_file()}
+    for extra in ([f"eval.out_dir={files}", "--out", str(tmp_path / "other.json")], ["--out", str(results),
+                                                                                     "--overwrite"]):
+        assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--device", "cpu",
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert "notes.txt, synthesized/mine.wav" in err and "no evaluation recorded writing" in err
+        assert {p: p.read_bytes() for p in files.rglob("*") if p.is_file()} == before
+    notes.unlink()
+    own.unlink()
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
+                 "--device", "cpu", "--overwrite"]) == 0
+    assert len(list((files / "synthesized").glob("*.wav"))) == 2
 
 
 def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None:
