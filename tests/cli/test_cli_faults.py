@@ -139,8 +139,8 @@ def _train(out, *extra):
 @pytest.mark.parametrize("args, message", [
     (["train.lr=1e400"], "'train.lr' in .* must be a finite number, got inf"),
     (["train.lr=.nan"], "'train.lr' in .* must be a finite number, got nan"),
-    (["train.batch_size=41", "train.grad_accum=1"], r"train.batch_size=41 x train.grad_accum=1 = 41 examples, but "
-                                                    "the training split has 40"),
+    (["train.batch_size=41", "train.grad_accum=1"],
+     r"train.batch_size=41 x train.grad_accum=1 = 41 examples, but the training split has 40"),
     (["train.batch_size=16", "train.grad_accum=3"], "= 48 examples, but the training split has 40"),
     (["train.max_steps=0"], "'train.max_steps' in .* must be >= 1, got 0"),
     (["--max-steps", "0"], "--max-steps"),
