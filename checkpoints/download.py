@@ -6,6 +6,7 @@ expected sha256 is deleted. One process at a time writes a cache folder (``filel
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ from lavo_zoo.checkpoints.cache import (
     PART_SUFFIX,
     RECORD,
     UNPACKED,
+    UNPACKED_MANIFEST,
     entry_dir,
     lock_path,
     offline,
@@ -35,7 +37,7 @@ from lavo_zoo.checkpoints.cache import (
     sha256_file,
     write_json_atomic,
 )
-from lavo_zoo.errors import CheckpointError, UsageError
+from lavo_zoo.errors import CheckpointError, UsageError, os_error_reason
 
 CHUNK = 1 << 20
 TIMEOUT = (10.0, 60.0)  # seconds: connect, and between bytes
@@ -102,6 +104,7 @@ def _download_into(folder: Path, source: str, sha256: str | None, name: str | No
         "source": source, "name": name, "file": target.name, "sha256": actual, "pinned": sha256 is not None,
         "size": part.stat().st_size, "downloaded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     shutil.rmtree(folder / UNPACKED, ignore_errors=True)  # unpacked from the file being replaced
+    (folder / UNPACKED_MANIFEST).unlink(missing_ok=True)
     os.replace(part, target)
     return target
 
@@ -189,8 +192,9 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length and length.isdigit() else None
         received = offset
-        with open(part, mode) as f, tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-                                         desc=label, file=sys.stderr, disable=None, leave=False) as bar:
+        with _writing(part, label), open(part, mode) as f, tqdm(
+                total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
+                file=sys.stderr, disable=None, leave=False) as bar:
             logged = time.monotonic()
             try:  # raw bytes (no content decoding), keeping whatever arrived before a connection broke
                 for chunk in response.raw.stream(CHUNK, decode_content=False):
@@ -204,6 +208,20 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
                 raise _Interrupted(received, total, _reason(e)) from e
     if total is not None and received < total:
         raise _Interrupted(received, total, "connection closed early")
+
+
+@contextmanager
+def _writing(part: Path, label: str) -> Iterator[None]:
+    """Turn a failed write of the download (a full disk, a cache made read-only) into a message that says where,
+    why, and that what arrived is kept for the next run to resume from."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO):
+            raise
+        raise CheckpointError(f"could not write the download of {label} to {part}: {os_error_reason(e)}. What "
+                              "arrived is kept there; free space (or point LAVO_ZOO_CACHE / --cache-dir at another "
+                              "folder) and run the same command again to resume") from None
 
 
 def _range_start(response: requests.Response) -> int | None:

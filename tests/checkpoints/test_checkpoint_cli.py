@@ -124,9 +124,10 @@ def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tm
 
 def test_export_uses_eval_results_for_metrics(checkpoint_dir: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
+    meta = json.loads((checkpoint_dir / "meta.json").read_text())
     results = tmp_path / "test.json"
-    results.write_text(json.dumps({"split": "test", "metrics": {"perplexity": {"value": 38.0,
-                                                                              "higher_is_better": False}}}))
+    results.write_text(json.dumps({"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
+                                   "metrics": {"perplexity": {"value": 38.0, "higher_is_better": False}}}))
     code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.tar.gz"), "--results", str(results))
     entry = yaml.safe_load(text.split("published):")[1])[0]
     assert code == 0 and entry["name"] == "lm/x@v1" and entry["metrics"] == {"perplexity": 38.0}
@@ -164,6 +165,56 @@ def test_exported_checkpoint_round_trips_through_index_download_and_eval_resolut
     assert resolve_checkpoint("lm/tiny@v1") == unpacked
     assert resolve_checkpoint(f"{server.url('/lm-tiny-v1.tar.gz')}#sha256={entry['sha256']}") == unpacked
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("tamper", ["weights-and-meta", "config-and-meta", "added-file", "removed-card"])
+def test_a_changed_unpacked_copy_is_found_and_unpacked_again(
+        tamper: str, server: FileServer, checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unpacked copy in the cache is checked against what was unpacked from the verified archive on every use:
+    an edit that keeps the checkpoint self-consistent (weights or config changed together with meta.json's hashes)
+    is found by `cache verify` and never loaded."""
+    export_and_publish(capsys, server, checkpoint_dir, tmp_path, monkeypatch)
+    unpacked = resolve_checkpoint("lm/tiny@v1")
+    original = {p.name: p.read_bytes() for p in unpacked.iterdir()}
+    meta = json.loads((unpacked / "meta.json").read_text())
+    if tamper == "weights-and-meta":
+        (unpacked / "model.safetensors").write_bytes(original["model.safetensors"][:-4] + b"\0\0\0\0")
+        meta["weights_sha256"] = sha256((unpacked / "model.safetensors").read_bytes())
+    elif tamper == "config-and-meta":
+        (unpacked / "config.yaml").write_text("recipe: lm\nmodel:\n  num_layers: 24\n")
+        meta.setdefault("files_sha256", {})["config.yaml"] = sha256((unpacked / "config.yaml").read_bytes())
+    elif tamper == "added-file":
+        (unpacked / "train_state.pt").write_bytes(b"not from the archive")
+    else:
+        (unpacked / "README.md").unlink()
+    (unpacked / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+
+    code, out, _ = run(capsys, "cache", "verify")
+    assert code == 1 and "BAD" in out and "was changed after it was unpacked" in out
+    monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")  # no download: the verified archive in the cache is unpacked again
+    assert resolve_checkpoint("lm/tiny@v1") == unpacked
+    assert "unpacking it again from the verified download" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in unpacked.iterdir()} == original
+    code, out, _ = run(capsys, "cache", "verify")
+    assert code == 0 and "1 cached file(s) verified" in out
+
+
+def test_an_index_entry_of_another_recipe_is_refused(server: FileServer, checkpoint_dir: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = export_and_publish(capsys, server, checkpoint_dir, tmp_path, monkeypatch)  # an lm checkpoint
+    index = tmp_path / "index.yaml"
+    index.write_text(yaml.safe_dump({"version": 1, "checkpoints": [{**entry, "name": "tts/tiny@v1",
+                                                                    "recipe": "tts", "config": "tts/tiny"}]}))
+    with pytest.raises(CheckpointError, match="the index entry says it is a 'tts' checkpoint, but its meta.json "
+                                              "says 'lm'"):
+        resolve_checkpoint("tts/tiny@v1")
+    code, _, err = run(capsys, "download", "tts/tiny@v1", "--unpack")
+    assert code == 1 and "the index entry is wrong" in err
+    code, _, err = run(capsys, "eval", "tts/tiny@v1")
+    assert code == 1 and "the index entry is wrong" in err
 
 
 def test_new_file_at_a_url_replaces_what_was_unpacked(server: FileServer, checkpoint_dir: Path,

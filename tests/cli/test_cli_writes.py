@@ -5,6 +5,7 @@ operating-system calls fail (a read-only folder cannot be made with chmod where 
 from __future__ import annotations
 
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import lavo_zoo.engine.configs
 import lavo_zoo.options
 from lavo_zoo.cli import main
+from tests.checkpoints.helpers import make_checkpoint
 from tests.helpers import TOY
 
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device")
@@ -129,3 +131,37 @@ def test_writes_work_on_a_file_system_without_hard_links(tmp_path, monkeypatch, 
     assert main(["data", "time_series", "--out", str(tmp_path / "d"), "--size", "50"]) == 2
     lavo_zoo.options.write_file(tmp_path / "r.json", "{}")
     assert (tmp_path / "r.json").read_text() == "{}" and leftovers(tmp_path) == []
+
+
+def test_export_on_a_full_disk_leaves_no_archive_and_no_temporary_file(tmp_path, monkeypatch, capsys):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    monkeypatch.setattr(os, "fsync", _fail(NO_SPACE))
+    out = tmp_path / "dist" / "x.tar.gz"
+    assert main(["export", str(checkpoint), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"could not write {out}: the disk is full" in err and "OSError" not in err
+    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == []
+
+
+def test_export_packs_only_the_checkpoints_own_files(tmp_path, capsys):
+    import tarfile
+
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    (checkpoint / ".lock").write_text("123\n")  # a lock file, the user's notes: not a release's
+    (checkpoint / "notes.txt").write_text("private")
+    out = tmp_path / "x.tar.gz"
+    assert main(["export", str(checkpoint), str(out)]) == 0
+    assert "left out of the archive, as not a checkpoint's files: .lock, notes.txt" in capsys.readouterr().err
+    with tarfile.open(out) as tar:
+        assert sorted(tar.getnames()) == ["x/README.md", "x/config.yaml", "x/meta.json", "x/model.safetensors"]
+
+
+def test_a_cache_record_that_cannot_be_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from lavo_zoo.checkpoints import cache
+
+    (tmp_path / "record.json").write_text('{"kept": true}')
+    monkeypatch.setattr(json, "dump", _fail(NO_SPACE))
+    with pytest.raises(OSError):
+        cache.write_json_atomic(tmp_path / "record.json", {"new": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+    assert json.loads((tmp_path / "record.json").read_text()) == {"kept": True}
