@@ -174,6 +174,12 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
     except requests.ConnectionError as e:
         raise CheckpointError(f"cannot connect to {_host(url)} to download {label}: {_reason(e)}. Check the URL and "
                               "your network, or use a cached copy with LAVO_ZOO_OFFLINE=1.") from e
+    except requests.TooManyRedirects:
+        raise UsageError(f"{url} redirects in a loop (more than {requests.models.DEFAULT_REDIRECT_LIMIT} redirects) "
+                         f"instead of serving {label}; check the URL (the file may have moved)") from None
+    except (requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL, requests.exceptions.MissingSchema) as e:
+        raise UsageError(f"{url} redirects to an address lavo-zoo does not download from ({e}); downloads go over "
+                         f"http(s) only: check the URL of {label}") from None
     with response:
         if response.status_code == 416 and offset:
             if _range_total(response) == offset:

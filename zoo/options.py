@@ -118,3 +118,32 @@ def link_new(tmp: Path, path: Path) -> None:
             raise
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     os.replace(tmp, path)
+
+
+def figure_formats() -> list[str]:
+    """The file formats matplotlib writes (png, pdf, svg, ...), by suffix."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_figure_path(path: Path, option: str = "--out") -> Path:
+    """Refuse, before any work, a figure file whose suffix names no format matplotlib writes (the format is read
+    from the suffix)."""
+    path = Path(path)
+    suffix = path.suffix.lower().lstrip(".")
+    formats = figure_formats()
+    if suffix not in formats:
+        raise UsageError(f"{option} {path}: {f'.{suffix}' if suffix else 'a name without a suffix'} names no image "
+                         f"format; end it in one of {', '.join('.' + f for f in formats)} (.png for a picture)")
+    return path
+
+
+def save_figure(fig: Any, path: Path, overwrite: bool = True, option: str = "--out", **savefig: Any) -> Path:
+    """Write a matplotlib figure to ``path`` in the format its suffix names, atomically (:func:`write_file`)."""
+    import io
+
+    path = check_figure_path(path, option)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lower().lstrip("."), **savefig)
+    return write_file(path, buffer.getvalue(), overwrite, option)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("complete", epilog="""\b
@@ -45,6 +45,7 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     check_writable(out, overwrite)
     if png_file is not None:
         check_writable(png_file, overwrite, "--png")
+        check_figure_path(png_file, "--png")
     partial = read_pcd(input_path(input_pcd, "INPUT_PCD"))
     if len(partial) == 0:
         raise UsageError(f"{input_pcd}: the scan has no points to complete")

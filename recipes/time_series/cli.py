@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("forecast", epilog="""\b
@@ -65,6 +65,7 @@ def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out: Path, overwr
     from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
     check_writable(out, overwrite)
+    check_figure_path(out)
     forecaster = load_predictor(checkpoint, device, overrides, recipe="time_series")
     history, truth, predicted, indices = forecaster.split_windows(split, windows)
     written = plot_forecasts(history, truth, predicted, out, [f"{split} window {i}" for i in indices],

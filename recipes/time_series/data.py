@@ -98,12 +98,21 @@ def check_dates(table: pd.DataFrame, source: str) -> pd.DataFrame:
     if "date" not in table.columns:
         raise DataError(f"{source} has no 'date' column (columns: {', '.join(map(str, table.columns))}); "
                         "a forecasting CSV needs a 'date' column followed by numeric series")
-    dates = pd.to_datetime(table["date"], errors="coerce")
+    if len(table) == 0:
+        raise DataError(f"{source} has a header but no rows; a forecasting CSV needs one row per time step")
+    try:
+        dates = pd.to_datetime(table["date"], errors="coerce")
+    except (ValueError, TypeError) as e:  # pandas refuses dates in several time zones (offsets) in one column
+        what = ("mixes time zones (UTC offsets)" if "timezone" in str(e).lower() or "offset" in str(e).lower()
+                else f"cannot be read as dates ({e})")
+        raise DataError(f"{source}: the 'date' column {what}; write every date in one time zone, or all without "
+                        "one (e.g. converted to UTC)") from None
     if dates.isna().any():
         row = int(np.flatnonzero(dates.isna().to_numpy())[0])
         raise DataError(f"{source}: the 'date' value {table['date'].iloc[row]!r} on line {row + 2} is not a "
                         "parseable date (expected e.g. 2016-07-01 00:00:00, the same format on every line)")
-    steps = np.diff(dates.to_numpy().astype("datetime64[ns]").astype(np.int64))
+    instants = dates.dt.tz_convert(None) if dates.dt.tz is not None else dates  # one time zone: compare in UTC
+    steps = np.diff(instants.to_numpy().astype("datetime64[ns]").astype(np.int64))
     if (steps <= 0).any():
         row = int(np.flatnonzero(steps <= 0)[0]) + 1  # the later of the two rows
         what = "repeats" if steps[row - 1] == 0 else "comes before"

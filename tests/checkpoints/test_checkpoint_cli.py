@@ -60,6 +60,19 @@ def test_download_command_failures_exit_1_with_clear_messages(server: FileServer
     assert code == 2 and "no checkpoint 'lm/unknown@v1'" in err
 
 
+def test_a_redirect_to_a_local_file_or_in_a_loop_is_a_usage_error_naming_the_url(
+        server: FileServer, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the cache")
+    server.redirects = {"/local.bin": f"file://{secret}", "/loop-a": "/loop-b", "/loop-b": "/loop-a"}
+    code, out, err = run(capsys, "download", server.url("/local.bin"))
+    assert code == 2 and f"{server.url('/local.bin')} redirects to an address lavo-zoo does not download" in err
+    assert "Traceback" not in err and "InvalidSchema" not in err and not out
+    code, _, err = run(capsys, "download", server.url("/loop-a"))
+    assert code == 2 and f"{server.url('/loop-a')} redirects in a loop" in err and "TooManyRedirects" not in err
+    assert list_entries() == []
+
+
 def test_offline_download_names_what_is_missing(capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")

@@ -208,3 +208,15 @@ def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(run_dir, tm
     assert _train(out, "--max-steps", "3", "--resume", "auto") == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("split") == "train"] == [2, 3]  # logged every 2 steps and at the end
+
+
+@pytest.mark.parametrize("command", [
+    ["forecast-plot", "no-such-checkpoint", "--out", "{tmp}/plot.xyz"],
+    ["complete", "no-such-checkpoint", "no-such-scan.pcd", "--out", "{tmp}/c.pcd", "--png", "{tmp}/plot.xyz"],
+    ["synthesize", "no-such-checkpoint", "--text", "Hello.", "--out", "{tmp}/s.wav", "--png", "{tmp}/plot.xyz"],
+], ids=["forecast-plot", "complete", "synthesize"])
+def test_a_figure_format_matplotlib_does_not_know_is_refused_before_any_work(tmp_path, capsys, command):
+    assert main([part.format(tmp=tmp_path) for part in command]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/plot.xyz: .xyz names no image format; end it in one of" in err and ".png" in err
+    assert "no-such" not in err and list(tmp_path.iterdir()) == []

@@ -14,7 +14,7 @@ from lavo_zoo.engine.checkpoint_io import load_model, sha256_file
 from lavo_zoo.engine.env import pick_device, versions
 from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators import EVALUATORS
-from lavo_zoo.options import check_writable, write_file
+from lavo_zoo.options import check_figure_path, check_writable, write_file
 
 MANIFEST = "eval-manifest.json"  # in an evaluation's file folder: what it wrote there, {path: sha256}
 
@@ -43,6 +43,10 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     if out_file is not None:
         for suffix in getattr(EVALUATORS.get(recipe.evaluator), "output_suffixes", ()):
             check_writable(Path(out_file).with_name(Path(out_file).stem + suffix), overwrite)
+    plot = getattr(getattr(cfg, "eval", None), "plot", None)  # a figure the evaluation draws (lm: eval.plot)
+    if plot:
+        check_writable(Path(plot), overwrite, "eval.plot")
+        check_figure_path(Path(plot), "eval.plot")
     if folder is not None:
         clear_files_folder(folder, overwrite)
     try:
