@@ -142,7 +142,10 @@ def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False,
         e.filename, e.filename2 = str(out), None
         raise ZooError(os_error_message(e, "could not write") + "; nothing was written there") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder cannot be reached (a path through a file): nothing was created there
+            pass
     return [name for name in present if name not in wanted and name not in extra
             and not (name == TRAIN_STATE and not with_train_state)]
 

@@ -45,10 +45,15 @@ def offline_variable() -> str:
                  if os.environ.get(v, "").strip().lower() in _TRUE), "LAVO_ZOO_OFFLINE")
 
 
-def entry_dir(source: str, cache_dir: Path | str | None = None) -> Path:
-    """The folder that holds the download of ``source`` (readable slug plus a hash of the full source)."""
+def entry_name(source: str) -> str:
+    """The name of the folder that holds the download of ``source`` (readable slug plus a hash of the source)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", source.rstrip("/").rsplit("/", 1)[-1])[:60] or "download"
-    return cache_root(cache_dir) / "downloads" / f"{slug}-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+    return f"{slug}-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+
+
+def entry_dir(source: str, cache_dir: Path | str | None = None) -> Path:
+    """The folder that holds the download of ``source``."""
+    return cache_root(cache_dir) / "downloads" / entry_name(source)
 
 
 def lock_path(folder: Path) -> Path:
@@ -150,11 +155,19 @@ def read_record(folder: Path) -> dict[str, Any]:
 
 
 def list_entries(cache_dir: Path | str | None = None, pattern: str | None = None) -> list[CacheEntry]:
-    """Cache folders, sorted by key, optionally filtered by a glob on key, name or source."""
+    """Cache folders, sorted by key, optionally filtered by a glob on key, name or source. Only folders a download
+    made count (a record.json whose source hashes to the folder's name): anything else under ``downloads/`` (a
+    cache root given as a folder of the user's) is never listed, so never removed."""
     root = cache_root(cache_dir) / "downloads"
-    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
     entries = [CacheEntry(f, read_record(f)) for f in folders]
-    return [e for e in entries if pattern is None or e.matches(pattern)]
+    return [e for e in entries if is_download(e) and (pattern is None or e.matches(pattern))]
+
+
+def is_download(entry: CacheEntry) -> bool:
+    """Whether ``entry``'s folder was made by a download: its record names a source whose folder it is."""
+    source = entry.record.get("source")
+    return isinstance(source, str) and entry_name(source) == entry.folder.name
 
 
 def verify_entry(entry: CacheEntry) -> str | None:
@@ -173,5 +186,7 @@ def verify_entry(entry: CacheEntry) -> str | None:
 
 
 def remove_entry(entry: CacheEntry) -> None:
-    """Delete one cache folder and everything in it."""
+    """Delete one cache folder (a download's, :func:`is_download`) and everything in it."""
+    if not is_download(entry) or entry.folder.is_symlink():
+        raise ValueError(f"{entry.folder} is not a download's folder; not removed")
     shutil.rmtree(entry.folder)

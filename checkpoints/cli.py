@@ -19,10 +19,10 @@ from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.errors import CheckpointError, UsageError
-from lavo_zoo.options import json_flag, overwrite_option, write_file
+from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option, write_file
 
 cache_dir_option = click.option(
-    "--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--cache-dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
     help="Cache root (default: $LAVO_ZOO_CACHE, else the user's cache directory).")
 license_option = click.option("--license", "license_", default="Apache-2.0", show_default=True,
                               help="License of the weights (an SPDX identifier such as Apache-2.0, MIT, CC-BY-4.0).")
@@ -224,6 +224,7 @@ def export(checkpoint: Path, out: Path, with_train_state: bool, name: str | None
     """
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
+    check_folder_writable(out.parent, "OUT", out)  # before the weights are hashed and packed
     if out.exists() and not overwrite:  # a published archive's sha256 is in some index: never replace it silently
         raise UsageError(f"{out} already exists; export does not replace archives. Give another OUT, or add "
                          "--overwrite to replace it.")

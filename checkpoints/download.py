@@ -37,7 +37,7 @@ from lavo_zoo.checkpoints.cache import (
     sha256_file,
     write_json_atomic,
 )
-from lavo_zoo.errors import CheckpointError, UsageError, os_error_reason
+from lavo_zoo.errors import CheckpointError, UsageError, os_error_message, os_error_reason
 
 CHUNK = 1 << 20
 TIMEOUT = (10.0, 60.0)  # seconds: connect, and between bytes
@@ -61,6 +61,8 @@ def fetch(source: str, sha256: str | None = None, *, name: str | None = None, ca
     label = name or source
     if not source.startswith(("https://", "http://", "hf://")):
         raise UsageError(f"cannot download '{source}': give an http(s):// URL or hf://org/repo@revision/path")
+    if source.startswith("http"):
+        check_url(source)
     folder = entry_dir(source, cache_dir)
     if offline():
         cached = cached_file(folder, sha256)
@@ -109,17 +111,32 @@ def _download_into(folder: Path, source: str, sha256: str | None, name: str | No
     return target
 
 
+def check_url(url: str) -> None:
+    """Refuse, before anything is written, an http(s) URL that cannot be requested (no host, a malformed address)."""
+    try:
+        host = urlsplit(url).hostname
+        requests.Request("GET", url).prepare()
+    except (requests.RequestException, ValueError) as e:
+        raise UsageError(f"'{url}' is not a valid URL ({e}); check it") from None
+    if not host:
+        raise UsageError(f"'{url}' names no host; give a URL such as https://host/path/file.tar.gz")
+
+
 @contextmanager
 def folder_lock(folder: Path, label: str) -> Iterator[None]:
     """Hold the cache folder's file lock (downloads, unpacking, removal), saying so when another process has it."""
     path = lock_path(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path))
     try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        click.echo(f"waiting for another process to finish with {label} ...", err=True)
-        lock.acquire()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            click.echo(f"waiting for another process to finish with {label} ...", err=True)
+            lock.acquire()
+    except OSError as e:
+        raise CheckpointError(f"cannot use the download cache {path.parent.parent}: {os_error_message(e)}. Point "
+                              "LAVO_ZOO_CACHE (or --cache-dir) at a folder you can write to") from None
     try:
         yield
     finally:

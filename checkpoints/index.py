@@ -75,9 +75,12 @@ def load_index(path: Path | None = None) -> Index:
     """Read and validate an index file; every problem is a CheckpointError naming the file and entry."""
     path = path or index_path()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise CheckpointError(f"cannot read the checkpoint index {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"the checkpoint index {path} is not UTF-8 text (byte {e.start}); give a YAML "
+                              "index (LAVO_ZOO_INDEX)") from None
     except yaml.YAMLError as e:
         raise CheckpointError(f"the checkpoint index {path} is not valid YAML: {e}") from e
     if not isinstance(data, dict) or data.get("version") != INDEX_VERSION or not isinstance(

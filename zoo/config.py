@@ -55,8 +55,8 @@ class Range:
         return None
 
     def describe(self) -> str:
-        parts = [f"{op} {b:g}" for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<"))
-                 if b is not None]
+        parts = [f"{op} {int(b) if float(b).is_integer() else f'{b:g}'}"
+                 for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<")) if b is not None]
         return " and ".join(parts)
 
 

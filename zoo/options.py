@@ -32,15 +32,27 @@ json_records_option = click.option("--json", "json_file", type=click.Path(dir_ok
 def out_option(help: str, required: bool = False, default: Path | None = None, folder: bool = False
                ) -> Callable[[F], F]:
     """``--out PATH``: the file (or ``folder``) a command writes."""
-    kind = click.Path(file_okay=not folder, dir_okay=folder, path_type=Path)
+    kind = NonEmptyPath(file_okay=not folder, dir_okay=folder, path_type=Path)
     return click.option("--out", "out", type=kind, required=required, default=default,
                         show_default=default is not None, help=help)
+
+
+class NonEmptyPath(click.Path):
+    """A click path that refuses the empty string, which would name the current folder (``--out "$UNSET"``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; name the file or folder to write (an unset shell variable?)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def check_writable(path: Path, overwrite: bool, option: str = "--out") -> Path:
     """Refuse, before any work is done, an existing ``path`` (without ``overwrite``) and a folder it cannot be
     written in: nothing is computed only to be thrown away at the end."""
     path = Path(path)
+    if path.is_symlink() and not path.exists() and not overwrite:
+        raise UsageError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist; give another "
+                         f"{option}, or add --overwrite to replace the link.")
     if path.exists() and not overwrite:
         raise UsageError(f"{option} {path} already exists; nothing replaces it without --overwrite. Give another "
                          f"{option}, or add --overwrite.")
@@ -56,6 +68,9 @@ def check_folder_writable(folder: Path, option: str = "--out", given: Path | Non
     folder, given = Path(folder), Path(given if given is not None else folder)
     existing = folder
     while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            raise UsageError(f"{option} {given}: {existing} is a link to {os.readlink(existing)}, which does not "
+                             f"exist; create it, or give another {option}")
         existing = existing.parent
     if not existing.is_dir():
         raise UsageError(f"{option} {given}: {existing} is a file, not a folder; give another {option}")

@@ -15,14 +15,14 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import NonNegativeInt, PositiveInt
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
 
@@ -42,7 +42,7 @@ class DataConfig:
     seq_len: PositiveInt = 96  # encoder input length
     label_len: PositiveInt = 48  # decoder start-token length (the last label_len input steps)
     pred_len: PositiveInt = 24  # forecast horizon
-    builtin_size: PositiveInt = 17420  # built-in table: rows (ETTh1 has 17420)
+    builtin_size: Annotated[int, Range(ge=1, le=2_000_000)] = 17420  # built-in table: rows (ETTh1 has 17420)
     builtin_seed: NonNegativeInt = 0
 
 

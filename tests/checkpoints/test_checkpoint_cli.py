@@ -105,6 +105,56 @@ def test_cache_ls_verify_rm(server: FileServer, capsys: pytest.CaptureFixture[st
     assert "0 entries" in run(capsys, "cache", "ls")[1]
 
 
+def test_cache_rm_never_removes_a_folder_that_no_download_made(server: FileServer, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache root given as a folder of the user's (--cache-dir ., or ~) may hold a downloads/ of their own."""
+    root = tmp_path / "home"
+    photos = root / "downloads" / "my-photos"
+    photos.mkdir(parents=True)
+    (photos / "a.jpg").write_text("precious")
+    (root / "downloads" / "fake-0123456789ab").mkdir()  # a name like a download's, without its record
+    server.files["/a.bin"] = DATA
+    assert run(capsys, "download", server.url("/a.bin"), "--sha256", DIGEST, "--cache-dir", str(root))[0] == 0
+    code, out, _ = run(capsys, "cache", "ls", "--cache-dir", str(root))
+    assert code == 0 and "1 entry" in out and "my-photos" not in out
+    code, out, _ = run(capsys, "cache", "rm", "--all", "--cache-dir", str(root))
+    assert code == 0 and out.count("removed") == 1
+    assert (photos / "a.jpg").read_text() == "precious" and (root / "downloads" / "fake-0123456789ab").is_dir()
+    monkeypatch.chdir(root)
+    code, _, err = run(capsys, "cache", "rm", "--all", "--cache-dir", "")
+    assert code == 2 and "is empty" in err and (photos / "a.jpg").exists()
+
+
+def test_urls_that_cannot_be_requested_are_usage_errors_before_anything_is_written(
+        capsys: pytest.CaptureFixture[str], isolated_cache: Path) -> None:
+    for url, message in (("http://", "No host supplied"), ("https://[::1/x.tar.gz", "Invalid IPv6 URL"),
+                         ("https://exa mple.org/x.tar.gz", "invalid character")):
+        code, _, err = run(capsys, "download", url)
+        assert code == 2 and f"'{url}' is not a valid URL" in err and message in err and "Traceback" not in err
+    assert not isolated_cache.exists()
+
+
+def test_an_unusable_cache_or_index_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(tmp_path / "file"))
+    code, _, err = run(capsys, "download", "https://example.org/x.tar.gz")
+    assert code == 1 and f"cannot use the download cache {tmp_path / 'file'}" in err and "LAVO_ZOO_CACHE" in err
+    (tmp_path / "index.yaml").write_bytes(b"\xff\xfe version: 1")
+    monkeypatch.setenv("LAVO_ZOO_INDEX", str(tmp_path / "index.yaml"))
+    code, _, err = run(capsys, "list", "checkpoints")
+    assert code == 1 and "is not UTF-8 text" in err and "UnicodeDecodeError" not in err
+
+
+def test_export_into_a_folder_that_cannot_exist_is_refused_before_packing(checkpoint_dir: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "file" / "x.tar.gz"))
+    assert code == 2 and f"OUT {tmp_path / 'file' / 'x.tar.gz'}: {tmp_path / 'file'} is a file, not a folder" in err
+    assert ".tmp" not in err
+
+
 def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "dist" / "lm-tiny-v1.tar.gz"

@@ -220,3 +220,41 @@ def test_a_figure_format_matplotlib_does_not_know_is_refused_before_any_work(tmp
     err = capsys.readouterr().err
     assert f"{tmp_path}/plot.xyz: .xyz names no image format; end it in one of" in err and ".png" in err
     assert "no-such" not in err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["train", TOY, "--dry-run"], ["data", "time_series"],
+                                     ["eval", "no-such-checkpoint"], ["score", "accuracy", "--pred", "p"]],
+                         ids=["train", "data", "eval", "score"])
+def test_an_empty_out_is_refused_not_taken_for_the_current_folder(command, capsys):
+    assert main([*command, "--out", ""]) == 2
+    assert "Invalid value for '--out': is empty" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_link_to_nowhere_is_refused_naming_it(tmp_path, capsys):
+    from lavo_zoo.errors import UsageError
+    from lavo_zoo.options import check_writable
+
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert _train(link, "--dry-run") == 2
+    assert f"{link} is a link to {tmp_path / 'nowhere'}, which does not exist" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="is a link to .*nowhere, which does not exist"):
+        check_writable(link, overwrite=False)
+    check_writable(link, overwrite=True)  # replacing the link itself is what --overwrite asks for
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("target, size, message", [
+    ("time_series", "100000000000",
+     "'builtin_size' in lavo-zoo data time_series/etth1 --size 100000000000 must be >= 1 and <= 2000000"),
+    ("lra/image", "300000", "must be >= 1 and <= 200000"),
+    ("point_cloud", "20000", "must be >= 1 and <= 10000"),
+], ids=["time_series", "lra", "point_cloud"])
+def test_a_data_size_beyond_its_range_is_refused_before_generating(tmp_path, capsys, target, size, message):
+    assert main(["data", target, "--out", str(tmp_path / "d"), "--size", size]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_a_built_in_table_running_past_the_last_date_pandas_holds_is_refused(capsys):
+    assert main(["train", "time_series/tiny-lavo", "data.freq=D", "data.builtin_size=1000000", "--dry-run"]) == 2
+    assert "run past the year 2262" in capsys.readouterr().err
