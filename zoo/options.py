@@ -18,6 +18,8 @@ import click
 from lavo_zoo.errors import UsageError, ZooError, os_error_message
 
 F = TypeVar("F", bound=Callable[..., Any])
+# a checkpoint's own files (lavo_zoo.engine.checkpoint_io), which no command's output may replace
+CHECKPOINT_FILES = ("model.safetensors", "config.yaml", "meta.json", "train_state.pt")
 
 device_option = click.option("--device", default=None, metavar="cpu|cuda|cuda:N",
                              help="Where to run (default: cuda when available, else cpu).")
@@ -58,6 +60,9 @@ def check_writable(path: Path, overwrite: bool, option: str = "--out") -> Path:
                          f"{option}, or add --overwrite.")
     if path.is_dir():
         raise UsageError(f"{option} {path} is a folder; give a file name")
+    if path.name in CHECKPOINT_FILES and (path.parent / "meta.json").is_file():
+        raise UsageError(f"{option} {path} is a file of the checkpoint in {path.parent}, which it would destroy; "
+                         f"give another {option} (outside the checkpoint's folder)")
     check_folder_writable(path.parent, option, path)
     return path
 

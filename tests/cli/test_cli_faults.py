@@ -258,3 +258,29 @@ def test_a_data_size_beyond_its_range_is_refused_before_generating(tmp_path, cap
 def test_a_built_in_table_running_past_the_last_date_pandas_holds_is_refused(capsys):
     assert main(["train", "time_series/tiny-lavo", "data.freq=D", "data.builtin_size=1000000", "--dry-run"]) == 2
     assert "run past the year 2262" in capsys.readouterr().err
+
+
+def test_no_output_replaces_a_checkpoints_own_files_even_with_overwrite(run_dir, tmp_path, capsys):
+    import shutil
+
+    ckpt = tmp_path / "ck"
+    shutil.copytree(run_dir / "checkpoints" / "step-2", ckpt)
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+    for name in ("config.yaml", "meta.json", "model.safetensors"):
+        assert main(["eval", str(ckpt), "--out", str(ckpt / name), "--overwrite"]) == 2
+        assert "is a file of the checkpoint in" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+    assert main(["eval", str(ckpt), "--out", str(ckpt / "results.json")]) == 0  # a file of its own is fine
+
+
+def test_a_run_directory_given_as_a_checkpoint_names_its_checkpoints(run_dir, tmp_path, capsys):
+    for command in (["eval", str(run_dir)], ["export", str(run_dir), str(tmp_path / "x.tar.gz")]):
+        assert main(command) == 2
+        assert f"{run_dir} is a run directory, not a checkpoint; give one of its checkpoints, e.g. " \
+               f"{run_dir / 'checkpoints' / 'step-2'}" in capsys.readouterr().err
+
+
+def test_resuming_a_checkpoint_of_another_recipe_says_so_first(run_dir, tmp_path, capsys):
+    assert main(["train", "time_series/tiny-lavo", "--out", str(tmp_path / "r"), "--dry-run",
+                 "--resume", str(run_dir / "checkpoints" / "step-2")]) == 2
+    assert "it is a checkpoint of recipe 'toy', and this run trains 'time_series'" in capsys.readouterr().err

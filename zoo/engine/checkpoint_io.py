@@ -33,8 +33,9 @@ from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
 from lavo_zoo.errors import CheckpointError, ConfigError, UsageError, os_error_reason
+from lavo_zoo.options import CHECKPOINT_FILES
 
-WEIGHTS, CONFIG, META, TRAIN_STATE = "model.safetensors", "config.yaml", "meta.json", "train_state.pt"
+WEIGHTS, CONFIG, META, TRAIN_STATE = CHECKPOINT_FILES
 LAST = "last"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -176,6 +177,11 @@ def read_meta(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist or is not a directory")
+    if not (path / META).is_file() and (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path / "checkpoints")
+        raise UsageError(f"{path} is a run directory, not a checkpoint; give one of its checkpoints, "
+                         + (f"e.g. {latest}" if latest is not None else
+                            f"in {path / 'checkpoints'} (none is complete yet)"))
     for name in (WEIGHTS, CONFIG, META):
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing "

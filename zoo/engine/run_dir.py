@@ -174,6 +174,9 @@ def resumable(key: str) -> bool:
 def resume_changes(saved_cfg: Any, cfg: Any, checkpoint: Path) -> dict[str, dict[str, Any]]:
     """``{key: {"from": saved, "to": now}}`` for the settings this resumed run changes, all of them resumable;
     a change to any other setting is a :class:`UsageError` listing every such difference."""
+    if getattr(saved_cfg, "recipe", None) != getattr(cfg, "recipe", None):
+        raise UsageError(f"cannot resume from {checkpoint}: it is a checkpoint of recipe '{saved_cfg.recipe}', and "
+                         f"this run trains '{cfg.recipe}'; resume a '{cfg.recipe}' checkpoint, or start a new --out")
     saved, now = _flatten(to_dict(saved_cfg)), _flatten(to_dict(cfg))
     missing = object()
     changed = {k: (saved.get(k, missing), now.get(k, missing)) for k in sorted(set(saved) | set(now))
