@@ -205,9 +205,11 @@ def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(run_dir, tm
     shutil.copytree(run_dir, out, symlinks=True)
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "split": "tr')  # SIGKILL in the middle of an append
+    (out / ".metrics.jsonl.12345.tmp").write_text("{}")  # ... or of a rewrite
     assert _train(out, "--max-steps", "3", "--resume", "auto") == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("split") == "train"] == [2, 3]  # logged every 2 steps and at the end
+    assert not (out / ".metrics.jsonl.12345.tmp").exists()
 
 
 @pytest.mark.parametrize("command", [

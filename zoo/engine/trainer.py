@@ -134,7 +134,11 @@ class Trainer:
         return resume_source(self.out, self.resume)
 
     def _recover_interrupted_save(self) -> None:
-        """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
+        """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back; the
+        temporary file of config.yaml or metrics.jsonl). The run directory is locked: no other writer is at work."""
+        for p in self.out.glob(".*.tmp") if self.out.is_dir() else []:
+            if p.is_file() and not p.is_symlink():
+                p.unlink()
         if not self.ckpt_root.is_dir():
             return
         for p in self.ckpt_root.glob(".old-*"):

@@ -108,6 +108,28 @@ def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path, capsy
     assert len(list((files / "synthesized").glob("*.wav"))) == 2
 
 
+def test_an_interrupted_eval_records_what_it_wrote_so_overwrite_can_replace_it(trained: Path, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    from lavo_zoo.recipes.tts import plot
+
+    def interrupted(*args, **kwargs):  # Ctrl-C once the first utterance's wavs are written
+        raise KeyboardInterrupt
+
+    results = tmp_path / "results.json"
+    args = ["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results), "--device", "cpu"]
+    with monkeypatch.context() as m:
+        m.setattr(plot, "plot_utterance", interrupted)
+        assert main(args) == 130
+    files = tmp_path / "results"
+    manifest = json.loads((files / "eval-manifest.json").read_text())
+    assert sorted(manifest["files"]) == sorted(p.relative_to(files).as_posix() for p in files.rglob("*.wav"))
+    assert len(manifest["files"]) == 2 and not results.exists()
+    assert main(args) == 2  # an earlier evaluation's files: replaced only when asked
+    assert main([*args, "--overwrite"]) == 0
+    assert len(list((files / "synthesized").glob("*.wav"))) == 2 and len(list((files / "plots").glob("*.png"))) == 2
+
+
 def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "hello.wav", tmp_path / "hello.png"
     result = CliRunner().invoke(synthesize, [str(trained / "checkpoints" / "last"), "--text", "Hello world.",
