@@ -293,7 +293,7 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, files_folder, format_table
 
     if out is not None:  # before scoring: nothing is lost or wasted
-        check_writable(out, overwrite)
+        check_writable(out, overwrite, inputs={"CHECKPOINT": checkpoint})
     command = command_line("eval", checkpoint, *overrides, "--split", split, device=device, max_batches=max_batches,
                            out=out, overwrite=overwrite)
     with open_checkpoint(checkpoint) as path:
@@ -353,7 +353,7 @@ def score(metric: str, pred: Path | None, ref: Path | None, out: Path | None, ov
         raise click.UsageError("give --pred (the predictions) and --ref (the references); "
                                "`lavo-zoo score --help` says what each metric reads")
     if out is not None:
-        check_writable(out, overwrite)
+        check_writable(out, overwrite, inputs={"--pred": pred, "--ref": ref})
     results = score_files(metric, pred, ref, command_line("score", metric, pred=pred, ref=ref, out=out,
                                                           overwrite=overwrite))
     click.echo(json.dumps(results, indent=2) if as_json else format_table(results))

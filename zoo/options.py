@@ -48,10 +48,16 @@ class NonEmptyPath(click.Path):
         return super().convert(value, param, ctx)
 
 
-def check_writable(path: Path, overwrite: bool, option: str = "--out") -> Path:
-    """Refuse, before any work is done, an existing ``path`` (without ``overwrite``) and a folder it cannot be
-    written in: nothing is computed only to be thrown away at the end."""
+def check_writable(path: Path, overwrite: bool, option: str = "--out",
+                   inputs: dict[str, Path | str | None] | None = None) -> Path:
+    """Refuse, before any work is done, an existing ``path`` (without ``overwrite``), a folder it cannot be
+    written in, a checkpoint's own file, and one of the command's ``inputs`` ({option: path}: what it reads, which
+    the output would destroy even with ``overwrite``): nothing is computed only to be thrown away at the end."""
     path = Path(path)
+    for name, given in (inputs or {}).items():
+        if given is not None and _same_file(path, Path(given)):
+            raise UsageError(f"{option} {path} is the {name} this command reads; writing there would destroy it. "
+                             f"Give another {option}")
     if path.is_symlink() and not path.exists() and not overwrite:
         raise UsageError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist; give another "
                          f"{option}, or add --overwrite to replace the link.")
@@ -65,6 +71,13 @@ def check_writable(path: Path, overwrite: bool, option: str = "--out") -> Path:
                          f"give another {option} (outside the checkpoint's folder)")
     check_folder_writable(path.parent, option, path)
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def check_folder_writable(folder: Path, option: str = "--out", given: Path | None = None) -> Path:

@@ -42,7 +42,7 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     from lavo_zoo.evaluators.chamfer import score_clouds
     from lavo_zoo.formats.pcd import read_pcd, write_pcd
 
-    check_writable(out, overwrite)
+    check_writable(out, overwrite, inputs={"INPUT_PCD": input_pcd, "--gt": gt_file})
     if png_file is not None:
         check_writable(png_file, overwrite, "--png")
         check_figure_path(png_file, "--png")

@@ -35,7 +35,7 @@ def forecast(checkpoint: str, csv_file: Path, at: str | None, out: Path | None, 
     from lavo_zoo.recipes.time_series.infer import forecast_csv
 
     if out is not None:
-        check_writable(out, overwrite)
+        check_writable(out, overwrite, inputs={"--csv": csv_file})
     input_path(csv_file, "--csv")
     text = forecast_csv(load_predictor(checkpoint, device, recipe="time_series").forecast(csv_file, at=at))
     if out is None:

@@ -286,3 +286,32 @@ def test_resuming_a_checkpoint_of_another_recipe_says_so_first(run_dir, tmp_path
     assert main(["train", "time_series/tiny-lavo", "--out", str(tmp_path / "r"), "--dry-run",
                  "--resume", str(run_dir / "checkpoints" / "step-2")]) == 2
     assert "it is a checkpoint of recipe 'toy', and this run trains 'time_series'" in capsys.readouterr().err
+
+
+def test_an_output_never_replaces_an_input_of_the_same_command(run_dir, tmp_path, capsys):
+    import shutil
+
+    pred, ref = tmp_path / "pred.txt", tmp_path / "ref.txt"
+    pred.write_text("1\n0\n")
+    ref.write_text("1\n1\n")
+    for out, name in ((pred, "--pred"), (ref, "--ref")):
+        assert main(["score", "accuracy", "--pred", str(pred), "--ref", str(ref), "--out", str(out),
+                     "--overwrite"]) == 2
+        assert f"--out {out} is the {name} this command reads" in capsys.readouterr().err
+    assert (pred.read_text(), ref.read_text()) == ("1\n0\n", "1\n1\n")
+    archive = tmp_path / "ck.tar.gz"
+    shutil.make_archive(str(archive).removesuffix(".tar.gz"), "gztar", run_dir / "checkpoints", "step-2")
+    packed = archive.read_bytes()
+    assert main(["eval", str(archive), "--out", str(archive), "--overwrite"]) == 2
+    assert "is the CHECKPOINT this command reads" in capsys.readouterr().err and archive.read_bytes() == packed
+
+
+@pytest.mark.parametrize("command, name", [
+    (["forecast", "no-such-checkpoint", "--csv", "{input}", "--out", "{input}", "--overwrite"], "--csv"),
+    (["complete", "no-such-checkpoint", "{input}", "--out", "{input}", "--overwrite"], "INPUT_PCD"),
+], ids=["forecast", "complete"])
+def test_a_recipe_command_never_writes_over_its_input(tmp_path, capsys, command, name):
+    given = tmp_path / "input"
+    given.write_text("the user's data")
+    assert main([part.format(input=given) for part in command]) == 2
+    assert f"is the {name} this command reads" in capsys.readouterr().err and given.read_text() == "the user's data"
