@@ -102,3 +102,20 @@ def test_an_absent_or_empty_folder_is_ready(tmp_path: Path) -> None:
 def test_files_folder_beside_the_results() -> None:
     assert files_folder(Path("runs/results.json")) == Path("runs/results")
     assert files_folder(Path("runs/results")) == Path("runs/results.files")
+
+
+def test_a_manifest_that_cannot_be_written_after_a_failure_does_not_hide_the_failure(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import lavo_zoo.engine.evaluate as evaluate
+
+    folder = tmp_path / "x"
+    (folder / "synthesized").mkdir(parents=True)
+    (folder / "synthesized" / "a.wav").write_bytes(b"half")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(evaluate.os, "fsync", full)
+    evaluate._record_after_failure(folder, None)
+    assert "could not be recorded" in capsys.readouterr().err and not (folder / MANIFEST).exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import load_model, sha256_file
 from lavo_zoo.engine.env import pick_device, versions
-from lavo_zoo.errors import UsageError
+from lavo_zoo.errors import UsageError, ZooError
 from lavo_zoo.evaluators import EVALUATORS
 from lavo_zoo.options import check_figure_path, check_writable, write_file
 
@@ -51,9 +52,12 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         clear_files_folder(folder, overwrite)
     try:
         evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
-    finally:  # also after a failure or Ctrl-C: what was written is recorded, so that --overwrite can replace it
+    except BaseException:  # a failure or Ctrl-C: what was written is recorded, so that --overwrite can replace it
         if folder is not None:
-            record_files_folder(folder, command)
+            _record_after_failure(folder, command)
+        raise
+    if folder is not None:
+        record_files_folder(folder, command)
     outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
     results = {
         "recipe": recipe.name,
@@ -143,6 +147,15 @@ def clear_files_folder(folder: Path, overwrite: bool) -> None:
             parent.rmdir()
             parent = parent.parent
     (folder / MANIFEST).unlink(missing_ok=True)
+
+
+def _record_after_failure(folder: Path, command: str | None) -> None:
+    """Record what a failed evaluation wrote, without hiding its failure when that fails too (a full disk)."""
+    try:
+        record_files_folder(folder, command)
+    except (OSError, ZooError) as e:
+        print(f"warning: the files this evaluation wrote in {folder} could not be recorded ({e}); remove them "
+              "yourself before another evaluation writes there", file=sys.stderr)
 
 
 def record_files_folder(folder: Path, command: str | None = None) -> None:
