@@ -107,7 +107,7 @@ def test_files_folder_beside_the_results() -> None:
 def test_a_manifest_that_cannot_be_written_after_a_failure_does_not_hide_the_failure(tmp_path, monkeypatch, capsys):
     import errno
 
-    import lavo_zoo.engine.evaluate as evaluate
+    from lavo_zoo.engine import evaluate
 
     folder = tmp_path / "x"
     (folder / "synthesized").mkdir(parents=True)
