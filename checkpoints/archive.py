@@ -7,6 +7,7 @@ device files and FIFOs are refused (tar through the standard library's ``data`` 
 from __future__ import annotations
 
 import io
+import os
 import re
 import stat
 import tarfile
@@ -16,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lavo_zoo.errors import CheckpointError
+from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
+from lavo_zoo.options import link_new
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ZIP_SUFFIXES = (".zip",)
@@ -103,23 +105,49 @@ def check_checkpoint_dir(path: Path) -> dict[str, Any]:
 
 
 def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False,
-                    extra: dict[str, str | bytes] | None = None) -> None:
+                    extra: dict[str, str | bytes] | None = None, overwrite: bool = True) -> list[str]:
     """Write ``checkpoint``'s files as ``out`` (.tar.gz) under one top-level folder named after ``out``; ``extra``
     ({file name: content}, e.g. the model card ``README.md``) is added beside them, replacing a file of that name,
-    and first, so that :func:`read_card` finds it without decompressing the weights."""
+    and first, so that :func:`read_card` finds it without decompressing the weights.
+
+    Only a checkpoint's own files are packed (model.safetensors, config.yaml, meta.json and, with
+    ``with_train_state``, train_state.pt): anything else in the folder (a lock file, notes, editor backups) stays
+    out of a release. The archive is written to a temporary file linked into place when complete (replacing ``out``
+    only with ``overwrite``); a failure leaves neither ``out`` nor the temporary file. Returns the names left out."""
     top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     extra = {name: data.encode("utf-8") if isinstance(data, str) else data for name, data in (extra or {}).items()}
-    files = sorted(p for p in checkpoint.iterdir() if p.is_file() and p.name not in extra
-                   and (with_train_state or p.name != TRAIN_STATE))
-    tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w:gz", dereference=True) as tar:
-        for name, data in sorted(extra.items()):
-            info = tarfile.TarInfo(f"{top}/{name}")
-            info.size, info.mtime = len(data), int(time.time())
-            tar.addfile(_normalise(info), io.BytesIO(data))
-        for path in files:
-            tar.add(path, arcname=f"{top}/{path.name}", filter=_normalise)
-    tmp.replace(out)
+    wanted = {*REQUIRED_FILES, *([TRAIN_STATE] if with_train_state else [])} - set(extra)
+    present = sorted(p.name for p in checkpoint.iterdir())
+    files = [checkpoint / name for name in present if name in wanted and (checkpoint / name).is_file()]
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tmp, "w:gz", dereference=True) as tar:
+            for name, data in sorted(extra.items()):
+                info = tarfile.TarInfo(f"{top}/{name}")
+                info.size, info.mtime = len(data), int(time.time())
+                tar.addfile(_normalise(info), io.BytesIO(data))
+            for path in files:
+                tar.add(path, arcname=f"{top}/{path.name}", filter=_normalise)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        if overwrite:
+            os.replace(tmp, out)
+        else:
+            link_new(tmp, out)
+    except FileExistsError:
+        raise UsageError(f"{out} was created by someone else while this command ran; it was not replaced. Give "
+                         "another OUT, or add --overwrite.") from None
+    except OSError as e:
+        e.filename, e.filename2 = str(out), None
+        raise ZooError(os_error_message(e, "could not write") + "; nothing was written there") from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder cannot be reached (a path through a file): nothing was created there
+            pass
+    return [name for name in present if name not in wanted and name not in extra
+            and not (name == TRAIN_STATE and not with_train_state)]
 
 
 def read_card(archive: Path, limit: int = 1 << 20) -> str | None:

@@ -5,6 +5,8 @@
         <file>.part       an unfinished transfer, resumed by the next download
         record.json       {"source", "name", "file", "sha256", "size", "downloaded_at"}
         checkpoint/       the unpacked checkpoint directory, for archives
+        unpacked.json     {"archive_sha256", "files": {path: sha256}}: what checkpoint/ held when it was unpacked
+                          from the verified file; checked on every use (a changed copy is unpacked again)
     <cache>/locks/<folder name>.lock   held while that folder is being written
 
 The cache root is ``--cache-dir``, else ``LAVO_ZOO_CACHE``, else the user's cache directory.
@@ -27,6 +29,7 @@ from lavo_zoo.engine.env import cache_root
 
 RECORD = "record.json"
 UNPACKED = "checkpoint"
+UNPACKED_MANIFEST = "unpacked.json"
 PART_SUFFIX = ".part"
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -42,10 +45,15 @@ def offline_variable() -> str:
                  if os.environ.get(v, "").strip().lower() in _TRUE), "LAVO_ZOO_OFFLINE")
 
 
-def entry_dir(source: str, cache_dir: Path | str | None = None) -> Path:
-    """The folder that holds the download of ``source`` (readable slug plus a hash of the full source)."""
+def entry_name(source: str) -> str:
+    """The name of the folder that holds the download of ``source`` (readable slug plus a hash of the source)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", source.rstrip("/").rsplit("/", 1)[-1])[:60] or "download"
-    return cache_root(cache_dir) / "downloads" / f"{slug}-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+    return f"{slug}-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+
+
+def entry_dir(source: str, cache_dir: Path | str | None = None) -> Path:
+    """The folder that holds the download of ``source``."""
+    return cache_root(cache_dir) / "downloads" / entry_name(source)
 
 
 def lock_path(folder: Path) -> Path:
@@ -54,12 +62,47 @@ def lock_path(folder: Path) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file next to ``path`` and rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write JSON to a temporary file next to ``path`` and rename it into place; a failure (a full disk) leaves
+    ``path`` as it was and no temporary file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under ``folder``; a link or a special file is listed as such (never
+    followed), so that it never matches a manifest of regular files."""
+    found: dict[str, str] = {}
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(root, d)))]:
+            path = Path(root) / name
+            rel = path.relative_to(folder).as_posix()
+            found[rel] = sha256_file(path) if path.is_file() and not path.is_symlink() else "(not a regular file)"
+    return found
+
+
+def unpacked_problem(folder: Path, archive_sha256: str | None) -> str | None:
+    """None when ``folder``'s unpacked checkpoint holds exactly what was unpacked from the archive of
+    ``archive_sha256`` (its manifest), else what differs."""
+    try:
+        manifest = json.loads((folder / UNPACKED_MANIFEST).read_text())
+        recorded, source = dict(manifest["files"]), manifest["archive_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no record ({UNPACKED_MANIFEST}) of what was unpacked"
+    if archive_sha256 is not None and source != archive_sha256:
+        return "unpacked from another file than the one cached"
+    actual = tree_hashes(folder / UNPACKED)
+    changed = sorted(name for name in set(recorded) | set(actual) if recorded.get(name) != actual.get(name))
+    if not changed:
+        return None
+    what = [f"{name} {'added' if name not in recorded else 'removed' if name not in actual else 'changed'}"
+            for name in changed[:4]]
+    return f"{UNPACKED}/ was changed after it was unpacked: " + ", ".join(what) + (" ..." if len(changed) > 4 else "")
 
 
 @dataclass(frozen=True)
@@ -112,23 +155,38 @@ def read_record(folder: Path) -> dict[str, Any]:
 
 
 def list_entries(cache_dir: Path | str | None = None, pattern: str | None = None) -> list[CacheEntry]:
-    """Cache folders, sorted by key, optionally filtered by a glob on key, name or source."""
+    """Cache folders, sorted by key, optionally filtered by a glob on key, name or source. Only folders a download
+    made count (a record.json whose source hashes to the folder's name): anything else under ``downloads/`` (a
+    cache root given as a folder of the user's) is never listed, so never removed."""
     root = cache_root(cache_dir) / "downloads"
-    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
     entries = [CacheEntry(f, read_record(f)) for f in folders]
-    return [e for e in entries if pattern is None or e.matches(pattern)]
+    return [e for e in entries if is_download(e) and (pattern is None or e.matches(pattern))]
+
+
+def is_download(entry: CacheEntry) -> bool:
+    """Whether ``entry``'s folder was made by a download: its record names a source whose folder it is."""
+    source = entry.record.get("source")
+    return isinstance(source, str) and entry_name(source) == entry.folder.name
 
 
 def verify_entry(entry: CacheEntry) -> str | None:
-    """Re-hash a complete entry's file; None when it matches its record, else a description of the problem."""
+    """Re-hash a complete entry's file and, where it was unpacked, the unpacked copy against what was unpacked;
+    None when both match, else a description of the problem."""
     if entry.file is None:
         return "download not finished (no verified file)"
     actual = sha256_file(entry.file)
     if actual != entry.record.get("sha256"):
         return f"sha256 mismatch: recorded {entry.record.get('sha256')}, file has {actual}"
+    if entry.unpacked is not None:
+        problem = unpacked_problem(entry.folder, actual)
+        if problem:
+            return f"{problem} (the next use unpacks it again from the verified file)"
     return None
 
 
 def remove_entry(entry: CacheEntry) -> None:
-    """Delete one cache folder and everything in it."""
+    """Delete one cache folder (a download's, :func:`is_download`) and everything in it."""
+    if not is_download(entry) or entry.folder.is_symlink():
+        raise ValueError(f"{entry.folder} is not a download's folder; not removed")
     shutil.rmtree(entry.folder)

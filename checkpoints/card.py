@@ -33,23 +33,55 @@ GENERIC_LIMITS = ("This is a research checkpoint of a small-scale model zoo, mad
 
 
 # ----------------------------------------------------------------------------------------------- results JSON
+EVAL_KEYS = ("recipe", "checkpoint_sha256", "split", "metrics")  # what every `lavo-zoo eval --out` JSON holds
+
+
 def load_results(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """The results JSON of ``lavo-zoo eval --out`` (or ``score --out``) at ``path``, checked to be of the checkpoint
-    whose meta.json is ``meta`` where it says which one it scored (a UsageError otherwise)."""
+    """The results JSON of ``lavo-zoo eval --out`` at ``path``, checked to be an evaluation of exactly the checkpoint
+    whose meta.json is ``meta`` (its recipe and the sha256 of its weights) with a finite value for every metric.
+
+    Raises:
+        UsageError: the file is unreadable or malformed, is a ``lavo-zoo score`` output (which scored files, not this
+            checkpoint), lacks what an evaluation records, scored another recipe or other weights, or holds a
+            metric that is missing, not a number, NaN or infinite; each message says how to get the right file.
+    """
+    evaluate = "evaluate this checkpoint (`lavo-zoo eval CKPT --split test --out results.json`) and give that file"
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or not isinstance(data["metrics"], dict):
-            raise TypeError("no 'metrics' mapping")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"{path} is not a results JSON from `lavo-zoo eval --out` ({e})") from e
-    if data.get("recipe") not in (None, meta.get("recipe")):
-        raise UsageError(f"{path} scored a '{data['recipe']}' checkpoint, not this '{meta.get('recipe')}' one; give "
-                         "the results JSON of this checkpoint's evaluation")
-    scored = data.get("checkpoint_sha256")
-    if scored is not None and scored != meta.get("weights_sha256"):
-        raise UsageError(f"{path} scored other weights (sha256 {scored}) than this checkpoint's "
-                         f"({meta.get('weights_sha256')}); evaluate this checkpoint (`lavo-zoo eval CKPT --out ...`) "
-                         "and give that results JSON")
+    except OSError as e:
+        raise UsageError(f"--results {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise UsageError(f"--results {path} is not JSON ({e}); {evaluate}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--results {path} is not a results JSON of `lavo-zoo eval --out` (it holds a "
+                         f"{type(data).__name__}); {evaluate}")
+    if "metric" in data and "pred" in data:
+        raise UsageError(f"--results {path} is the output of `lavo-zoo score {data['metric']}`, which scored "
+                         "prediction files, not this checkpoint; a release reports an evaluation of its own weights: "
+                         f"{evaluate}")
+    missing = [key for key in EVAL_KEYS if key not in data]
+    if missing:
+        raise UsageError(f"--results {path} lacks {', '.join(missing)}, which every `lavo-zoo eval --out` results "
+                         f"JSON records, so nothing shows which weights it scored; {evaluate}")
+    if data["recipe"] != meta.get("recipe"):
+        raise UsageError(f"--results {path} scored a '{data['recipe']}' checkpoint, not this '{meta.get('recipe')}' "
+                         f"one; {evaluate}")
+    if data["checkpoint_sha256"] != meta.get("weights_sha256"):
+        raise UsageError(f"--results {path} scored other weights (sha256 {data['checkpoint_sha256']}) than this "
+                         f"checkpoint's ({meta.get('weights_sha256')}); {evaluate}")
+    if not isinstance(data["split"], str) or not isinstance(data["metrics"], dict) or not data["metrics"]:
+        raise UsageError(f"--results {path}: 'split' must be a split name and 'metrics' a non-empty mapping, as "
+                         f"`lavo-zoo eval --out` writes them; {evaluate}")
+    for name, metric in data["metrics"].items():
+        value = metric.get("value") if isinstance(metric, dict) else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(
+                metric.get("higher_is_better"), bool):
+            raise UsageError(f"--results {path}: metric '{name}' is {metric!r}, not {{\"value\": <number>, "
+                             f"\"higher_is_better\": <true|false>}} as `lavo-zoo eval --out` writes it; {evaluate}")
+        if not math.isfinite(value):
+            raise UsageError(f"--results {path}: metric '{name}' is {value}; a release does not publish a "
+                             "non-finite result. Find why the evaluation gave it (a diverged model, a too short "
+                             "split), then evaluate again (`lavo-zoo eval CKPT --out results.json`)")
     return data
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from pathlib import Path
@@ -13,15 +14,15 @@ import yaml
 
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive, pack_checkpoint, read_card
-from lavo_zoo.checkpoints.download import folder_lock
+from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
-from lavo_zoo.checkpoints.resolve import fetch_reference, unpack_checkpoint
+from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.errors import CheckpointError, UsageError
-from lavo_zoo.options import json_flag, overwrite_option, write_file
+from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option, write_file
 
 cache_dir_option = click.option(
-    "--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--cache-dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
     help="Cache root (default: $LAVO_ZOO_CACHE, else the user's cache directory).")
 license_option = click.option("--license", "license_", default="Apache-2.0", show_default=True,
                               help="License of the weights (an SPDX identifier such as Apache-2.0, MIT, CC-BY-4.0).")
@@ -62,8 +63,9 @@ def download(name_or_url: str, sha256: str | None, cache_dir: Path | None, unpac
     Interrupted transfers resume; a file that fails verification is deleted (exit 1). With LAVO_ZOO_OFFLINE=1 (or
     HF_HUB_OFFLINE=1) only the cache is used.
     """
-    path = fetch_reference(name_or_url, sha256, cache_dir)
-    click.echo(unpack_checkpoint(path, name_or_url) if unpack else path)
+    reference = parse_reference(name_or_url, sha256)
+    path = fetch(reference.source, reference.sha256, name=reference.name, cache_dir=cache_dir)
+    click.echo(unpack_checkpoint(path, name_or_url, reference.recipe) if unpack else path)
 
 
 # ---------------------------------------------------------------------------------------------------------- cache
@@ -238,6 +240,7 @@ def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, na
         return
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
+    check_folder_writable(out.parent, "OUT", out)  # before the weights are hashed and packed
     if out.exists() and not overwrite:  # a published archive's sha256 is in some index: never replace it silently
         raise UsageError(f"{out} already exists; export does not replace archives. Give another OUT, or add "
                          "--overwrite to replace it.")
@@ -248,7 +251,8 @@ def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, na
     if source and not source.startswith(SOURCE_SCHEMES):
         raise UsageError(f"--source must be an https:// URL or hf://org/repo@revision/path, got '{source}'")
     entry, card = export_release(checkpoint, out, name=name, source=source, license_=license_,
-                                 description=description, results=results, with_train_state=with_train_state)
+                                 description=description, results=results, with_train_state=with_train_state,
+                                 overwrite=overwrite)
     write_file(card_file, card, overwrite)
     click.echo(f"wrote {out} and its model card {card_file} (also inside the archive as {CARD})\n"
                f"sha256 {entry['sha256']}\nsize   {entry['size']} ({human_size(entry['size'])})\n\n"
@@ -284,22 +288,22 @@ def card_path(archive: Path) -> Path:
 
 
 def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str | None, license_: str,
-                   description: str, results: Path | None, with_train_state: bool = False
+                   description: str, results: Path | None, with_train_state: bool = False, overwrite: bool = True
                    ) -> tuple[dict[str, Any], str]:
     """Pack ``checkpoint`` as ``out`` with its model card inside; (the index entry, the card's text). ``name``
-    defaults to ``<recipe>/<OUT stem>@v1``."""
+    defaults to ``<recipe>/<OUT stem>@v1``; ``results``: an ``eval`` results JSON of exactly these weights."""
     from lavo_zoo.checkpoints.card import build_card, load_results
 
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
     name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
-    if not NAME_RE.match(name):
-        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    check_release_name(name, recipe)
     scored = load_results(results, meta) if results is not None else None
     metrics, command = _release_metrics(meta, scored, name)
     card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pack_checkpoint(checkpoint.resolve(), out, with_train_state, extra={CARD: card})
+    left_out = pack_checkpoint(checkpoint.resolve(), out, with_train_state, extra={CARD: card}, overwrite=overwrite)
+    if left_out:
+        click.echo(f"note: left out of the archive, as not a checkpoint's files: {', '.join(left_out)}", err=True)
     digest, size = cache_mod.sha256_file(out), out.stat().st_size
     entry = {"name": name, "recipe": recipe, "config": name.split("@")[0],
              "source": source or f"<publish {out.name}, then put its https:// or hf:// address here>",
@@ -308,13 +312,27 @@ def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str
     return entry, card
 
 
+def check_release_name(name: str, recipe: str) -> None:
+    """Refuse an index name that is malformed or names another domain than the checkpoint's recipe."""
+    if not NAME_RE.match(name):
+        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    if name.split("/")[0] != recipe:
+        raise UsageError(f"--name {name} names the domain '{name.split('/')[0]}', but this is a '{recipe}' checkpoint; "
+                         f"give --name {recipe}/<config>@<tag>")
+
+
 def _release_metrics(meta: dict[str, Any], results: dict[str, Any] | None, name: str) -> tuple[dict[str, Any], str]:
-    """(metrics, command): from an eval results JSON when given, else what training recorded in meta.json."""
+    """(metrics, command): from an eval results JSON when given (every metric checked by ``load_results``), else
+    what training recorded in meta.json (its non-finite values left out, saying so)."""
     if results is None:
-        return (_numbers_only(meta.get("metrics") or {}),
-                f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test")
-    metrics = {k: v["value"] if isinstance(v, dict) and "value" in v else v for k, v in results["metrics"].items()}
-    return _numbers_only(metrics), f"lavo-zoo eval {name} --split {results.get('split', 'test')}"
+        logged = _numbers_only(meta.get("metrics") or {})
+        finite, dropped = _finite_only(logged)
+        if dropped:
+            click.echo(f"note: left out of the entry the metrics training logged as non-finite: {', '.join(dropped)}",
+                       err=True)
+        return finite, f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test"
+    metrics = {k: v["value"] for k, v in results["metrics"].items()}
+    return metrics, f"lavo-zoo eval {name} --split {results['split']}"
 
 
 def _numbers_only(tree: Any) -> dict[str, Any]:
@@ -324,6 +342,23 @@ def _numbers_only(tree: Any) -> dict[str, Any]:
     kept = {str(k): (_numbers_only(v) if isinstance(v, dict) else v) for k, v in tree.items()
             if isinstance(v, dict) or (isinstance(v, (int, float)) and not isinstance(v, bool))}
     return {k: v for k, v in kept.items() if v != {}}
+
+
+def _finite_only(tree: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """(the finite leaves of a nested mapping of numbers, the names of the others)."""
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            inner, gone = _finite_only(value, f"{prefix}{key}/")
+            dropped += gone
+            if inner:
+                kept[key] = inner
+        elif math.isfinite(value):
+            kept[key] = value
+        else:
+            dropped.append(f"{prefix}{key}={value}")
+    return kept, dropped
 
 
 # ----------------------------------------------------------------------------------------------------------- push
@@ -370,10 +405,10 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
         return
     if filename is not None and not ARCHIVE_RE.match(filename):
         raise UsageError(f"--filename must be a plain file name ending in .tar.gz or .tgz, got '{filename}'")
-    if name is not None and not NAME_RE.match(name):
-        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
+    recipe = str(read_meta(checkpoint).get("recipe") or "unknown")
+    name = name or f"{recipe}/{repo_id.split('/')[1]}@v1"
+    check_release_name(name, recipe)
     api = hub_api()  # before any work: huggingface_hub installed, not offline
-    name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
     filename = filename or re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".tar.gz"  # lm/tiny@v1 -> lm-tiny-v1.tar.gz
     with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
         archive, card = Path(tmp) / filename, Path(tmp) / CARD

@@ -6,6 +6,7 @@ expected sha256 is deleted. One process at a time writes a cache folder (``filel
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ from lavo_zoo.checkpoints.cache import (
     PART_SUFFIX,
     RECORD,
     UNPACKED,
+    UNPACKED_MANIFEST,
     entry_dir,
     lock_path,
     offline,
@@ -35,7 +37,7 @@ from lavo_zoo.checkpoints.cache import (
     sha256_file,
     write_json_atomic,
 )
-from lavo_zoo.errors import CheckpointError, UsageError
+from lavo_zoo.errors import CheckpointError, UsageError, os_error_message, os_error_reason
 
 CHUNK = 1 << 20
 TIMEOUT = (10.0, 60.0)  # seconds: connect, and between bytes
@@ -59,6 +61,8 @@ def fetch(source: str, sha256: str | None = None, *, name: str | None = None, ca
     label = name or source
     if not source.startswith(("https://", "http://", "hf://")):
         raise UsageError(f"cannot download '{source}': give an http(s):// URL or hf://org/repo@revision/path")
+    if source.startswith("http"):
+        check_url(source)
     folder = entry_dir(source, cache_dir)
     if offline():
         cached = cached_file(folder, sha256)
@@ -102,21 +106,37 @@ def _download_into(folder: Path, source: str, sha256: str | None, name: str | No
         "source": source, "name": name, "file": target.name, "sha256": actual, "pinned": sha256 is not None,
         "size": part.stat().st_size, "downloaded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     shutil.rmtree(folder / UNPACKED, ignore_errors=True)  # unpacked from the file being replaced
+    (folder / UNPACKED_MANIFEST).unlink(missing_ok=True)
     os.replace(part, target)
     return target
+
+
+def check_url(url: str) -> None:
+    """Refuse, before anything is written, an http(s) URL that cannot be requested (no host, a malformed address)."""
+    try:
+        host = urlsplit(url).hostname
+        requests.Request("GET", url).prepare()
+    except (requests.RequestException, ValueError) as e:
+        raise UsageError(f"'{url}' is not a valid URL ({e}); check it") from None
+    if not host:
+        raise UsageError(f"'{url}' names no host; give a URL such as https://host/path/file.tar.gz")
 
 
 @contextmanager
 def folder_lock(folder: Path, label: str) -> Iterator[None]:
     """Hold the cache folder's file lock (downloads, unpacking, removal), saying so when another process has it."""
     path = lock_path(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path))
     try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        click.echo(f"waiting for another process to finish with {label} ...", err=True)
-        lock.acquire()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            click.echo(f"waiting for another process to finish with {label} ...", err=True)
+            lock.acquire()
+    except OSError as e:
+        raise CheckpointError(f"cannot use the download cache {path.parent.parent}: {os_error_message(e)}. Point "
+                              "LAVO_ZOO_CACHE (or --cache-dir) at a folder you can write to") from None
     try:
         yield
     finally:
@@ -171,6 +191,12 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
     except requests.ConnectionError as e:
         raise CheckpointError(f"cannot connect to {_host(url)} to download {label}: {_reason(e)}. Check the URL and "
                               "your network, or use a cached copy with LAVO_ZOO_OFFLINE=1.") from e
+    except requests.TooManyRedirects:
+        raise UsageError(f"{url} redirects in a loop (more than {requests.models.DEFAULT_REDIRECT_LIMIT} redirects) "
+                         f"instead of serving {label}; check the URL (the file may have moved)") from None
+    except (requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL, requests.exceptions.MissingSchema) as e:
+        raise UsageError(f"{url} redirects to an address lavo-zoo does not download from ({e}); downloads go over "
+                         f"http(s) only: check the URL of {label}") from None
     with response:
         if response.status_code == 416 and offset:
             if _range_total(response) == offset:
@@ -189,8 +215,9 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length and length.isdigit() else None
         received = offset
-        with open(part, mode) as f, tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-                                         desc=label, file=sys.stderr, disable=None, leave=False) as bar:
+        with _writing(part, label), open(part, mode) as f, tqdm(
+                total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
+                file=sys.stderr, disable=None, leave=False) as bar:
             logged = time.monotonic()
             try:  # raw bytes (no content decoding), keeping whatever arrived before a connection broke
                 for chunk in response.raw.stream(CHUNK, decode_content=False):
@@ -204,6 +231,20 @@ def _transfer(url: str, part: Path, timeout: tuple[float, float], label: str) ->
                 raise _Interrupted(received, total, _reason(e)) from e
     if total is not None and received < total:
         raise _Interrupted(received, total, "connection closed early")
+
+
+@contextmanager
+def _writing(part: Path, label: str) -> Iterator[None]:
+    """Turn a failed write of the download (a full disk, a cache made read-only) into a message that says where,
+    why, and that what arrived is kept for the next run to resume from."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO):
+            raise
+        raise CheckpointError(f"could not write the download of {label} to {part}: {os_error_reason(e)}. What "
+                              "arrived is kept there; free space (or point LAVO_ZOO_CACHE / --cache-dir at another "
+                              "folder) and run the same command again to resume") from None
 
 
 def _range_start(response: requests.Response) -> int | None:

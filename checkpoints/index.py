@@ -5,6 +5,7 @@ The packaged ``index.yaml`` is used unless ``LAVO_ZOO_INDEX`` names another file
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -74,9 +75,12 @@ def load_index(path: Path | None = None) -> Index:
     """Read and validate an index file; every problem is a CheckpointError naming the file and entry."""
     path = path or index_path()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise CheckpointError(f"cannot read the checkpoint index {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"the checkpoint index {path} is not UTF-8 text (byte {e.start}); give a YAML "
+                              "index (LAVO_ZOO_INDEX)") from None
     except yaml.YAMLError as e:
         raise CheckpointError(f"the checkpoint index {path} is not valid YAML: {e}") from e
     if not isinstance(data, dict) or data.get("version") != INDEX_VERSION or not isinstance(
@@ -117,7 +121,7 @@ def _entry_problems(raw: dict[str, Any]) -> list[str]:
         (isinstance(raw["size"], int) and not isinstance(raw["size"], bool) and raw["size"] > 0,
          "size must be a positive number of bytes"),
         (isinstance(raw["metrics"], dict) and _numeric_leaves(raw["metrics"]),
-         "metrics must map metric names to numbers"),
+         "metrics must map metric names to finite numbers"),
     ]
     problems = [message for ok, message in checks if not ok]
     problems += [f"{k} must be a non-empty string" for k in ("recipe", "config", "license", "command")
@@ -127,4 +131,4 @@ def _entry_problems(raw: dict[str, Any]) -> list[str]:
 
 def _numeric_leaves(tree: dict[str, Any]) -> bool:
     return all(_numeric_leaves(v) if isinstance(v, dict) else isinstance(v, (int, float)) and not isinstance(v, bool)
-               for v in tree.values())
+               and math.isfinite(v) for v in tree.values())

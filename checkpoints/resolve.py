@@ -10,12 +10,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
+
 from lavo_zoo.checkpoints.archive import check_checkpoint_dir, find_checkpoint_dir, is_archive, safe_extract
-from lavo_zoo.checkpoints.cache import UNPACKED
+from lavo_zoo.checkpoints.cache import (
+    UNPACKED,
+    UNPACKED_MANIFEST,
+    read_record,
+    tree_hashes,
+    unpacked_problem,
+    write_json_atomic,
+)
 from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.index import load_index
 from lavo_zoo.checkpoints.transformers_format import import_transformers_folder, transformers_recipe
-from lavo_zoo.errors import CheckpointError, UsageError
+from lavo_zoo.errors import CheckpointError, UsageError, os_error_message
 
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 
@@ -27,6 +36,7 @@ class Reference:
     source: str
     sha256: str | None
     name: str | None = None
+    recipe: str | None = None  # what the index entry says the checkpoint is a checkpoint of
 
 
 def parse_reference(ref: str, sha256: str | None = None) -> Reference:
@@ -41,7 +51,7 @@ def parse_reference(ref: str, sha256: str | None = None) -> Reference:
         return Reference(source, _agree(given, pinned, ref))
     if "@" in ref:
         entry = load_index().get(ref)
-        return Reference(entry.source, _agree(given, entry.sha256, ref), entry.name)
+        return Reference(entry.source, _agree(given, entry.sha256, ref), entry.name, entry.recipe)
     raise UsageError(f"'{ref}' is neither an index name (<domain>/<config>@<tag>, see `lavo-zoo list checkpoints`) "
                      "nor a URL (https://... or hf://org/repo@revision/path)")
 
@@ -53,8 +63,11 @@ def fetch_reference(ref: str, sha256: str | None = None, cache_dir: Path | str |
 
 
 def resolve_checkpoint(ref: str, cache_dir: Path | str | None = None) -> Path:
-    """A local checkpoint directory for ``ref``: downloaded, verified and unpacked into the cache as needed."""
-    return unpack_checkpoint(fetch_reference(ref, cache_dir=cache_dir), ref)
+    """A local checkpoint directory for ``ref``: downloaded, verified and unpacked into the cache as needed; an
+    index entry's recipe is checked against the checkpoint's."""
+    reference = parse_reference(ref)
+    path = fetch(reference.source, reference.sha256, name=reference.name, cache_dir=cache_dir)
+    return unpack_checkpoint(path, ref, reference.recipe)
 
 
 @contextlib.contextmanager
@@ -81,22 +94,51 @@ def open_checkpoint(ref: str) -> Iterator[Path]:
                          "(lavo-zoo list checkpoints), a URL or hf://...")
 
 
-def unpack_checkpoint(archive: Path, label: str) -> Path:
-    """The checkpoint directory unpacked (once, safely, with its weights checked) next to a cached archive."""
-    dest = archive.parent / UNPACKED
-    if not dest.is_dir():
+def unpack_checkpoint(archive: Path, label: str, recipe: str | None = None) -> Path:
+    """The checkpoint directory unpacked (safely, with its weights checked) next to a cached archive. What was
+    unpacked is recorded (``unpacked.json``) and checked on every use: a copy changed since (an edited config, a
+    swapped weights file and meta.json, a file added) is unpacked again from the verified archive. ``recipe``: what
+    the index entry says the checkpoint is, refused when the checkpoint's meta.json says otherwise."""
+    from lavo_zoo.engine.checkpoint_io import read_meta
+
+    folder, dest = archive.parent, archive.parent / UNPACKED
+    archive_sha256 = read_record(folder).get("sha256")
+    if not dest.is_dir() or unpacked_problem(folder, archive_sha256) is not None:
         if not is_archive(archive):
             raise CheckpointError(f"{label} is {archive}, which is not a checkpoint archive (.tar.gz, .tgz, .zip)")
-        with folder_lock(archive.parent, label):
-            if not dest.is_dir():
-                tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=".unpack-"))
-                try:
-                    safe_extract(archive, tmp)
-                    check_checkpoint_dir(find_checkpoint_dir(tmp))
-                    os.replace(tmp, dest)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-    return find_checkpoint_dir(dest)
+        with folder_lock(folder, label):
+            problem = unpacked_problem(folder, archive_sha256) if dest.is_dir() else None
+            if problem is not None and (folder / UNPACKED_MANIFEST).exists():
+                click.echo(f"warning: the cached copy of {label} is not what was unpacked ({problem}); unpacking "
+                           "it again from the verified download", err=True)
+            if not dest.is_dir() or problem is not None:
+                _unpack(archive, folder, archive_sha256)
+    found = find_checkpoint_dir(dest)
+    if recipe is not None and read_meta(found).get("recipe") != recipe:
+        raise CheckpointError(f"{label}: the index entry says it is a '{recipe}' checkpoint, but its meta.json says "
+                              f"'{read_meta(found).get('recipe')}'; the index entry is wrong (report it), nothing "
+                              "was loaded")
+    return found
+
+
+def _unpack(archive: Path, folder: Path, archive_sha256: str | None) -> None:
+    """Unpack ``archive`` into ``folder/checkpoint`` through a temporary folder, recording what it holds."""
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".unpack-"))
+    old = folder / f".old-{UNPACKED}-{os.getpid()}"
+    try:
+        safe_extract(archive, tmp)
+        check_checkpoint_dir(find_checkpoint_dir(tmp))
+        (folder / UNPACKED_MANIFEST).unlink(missing_ok=True)
+        if (folder / UNPACKED).exists():
+            os.replace(folder / UNPACKED, old)
+        os.replace(tmp, folder / UNPACKED)
+        write_json_atomic(folder / UNPACKED_MANIFEST, {"archive_sha256": archive_sha256,
+                                                        "files": tree_hashes(folder / UNPACKED)})
+    except OSError as e:
+        raise CheckpointError(f"could not unpack {archive} in the cache: {os_error_message(e)}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _checked_sha256(value: str, where: str) -> str:

@@ -103,9 +103,14 @@ class Evaluator(ABC):
             raise KeyError(f"{type(self).__name__} does not declare a direction for metric '{metric}'")
         return self.higher_is_better[metric]
 
+    # the names save_outputs gives its files: ``<results stem><suffix>`` beside the results file, which
+    # ``lavo-zoo eval --out`` refuses to replace, before any work, without --overwrite
+    output_suffixes: ClassVar[tuple[str, ...]] = ()
+
     def save_outputs(self, results_file: Path) -> list[Path]:
-        """Write what the evaluator keeps beyond its metrics (e.g. generated summaries) beside ``results_file``;
-        returns the files written (none by default). ``lavo-zoo eval --out FILE`` calls it."""
+        """Write what the evaluator keeps beyond its metrics (e.g. generated summaries) beside ``results_file``, as
+        ``<results stem><suffix>`` for each of ``output_suffixes``, atomically; returns the files written (none by
+        default). ``lavo-zoo eval --out FILE`` calls it."""
         return []
 
     def details(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, input_path
 from lavo_zoo.formats.multinews import clean_summary
 from lavo_zoo.formats.text import json_rows, read_lines
+from lavo_zoo.options import write_file
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -128,15 +129,15 @@ class Rouge(Evaluator):
                 self.summaries.append({"id": example_id, "hypothesis": hypothesis, "reference": reference})
             self.num_samples += 1
 
+    output_suffixes = (".summaries.jsonl",)
+
     def save_outputs(self, results_file: Path) -> list[Path]:
-        """Write the kept summaries to ``<results stem>.summaries.jsonl`` beside ``results_file``."""
+        """Write the kept summaries to ``<results stem>.summaries.jsonl`` beside ``results_file`` (atomically)."""
         if not self.keep_summaries:
             return []
-        path = Path(results_file).with_name(Path(results_file).stem + ".summaries.jsonl")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in self.summaries)
-        return [path]
+        path = Path(results_file).with_name(Path(results_file).stem + self.output_suffixes[0])
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in self.summaries)
+        return [write_file(path, text, overwrite=True)]
 
     def compute(self) -> dict[str, float]:
         if self.num_samples == 0:

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.errors import UsageError, ZooError, os_error_message
 from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option, write_file
 
 LAZY_COMMANDS = {
@@ -221,7 +221,7 @@ Examples:
 @click.option("--resume", default=None, metavar="auto|PATH",
               help="'auto': continue from OUT's newest complete checkpoint if any; or a checkpoint directory.")
 @device_option
-@click.option("--max-steps", type=int, default=None, help="Shortcut for train.max_steps=N.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Shortcut for train.max_steps=N (N >= 1).")
 @click.option("--dry-run", is_flag=True,
               help="Check the config, the data's layout, the model and --out, print what the run would do and "
                    "write, and stop: nothing is trained or written.")
@@ -286,24 +286,26 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
     The model is rebuilt from the checkpoint's own config.yaml (OVERRIDES may change evaluation and data settings,
     not model.* ones: the weights fix the model), its recipe's evaluator runs, the metrics print as a table and,
     with --out, go to a results JSON. Recipes that write files while scoring (tts: synthesised wavs and plots) put
-    them in a folder beside it (results.json -> results/).
+    them in a folder beside it (results.json -> results/), listed in its eval-manifest.json: --overwrite replaces
+    only the files an earlier evaluation listed there, and a folder holding anything else is refused.
     """
     from lavo_zoo.checkpoints import open_checkpoint
-    from lavo_zoo.engine.evaluate import evaluate_checkpoint, format_table
+    from lavo_zoo.engine.evaluate import evaluate_checkpoint, files_folder, format_table
 
     if out is not None:  # before scoring: nothing is lost or wasted
-        check_writable(out, overwrite)
+        check_writable(out, overwrite, inputs={"CHECKPOINT": checkpoint})
     command = command_line("eval", checkpoint, *overrides, "--split", split, device=device, max_batches=max_batches,
                            out=out, overwrite=overwrite)
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
-                                      files_dir=out.with_suffix("") if out is not None else None,
+                                      files_dir=files_folder(out) if out is not None else None,
                                       out_file=out, overwrite=overwrite, command=command)
     results["checkpoint"] = checkpoint
     click.echo(format_table(results))
     if out is not None:
         write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
-        click.echo(f"wrote {out}" + "".join(f" and {p}" for p in results.get("outputs", [])))
+        click.echo(f"wrote {out}" + "".join(f" and {p}" for p in results.get("outputs", []))
+                   + (f" and the files in {results['files']}/" if results.get("files") else ""))
 
 
 # ---------------------------------------------------------------------------------------------------- score
@@ -351,7 +353,7 @@ def score(metric: str, pred: Path | None, ref: Path | None, out: Path | None, ov
         raise click.UsageError("give --pred (the predictions) and --ref (the references); "
                                "`lavo-zoo score --help` says what each metric reads")
     if out is not None:
-        check_writable(out, overwrite)
+        check_writable(out, overwrite, inputs={"--pred": pred, "--ref": ref})
     results = score_files(metric, pred, ref, command_line("score", metric, pred=pred, ref=ref, out=out,
                                                           overwrite=overwrite))
     click.echo(json.dumps(results, indent=2) if as_json else format_table(results))
@@ -409,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"error: {e}", err=True)
         return e.exit_code
+    except OSError as e:  # a full or read-only disk, a file that vanished: which file, why, and what to do
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {os_error_message(e)}", err=True)
+        return 1
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
         if debug:
             traceback.print_exc()

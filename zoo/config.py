@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -54,8 +55,8 @@ class Range:
         return None
 
     def describe(self) -> str:
-        parts = [f"{op} {b:g}" for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<"))
-                 if b is not None]
+        parts = [f"{op} {int(b) if float(b).is_integer() else f'{b:g}'}"
+                 for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<")) if b is not None]
         return " and ".join(parts)
 
 
@@ -119,7 +120,7 @@ class TrainConfig:
     min_lr: NonNegativeFloat = 0.0
     decay_gamma: PositiveFloat = 0.5
     decay_steps: PositiveInt = 1000
-    max_steps: NonNegativeInt = 1000
+    max_steps: PositiveInt = 1000
     max_epochs: PositiveInt | None = None
     batch_size: PositiveInt = 8
     grad_accum: PositiveInt = 1
@@ -365,10 +366,13 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         return dict(value)
     if tp is Any:
         return value
-    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str) and _SCIENTIFIC.match(value):
-        return float(value)
+    if tp is float and (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        or isinstance(value, str) and _SCIENTIFIC.match(value)):
+        number = float(value)
+        if not math.isfinite(number):  # 1e400 reads as inf; .nan and .inf are YAML floats
+            raise ConfigError(f"config key '{key}' in {source} must be a finite number, got {value!r}"
+                              + (" (a number beyond ±1.8e308 reads as inf)" if math.isinf(number) else ""))
+        return number
     if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
         return value
     raise ConfigError(f"config key '{key}' in {source} must be {getattr(tp, '__name__', tp)}, got {_show(value)}")
@@ -391,5 +395,6 @@ def to_dict(cfg: Any) -> Any:
     return copy.deepcopy(cfg)
 
 
-def save_config(cfg: Any, path: Path) -> None:
-    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+def config_yaml(cfg: Any) -> str:
+    """A config as the YAML text a run's and a checkpoint's ``config.yaml`` hold."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

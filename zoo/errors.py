@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -37,6 +38,34 @@ class CheckpointError(ZooError):
 
 class DataError(ZooError):
     """A dataset path or file that cannot be used (missing, empty, malformed)."""
+
+
+_OS_REASONS = {
+    errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+    errno.ENAMETOOLONG: "the name is too long", errno.EISDIR: "it is a folder, not a file",
+    errno.ENOTDIR: "a part of the path is a file, not a folder", errno.ENOENT: "no such file or folder",
+    errno.EEXIST: "it already exists", errno.EXDEV: "it is on another file system",
+}
+_OS_FIXES = {
+    errno.ENOSPC: "free some space, or write elsewhere", errno.EDQUOT: "free some space, or write elsewhere",
+    errno.EROFS: "write to a folder you can write to", errno.EACCES: "write to a folder you can write to",
+    errno.EPERM: "write to a folder you can write to",
+}
+
+
+def os_error_reason(error: OSError) -> str:
+    """Why an operating-system call failed, in words for a message (``the disk is full``, ``the file system is
+    read-only``, ``permission denied``, ...)."""
+    return _OS_REASONS.get(error.errno) or error.strerror or str(error)
+
+
+def os_error_message(error: OSError, action: str = "") -> str:
+    """``"[<action> ]<file>: <reason>; <how to fix it>"`` for an OSError (``action``: e.g. ``could not write``)."""
+    where = " and ".join(str(f) for f in (error.filename, getattr(error, "filename2", None)) if f)
+    fix = _OS_FIXES.get(error.errno)
+    text = " ".join(part for part in (action, where) if part)
+    return f"{text + ': ' if text else ''}{os_error_reason(error)}" + (f"; {fix}" if fix else "")
 
 
 # Names people type for a setting -> the words of lavo-zoo's name for it (matched on the last dotted part).

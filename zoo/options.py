@@ -15,9 +15,11 @@ from typing import Any, TypeVar
 
 import click
 
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.errors import UsageError, ZooError, os_error_message
 
 F = TypeVar("F", bound=Callable[..., Any])
+# a checkpoint's own files (lavo_zoo.engine.checkpoint_io), which no command's output may replace
+CHECKPOINT_FILES = ("model.safetensors", "config.yaml", "meta.json", "train_state.pt")
 
 device_option = click.option("--device", default=None, metavar="cpu|cuda|cuda:N",
                              help="Where to run (default: cuda when available, else cpu).")
@@ -32,34 +34,86 @@ json_records_option = click.option("--json", "json_file", type=click.Path(dir_ok
 def out_option(help: str, required: bool = False, default: Path | None = None, folder: bool = False
                ) -> Callable[[F], F]:
     """``--out PATH``: the file (or ``folder``) a command writes."""
-    kind = click.Path(file_okay=not folder, dir_okay=folder, path_type=Path)
+    kind = NonEmptyPath(file_okay=not folder, dir_okay=folder, path_type=Path)
     return click.option("--out", "out", type=kind, required=required, default=default,
                         show_default=default is not None, help=help)
 
 
-def check_writable(path: Path, overwrite: bool, option: str = "--out") -> Path:
-    """Refuse, before any work is done, an existing ``path`` (without ``overwrite``) and a folder it cannot be
-    written in: nothing is computed only to be thrown away at the end."""
+class NonEmptyPath(click.Path):
+    """A click path that refuses the empty string, which would name the current folder (``--out "$UNSET"``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; name the file or folder to write (an unset shell variable?)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def check_writable(path: Path, overwrite: bool, option: str = "--out",
+                   inputs: dict[str, Path | str | None] | None = None) -> Path:
+    """Refuse, before any work is done, an existing ``path`` (without ``overwrite``), a folder it cannot be
+    written in, a checkpoint's own file, and one of the command's ``inputs`` ({option: path}: what it reads, which
+    the output would destroy even with ``overwrite``): nothing is computed only to be thrown away at the end."""
     path = Path(path)
+    for name, given in (inputs or {}).items():
+        if given is not None and _same_file(path, Path(given)):
+            raise UsageError(f"{option} {path} is the {name} this command reads; writing there would destroy it. "
+                             f"Give another {option}")
+    if path.is_symlink() and not path.exists() and not overwrite:
+        raise UsageError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist; give another "
+                         f"{option}, or add --overwrite to replace the link.")
     if path.exists() and not overwrite:
         raise UsageError(f"{option} {path} already exists; nothing replaces it without --overwrite. Give another "
                          f"{option}, or add --overwrite.")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {path}: the folder {parent} is not writable; give another {option}")
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name")
+    if path.name in CHECKPOINT_FILES and (path.parent / "meta.json").is_file():
+        raise UsageError(f"{option} {path} is a file of the checkpoint in {path.parent}, which it would destroy; "
+                         f"give another {option} (outside the checkpoint's folder)")
+    check_folder_writable(path.parent, option, path)
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_folder_writable(folder: Path, option: str = "--out", given: Path | None = None) -> Path:
+    """Refuse, before any work is done, a ``folder`` that cannot be created or written in (a read-only mount, a
+    folder of another user, a path through a file); ``given``: what the user gave, for the message."""
+    folder, given = Path(folder), Path(given if given is not None else folder)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            raise UsageError(f"{option} {given}: {existing} is a link to {os.readlink(existing)}, which does not "
+                             f"exist; create it, or give another {option}")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option} {given}: {existing} is a file, not a folder; give another {option}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if _read_only(existing) else "is not writable"
+        raise UsageError(f"{option} {given}: the folder {existing} {why}; give another {option}")
+    return folder
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: str = "--out") -> Path:
     """Write ``data`` to ``path`` atomically: into a temporary file beside it, then linked into place if the name
-    is still free (or replacing it with ``overwrite``). A full disk or a race leaves ``path`` as it was."""
+    is still free (or replacing it with ``overwrite``). A full or read-only disk or a race leaves ``path`` as it was
+    and no temporary file behind; the error names ``path`` and the reason."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(payload)
             f.flush()
@@ -68,13 +122,61 @@ def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: s
             os.replace(tmp, path)
         else:
             try:
-                os.link(tmp, path)
+                link_new(tmp, path)
             except FileExistsError:
                 raise UsageError(f"{option} {path} was created by someone else while this command ran; it was not "
                                  f"replaced. Give another {option}, or add --overwrite.") from None
     except OSError as e:
-        reason = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-        raise ZooError(f"could not write {path}: {reason}; nothing was written there") from None
+        e.filename, e.filename2 = str(path), None
+        raise ZooError(os_error_message(e, "could not write") + "; nothing was written there") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder cannot be read or written: nothing was created in it
+            pass
     return path
+
+
+def link_new(tmp: Path, path: Path) -> None:
+    """Give the complete file ``tmp`` the name ``path`` only if no file has it (FileExistsError otherwise), so that
+    of two commands writing one name, one wins and the other is told. A hard link where the file system has them; on
+    one without (FAT, some network shares) the name is claimed with O_EXCL, then replaced by ``tmp``."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK, errno.EXDEV):
+            raise
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    os.replace(tmp, path)
+
+
+def figure_formats() -> list[str]:
+    """The file formats matplotlib writes (png, pdf, svg, ...), by suffix."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_figure_path(path: Path, option: str = "--out") -> Path:
+    """Refuse, before any work, a figure file whose suffix names no format matplotlib writes (the format is read
+    from the suffix)."""
+    path = Path(path)
+    suffix = path.suffix.lower().lstrip(".")
+    formats = figure_formats()
+    if suffix not in formats:
+        raise UsageError(f"{option} {path}: {f'.{suffix}' if suffix else 'a name without a suffix'} names no image "
+                         f"format; end it in one of {', '.join('.' + f for f in formats)} (.png for a picture)")
+    return path
+
+
+def save_figure(fig: Any, path: Path, overwrite: bool = True, option: str = "--out", **savefig: Any) -> Path:
+    """Write a matplotlib figure to ``path`` in the format its suffix names, atomically (:func:`write_file`)."""
+    import io
+
+    path = check_figure_path(path, option)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lower().lstrip("."), **savefig)
+    return write_file(path, buffer.getvalue(), overwrite, option)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lavo_zoo.options import save_figure
+
 
 def plot_perplexity(metrics: dict[str, float], path: Path) -> None:
     """PNG of perplexity against context length: evaluation lengths and streamed context buckets."""
@@ -21,6 +23,7 @@ def plot_perplexity(metrics: dict[str, float], path: Path) -> None:
     ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity", title="Perplexity vs context")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        save_figure(fig, Path(path), option="eval.plot", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)

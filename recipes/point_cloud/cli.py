@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("complete", epilog="""\b
@@ -43,9 +43,10 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     from lavo_zoo.evaluators.chamfer import score_clouds
     from lavo_zoo.formats.pcd import read_pcd, write_pcd
 
-    check_writable(out, overwrite)
+    check_writable(out, overwrite, inputs={"INPUT_PCD": input_pcd, "--gt": gt_file})
     if png_file is not None:
         check_writable(png_file, overwrite, "--png")
+        check_figure_path(png_file, "--png")
     partial = read_pcd(input_path(input_pcd, "INPUT_PCD"))
     if len(partial) == 0:
         raise UsageError(f"{input_pcd}: the scan has no points to complete")

@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import NonNegativeInt, PositiveInt
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.formats.pcd import read_pcd
 from lavo_zoo.nn.points import fps
@@ -57,7 +57,8 @@ class DataConfig:
     gt_points: PositiveInt = 16384  # points in every complete cloud (checked on read)
     train_gt_sample: NonNegativeInt = 0  # train against a random subset of this many ground-truth points (0 = all)
     mirror: bool = True  # RandomMirrorPoints in train
-    builtin_size: PositiveInt = 24  # built-in models per category: train (val and test get a quarter and a half)
+    # built-in models per category: train (val and test get a quarter and a half); at most PCN's largest category's
+    builtin_size: Annotated[int, Range(ge=1, le=10_000)] = 24
     builtin_seed: NonNegativeInt = 0
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lavo_zoo.options import save_figure
+
 
 def draw_clouds(clouds: Sequence[np.ndarray], titles: Sequence[str], path: str | Path, max_points: int = 8192,
                 elev: float = 25.0, azim: float = 45.0) -> Path:
@@ -31,8 +33,7 @@ def draw_clouds(clouds: Sequence[np.ndarray], titles: Sequence[str], path: str |
         ax.set_axis_off()
         ax.set_title(f"{title} ({len(cloud)} points)", fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, Path(path), option="--png")
+    finally:
+        plt.close(fig)

@@ -27,7 +27,7 @@ class BuiltinETT(BuiltinData):
         return DataConfig(freq=freq, builtin_size=size or rows)
 
     def key(self, data: DataConfig) -> dict:
-        generate_step(data.freq)  # a clear error for a frequency the generator cannot produce, before any file
+        check_span(data.builtin_size, data.freq)  # a frequency or a length the generator cannot produce: before
         return {"dataset": "ett", "rows": data.builtin_size, "freq": data.freq, "seed": data.builtin_seed,
                 "format": 1}
 
@@ -47,12 +47,24 @@ def generate_step(freq: str) -> pd.Timedelta:
                           "(use s, t, h, d or a multiple such as 15min), or give data.path=FILE") from None
 
 
+START = pd.Timestamp("2016-07-01")  # the first date of the built-in tables (as ETTh1's)
+
+
+def check_span(rows: int, freq: str) -> None:
+    """Refuse a table whose dates would run past what pandas can represent (the year 2262)."""
+    step = generate_step(freq)
+    if rows > 1 and step * (rows - 1) > pd.Timestamp.max - START:
+        most = (pd.Timestamp.max - START) // step + 1
+        raise ConfigError(f"{rows} rows at a step of {step} run past the year 2262, the last date pandas can hold; "
+                          f"data.builtin_size (--size) can be at most {most:,} at data.freq '{freq}'")
+
+
 def generate_ett(rows: int, freq: str = "h", seed: int = 0) -> pd.DataFrame:
     """An ETT-layout table (date, HUFL, HULL, MUFL, MULL, LUFL, LULL, OT) of synthetic transformer loads: daily,
     weekly and yearly cycles, a slow trend and AR(1) noise; the oil temperature OT follows a smoothed load plus
     the season. Deterministic for a given ``seed``."""
     step = generate_step(freq)
-    dates = pd.date_range("2016-07-01", periods=rows, freq=step)
+    dates = pd.date_range(START, periods=rows, freq=step)
     rng = np.random.default_rng(seed)
     hours = np.arange(rows) * (step / pd.Timedelta(hours=1))  # [N]
     day, week, year = (np.sin(2 * np.pi * hours / p) for p in (24.0, 168.0, 8766.0))

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("forecast", epilog="""\b
@@ -36,7 +36,7 @@ def forecast(checkpoint: str, csv_file: Path, at: str | None, out: Path | None, 
     from lavo_zoo.recipes.time_series.infer import forecast_csv
 
     if out is not None:
-        check_writable(out, overwrite)
+        check_writable(out, overwrite, inputs={"--csv": csv_file})
     input_path(csv_file, "--csv")
     text = forecast_csv(load_predictor(checkpoint, device, recipe="time_series").forecast(csv_file, at=at))
     if out is None:
@@ -66,6 +66,7 @@ def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out: Path, overwr
     from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
     check_writable(out, overwrite)
+    check_figure_path(out)
     forecaster = load_predictor(checkpoint, device, overrides, recipe="time_series")
     history, truth, predicted, indices = forecaster.split_windows(split, windows)
     written = plot_forecasts(history, truth, predicted, out, [f"{split} window {i}" for i in indices],

@@ -16,14 +16,14 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import NonNegativeInt, PositiveInt
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
 
@@ -43,7 +43,7 @@ class DataConfig:
     seq_len: PositiveInt = 96  # encoder input length
     label_len: PositiveInt = 48  # decoder start-token length (the last label_len input steps)
     pred_len: PositiveInt = 24  # forecast horizon
-    builtin_size: PositiveInt = 17420  # built-in table: rows (ETTh1 has 17420)
+    builtin_size: Annotated[int, Range(ge=1, le=2_000_000)] = 17420  # built-in table: rows (ETTh1 has 17420)
     builtin_seed: NonNegativeInt = 0
 
 
@@ -102,14 +102,17 @@ def check_dates(table: pd.DataFrame, source: str) -> pd.DataFrame:
     if "date" not in table.columns:
         raise DataError(f"{source} has no 'date' column (columns: {', '.join(map(str, table.columns))}); "
                         "a forecasting CSV needs a 'date' column followed by numeric series")
+    if len(table) == 0:
+        raise DataError(f"{source} has a header but no rows; a forecasting CSV needs one row per time step")
     try:
         dates = pd.to_datetime(table["date"], errors="coerce")
-    except ValueError as e:  # e.g. dates in several time zones
+    except (ValueError, TypeError) as e:  # e.g. dates in several time zones (offsets) in one column
         offsets = table["date"].astype(str).str.extract(r"([+-]\d\d:?\d\d|Z)$")[0]
         changes = np.flatnonzero(offsets.ne(offsets.iloc[0]).to_numpy())
         if len(changes):
-            raise DataError(f"{source}: its dates are in several time zones (the one on line {int(changes[0]) + 2} "
-                            "differs from line 2's); write every date in one time zone, or all in UTC") from None
+            raise DataError(f"{source}: the 'date' column mixes time zones (dates in several time zones: the one on "
+                            f"line {int(changes[0]) + 2} differs from line 2's); write every date in one time zone, "
+                            "or all in UTC") from None
         raise DataError(f"{source}: its dates cannot be read as one series ({e})") from None
     if dates.isna().any():
         row = int(np.flatnonzero(dates.isna().to_numpy())[0])

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lavo_zoo.options import save_figure
+
 
 def plot_forecasts(history: np.ndarray, truth: np.ndarray, forecast: np.ndarray, path: Path | str,
                    labels: list[str] | None = None, title: str = "") -> Path:
@@ -30,8 +32,7 @@ def plot_forecasts(history: np.ndarray, truth: np.ndarray, forecast: np.ndarray,
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, Path(path), dpi=110)
+    finally:
+        plt.close(fig)

@@ -8,7 +8,7 @@ import click
 
 from lavo_zoo import limits
 from lavo_zoo.errors import UsageError
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("synthesize", epilog="""\b
@@ -47,6 +47,7 @@ def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path
     check_writable(out, overwrite)
     if png is not None:
         check_writable(png, overwrite, "--png")
+        check_figure_path(png, "--png")
     tts = load_predictor(checkpoint, device, recipe="tts")
     start = time.perf_counter()
     result = tts.speak([text], max_frames=max_frames, stop_threshold=stop_threshold, seed=seed)[0]

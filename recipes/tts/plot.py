@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lavo_zoo.options import save_figure
+
 
 def plot_utterance(path: Path, mel: np.ndarray, target: np.ndarray | None, stop: np.ndarray,
                    alignment: np.ndarray | None = None, title: str = "") -> Path:
@@ -34,7 +36,7 @@ def plot_utterance(path: Path, mel: np.ndarray, target: np.ndarray | None, stop:
         ax.set(title="alignment (last decoder layer, heads averaged)", xlabel="decoder step", ylabel="token")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, Path(path), option="--png", dpi=80)
+    finally:
+        plt.close(fig)

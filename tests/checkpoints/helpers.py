@@ -44,6 +44,7 @@ class FileServer:
     token: str | None = None       # when set: every POST must carry "Authorization: Bearer <token>", else 401
     refuse: dict[str, int] = field(default_factory=dict)     # endpoint (create, branch, preupload, commit) -> status
     corrupt_uploads: bool = False  # store every committed file with its last byte changed
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> where a GET is sent instead (302 Location)
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -73,6 +74,12 @@ class Handler(BaseHTTPRequestHandler):
         wanted = self.headers.get("Range")
         state.requests.append((self.path, wanted))
         time.sleep(state.stall_s)
+        if self.path in state.redirects:
+            self.send_response(302)
+            self.send_header("Location", state.redirects[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         data = state.files.get(self.path)
         if data is None:
             self.send_error(404)

@@ -15,6 +15,7 @@ import yaml
 from lavo_zoo.checkpoints.archive import read_card
 from lavo_zoo.checkpoints.cache import RECORD, entry_dir, write_json_atomic
 from lavo_zoo.checkpoints.card import attention_sites, split_card
+from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import get_recipe
 from lavo_zoo.errors import CheckpointError
@@ -146,16 +147,70 @@ def test_unknown_licence_and_missing_provenance(tmp_path: Path, capsys: pytest.C
     assert "seed: not recorded" in body
 
 
-def test_results_of_another_checkpoint_or_recipe_are_refused(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+SCORE_OUTPUT = {"metric": "perplexity", "pred": "p.txt", "ref": "r.txt", "num_samples": 3,
+                "metrics": {"perplexity": {"value": 12.0, "higher_is_better": False}}}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"checkpoint_sha256": "f" * 64}, "scored other weights"),
+    ({"recipe": "tts"}, "scored a 'tts' checkpoint"),
+    ({"metrics": [1]}, "'metrics' a non-empty mapping"),
+    ({"metrics": {}}, "'metrics' a non-empty mapping"),
+    ({"checkpoint_sha256": None}, "lacks checkpoint_sha256"),
+    ({"recipe": None}, "lacks recipe"),
+    ({"metrics": {"ppl": {"value": float("nan"), "higher_is_better": False}}}, "metric 'ppl' is nan"),
+    ({"metrics": {"ppl": {"value": float("inf"), "higher_is_better": False}}}, "metric 'ppl' is inf"),
+    ({"metrics": {"ppl": {"value": "38", "higher_is_better": False}}}, "metric 'ppl' is"),
+    ({"metrics": {"ppl": 38.0}}, "metric 'ppl' is 38.0, not"),
+    ({"metrics": {"ppl": {"value": 38.0}}}, "metric 'ppl' is"),
+], ids=["other-weights", "other-recipe", "metrics-list", "no-metrics", "no-sha", "no-recipe", "nan", "inf",
+        "string-value", "bare-number", "no-direction"])
+def test_only_an_eval_of_these_weights_with_finite_metrics_is_published(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict, message: str) -> None:
     checkpoint = release_checkpoint(tmp_path / "best")
-    for changes, message in (({"checkpoint_sha256": "f" * 64}, "scored other weights"),
-                             ({"recipe": "tts"}, "scored a 'tts' checkpoint"),
-                             ({"metrics": [1]}, "not a results JSON")):
-        results = results_file(tmp_path / "r.json", checkpoint, **changes)
-        code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--results", str(results))
-        assert code == 2 and message in err
-        assert not (tmp_path / "x.tar.gz").exists() and not (tmp_path / "x.README.md").exists()
+    results = results_file(tmp_path / "r.json", checkpoint, **changes)
+    data = json.loads(results.read_text())
+    results.write_text(json.dumps({k: v for k, v in data.items() if v is not None}))
+    code, out, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--results", str(results))
+    assert code == 2 and message in err and "lavo-zoo eval" in err and "Traceback" not in err, err
+    assert not (tmp_path / "x.tar.gz").exists() and not (tmp_path / "x.README.md").exists() and not out
+
+
+@pytest.mark.parametrize("content, message", [
+    (json.dumps(SCORE_OUTPUT), "is the output of `lavo-zoo score perplexity`"),
+    ("{\"metrics\": {", "is not JSON"),
+    ("[1, 2]", "it holds a list"),
+    (b"\xff\xfe", "is not JSON"),
+], ids=["score-output", "truncated", "list", "binary"])
+def test_a_score_output_or_a_malformed_file_is_not_published(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             content: str | bytes, message: str) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    results = tmp_path / "r.json"
+    results.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--results", str(results))
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_the_name_must_be_of_the_checkpoints_domain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")  # an lm checkpoint
+    code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--name", "tts/x@v1")
+    assert code == 2 and "names the domain 'tts', but this is a 'lm' checkpoint" in err
+    assert not (tmp_path / "x.tar.gz").exists()
+    assert run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--name", "lm/x@v1")[0] == 0
+
+
+def test_metrics_training_logged_as_non_finite_are_left_out_saying_so(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = release_checkpoint(tmp_path / "best")
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    meta["metrics"] = {"loss": 2.5, "mape": float("inf"), "val": {"ppl": float("nan"), "acc": 0.5}}
+    (checkpoint / "meta.json").write_text(json.dumps(meta))
+    code, out, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"),
+                         "--source", "https://example.org/x.tar.gz")
+    assert code == 0 and "mape=inf" in err and "val/ppl=nan" in err
+    entry = validate_entry(yaml.safe_load(out.split("published):")[1])[0], where="printed")
+    assert entry.metrics == {"loss": 2.5, "val": {"acc": 0.5}}
 
 
 def test_an_existing_card_beside_out_is_not_replaced_without_overwrite(tmp_path: Path,

@@ -60,6 +60,19 @@ def test_download_command_failures_exit_1_with_clear_messages(server: FileServer
     assert code == 2 and "no checkpoint 'lm/unknown@v1'" in err
 
 
+def test_a_redirect_to_a_local_file_or_in_a_loop_is_a_usage_error_naming_the_url(
+        server: FileServer, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the cache")
+    server.redirects = {"/local.bin": f"file://{secret}", "/loop-a": "/loop-b", "/loop-b": "/loop-a"}
+    code, out, err = run(capsys, "download", server.url("/local.bin"))
+    assert code == 2 and f"{server.url('/local.bin')} redirects to an address lavo-zoo does not download" in err
+    assert "Traceback" not in err and "InvalidSchema" not in err and not out
+    code, _, err = run(capsys, "download", server.url("/loop-a"))
+    assert code == 2 and f"{server.url('/loop-a')} redirects in a loop" in err and "TooManyRedirects" not in err
+    assert list_entries() == []
+
+
 def test_offline_download_names_what_is_missing(capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")
@@ -90,6 +103,56 @@ def test_cache_ls_verify_rm(server: FileServer, capsys: pytest.CaptureFixture[st
     assert run(capsys, "cache", "rm")[0] == 2
     assert run(capsys, "cache", "rm", "--all")[0] == 0
     assert "0 entries" in run(capsys, "cache", "ls")[1]
+
+
+def test_cache_rm_never_removes_a_folder_that_no_download_made(server: FileServer, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache root given as a folder of the user's (--cache-dir ., or ~) may hold a downloads/ of their own."""
+    root = tmp_path / "home"
+    photos = root / "downloads" / "my-photos"
+    photos.mkdir(parents=True)
+    (photos / "a.jpg").write_text("precious")
+    (root / "downloads" / "fake-0123456789ab").mkdir()  # a name like a download's, without its record
+    server.files["/a.bin"] = DATA
+    assert run(capsys, "download", server.url("/a.bin"), "--sha256", DIGEST, "--cache-dir", str(root))[0] == 0
+    code, out, _ = run(capsys, "cache", "ls", "--cache-dir", str(root))
+    assert code == 0 and "1 entry" in out and "my-photos" not in out
+    code, out, _ = run(capsys, "cache", "rm", "--all", "--cache-dir", str(root))
+    assert code == 0 and out.count("removed") == 1
+    assert (photos / "a.jpg").read_text() == "precious" and (root / "downloads" / "fake-0123456789ab").is_dir()
+    monkeypatch.chdir(root)
+    code, _, err = run(capsys, "cache", "rm", "--all", "--cache-dir", "")
+    assert code == 2 and "is empty" in err and (photos / "a.jpg").exists()
+
+
+def test_urls_that_cannot_be_requested_are_usage_errors_before_anything_is_written(
+        capsys: pytest.CaptureFixture[str], isolated_cache: Path) -> None:
+    for url, message in (("http://", "No host supplied"), ("https://[::1/x.tar.gz", "Invalid IPv6 URL"),
+                         ("https://exa mple.org/x.tar.gz", "invalid character")):
+        code, _, err = run(capsys, "download", url)
+        assert code == 2 and f"'{url}' is not a valid URL" in err and message in err and "Traceback" not in err
+    assert not isolated_cache.exists()
+
+
+def test_an_unusable_cache_or_index_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(tmp_path / "file"))
+    code, _, err = run(capsys, "download", "https://example.org/x.tar.gz")
+    assert code == 1 and f"cannot use the download cache {tmp_path / 'file'}" in err and "LAVO_ZOO_CACHE" in err
+    (tmp_path / "index.yaml").write_bytes(b"\xff\xfe version: 1")
+    monkeypatch.setenv("LAVO_ZOO_INDEX", str(tmp_path / "index.yaml"))
+    code, _, err = run(capsys, "list", "checkpoints")
+    assert code == 1 and "is not UTF-8 text" in err and "UnicodeDecodeError" not in err
+
+
+def test_export_into_a_folder_that_cannot_exist_is_refused_before_packing(checkpoint_dir: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "file" / "x.tar.gz"))
+    assert code == 2 and f"OUT {tmp_path / 'file' / 'x.tar.gz'}: {tmp_path / 'file'} is a file, not a folder" in err
+    assert ".tmp" not in err
 
 
 def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tmp_path: Path,
@@ -124,9 +187,10 @@ def test_export_packs_verifies_and_prints_a_valid_entry(checkpoint_dir: Path, tm
 
 def test_export_uses_eval_results_for_metrics(checkpoint_dir: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
+    meta = json.loads((checkpoint_dir / "meta.json").read_text())
     results = tmp_path / "test.json"
-    results.write_text(json.dumps({"split": "test", "metrics": {"perplexity": {"value": 38.0,
-                                                                              "higher_is_better": False}}}))
+    results.write_text(json.dumps({"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
+                                   "metrics": {"perplexity": {"value": 38.0, "higher_is_better": False}}}))
     code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.tar.gz"), "--results", str(results))
     entry = yaml.safe_load(text.split("published):")[1])[0]
     assert code == 0 and entry["name"] == "lm/x@v1" and entry["metrics"] == {"perplexity": 38.0}
@@ -164,6 +228,56 @@ def test_exported_checkpoint_round_trips_through_index_download_and_eval_resolut
     assert resolve_checkpoint("lm/tiny@v1") == unpacked
     assert resolve_checkpoint(f"{server.url('/lm-tiny-v1.tar.gz')}#sha256={entry['sha256']}") == unpacked
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("tamper", ["weights-and-meta", "config-and-meta", "added-file", "removed-card"])
+def test_a_changed_unpacked_copy_is_found_and_unpacked_again(
+        tamper: str, server: FileServer, checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unpacked copy in the cache is checked against what was unpacked from the verified archive on every use:
+    an edit that keeps the checkpoint self-consistent (weights or config changed together with meta.json's hashes)
+    is found by `cache verify` and never loaded."""
+    export_and_publish(capsys, server, checkpoint_dir, tmp_path, monkeypatch)
+    unpacked = resolve_checkpoint("lm/tiny@v1")
+    original = {p.name: p.read_bytes() for p in unpacked.iterdir()}
+    meta = json.loads((unpacked / "meta.json").read_text())
+    if tamper == "weights-and-meta":
+        (unpacked / "model.safetensors").write_bytes(original["model.safetensors"][:-4] + b"\0\0\0\0")
+        meta["weights_sha256"] = sha256((unpacked / "model.safetensors").read_bytes())
+    elif tamper == "config-and-meta":
+        (unpacked / "config.yaml").write_text("recipe: lm\nmodel:\n  num_layers: 24\n")
+        meta.setdefault("files_sha256", {})["config.yaml"] = sha256((unpacked / "config.yaml").read_bytes())
+    elif tamper == "added-file":
+        (unpacked / "train_state.pt").write_bytes(b"not from the archive")
+    else:
+        (unpacked / "README.md").unlink()
+    (unpacked / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+
+    code, out, _ = run(capsys, "cache", "verify")
+    assert code == 1 and "BAD" in out and "was changed after it was unpacked" in out
+    monkeypatch.setenv("LAVO_ZOO_OFFLINE", "1")  # no download: the verified archive in the cache is unpacked again
+    assert resolve_checkpoint("lm/tiny@v1") == unpacked
+    assert "unpacking it again from the verified download" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in unpacked.iterdir()} == original
+    code, out, _ = run(capsys, "cache", "verify")
+    assert code == 0 and "1 cached file(s) verified" in out
+
+
+def test_an_index_entry_of_another_recipe_is_refused(server: FileServer, checkpoint_dir: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = export_and_publish(capsys, server, checkpoint_dir, tmp_path, monkeypatch)  # an lm checkpoint
+    index = tmp_path / "index.yaml"
+    index.write_text(yaml.safe_dump({"version": 1, "checkpoints": [{**entry, "name": "tts/tiny@v1",
+                                                                    "recipe": "tts", "config": "tts/tiny"}]}))
+    with pytest.raises(CheckpointError, match="the index entry says it is a 'tts' checkpoint, but its meta.json "
+                                              "says 'lm'"):
+        resolve_checkpoint("tts/tiny@v1")
+    code, _, err = run(capsys, "download", "tts/tiny@v1", "--unpack")
+    assert code == 1 and "the index entry is wrong" in err
+    code, _, err = run(capsys, "eval", "tts/tiny@v1")
+    assert code == 1 and "the index entry is wrong" in err
 
 
 def test_new_file_at_a_url_replaces_what_was_unpacked(server: FileServer, checkpoint_dir: Path,

@@ -203,3 +203,40 @@ def test_parse_hf() -> None:
     assert parse_hf("hf://org/repo/x.zip") == ("org/repo", "main", "x.zip")
     with pytest.raises(UsageError):
         parse_hf("hf://org/x.zip")
+
+
+def test_a_full_disk_mid_download_says_so_and_the_next_run_resumes(server: FileServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from lavo_zoo.checkpoints import download
+
+    class FullAfter:
+        """A file that takes 4000 bytes, then the disk is full."""
+
+        def __init__(self, f) -> None:
+            self.f, self.room = f, 4000
+
+        def write(self, data: bytes) -> int:
+            self.f.write(data[:self.room])
+            self.room -= min(self.room, len(data))
+            if self.room == 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return len(data)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.f.close()
+
+    server.files["/a.bin"] = DATA
+    with monkeypatch.context() as m:
+        m.setattr(download, "open", lambda path, mode: FullAfter(open(path, mode)), raising=False)  # noqa: SIM115
+        with pytest.raises(CheckpointError, match=r"could not write the download of .*a\.bin\.part: the disk is "
+                                                  r"full\. What arrived is kept there.*run the same command again"):
+            fetch(server.url("/a.bin"), DIGEST)
+    [part] = entry_dir(server.url("/a.bin")).glob("*.part")
+    assert part.stat().st_size == 4000
+    assert fetch(server.url("/a.bin"), DIGEST).read_bytes() == DATA
+    assert server.requests[-1] == ("/a.bin", "bytes=4000-")

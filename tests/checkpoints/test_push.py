@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -125,6 +126,17 @@ def test_push_without_huggingface_hub_says_how_to_install(checkpoint_dir: Path, 
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     code, _, err = run(capsys, "push", str(checkpoint_dir), "hf://org/repo")
     assert code == 2 and "pip install 'lavo-zoo[hf]'" in err
+
+
+def test_push_publishes_only_an_eval_of_these_weights_under_their_domain(
+        hub: FileServer, checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scored = tmp_path / "score.json"  # what `lavo-zoo score --out` writes: predictions scored from files
+    scored.write_text(json.dumps({"metric": "perplexity", "pred": "p.txt", "ref": None, "num_samples": 3,
+                                  "metrics": {"perplexity": {"value": 1.5, "higher_is_better": False}}}))
+    code, _, err = run(capsys, "push", str(checkpoint_dir), "hf://org/repo", "--results", str(scored))
+    assert code == 2 and "output of `lavo-zoo score perplexity`" in err and not hub.posts
+    code, _, err = run(capsys, "push", str(checkpoint_dir), "hf://org/repo", "--name", "tts/tiny@v1")
+    assert code == 2 and "this is a 'lm' checkpoint" in err and not hub.posts
 
 
 def test_push_offline_is_refused_before_any_work(hub: FileServer, checkpoint_dir: Path,

@@ -107,19 +107,211 @@ def test_results_are_written_whole_and_never_over_a_file_that_appeared_meanwhile
     assert target.read_text() == "{}"
 
 
-def test_eval_out_in_a_folder_that_cannot_be_written_is_refused_before_scoring(tmp_path):
+def test_eval_out_in_a_folder_that_cannot_be_written_is_refused_before_scoring(tmp_path, monkeypatch):
+    """A folder of another user (EACCES): access(2) says so, also where this user is root (simulated here)."""
     import os
 
+    import lavo_zoo.options
     from lavo_zoo.errors import UsageError
     from lavo_zoo.options import check_writable
 
     locked = tmp_path / "locked"
     locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        if os.access(locked, os.W_OK):
-            pytest.skip("this user can write anywhere (root): a read-only folder cannot be made here")
-        with pytest.raises(UsageError, match="is not writable"):
-            check_writable(locked / "sub" / "r.json", overwrite=False)
-    finally:
-        locked.chmod(0o700)
+    real_access = os.access
+    monkeypatch.setattr(lavo_zoo.options.os, "access", lambda p, mode: False if str(p) == str(locked)
+                        else real_access(p, mode))
+    with pytest.raises(UsageError, match=f"the folder {locked} is not writable"):
+        check_writable(locked / "sub" / "r.json", overwrite=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        check_writable(tmp_path / "file" / "r.json", overwrite=False)
+    with pytest.raises(UsageError, match="is a folder; give a file name"):
+        check_writable(locked, overwrite=True)
+
+
+# ------------------------------------------------------------------------------------ what train and --dry-run check
+def _train(out, *extra):
+    return main(["train", TOY, "train.save_every=1", "train.keep_last=0", "train.eval_every=0", "--out", str(out),
+                 *extra])
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["train", "dry-run"])
+@pytest.mark.parametrize("args, message", [
+    (["train.lr=1e400"], "'train.lr' in .* must be a finite number, got inf"),
+    (["train.lr=.nan"], "'train.lr' in .* must be a finite number, got nan"),
+    (["train.batch_size=41", "train.grad_accum=1"],
+     r"train.batch_size=41 x train.grad_accum=1 = 41 examples, but the training split has 40"),
+    (["train.batch_size=16", "train.grad_accum=3"], "= 48 examples, but the training split has 40"),
+    (["train.max_steps=0"], "'train.max_steps' in .* must be >= 1, got 0"),
+    (["--max-steps", "0"], "--max-steps"),
+], ids=["lr-inf", "lr-nan", "batch-over-data", "accumulation-over-data", "max-steps-0", "max-steps-flag-0"])
+def test_a_run_that_cannot_train_is_refused_before_anything_is_written(tmp_path, capsys, args, message, dry_run):
+    out = tmp_path / "run"
+    assert _train(out, *args, *dry_run) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["train", "dry-run"])
+def test_an_out_on_a_read_only_file_system_is_refused_before_any_work(tmp_path, capsys, monkeypatch, dry_run):
+    import os
+
+    import lavo_zoo.options
+
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(lavo_zoo.options.os, "access",
+                        lambda p, mode: False if str(p).startswith(str(mount)) else real_access(p, mode))
+    monkeypatch.setattr(lavo_zoo.options, "_read_only", lambda folder: str(folder).startswith(str(mount)))
+    assert _train(mount / "run", *dry_run) == 2
+    err = capsys.readouterr().err
+    assert f"--out {mount / 'run'}: the folder {mount} is on a read-only file system" in err
+    assert "check out" not in err and list(mount.iterdir()) == []
+
+
+def test_resuming_beyond_max_steps_is_refused_and_at_max_steps_says_nothing_is_left(run_dir, tmp_path, capsys):
+    """run_dir ended at step 2: --max-steps 1 would train nothing (refused), 2 has nothing left (said, exit 0);
+    neither changes the run folder, and --dry-run says the same first."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(run_dir, out, symlinks=True)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for dry_run in ([], ["--dry-run"]):
+        assert _train(out, "--max-steps", "1", "--resume", "auto", *dry_run) == 2
+        err = capsys.readouterr().err
+        assert "is at step 2, beyond where this run ends (train.max_steps=1); nothing would be trained" in err
+        assert "--max-steps above 2" in err
+    assert _train(out, "--max-steps", "2", "--resume", "auto") == 0
+    assert "nothing to train:" in capsys.readouterr().err
+    assert _train(out, "--max-steps", "2", "--resume", "auto", "--dry-run") == 0
+    assert "at step 2; nothing left to train" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert _train(out, "--max-steps", "3", "--resume", "auto") == 0  # and it continues when asked for more
+    assert (out / "checkpoints" / "step-3").is_dir()
+
+
+def test_dry_run_refuses_a_resume_that_train_would_refuse(run_dir, capsys):
+    assert _train(run_dir, "--resume", "auto", "--dry-run", "model.hidden=8") == 2
+    assert "cannot resume from" in capsys.readouterr().err
+
+
+def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(run_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(run_dir, out, symlinks=True)
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "split": "tr')  # SIGKILL in the middle of an append
+    (out / ".metrics.jsonl.12345.tmp").write_text("{}")  # ... or of a rewrite
+    assert _train(out, "--max-steps", "3", "--resume", "auto") == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("split") == "train"] == [2, 3]  # logged every 2 steps and at the end
+    assert not (out / ".metrics.jsonl.12345.tmp").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["forecast-plot", "no-such-checkpoint", "--out", "{tmp}/plot.xyz"],
+    ["complete", "no-such-checkpoint", "no-such-scan.pcd", "--out", "{tmp}/c.pcd", "--png", "{tmp}/plot.xyz"],
+    ["synthesize", "no-such-checkpoint", "--text", "Hello.", "--out", "{tmp}/s.wav", "--png", "{tmp}/plot.xyz"],
+], ids=["forecast-plot", "complete", "synthesize"])
+def test_a_figure_format_matplotlib_does_not_know_is_refused_before_any_work(tmp_path, capsys, command):
+    assert main([part.format(tmp=tmp_path) for part in command]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/plot.xyz: .xyz names no image format; end it in one of" in err and ".png" in err
+    assert "no-such" not in err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["train", TOY, "--dry-run"], ["data", "time_series"],
+                                     ["eval", "no-such-checkpoint"], ["score", "accuracy", "--pred", "p"]],
+                         ids=["train", "data", "eval", "score"])
+def test_an_empty_out_is_refused_not_taken_for_the_current_folder(command, capsys):
+    assert main([*command, "--out", ""]) == 2
+    assert "Invalid value for '--out': is empty" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_link_to_nowhere_is_refused_naming_it(tmp_path, capsys):
+    from lavo_zoo.errors import UsageError
+    from lavo_zoo.options import check_writable
+
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert _train(link, "--dry-run") == 2
+    assert f"{link} is a link to {tmp_path / 'nowhere'}, which does not exist" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="is a link to .*nowhere, which does not exist"):
+        check_writable(link, overwrite=False)
+    check_writable(link, overwrite=True)  # replacing the link itself is what --overwrite asks for
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("target, size, message", [
+    ("time_series", "100000000000",
+     "'builtin_size' in lavo-zoo data time_series/etth1 --size 100000000000 must be >= 1 and <= 2000000"),
+    ("lra/image", "300000", "must be >= 1 and <= 200000"),
+    ("point_cloud", "20000", "must be >= 1 and <= 10000"),
+], ids=["time_series", "lra", "point_cloud"])
+def test_a_data_size_beyond_its_range_is_refused_before_generating(tmp_path, capsys, target, size, message):
+    assert main(["data", target, "--out", str(tmp_path / "d"), "--size", size]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_a_built_in_table_running_past_the_last_date_pandas_holds_is_refused(capsys):
+    assert main(["train", "time_series/tiny-lavo", "data.freq=D", "data.builtin_size=1000000", "--dry-run"]) == 2
+    assert "run past the year 2262" in capsys.readouterr().err
+
+
+def test_no_output_replaces_a_checkpoints_own_files_even_with_overwrite(run_dir, tmp_path, capsys):
+    import shutil
+
+    ckpt = tmp_path / "ck"
+    shutil.copytree(run_dir / "checkpoints" / "step-2", ckpt)
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+    for name in ("config.yaml", "meta.json", "model.safetensors"):
+        assert main(["eval", str(ckpt), "--out", str(ckpt / name), "--overwrite"]) == 2
+        assert "is a file of the checkpoint in" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+    assert main(["eval", str(ckpt), "--out", str(ckpt / "results.json")]) == 0  # a file of its own is fine
+
+
+def test_a_run_directory_given_as_a_checkpoint_names_its_checkpoints(run_dir, tmp_path, capsys):
+    for command in (["eval", str(run_dir)], ["export", str(run_dir), str(tmp_path / "x.tar.gz")]):
+        assert main(command) == 2
+        assert f"{run_dir} is a run directory, not a checkpoint; give one of its checkpoints, e.g. " \
+               f"{run_dir / 'checkpoints' / 'step-2'}" in capsys.readouterr().err
+
+
+def test_resuming_a_checkpoint_of_another_recipe_says_so_first(run_dir, tmp_path, capsys):
+    assert main(["train", "time_series/tiny-lavo", "--out", str(tmp_path / "r"), "--dry-run",
+                 "--resume", str(run_dir / "checkpoints" / "step-2")]) == 2
+    assert "it is a checkpoint of recipe 'toy', and this run trains 'time_series'" in capsys.readouterr().err
+
+
+def test_an_output_never_replaces_an_input_of_the_same_command(run_dir, tmp_path, capsys):
+    import shutil
+
+    pred, ref = tmp_path / "pred.txt", tmp_path / "ref.txt"
+    pred.write_text("1\n0\n")
+    ref.write_text("1\n1\n")
+    for out, name in ((pred, "--pred"), (ref, "--ref")):
+        assert main(["score", "accuracy", "--pred", str(pred), "--ref", str(ref), "--out", str(out),
+                     "--overwrite"]) == 2
+        assert f"--out {out} is the {name} this command reads" in capsys.readouterr().err
+    assert (pred.read_text(), ref.read_text()) == ("1\n0\n", "1\n1\n")
+    archive = tmp_path / "ck.tar.gz"
+    shutil.make_archive(str(archive).removesuffix(".tar.gz"), "gztar", run_dir / "checkpoints", "step-2")
+    packed = archive.read_bytes()
+    assert main(["eval", str(archive), "--out", str(archive), "--overwrite"]) == 2
+    assert "is the CHECKPOINT this command reads" in capsys.readouterr().err and archive.read_bytes() == packed
+
+
+@pytest.mark.parametrize("command, name", [
+    (["forecast", "no-such-checkpoint", "--csv", "{input}", "--out", "{input}", "--overwrite"], "--csv"),
+    (["complete", "no-such-checkpoint", "{input}", "--out", "{input}", "--overwrite"], "INPUT_PCD"),
+], ids=["forecast", "complete"])
+def test_a_recipe_command_never_writes_over_its_input(tmp_path, capsys, command, name):
+    given = tmp_path / "input"
+    given.write_text("the user's data")
+    assert main([part.format(input=given) for part in command]) == 2
+    assert f"is the {name} this command reads" in capsys.readouterr().err and given.read_text() == "the user's data"

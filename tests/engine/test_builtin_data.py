@@ -4,6 +4,7 @@ import pytest
 
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import get_recipe
+from lavo_zoo.errors import ZooError
 
 
 def test_builtin_data_is_generated_once_into_the_cache_and_written_by_data(tmp_path, monkeypatch):
@@ -84,7 +85,7 @@ def test_data_never_replaces_a_users_file_and_leaves_nothing_partial(tmp_path, c
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(type(recipe.builtin), "write", lambda self, o, d: full_disk(o, d))
-    with pytest.raises(OSError):
+    with pytest.raises(ZooError, match=f"could not write the built-in data into {out}: the disk is full"):
         recipe.write_data(out, "ettm1", 300)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ETT-small"]  # no temporary folder left beside it
     assert sorted(p.name for p in out.iterdir()) == ["ETTh1.csv"]      # no partial ETTm1.csv

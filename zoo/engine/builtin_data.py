@@ -27,7 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lavo_zoo.errors import UsageError, did_you_mean
+from lavo_zoo.errors import UsageError, ZooError, did_you_mean, os_error_message, os_error_reason
+from lavo_zoo.options import check_folder_writable, link_new
 
 DATA_PATH_FILE = ".data_path"  # inside a built-in dataset's folder: the data.path relative to it ("." = the folder)
 
@@ -113,39 +114,66 @@ def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Calla
         with FileLock(root.parent / f".{root.name}.lock"):
             if not (root / DATA_PATH_FILE).is_file():  # nobody wrote it while this process waited
                 tmp = root.parent / f".{root.name}.{os.getpid()}.tmp"
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir(parents=True)
-                made = Path(write(tmp))
-                (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
-                shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
-                os.replace(tmp, root)
+                try:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tmp.mkdir(parents=True)
+                    made = Path(write(tmp))
+                    (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
+                    shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
+                    os.replace(tmp, root)
+                except OSError as e:
+                    raise ZooError(f"could not generate the built-in data in the cache {root.parent}: "
+                                   f"{os_error_reason(e)}. Point LAVO_ZOO_CACHE (or data.cache_dir) at a writable "
+                                   "folder with space, or give data.path") from None
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
     return root / (root / DATA_PATH_FILE).read_text()
 
 
 def write_dataset(out: Path, write: Callable[[Path], Path], overwrite: bool = False) -> Path:
     """Generate data with ``write`` (as :meth:`BuiltinData.write`) into the folder ``out``; returns the data path.
 
-    The files are generated in a temporary folder beside ``out`` and moved in once complete; a file of the same name
-    already in ``out`` is refused before anything moves (replaced with ``overwrite``), so a user's own data is never
-    lost and a failure (a full disk) leaves no partial file under a final name.
+    The files are generated in a temporary folder inside ``out`` (so that they are renamed within one file system)
+    and moved in once complete; a file of the same name already in ``out`` is refused before anything moves (replaced
+    with ``overwrite``), so a user's own data is never lost and a failure (a full or read-only disk) leaves no partial
+    file under a final name, no temporary folder and no empty ``out``, with a message naming the folder and why.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    check_folder_writable(out)
+    created = [p for p in (out, *out.parents) if not p.exists()]
+    tmp = out / f".lavo-zoo-data.{os.getpid()}.tmp"  # inside out: the files are renamed within one file system
+    moved: list[Path] = []
     try:
+        tmp.mkdir(parents=True)
         made = write(tmp).relative_to(tmp)
         files = sorted(f.relative_to(tmp) for f in tmp.rglob("*") if f.is_file())
-        taken = [f for f in files if (out / f).exists()]
+        taken = [f for f in files if (out / f).exists() or (out / f).is_symlink()]
         if taken and not overwrite:
-            shown = ", ".join(str(out / f) for f in taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3
-                                                                  else "")
-            raise UsageError(f"{len(taken)} file(s) the built-in data would write already exist: {shown}. "
-                             "Nothing was written; give another --out, or add --overwrite to replace them.")
+            raise _taken(out, taken)
         for f in files:
             (out / f).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp / f, out / f)
+            if overwrite:
+                os.replace(tmp / f, out / f)
+            else:
+                try:
+                    link_new(tmp / f, out / f)
+                except FileExistsError:  # written by another process meanwhile
+                    raise _taken(out, [f]) from None
+            moved.append(out / f)
+    except OSError as e:
+        done = (f"; {len(moved)} of the files were written before that (e.g. {moved[0]})" if moved
+                else "; nothing was written there")
+        e.filename = e.filename2 = None  # the temporary folder's files mean nothing to the user: name `out`
+        raise ZooError(f"could not write the built-in data into {out}: {os_error_message(e)}{done}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in created:  # refused or failed before any file landed: no empty folder is left behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
     return out / made
+
+
+def _taken(out: Path, taken: list[Path]) -> UsageError:
+    shown = ", ".join(str(out / f) for f in taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3 else "")
+    return UsageError(f"{len(taken)} file(s) the built-in data would write already exist: {shown}. Nothing was "
+                      "written; give another --out, or add --overwrite to replace them.")

@@ -13,7 +13,6 @@ refuses a missing, corrupt, truncated or mismatched checkpoint with a message na
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -30,12 +29,13 @@ from safetensors.torch import load_model as load_safetensors_model
 from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
-from lavo_zoo.config import to_dict
+from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
-from lavo_zoo.errors import CheckpointError, ConfigError, UsageError
+from lavo_zoo.errors import CheckpointError, ConfigError, UsageError, os_error_reason
+from lavo_zoo.options import CHECKPOINT_FILES
 
-WEIGHTS, CONFIG, META, TRAIN_STATE = "model.safetensors", "config.yaml", "meta.json", "train_state.pt"
+WEIGHTS, CONFIG, META, TRAIN_STATE = CHECKPOINT_FILES
 LAST = "last"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -83,16 +83,16 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
     atomically, and ``last`` and the step directories are left alone. ``provenance`` (the command that trained it,
     the machine, the seed) goes into meta.json, where a model card reads it.
     """
-    root.mkdir(parents=True, exist_ok=True)
     final = root / (name or f"step-{step}")
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     try:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
         model = unwrap(model)
         save_safetensors_model(model, str(tmp / WEIGHTS))
-        (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        (tmp / CONFIG).write_text(config_yaml(cfg))
         meta = {
             "recipe": recipe_name,
             "step": step,
@@ -113,31 +113,45 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
     except (OSError, SafetensorError, RuntimeError) as e:  # torch.save and safetensors report I/O failures as
         # RuntimeError / SafetensorError: a full disk, a quota, a folder made read-only. The previous checkpoint stays.
         shutil.rmtree(tmp, ignore_errors=True)
-        full = getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e) or \
-            shutil.disk_usage(root).free < (1 << 20)
-        reason = "the disk is full" if full else (getattr(e, "strerror", None) or str(e))
-        raise CheckpointError(f"could not save checkpoint {final} (in {tmp}): {reason}; nothing was replaced, the "
-                              "previous checkpoints are intact. Free space and continue with --resume auto") from None
-    if final.exists():  # re-saving (the end of a resumed run, a new best): swap without a gap
-        old = root / f".old-{final.name}-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
-    if name is not None:
+        raise CheckpointError(f"could not save checkpoint {final} (in {tmp}): {_save_failure(e, root)}; nothing was "
+                              "replaced, the previous checkpoints are intact. Free space (or make the folder "
+                              "writable) and continue with --resume auto") from None
+    try:
+        if final.exists():  # re-saving (the end of a resumed run, a new best): swap without a gap
+            old = root / f".old-{final.name}-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, final)
+        if name is not None:
+            _fsync_dir(root)
+            return final
+        link_tmp = root / f".{LAST}-{os.getpid()}"
+        if link_tmp.is_symlink() or link_tmp.exists():
+            link_tmp.unlink()
+        os.symlink(final.name, link_tmp)
+        os.replace(link_tmp, root / LAST)
         _fsync_dir(root)
-        return final
-    link_tmp = root / f".{LAST}-{os.getpid()}"
-    if link_tmp.is_symlink() or link_tmp.exists():
-        link_tmp.unlink()
-    os.symlink(final.name, link_tmp)
-    os.replace(link_tmp, root / LAST)
-    _fsync_dir(root)
+    except OSError as e:  # --resume auto puts back a checkpoint swapped out and drops the temporary one
+        raise CheckpointError(f"could not move checkpoint {final} into place: {_save_failure(e, root)}; the previous "
+                              "checkpoints are intact. Continue with --resume auto once that is fixed") from None
     if keep_last > 0:
         for old_dir in step_dirs(root)[:-keep_last]:
             shutil.rmtree(old_dir, ignore_errors=True)
     return final
+
+
+def _save_failure(error: Exception, root: Path) -> str:
+    """Why a save failed, in words: an OSError's reason, or the disk found full after torch / safetensors failed
+    (they report I/O failures as RuntimeError / SafetensorError)."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return os_error_reason(error)
+    try:
+        full = "No space left" in str(error) or shutil.disk_usage(root).free < (1 << 20)
+    except OSError:
+        full = False
+    return "the disk is full" if full else str(error)
 
 
 def step_dirs(root: Path) -> list[Path]:
@@ -163,6 +177,11 @@ def read_meta(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist or is not a directory")
+    if not (path / META).is_file() and (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path / "checkpoints")
+        raise UsageError(f"{path} is a run directory, not a checkpoint; give one of its checkpoints, "
+                         + (f"e.g. {latest}" if latest is not None else
+                            f"in {path / 'checkpoints'} (none is complete yet)"))
     for name in (WEIGHTS, CONFIG, META):
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing "

@@ -3,7 +3,20 @@ from __future__ import annotations
 
 import torch
 
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import UsageError
+
+
+def epoch_steps(num_samples: int, batch_size: int, grad_accum: int = 1, world_size: int = 1) -> int:
+    """Optimiser steps one epoch of ``num_samples`` examples gives (incomplete batches and steps dropped); a
+    :class:`UsageError` naming the settings when it gives none, since such a run would train nothing."""
+    per_step = batch_size * grad_accum * world_size
+    steps = num_samples // per_step
+    if steps == 0:
+        processes = f" x {world_size} processes" if world_size > 1 else ""
+        raise UsageError(f"one optimiser step takes train.batch_size={batch_size} x train.grad_accum={grad_accum}"
+                         f"{processes} = {per_step} examples, but the training split has {num_samples}: lower "
+                         "train.batch_size (or train.grad_accum), or give more data")
+    return steps
 
 
 class EpochBatches:
@@ -16,9 +29,7 @@ class EpochBatches:
                  shuffle: bool = True) -> None:
         self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
         self.rank, self.world_size, self.shuffle = rank, world_size, shuffle
-        if len(self) == 0:
-            raise DataError(f"the training split has {num_samples} samples, fewer than one batch of "
-                            f"{batch_size} x {world_size} process(es); lower train.batch_size or add data")
+        epoch_steps(num_samples, batch_size, 1, world_size)  # refuses a split smaller than one batch
 
     def __len__(self) -> int:
         return self.num_samples // (self.batch_size * self.world_size)

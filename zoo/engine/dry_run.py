@@ -1,8 +1,11 @@
 """``lavo-zoo train ... --dry-run``: everything a run would check before its first step, and what it would write,
 without training or writing anything. The config is resolved and validated, the data path's layout is read (the
-validation split is built: its files are parsed, so a wrong folder or format fails here), the model is built (its
-parameters counted, the attention of each site listed), and an earlier run in ``--out`` is refused or resumed as
-``train`` would. Cheap enough to check a paper-size command on a laptop."""
+training and validation splits are built: their files are parsed, so a wrong folder or format fails here, and a
+batch larger than the data is refused), the model is built (its parameters counted, the attention of each site
+listed), ``--out`` must be a folder that can be written, and an earlier run in it is refused or resumed as ``train``
+would (a checkpoint with other settings, or already beyond ``train.max_steps``, is refused). The first dry run of a
+large dataset reads it once into the cache, as the run would; then it is cheap enough to check a paper-size command on
+a laptop."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
+from lavo_zoo.engine.checkpoint_io import read_config, read_meta
+from lavo_zoo.engine.data import epoch_steps
 from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.recipe import Recipe
-from lavo_zoo.engine.run_dir import resume_source
+from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source
 from lavo_zoo.errors import DataError
+from lavo_zoo.options import check_folder_writable
 
 
 def attention_sites(section: Any, prefix: str = "model") -> dict[str, str]:
@@ -37,11 +43,21 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
     """(label, text) rows of what ``lavo-zoo train`` would do with ``cfg`` into ``out``; raises what the run would
     raise before its first step (a refused ``--out``, a bad data path or layout, a model the config cannot build)."""
     out = Path(out)
+    check_folder_writable(out)
     start = resume_source(out, resume)
     cfg = recipe.resolve(cfg)
     tc = cfg.train
+    if start is not None:
+        resume_changes(read_config(start)[1], cfg, start)  # a checkpoint of other settings is refused, as train does
+    train_examples = len(recipe.build_dataset(cfg, "train"))
+    per_epoch = epoch_steps(train_examples, tc.batch_size, tc.grad_accum)
+    total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * per_epoch)
+    step = int(read_meta(start).get("step") or 0) if start is not None else 0
+    if start is not None:
+        check_run_length(step, total, tc, start)
     data = getattr(cfg, "data", None)
     where = str(data.path) if getattr(data, "path", None) else "built-in data (generated once into the cache)"
+    where += f"; training split: {train_examples} examples ({per_epoch} optimiser steps an epoch)"
     try:
         examples = f"validation split: {len(recipe.build_dataset(cfg, 'validation'))} examples"
     except DataError as e:
@@ -68,6 +84,7 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
         ("built", ", ".join(f"{n} x {name}" for name, n in built.items()) or "no registry attention"),
         ("training", (f"{length}, {batch}, {tc.optimizer} lr {tc.lr:g} ({tc.schedule}), seed {tc.seed}, "
                       f"on {pick_device(device)}; validation {validation}")),
-        ("start", f"resumes from {start}" if start is not None else "a fresh run"),
+        ("start", "a fresh run" if start is None else f"resumes from {start} at step {step}"
+         + ("; nothing left to train (raise --max-steps)" if step >= total else "")),
         *(("would write", path) for path in saves),
     ]

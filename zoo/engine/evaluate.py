@@ -3,35 +3,61 @@ from a checkpoint scored on a split (its recipe's evaluator) or from files of sa
 ``from_files``)."""
 from __future__ import annotations
 
-import shutil
+import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint_io import load_model
+from lavo_zoo.engine.checkpoint_io import load_model, sha256_file
 from lavo_zoo.engine.env import pick_device, versions
+from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.evaluators import EVALUATORS
+from lavo_zoo.options import check_figure_path, check_writable, write_file
+
+MANIFEST = "eval-manifest.json"  # in an evaluation's file folder: what it wrote there, {path: sha256}
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
                         max_batches: int | None = None, files_dir: Path | None = None,
                         out_file: Path | None = None, overwrite: bool = False, command: str | None = None
                         ) -> dict[str, Any]:
-    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``. ``files_dir``: where a recipe whose
-    eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes its files, unless set explicitly; it
-    holds this evaluation's files only (an existing one is refused, or emptied first with ``overwrite``).
-    ``out_file`` (where the results JSON will go): the evaluator's own outputs (e.g. the summaries) are written
-    beside it and listed under ``outputs``. ``command``: the command line that ran this evaluation, recorded in the
-    results (a model card cites it)."""
+    """Results JSON (a dict) for checkpoint directory ``path`` on ``split``.
+
+    ``files_dir``: where a recipe whose eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes
+    its files, unless set explicitly. The evaluation records what it wrote there in ``eval-manifest.json``; an
+    existing folder is refused, or with ``overwrite`` the files an earlier evaluation recorded (and which are
+    unchanged) are removed first; a folder holding anything else is refused either way, before the work, and
+    nothing in it is touched (:func:`clear_files_folder`). ``out_file`` (where the results JSON will go): the
+    evaluator's own outputs (e.g. the summaries) are written beside it and listed under ``outputs``; an existing one
+    is refused before the work without ``overwrite``. ``command``: the command line that ran this evaluation,
+    recorded in the results (a model card cites it)."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
     recipe.check_split(split)
     if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
         cfg.eval.out_dir = str(files_dir)
-    if getattr(getattr(cfg, "eval", None), "out_dir", None):
-        _fresh_folder(Path(cfg.eval.out_dir), overwrite)
-    evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
+    folder = Path(cfg.eval.out_dir) if getattr(getattr(cfg, "eval", None), "out_dir", None) else None
+    if out_file is not None:
+        for suffix in getattr(EVALUATORS.get(recipe.evaluator), "output_suffixes", ()):
+            check_writable(Path(out_file).with_name(Path(out_file).stem + suffix), overwrite)
+    plot = getattr(getattr(cfg, "eval", None), "plot", None)  # a figure the evaluation draws (lm: eval.plot)
+    if plot:
+        check_writable(Path(plot), overwrite, "eval.plot")
+        check_figure_path(Path(plot), "eval.plot")
+    if folder is not None:
+        clear_files_folder(folder, overwrite)
+    try:
+        evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
+    except BaseException:  # a failure or Ctrl-C: what was written is recorded, so that --overwrite can replace it
+        if folder is not None:
+            _record_after_failure(folder, command)
+        raise
+    if folder is not None:
+        record_files_folder(folder, command)
     outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
     results = {
         "recipe": recipe.name,
@@ -46,6 +72,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         "duration_s": round(time.time() - start, 3),
         **({"command": command} if command else {}),
         **({"outputs": [str(p) for p in outputs]} if outputs else {}),
+        **({"files": str(folder)} if folder is not None and folder.is_dir() else {}),
     }
     details = evaluator.details()
     if details:  # non-scalar results (per-class accuracy, confusion matrix): only where an evaluator has them
@@ -53,22 +80,97 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     return results
 
 
-def _fresh_folder(folder: Path, overwrite: bool) -> None:
-    """Make sure an evaluation's file folder holds that evaluation's files only."""
-    if folder.exists() and any(folder.iterdir()):
-        if not overwrite:
-            from lavo_zoo.errors import UsageError
+def files_folder(results_file: Path) -> Path:
+    """The folder beside a results file where an evaluation's files go: ``results.json`` -> ``results/`` (a name
+    without a suffix: ``results`` -> ``results.files/``)."""
+    results_file = Path(results_file)
+    return results_file.with_suffix("") if results_file.suffix else results_file.with_name(results_file.name + ".files")
 
-            raise UsageError(f"{folder} already holds files of an earlier evaluation; give another --out (or "
-                             "eval.out_dir), or add --overwrite to replace them")
-        shutil.rmtree(folder)
+
+def _present_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
+    """({relative path: path} of the regular files under ``folder`` but its manifest, [the other entries: links,
+    special files]), without following links."""
+    files, others = {}, []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        here = Path(root)
+        for name in [*names, *(d for d in dirs if (here / d).is_symlink())]:
+            p = here / name
+            rel = p.relative_to(folder).as_posix()
+            if rel == MANIFEST:
+                continue
+            if p.is_symlink() or not p.is_file():
+                others.append(rel)
+            else:
+                files[rel] = p
+    return files, others
+
+
+def _recorded(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of what an earlier evaluation wrote into ``folder`` (empty without a manifest)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        files = data["files"]
+        return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def clear_files_folder(folder: Path, overwrite: bool) -> None:
+    """Make ``folder`` ready for an evaluation's files: nothing to do when it is absent or holds no file; refused
+    when it holds a file that no earlier evaluation recorded writing (or one changed since: the user's own notes or
+    wavs, a link), naming them, and nothing is touched; without ``overwrite`` refused when it holds an earlier
+    evaluation's files; with ``overwrite`` exactly those files (and the folders they emptied) are removed."""
+    folder = Path(folder)
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise UsageError(f"{folder}, where this evaluation would write its files, is "
+                         f"{'a link' if folder.is_symlink() else 'a file'}; give another --out (or eval.out_dir)")
+    present, others = _present_files(folder)
+    if not present and not others:
+        (folder / MANIFEST).unlink(missing_ok=True)
+        return
+    recorded = _recorded(folder)
+    foreign = sorted(others + [rel for rel, p in present.items() if recorded.get(rel) != sha256_file(p)])
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise UsageError(f"{folder} holds files that no evaluation recorded writing there ({shown}); an evaluation "
+                         f"replaces only the files an earlier one listed in its {MANIFEST}, and touches nothing else. "
+                         "Nothing was changed: give another --out (or eval.out_dir), or move those files away")
+    if not overwrite:
+        raise UsageError(f"{folder} holds the {len(present)} files of an earlier evaluation (listed in its "
+                         f"{MANIFEST}); give another --out (or eval.out_dir), or add --overwrite to replace them")
+    for p in present.values():
+        p.unlink()
+        parent = p.parent
+        while parent != folder and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    (folder / MANIFEST).unlink(missing_ok=True)
+
+
+def _record_after_failure(folder: Path, command: str | None) -> None:
+    """Record what a failed evaluation wrote, without hiding its failure when that fails too (a full disk)."""
+    try:
+        record_files_folder(folder, command)
+    except (OSError, ZooError) as e:
+        print(f"warning: the files this evaluation wrote in {folder} could not be recorded ({e}); remove them "
+              "yourself before another evaluation writes there", file=sys.stderr)
+
+
+def record_files_folder(folder: Path, command: str | None = None) -> None:
+    """Write ``folder``'s manifest: every file now in it, which this evaluation wrote (it started without any)."""
+    present, _ = _present_files(Path(folder)) if Path(folder).is_dir() else ({}, [])
+    if not present:
+        return
+    manifest = {"written_by": "lavo-zoo eval", **({"command": command} if command else {}),
+                "files": {rel: sha256_file(p) for rel, p in sorted(present.items())}}
+    write_file(Path(folder) / MANIFEST, json.dumps(manifest, indent=2) + "\n", overwrite=True)
 
 
 def score_files(metric: str, pred: Path, ref: Path | None, command: str | None = None) -> dict[str, Any]:
     """Results JSON (a dict, ``eval``'s schema) of the predictions in ``pred`` against ``ref``, scored by evaluator
     ``metric`` through its ``from_files`` hook; ``command``: the command line, recorded in the results."""
-    from lavo_zoo.evaluators import EVALUATORS
-
     start = time.time()
     evaluator = EVALUATORS.get(metric).from_files(Path(pred), None if ref is None else Path(ref))
     results = {"metric": metric, "pred": str(pred), "ref": None if ref is None else str(ref),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lavo_zoo.errors import ZooError
+from lavo_zoo.options import write_file
 
 
 class MetricsLog:
@@ -33,9 +34,15 @@ class MetricsLog:
         """Drop records beyond ``step`` (a resumed run replays them)."""
         if not (self.enabled and self.path.is_file()):
             return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line cut short by a process killed while appending it
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                kept.append(line)
+        write_file(self.path, "".join(line + "\n" for line in kept), overwrite=True)
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:

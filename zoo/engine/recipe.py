@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from lavo_zoo.config import RunConfig
+from lavo_zoo.config import RunConfig, from_dict, to_dict
 from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, generated_dataset, write_dataset
 from lavo_zoo.engine.env import cache_root
 from lavo_zoo.engine.predictor import Predictor
@@ -273,6 +273,9 @@ class Recipe(ABC):
             raise UsageError(f"recipe '{self.name}' cannot write its built-in data to disk")
         dataset = check_dataset(self.name, dataset, self.builtin.datasets)
         data = self.builtin.config(self.data_config(), dataset, size)
+        source = f"lavo-zoo data {self.name}/{dataset}" + (f" --size {size}" if size is not None else "")
+        data = from_dict(type(data), to_dict(data), source)  # the schema's ranges hold for --size too
+        self.builtin.key(data)  # what the generator cannot produce is refused before any file
         return write_dataset(Path(out), lambda tmp: self.builtin.write(tmp, data), overwrite)
 
     def data_config(self) -> Any:

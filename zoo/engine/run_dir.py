@@ -15,7 +15,7 @@ from safetensors.torch import safe_open
 
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
-from lavo_zoo.errors import CheckpointError, UsageError
+from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "tensorboard", "checkpoints")
 LOCK_FILE = ".lock"  # in a run directory while a process trains into it; holds that process's pid
@@ -36,25 +36,48 @@ class RunLock:
             import fcntl
         except ImportError:  # pragma: no cover - not on Linux / macOS
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise UsageError(f"{self.path.parent} is in use: another process (pid {holder}) is training into it. Two "
-                             "runs in one folder would overwrite each other's metrics and checkpoints; wait for it "
-                             "to finish (then --resume auto continues it), stop it, or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            while True:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                    os.close(fd)
+                    raise UsageError(f"{self.path.parent} is in use: another process (pid {holder}) is training into "
+                                     "it. Two runs in one folder would overwrite each other's metrics and checkpoints; "
+                                     "wait for it to finish (then --resume auto continues it), stop it, or choose "
+                                     "another --out") from None
+                if _same_file(fd, self.path):  # not a lock file its holder removed while this process waited
+                    break
+                os.close(fd)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:
+            raise ZooError(os_error_message(e, "cannot start a run in")) from None
         self._fd = fd
         return self
 
     def release(self) -> None:
+        """Remove the lock file (while still holding it, so that no other process locks a file being removed) and
+        release the lock."""
         if self._fd is not None:
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
 
 # Settings a resumed run may change; each takes effect from the first resumed step. Everything else (model, data,
 # optimiser, batch size, accumulation, seed, precision, ...) must match the checkpoint, or the resumed run would not be
@@ -126,6 +149,17 @@ def resume_source(out: Path, resume: str | None) -> Path | None:
     return path.resolve()
 
 
+def check_run_length(step: int, total: int, tc: Any, checkpoint: Path) -> None:
+    """Refuse to resume a checkpoint at ``step`` beyond the step this run ends at (``total``: ``train.max_steps``,
+    or fewer where ``train.max_epochs`` ends the run first): such a run would end at once, training nothing."""
+    if step > total:
+        limit = (f"train.max_steps={tc.max_steps}" if total == tc.max_steps
+                 else f"train.max_epochs={tc.max_epochs} (= {total} steps)")
+        raise UsageError(f"--resume: {checkpoint} is at step {step}, beyond where this run ends ({limit}); nothing "
+                         f"would be trained. Give --max-steps above {step} to train further, or evaluate the "
+                         f"checkpoint as it is (lavo-zoo eval {checkpoint})")
+
+
 # -------------------------------------------------------------------------------------------- resume policy
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(data, dict) and data:
@@ -140,6 +174,9 @@ def resumable(key: str) -> bool:
 def resume_changes(saved_cfg: Any, cfg: Any, checkpoint: Path) -> dict[str, dict[str, Any]]:
     """``{key: {"from": saved, "to": now}}`` for the settings this resumed run changes, all of them resumable;
     a change to any other setting is a :class:`UsageError` listing every such difference."""
+    if getattr(saved_cfg, "recipe", None) != getattr(cfg, "recipe", None):
+        raise UsageError(f"cannot resume from {checkpoint}: it is a checkpoint of recipe '{saved_cfg.recipe}', and "
+                         f"this run trains '{cfg.recipe}'; resume a '{cfg.recipe}' checkpoint, or start a new --out")
     saved, now = _flatten(to_dict(saved_cfg)), _flatten(to_dict(cfg))
     missing = object()
     changed = {k: (saved.get(k, missing), now.get(k, missing)) for k in sorted(set(saved) | set(now))

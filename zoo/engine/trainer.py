@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from lavo_zoo.config import save_config
+from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.checkpoint_io import (
     CONFIG,
     WEIGHTS,
@@ -39,7 +39,7 @@ from lavo_zoo.engine.checkpoint_io import (
     save_checkpoint,
     verify_checkpoint,
 )
-from lavo_zoo.engine.data import EpochBatches
+from lavo_zoo.engine.data import EpochBatches, epoch_steps
 from lavo_zoo.engine.distributed import barrier, init_distributed, local_device, mean_across, shutdown
 from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
@@ -47,8 +47,9 @@ from lavo_zoo.engine.logging import MetricsLog, Progress, phase
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.precision import autocast, autocast_dtype
 from lavo_zoo.engine.recipe import Recipe, to_device
-from lavo_zoo.engine.run_dir import RunLock, last_good_checkpoint, resume_changes, resume_source
+from lavo_zoo.engine.run_dir import RunLock, check_run_length, last_good_checkpoint, resume_changes, resume_source
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
+from lavo_zoo.options import check_folder_writable, write_file
 
 
 def seed_everything(seed: int) -> None:
@@ -99,6 +100,7 @@ class _Run:
     train_ds: Dataset
     plan: EpochBatches
     steps_per_epoch: int
+    total: int  # the step this run ends at (train.max_steps, or fewer where train.max_epochs ends it first)
     state: TrainingState
 
 
@@ -144,7 +146,11 @@ class Trainer:
         return resume_source(self.out, self.resume)
 
     def _recover_interrupted_save(self) -> None:
-        """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back)."""
+        """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back; the
+        temporary file of config.yaml or metrics.jsonl). The run directory is locked: no other writer is at work."""
+        for p in self.out.glob(".*.tmp") if self.out.is_dir() else []:
+            if p.is_file() and not p.is_symlink():
+                p.unlink()
         if not self.ckpt_root.is_dir():
             return
         for p in self.ckpt_root.glob(".old-*"):
@@ -222,13 +228,17 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         """Train until ``max_steps``, ``max_epochs`` or early stopping; returns the last validation metrics. The run
         directory is locked for the whole run (rank 0): a second process training into it is refused."""
-        lock = RunLock(self.out).acquire() if self.dist.is_main else None
+        check_folder_writable(self.out)  # a read-only mount or another user's folder: refused before any work
+        created, lock = not self.out.exists(), None
         try:
+            lock = RunLock(self.out).acquire() if self.dist.is_main else None
             return self._fit()
         finally:
             if lock is not None:
                 lock.release()
             shutdown(self.dist)
+            if created and self.dist.is_main and self.out.is_dir() and not any(self.out.iterdir()):
+                self.out.rmdir()  # refused before anything was written: no empty run folder is left behind
 
     def _fit(self) -> dict[str, float]:
         """The run, step by step: set up (fresh or resumed), then optimiser steps with logging, validation and
@@ -236,6 +246,13 @@ class Trainer:
         resume_from = self._prepare_run_dir()
         run = self._set_up(resume_from)
         tc, state = self.tc, run.state
+        if state.step >= run.total:  # a resumed run that already reached its end: nothing is trained or written
+            self.progress.message(f"nothing to train: {resume_from} is at step {state.step}, where this run ends "
+                                  f"({self._length()}); raise --max-steps (train.max_steps) to train further")
+            self.progress.close()
+            return {}
+        if self.dist.is_main:
+            write_file(self.out / "config.yaml", config_yaml(self.cfg), overwrite=True)
         stream = self._train_batches(run.train_ds, run.plan, state.epoch, state.offset)
         log = MetricsLog(self.out, self.dist.is_main, tc.tensorboard)
         if self.dist.is_main:
@@ -321,16 +338,17 @@ class Trainer:
         with phase("preparing the training split (the first run of a dataset reads and caches it)",
                    self.dist.is_main):
             train_ds = self.recipe.build_dataset(self.cfg, "train")
+        steps_per_epoch = epoch_steps(len(train_ds), tc.batch_size, tc.grad_accum, self.dist.world_size)
         plan = EpochBatches(len(train_ds), tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
-        steps_per_epoch = max(1, len(plan) // tc.grad_accum)
         optimizer = build_optimizer(model, tc)
         scheduler = build_scheduler(optimizer, tc, steps_per_epoch)
         state = TrainingState()
         self._saved_step = 0
+        total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
         if resume_from is not None:
             state = self._restore(resume_from, model, optimizer, scheduler)
             self._saved_step = state.step
-        total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
+            check_run_length(state.step, total, tc, resume_from)
         self.progress = Progress(total, state.step, self.dist.is_main, tc.log_every)
         if resume_from is not None:
             self.progress.message(f"resumed from {resume_from} at step {state.step}")
@@ -339,16 +357,17 @@ class Trainer:
                     f"{k}: {c['from']!r} -> {c['to']!r}" for k, c in self._resume_changes.items()))
         elif self.resume == "auto":
             self.progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
-        if self.dist.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            save_config(self.cfg, self.out / "config.yaml")
         train_model: torch.nn.Module = model
         if self.dist.enabled:
             train_model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda"
                                                   else None)
         if tc.compile:
             train_model = torch.compile(train_model)
-        return _Run(model, train_model, optimizer, scheduler, train_ds, plan, steps_per_epoch, state)
+        return _Run(model, train_model, optimizer, scheduler, train_ds, plan, steps_per_epoch, total, state)
+
+    def _length(self) -> str:
+        return f"train.max_steps={self.tc.max_steps}" + (f", train.max_epochs={self.tc.max_epochs}"
+                                                         if self.tc.max_epochs else "")
 
     def _restore(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any) -> TrainingState:

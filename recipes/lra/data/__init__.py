@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from lavo_zoo.config import NonNegativeInt, PositiveInt
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.recipes.lra.data import image, listops, pathfinder, retrieval, text
 from lavo_zoo.recipes.lra.data.common import (
@@ -59,7 +59,8 @@ class DataConfig:
     max_length: NonNegativeInt = 0  # tokens kept per sequence (0: LRA's length for the task)
     difficulty: str = "curv_contour_length_14"  # Pathfinder: curv_baseline | curv_contour_length_9 | ..._14
     image_size: PositiveInt = 32  # Pathfinder image side the loader expects
-    builtin_size: PositiveInt = 2000  # built-in data: training examples (validation and test: a tenth each, >= 16)
+    # built-in data: training examples (validation and test: a tenth each, >= 16); at most LRA's largest split, x1.25
+    builtin_size: Annotated[int, Range(ge=1, le=200_000)] = 2000
     builtin_seed: NonNegativeInt = 0
     builtin_min_length: NonNegativeInt = 0  # built-in ListOps tokens / Text and Retrieval bytes (0: LRA's range)
     builtin_max_length: NonNegativeInt = 0

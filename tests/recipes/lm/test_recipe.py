@@ -117,3 +117,17 @@ def test_a_config_saved_before_the_default_changed_keeps_its_reading(checkpoint,
     attn = recipe.build_model(cfg).blocks[0].attn
     assert (attn.combine, attn.memory_norm, attn.log_read_temperature) == ("half", "mean", None)
     assert read_config(old, ["model.attention.global_read=false"])[1].model.attention.options["combine"] == "half"
+
+
+def test_eval_plot_is_checked_before_the_work_and_never_replaces_a_file(checkpoint, tmp_path, capsys):
+    from lavo_zoo.cli import main
+
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"the user's picture")
+    args = ["eval", str(checkpoint), "--max-batches", "1", "--device", "cpu", "eval.length_factors=[1]"]
+    assert main([*args, f"eval.plot={mine}"]) == 2
+    assert f"eval.plot {mine} already exists" in capsys.readouterr().err and mine.read_bytes() == b"the user's picture"
+    assert main([*args, f"eval.plot={tmp_path / 'ppl.xyz'}"]) == 2
+    assert f"eval.plot {tmp_path / 'ppl.xyz'}: .xyz names no image format" in capsys.readouterr().err
+    assert main([*args, f"eval.plot={tmp_path / 'ppl.svg'}"]) == 0
+    assert b"<svg" in (tmp_path / "ppl.svg").read_bytes()

@@ -84,6 +84,18 @@ def test_two_training_steps_and_eval_writes_results_and_summaries(trained, corpu
     assert results["outputs"] == [str(tmp_path / "out" / "results.summaries.jsonl")]
 
 
+def test_eval_never_replaces_a_summaries_file_without_overwrite(trained, tmp_path, capsys):
+    mine = tmp_path / "results.summaries.jsonl"
+    mine.write_text("my own summaries\n")
+    args = ["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(tmp_path / "results.json"),
+            "--device", "cpu", "--max-batches", "1"]
+    assert main(args) == 2
+    assert f"--out {mine} already exists" in capsys.readouterr().err
+    assert mine.read_text() == "my own summaries\n" and not (tmp_path / "results.json").exists()
+    assert main([*args, "--overwrite"]) == 0
+    assert json.loads(mine.read_text().splitlines()[0])["hypothesis"] is not None
+
+
 def test_summarize_a_saved_checkpoint(trained, tmp_path):
     import lavo_zoo
 

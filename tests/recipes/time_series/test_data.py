@@ -132,6 +132,27 @@ def test_unparseable_dates_are_refused(tmp_path: Path) -> None:
         prepare(DataConfig(path=path, seq_len=24, label_len=12, pred_len=12))
 
 
+def test_a_header_without_rows_and_mixed_time_zones_are_refused_naming_the_file(tmp_path: Path) -> None:
+    from lavo_zoo.recipes.time_series.data import read_table
+
+    with pytest.raises(DataError, match="series.csv has a header but no rows"):
+        read_table(Path(_csv(tmp_path, "date,a,OT\n")))
+    rows = _good_rows(30).splitlines(keepends=True)
+    rows[0] = rows[0].replace(",", "+01:00,", 1)
+    rows[1] = rows[1].replace(",", "+05:00,", 1)
+    with pytest.raises(DataError, match="series.csv: the 'date' column mixes time zones"):
+        read_table(Path(_csv(tmp_path, "date,a,OT\n" + "".join(rows))))
+
+
+def test_dates_in_one_time_zone_are_read_as_such(tmp_path: Path, recwarn) -> None:
+    from lavo_zoo.recipes.time_series.data import read_table
+
+    rows = "".join(row.replace(",", "+02:00,", 1) for row in _good_rows(30).splitlines(keepends=True))
+    table = read_table(Path(_csv(tmp_path, "date,a,OT\n" + rows)))
+    assert str(table["date"].dt.tz) == "UTC+02:00" and len(table) == 30
+    assert not [w for w in recwarn if "timezone" in str(w.message)]
+
+
 def test_too_few_rows_for_one_window_is_refused(tmp_path: Path) -> None:
     path = _csv(tmp_path, "date,a,OT\n" + _good_rows(100))
     with pytest.raises(DataError, match=r"has 100 rows: its validation split .* too short for one window"):

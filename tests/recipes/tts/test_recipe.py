@@ -66,7 +66,8 @@ def test_two_training_steps_write_a_checkpoint(trained: Path) -> None:
     assert "vocab_size: 41" in saved and "feature_mean:" in saved  # resolved from the data, saved with the run
 
 
-def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path) -> None:
+def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                           ) -> None:
     results = tmp_path / "results.json"
     assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
                  "--device", "cpu"]) == 0
@@ -88,6 +89,45 @@ def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path) -> No
                  "--device", "cpu", "--overwrite", "eval.max_utterances=1"]) == 0
     assert json.loads(results.read_text())["num_samples"] == 1
     assert len(list((files / "synthesized").glob("*.wav"))) == 1 and len(list((files / "plots").glob("*.png"))) == 1
+    # it removes only files an evaluation recorded writing there: the user's notes and own wav stop it, untouched
+    notes, own = files / "notes.txt", files / "synthesized" / "mine.wav"
+    notes.write_text("my notes")
+    own.write_bytes(b"RIFF my own recording")
+    before = {p: p.read_bytes() for p in files.rglob("*") if p.is_file()}
+    for extra in ([f"eval.out_dir={files}", "--out", str(tmp_path / "other.json")], ["--out", str(results),
+                                                                                     "--overwrite"]):
+        assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--device", "cpu",
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert "notes.txt, synthesized/mine.wav" in err and "no evaluation recorded writing" in err
+        assert {p: p.read_bytes() for p in files.rglob("*") if p.is_file()} == before
+    notes.unlink()
+    own.unlink()
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
+                 "--device", "cpu", "--overwrite"]) == 0
+    assert len(list((files / "synthesized").glob("*.wav"))) == 2
+
+
+def test_an_interrupted_eval_records_what_it_wrote_so_overwrite_can_replace_it(trained: Path, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    from lavo_zoo.recipes.tts import plot
+
+    def interrupted(*args, **kwargs):  # Ctrl-C once the first utterance's wavs are written
+        raise KeyboardInterrupt
+
+    results = tmp_path / "results.json"
+    args = ["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results), "--device", "cpu"]
+    with monkeypatch.context() as m:
+        m.setattr(plot, "plot_utterance", interrupted)
+        assert main(args) == 130
+    files = tmp_path / "results"
+    manifest = json.loads((files / "eval-manifest.json").read_text())
+    assert sorted(manifest["files"]) == sorted(p.relative_to(files).as_posix() for p in files.rglob("*.wav"))
+    assert len(manifest["files"]) == 2 and not results.exists()
+    assert main(args) == 2  # an earlier evaluation's files: replaced only when asked
+    assert main([*args, "--overwrite"]) == 0
+    assert len(list((files / "synthesized").glob("*.wav"))) == 2 and len(list((files / "plots").glob("*.png"))) == 2
 
 
 def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None:
