@@ -1,11 +1,16 @@
 """What the Triton kernels share (ops/triton_utils.py): where they run, tile extents, the dot products' precision,
-the launch layout. The kernels themselves: test_lavo_triton.py."""
+the launch layout, the one-axis grid and its limit, the launch's compile-failure handling (a stand-in kernel raises
+what Triton raises). The kernels themselves: test_lavo_triton.py."""
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
 
 triton_utils = pytest.importorskip("lavo_zoo.attention.ops.triton_utils", exc_type=ImportError)
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources, PTXASError
 
 
 def test_usable_on_cuda_or_in_the_interpreter_for_half_and_fp32_only():
@@ -42,3 +47,56 @@ def test_rowmajor_and_strides():
     cols = t.transpose(-1, -2)
     copy = triton_utils.rowmajor(cols)
     assert copy.stride(-1) == 1 and torch.equal(copy, cols)
+
+
+def test_the_grid_is_one_axis_up_to_its_limit():
+    """Batch x heads past CUDA's 65,535 limit of the y and z axes: one x axis of programs, clear error past 2^31-1."""
+    assert triton_utils.grid(70_000 * 4, "the window's forward") == (280_000,)
+    assert triton_utils.grid(2**31 - 1, "x") == (2**31 - 1,)
+    with pytest.raises(ValueError, match=r"the window's forward: 2147483648 Triton programs exceed the launch "
+                                         r"grid's limit of 2147483647; split the batch or the sequence"):
+        triton_utils.grid(2**31, "the window's forward")
+
+
+class _Kernel:
+    """Stands in for a @triton.jit kernel: kernel[grid](*args) raises ``error`` (or records the call)."""
+
+    def __init__(self, error: BaseException | None = None):
+        self.error, self.calls = error, []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+            if self.error is not None:
+                raise self.error
+        return run
+
+
+@pytest.mark.parametrize("error", [
+    OutOfResources(300_000, 232_448, "shared memory"), PTXASError("ptxas fatal"),
+    CompilationError("def _fwd(...)", None, "unsupported construct"),
+    RuntimeError("Internal Triton PTX codegen error: ptxas failed"),
+], ids=["out-of-resources", "ptxas", "compilation", "runtime-ptxas"])
+def test_a_compile_failure_warns_once_and_marks_the_kernel_failed(monkeypatch, error):
+    monkeypatch.setattr(triton_utils, "_failures", {})
+    bad, good = _Kernel(error), _Kernel()
+    with pytest.warns(RuntimeWarning, match=r"the Triton kernel window_fwd could not be compiled on this device"), \
+            pytest.raises(triton_utils.KernelUnavailable, match="window_fwd"):
+        triton_utils.launch("window_fwd", bad, (4,), 1, 2, X=3)
+    assert list(triton_utils.failures()) == ["window_fwd"] and len(bad.calls) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                               # no second warning, no second attempt
+        with pytest.raises(triton_utils.KernelUnavailable):
+            triton_utils.launch("window_fwd", bad, (4,), 1, 2, X=3)
+        triton_utils.launch("read_fwd", good, (2,), 5)                # other kernels still launch
+    assert len(bad.calls) == 1 and good.calls == [((2,), (5,), {})]
+
+
+@pytest.mark.parametrize("error", [ValueError("bad argument"), torch.OutOfMemoryError("CUDA out of memory"),
+                                   RuntimeError("CUDA error: an illegal memory access was encountered")])
+def test_other_launch_errors_are_not_compile_failures(monkeypatch, error):
+    """A bug or a full device is not hidden behind a fallback: it propagates and marks nothing."""
+    monkeypatch.setattr(triton_utils, "_failures", {})
+    with pytest.raises(type(error)):
+        triton_utils.launch("window_fwd", _Kernel(error), (1,))
+    assert triton_utils.failures() == {}

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
+from lavo_zoo.attention.ops.dropout import new_seed
 
 COMBINES = ("half", "sum", "gain")
 EMPTY_MEMORY = ("local", "half")
@@ -128,13 +129,14 @@ def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = 
         q: [B, H, T, d] queries.
         mem: [B, H, n, d] mean features; query t reads row (offset + t) // group (n == 1: every query the one row).
         bases: [H, r, d] orthonormal rows per head.
-        kernel: 'recompute', 'autograd' (the only one with attention dropout) or 'triton'
-            (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels` picks it).
+        kernel: 'recompute', 'autograd' or 'triton' (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`
+            picks it); 'triton' that cannot be compiled on this device (warned once) runs 'recompute'.
         log_temperature: [H], the log of a per-head factor on q before the read (the slot logits are the only place
             q enters it), or None.
         memory_norm: 'mean' reads mem as it is, 'rms' reads m / rms(m) per row (zero rows stay zero).
         chunk: queries per recomputed chunk of the 'recompute' kernel (None: :func:`.read.read_chunk`).
-        dropout, training: attention dropout on the slot probabilities ('autograd' kernel, in training).
+        dropout, training: attention dropout on the slot probabilities, in training (every kernel; the
+            recompute and Triton kernels regenerate the call's mask in backward).
 
     Returns:
         [B, H, T, d] in the compute dtype (the Triton kernel: fp32).
@@ -145,12 +147,20 @@ def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = 
         mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
     if kernel == "autograd":
         return read_memory_autograd(q, mem, bases, offset, group, dropout, training)
+    p = dropout if training else 0.0
     if kernel == "triton":
         from lavo_zoo.attention.lavo import triton as lavo_triton
-        return lavo_triton.read_memory_triton(q, mem, bases, offset, group)
+        from lavo_zoo.attention.ops import triton_utils
+        try:
+            if triton_utils.failures():  # a Triton kernel failed earlier in this call (the window's): recompute
+                raise triton_utils.KernelUnavailable(str(triton_utils.failures()))
+            return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=p,
+                                                  seed=new_seed() if p else 0)
+        except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once): recompute
+            kernel = "recompute"
     if kernel != "recompute":
         raise ValueError(f"the memory read has the kernels 'recompute', 'autograd' and 'triton', got '{kernel}'")
-    return read_memory(q, mem, bases, offset, group, chunk)
+    return read_memory(q, mem, bases, offset, group, chunk, p, new_seed() if p else 0)
 
 
 def combine_branches(local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, *, combine: str = "half",

@@ -15,6 +15,17 @@ FlashAttention-style:
   gradient is a sum along diagonals, which no tile product gives); partial sums per block, added up in torch.
 dS = P (dP - delta), delta = rowsum(dO * O) (computed in torch from the saved fp32 output).
 
+Attention dropout (``dropout`` p > 0): each kernel regenerates the call's keep-mask from its seed and each (query,
+relative key offset)'s flat offset (:func:`lavo_zoo.attention.ops.triton_utils.dropout_factor`, factor Z = 0 or
+1 / (1 - p)); the output is (P Z) V with the log-sum-exp of the undropped scores, so backward uses dV = (P Z)^T dO,
+dP = (dO V^T) Z, and delta = rowsum(dO * O) still equals rowsum(P dP).
+
+Every kernel runs on a one-axis grid (batch x heads x blocks) with 64-bit offsets, through
+:func:`~lavo_zoo.attention.ops.triton_utils.launch`: a kernel that cannot be compiled on the device raises
+:class:`~lavo_zoo.attention.ops.triton_utils.KernelUnavailable` (forward: the caller reruns on the recompute
+kernel; backward: :class:`WindowTritonFunction` computes the gradients with the PyTorch kernels, the same mask
+included).
+
 A query whose window has no real key (only padded queries) gets finite garbage and no gradient, as in the blocked
 kernel. The helpers shared with LAVO's read kernels (precision, tile sizes, strides, interpretation) are in
 :mod:`lavo_zoo.attention.ops.triton_utils`.
@@ -26,7 +37,18 @@ import triton
 import triton.language as tl
 
 from lavo_zoo.attention.common import heads_major_empty
-from lavo_zoo.attention.ops.triton_utils import NEG, block_dim, precision, rowmajor, strides
+from lavo_zoo.attention.ops.triton_utils import (
+    NEG,
+    KernelUnavailable,
+    block_dim,
+    dropout_factor,
+    dropout_mask,
+    grid,
+    launch,
+    precision,
+    rowmajor,
+    strides,
+)
 
 BLOCK_M = 64  # queries per program
 BLOCK_N = 64  # keys per tile
@@ -54,6 +76,13 @@ def _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W: tl.constexpr, CAUSAL
 
 
 @triton.jit
+def _drop(seed, p_drop, bh, t, s, T, P, W: tl.constexpr):
+    """Dropout factors [BM, BN] of queries t [BM] against keys s [BN] (positions of T + P): element (bh, t,
+    s - t - P + w - 1) of the call's [B H, T, 2w - 1] mask (entries outside the window are never used)."""
+    return dropout_factor(seed, (bh * T + t[:, None]) * (2 * W - 1) + (s[None, :] - t[:, None] - P + W - 1), p_drop)
+
+
+@triton.jit
 def _load_rows(ptr, rows, dd, T, D):
     """[N, BD] tile: row pointers ptr [N, 1] (base + rows * row stride; unit column stride), zeros for rows outside
     [0, T) and columns dd >= D."""
@@ -62,9 +91,11 @@ def _load_rows(ptr, rows, dd, T, D):
 
 @triton.jit
 def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, smb,
-         H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
-         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr, PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+         H, T, P, D, NB, scale, seed, p_drop, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+         HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+         NK: tl.constexpr, PREC: tl.constexpr):
+    prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, query block); 64-bit offsets throughout
+    bh, pid = prog // NB, prog % NB
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
@@ -82,6 +113,8 @@ def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, s
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(sc - m_new[:, None])                                               # [BM, BN]
         l_i = l_i * alpha + tl.sum(p, 1)
+        if DROPOUT:                                                                   # (P Z) V; l from P
+            p = p * _drop(seed, p_drop, bh, t, s, T, P, W)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
     tq = t < T
@@ -92,10 +125,11 @@ def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, s
 
 @triton.jit
 def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt,
-            sdb, sdh, sdt, smb, H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
-            HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr,
-            PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+            sdb, sdh, sdt, smb, H, T, P, D, NB, scale, seed, p_drop, W: tl.constexpr, CAUSAL: tl.constexpr,
+            HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, BM: tl.constexpr,
+            BN: tl.constexpr, BD: tl.constexpr, NK: tl.constexpr, PREC: tl.constexpr):
+    prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, query block); 64-bit offsets throughout
+    bh, pid = prog // NB, prog % NB
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
@@ -113,6 +147,8 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
         sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
         p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        if DROPOUT:
+            dp = dp * _drop(seed, p_drop, bh, t, s, T, P, W)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], dq * scale, mask=tq[:, None] & (dd < D)[None, :])
@@ -120,10 +156,11 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
 
 @triton.jit
 def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, P, D, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
-              NQ: tl.constexpr, PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, P, D, NB, scale, seed, p_drop, W: tl.constexpr,
+              CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NQ: tl.constexpr, PREC: tl.constexpr):
+    prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, key block); 64-bit offsets throughout
+    bh, pid = prog // NB, prog % NB
     b, h = bh // H, bh % H
     s = pid * BN + tl.arange(0, BN)                                                   # key positions (of T + P)
     dd = tl.arange(0, BD)
@@ -142,8 +179,13 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
         delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
         sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
         p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
-        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        if DROPOUT:
+            z = _drop(seed, p_drop, bh, t, s, T, P, W)
+            dv += tl.dot(tl.trans(p * z).to(do.dtype), do, input_precision=PREC)
+            dp = dp * z
+        else:
+            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC)
     keep = ((s < T + P)[:, None]) & (dd < D)[None, :]
@@ -153,11 +195,12 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
 
 @triton.jit
 def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-               sgb, sgh, sgt, smb, H, T, P, D, NTB, scale, W: tl.constexpr, NO: tl.constexpr, HAS_MASK: tl.constexpr,
-               BM: tl.constexpr, BD: tl.constexpr):
+               sgb, sgh, sgt, smb, H, T, P, D, NTB, scale, seed, p_drop, W: tl.constexpr, NO: tl.constexpr,
+               HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
     """PART[bh, block, o] = sum over the block's queries t of dS[t, t + o - (w - 1)], o < NO (w causal, 2w - 1
     noncausal), as fp32 row products of shifted key/value rows."""
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+    prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, query block); 64-bit offsets throughout
+    bh, pid = prog // NTB, prog % NTB
     b, h = bh // H, bh % H
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
@@ -175,16 +218,20 @@ def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, s
         v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D).to(tl.float32)
         sc = tl.sum(q * k, 1) * scale + tl.load(BIAS + h * (2 * W - 1) + o).to(tl.float32)
         p = tl.where(ok, tl.exp(tl.where(ok, sc - lse, NEG)), 0.0)               # no overflow on masked rows
-        ds = p * (tl.sum(do * v, 1) - delta)
+        dp = tl.sum(do * v, 1)
+        if DROPOUT:
+            dp = dp * dropout_factor(seed, (bh * T + t) * (2 * W - 1) + o, p_drop)
+        ds = p * (dp - delta)
         tl.store(PART + (bh * NTB + pid) * (2 * W - 1) + o, tl.sum(ds, 0))
 
 
 class WindowTritonFunction(torch.autograd.Function):
     """forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
-    key_mask [B, T] bool | None, window, causal, block_m, block_n) -> [B, H, T, d] fp32 (laid out [B, T, H, d]).
-    A prefix (causal streaming: the previous chunk's last P < w keys and values, no key_mask) is joined in front of
-    the keys (one copy, as the flex path does); query t sits at key position P + t. Saves q, the (joined) keys and
-    values, the bias, the mask, the output and the log-sum-exp [B H, T] (fp32) for backward."""
+    key_mask [B, T] bool | None, window, causal, block_m, block_n, dropout, seed) -> [B, H, T, d] fp32 (laid out
+    [B, T, H, d]). A prefix (causal streaming: the previous chunk's last P < w keys and values, no key_mask) is
+    joined in front of the keys (one copy, as the flex path does); query t sits at key position P + t. Saves q, the
+    (joined) keys and values, the bias, the mask, the output and the log-sum-exp [B H, T] (fp32) for backward; with
+    ``dropout`` > 0 the seed, from which backward regenerates the mask."""
 
     @staticmethod
     def _config(q, window, causal, block_m, block_n):
@@ -192,7 +239,8 @@ class WindowTritonFunction(torch.autograd.Function):
                 "PREC": precision(q.dtype)}
 
     @staticmethod
-    def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m, block_n):
+    def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m, block_n, dropout=0.0,
+                seed=0):
         P = 0 if prefix_k is None else prefix_k.shape[2]
         if P:
             k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)  # [B, H, P+T, d]
@@ -205,18 +253,26 @@ class WindowTritonFunction(torch.autograd.Function):
         b = bias.contiguous() if bias is not None else q                              # any pointer when unused
         m = key_mask.to(torch.int8).contiguous() if key_mask is not None else torch.ones(1, 1, dtype=torch.int8,
                                                                                            device=q.device)
-        _fwd[(triton.cdiv(T, block_m), B * H)](
-            q, k, v, b, m, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), m.stride(0),
-            H, T, P, d, d ** -0.5, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
-            NK=triton.cdiv(block_m + span, block_n), **cfg)
+        nb = triton.cdiv(T, block_m)
+        launch("window_fwd", _fwd, grid(nb * B * H, "the window's forward"),
+               q, k, v, b, m, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), m.stride(0),
+               H, T, P, d, nb, d ** -0.5, seed, dropout, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
+               DROPOUT=dropout > 0, NK=triton.cdiv(block_m + span, block_n), **cfg)
         ctx.save_for_backward(q, k, v, bias, m, out, lse)
-        ctx.config = (P, window, causal, block_m, block_n, bias is not None, key_mask is not None)
+        ctx.config = (P, window, causal, block_m, block_n, bias is not None, key_mask is not None, dropout, seed)
         return out
 
     @staticmethod
     def backward(ctx, grad):
+        try:
+            return WindowTritonFunction._backward(ctx, grad)
+        except KernelUnavailable:  # a backward kernel cannot be compiled here (warned once): the PyTorch kernels
+            return WindowTritonFunction._fallback_backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         q, k, v, bias, m, out, lse = ctx.saved_tensors
-        P, window, causal, block_m, block_n, has_bias, has_mask = ctx.config
+        P, window, causal, block_m, block_n, has_bias, has_mask, dropout, seed = ctx.config
         B, H, T, d = q.shape
         cfg = WindowTritonFunction._config(q, window, causal, block_m, block_n)
         span = (1 if causal else 2) * (window - 1)
@@ -225,36 +281,69 @@ class WindowTritonFunction(torch.autograd.Function):
         b = bias.contiguous() if has_bias else q
         args = (q, k, v, b, m, g, lse, delta)
         layout = (*strides(q), *strides(k), *strides(v), *strides(g))
-        flags = {"HAS_BIAS": has_bias, "HAS_MASK": has_mask}
+        flags = {"HAS_BIAS": has_bias, "HAS_MASK": has_mask, "DROPOUT": dropout > 0}
         dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device)
-        _bwd_dq[(triton.cdiv(T, block_m), B * H)](*args, dq, *layout, *strides(dq), m.stride(0), H, T, P, d,
-                                                  d ** -0.5, NK=triton.cdiv(block_m + span, block_n), **flags, **cfg)
+        nb = triton.cdiv(T, block_m)
+        launch("window_bwd_dq", _bwd_dq, grid(nb * B * H, "the window's dq"), *args, dq, *layout, *strides(dq),
+               m.stride(0), H, T, P, d, nb, d ** -0.5, seed, dropout, NK=triton.cdiv(block_m + span, block_n),
+               **flags, **cfg)
         dk = torch.empty(B, H, P + T, d, dtype=q.dtype, device=q.device)             # prefix and keys
         dv = torch.empty_like(dk)
-        _bwd_dkdv[(triton.cdiv(P + T, block_n), B * H)](*args, dk, dv, *layout, *strides(dk), m.stride(0), H, T, P,
-                                                        d, d ** -0.5, NQ=triton.cdiv(block_n + span, block_m),
-                                                        **flags, **cfg)
+        nkb = triton.cdiv(P + T, block_n)
+        launch("window_bwd_dkdv", _bwd_dkdv, grid(nkb * B * H, "the window's dk, dv"), *args, dk, dv, *layout,
+               *strides(dk), m.stride(0), H, T, P, d, nkb, d ** -0.5, seed, dropout,
+               NQ=triton.cdiv(block_n + span, block_m), **flags, **cfg)
         dbias = None
         if has_bias and ctx.needs_input_grad[5]:
-            ntb = triton.cdiv(T, block_m)
-            part = torch.zeros(B * H, ntb, 2 * window - 1, dtype=torch.float32, device=q.device)
-            _bwd_dbias[(ntb, B * H)](*args, part, *layout, m.stride(0), H, T, P, d, ntb, d ** -0.5, W=window,
-                                     NO=window if causal else 2 * window - 1, HAS_MASK=has_mask, BM=block_m,
-                                     BD=cfg["BD"])
-            dbias = part.view(B, H, ntb, -1).sum((0, 2)).to(bias.dtype)
+            part = torch.zeros(B * H, nb, 2 * window - 1, dtype=torch.float32, device=q.device)
+            launch("window_bwd_dbias", _bwd_dbias, grid(nb * B * H, "the window's bias gradient"), *args, part,
+                   *layout, m.stride(0), H, T, P, d, nb, d ** -0.5, seed, dropout, W=window,
+                   NO=window if causal else 2 * window - 1, HAS_MASK=has_mask, DROPOUT=dropout > 0, BM=block_m,
+                   BD=cfg["BD"])
+            dbias = part.view(B, H, nb, -1).sum((0, 2)).to(bias.dtype)
         dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
-        return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None
+        return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None, None, None
+
+    @staticmethod
+    def _fallback_backward(ctx, grad):
+        """The gradients by the PyTorch kernels on the saved inputs: the recompute kernel, or with dropout the
+        autograd kernel under this call's mask (:func:`~lavo_zoo.attention.ops.triton_utils.dropout_mask`)."""
+        from lavo_zoo.attention.ops.window.blocked import WindowAttentionFunction, window_autograd
+
+        q, k, v, bias, m, _, _ = ctx.saved_tensors
+        P, window, causal, _, _, has_bias, has_mask, dropout, seed = ctx.config
+        B, H, T, _ = q.shape
+        key_mask = m.bool() if has_mask else None
+        with torch.enable_grad():
+            q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+            bias_ = bias.detach().requires_grad_() if has_bias else None
+            if dropout:
+                keep = dropout_mask(seed, (B, H, T, 2 * window - 1), dropout, q.device)
+                out = window_autograd(q_, [k_], [v_], window, causal, bias_, key_mask, P, keep=keep)
+            else:
+                pk, pv = (k_[:, :, :P], v_[:, :, :P]) if P else (None, None)
+                out = WindowAttentionFunction.apply(q_, k_[:, :, P:], v_[:, :, P:], pk, pv, bias_, key_mask, window,
+                                                    causal, 256)
+            leaves = [q_, k_, v_] + ([bias_] if has_bias else [])
+            grads = torch.autograd.grad(out, leaves, grad.to(out.dtype))
+        dq, dk, dv = (gr.to(t.dtype) for gr, t in zip(grads[:3], (q, k, v)))
+        dbias = grads[3].to(bias.dtype) if has_bias else None
+        dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
+        return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None, None, None
 
 
 @torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
 def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                             bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
-                            prefix: tuple[torch.Tensor, torch.Tensor] | None = None, block_m: int = BLOCK_M,
-                            block_n: int = BLOCK_N) -> torch.Tensor:
+                            prefix: tuple[torch.Tensor, torch.Tensor] | None = None, dropout: float = 0.0,
+                            seed: int = 0, block_m: int = BLOCK_M, block_n: int = BLOCK_N) -> torch.Tensor:
     """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32: :func:`lavo_zoo.attention.ops.triton_utils.usable`)
     with bias [H, 2w-1], key_mask [B, T] and the streaming ``prefix`` (keys, values) [B, H, P, d], P < w (causal, no
-    key_mask); [B, H, T, d] fp32. Block sizes are powers of two >= 16 (tests use 16)."""
+    key_mask); [B, H, T, d] fp32. ``dropout`` p > 0 drops probabilities with the mask of ``seed``
+    (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, 2w - 1]). Block sizes are powers of
+    two >= 16 (tests use 16). Raises :class:`~lavo_zoo.attention.ops.triton_utils.KernelUnavailable` where the
+    forward kernel cannot be compiled on this device."""
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")
     pk, pv = prefix if prefix is not None and prefix[0].shape[2] else (None, None)
-    return WindowTritonFunction.apply(q, k, v, pk, pv, bias, key_mask, window, causal, block_m, block_n)
+    return WindowTritonFunction.apply(q, k, v, pk, pv, bias, key_mask, window, causal, block_m, block_n, dropout, seed)
