@@ -87,6 +87,7 @@ def _close(got: list[torch.Tensor], want: list[torch.Tensor], names: list[str]) 
     (False, 5, 37, True, True, 32),   # noncausal; key tiles larger than query blocks
     (True, 5, 3, False, True, 16),    # T < w
     (False, 18, 24, False, False, 16),  # w > block: the band spans three key tiles; no bias
+    (True, 18, 24, True, True, None),   # the default configuration (64-query blocks, the band's exact tile)
 ])
 def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked, bias, block_n):
     window_triton, _ = kernels
@@ -99,7 +100,7 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
     rows = torch.ones(B, 1, T, 1) if mask is None else mask[:, None, :, None].to(F32)  # padded rows: garbage
     g = torch.randn(B, H, T, d) * rows
     out = window_triton.triton_window_attention(q, k, v, w, causal=causal, bias=table if bias else None,
-                                                key_mask=mask, block_m=16, block_n=block_n)
+                                                key_mask=mask, block_m=16 if block_n else None, block_n=block_n)
     leaves = [q, k, v] + ([table] if bias else [])
     grads = torch.autograd.grad((out * g).sum(), leaves)
     q2, k2, v2, t2 = _f64(q, k, v, table)
@@ -145,8 +146,8 @@ def test_window_dispatch(kernels):
 @interpreted
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs(kernels, dtype):
-    """Half-precision q, k, v, bases (tl.dot on half operands, fp32 statistics, half gradients): the window
-    (causal, padded, with EPE) and the per-window read within 3e-3 of the float64 reference's largest entry."""
+    """Half-precision q, k, v, bases (tl.dot on half operands, fp32 statistics, half outputs and gradients): the
+    window (causal, padded, with EPE) and the per-window read within 3e-3 of the float64 reference's largest entry."""
     if dtype == torch.bfloat16:
         pytest.skip("Triton 3.6's interpreter multiplies bf16 tl.dot operands wrongly (a 16x16 product is off by "
                     "1e10); fp16 covers the half-precision paths here, bf16 runs in benchmarks/check_triton_gpu.py")
@@ -170,7 +171,7 @@ def test_half_inputs(kernels, dtype):
     ref_glob = read_memory_autograd(q2, m2, b2, 2, 5)
     want = [ref_local * rows, ref_glob, *torch.autograd.grad(((ref_local + ref_glob) * g.double()).sum(),
                                                              (q2, k2, v2, t2, m2, b2))]
-    assert [t.dtype for t in got[2:]] == [dtype, dtype, dtype, torch.float32, torch.float32, dtype]
+    assert [t.dtype for t in (local, glob, *got[2:])] == [dtype] * 5 + [torch.float32, torch.float32, dtype]
     for name, a, b in zip(["local", "global", "dq", "dk", "dv", "depe", "dmem", "dbases"], got, want):
         err = (a.double() - b).abs().max().item()
         assert err <= 3e-3 * b.abs().max().item(), (name, err)
@@ -273,18 +274,21 @@ def test_backward_kernels_that_fail_to_compile_leave_the_gradients_to_pytorch(ke
     bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
     g = torch.randn(B, H, T, d)
 
-    def grads():
+    log_t, gain = (torch.randn(H) * 0.5).requires_grad_(), torch.randn(H).requires_grad_()
+
+    def grads():  # the layer's causal path: the window, then the fused read with temperature and learned gain
         local = window_triton.triton_window_attention(q, k, v, w, causal=True, bias=table, dropout=p, seed=seed,
                                                       block_m=16, block_n=16)
-        glob = lavo_triton.read_memory_triton(q, mem, bases, 1, w, block_m=16, dropout=p, seed=seed)
-        return torch.autograd.grad(((local + glob) * g).sum(), (q, k, v, table, mem, bases))
+        out = lavo_triton.read_memory_triton(q, mem, bases, 1, w, block_m=16, dropout=p, seed=seed,
+                                             log_temperature=log_t, local=local, gain=gain)
+        return torch.autograd.grad((out * g).sum(), (q, k, v, table, mem, bases, log_t, gain))
     want = grads()
     monkeypatch.setattr(window_triton, "_bwd_dkdv", _Uncompilable())
     monkeypatch.setattr(lavo_triton, "_bwd", _Uncompilable())
     with pytest.warns(RuntimeWarning) as record:
         got = grads()
     assert sorted(str(w.message).split()[3] for w in record) == ["read_bwd", "window_bwd_dkdv"]
-    for name, a, b in zip(["dq", "dk", "dv", "dbias", "dmem", "dbases"], got, want):
+    for name, a, b in zip(["dq", "dk", "dv", "dbias", "dmem", "dbases", "dtemperature", "dgain"], got, want):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
@@ -353,8 +357,39 @@ def test_read_dropout_equals_the_autograd_read_with_the_kernels_mask(kernels):
     assert not torch.allclose(out, lavo_triton.read_memory_triton(q, mem, bases, 2, 5, block_m=16))
 
 
+@interpreted
+@pytest.mark.parametrize("temperature, gain, p", [(True, "per-head", 0.3), (False, 3.0, 0.0)])
+def test_read_with_temperature_and_combine_inside_the_kernel(kernels, temperature, gain, p):
+    """The fused read: local + g * read(q exp(t_h)) from one kernel (per-head learned gain, or a constant), with
+    dropout; output and the gradients of q, the memory, the bases, the temperature, the local branch and the gain
+    against the float64 torch ops under the kernel's mask."""
+    from lavo_zoo.attention.ops.triton_utils import dropout_mask
+
+    _, lavo_triton = kernels
+    B, H, T, n, d, r, seed = 2, 2, 21, 5, 8, 4, 99
+    q, mem, local = _leaves((B, H, T, d), (B, H, n, d), (B, H, T, d))
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    log_t = (torch.randn(H) * 0.5).requires_grad_() if temperature else None
+    g = torch.randn(H).requires_grad_() if gain == "per-head" else gain
+    grad = torch.randn(B, H, T, d)
+    out = lavo_triton.read_memory_triton(q, mem, bases, 2, 5, block_m=16, dropout=p, seed=seed, log_temperature=log_t,
+                                         local=local, gain=g)
+    leaves = [q, mem, bases, local] + ([log_t] if temperature else []) + ([g] if gain == "per-head" else [])
+    grads = torch.autograd.grad((out * grad).sum(), leaves)
+    q2, m2, b2, l2 = _f64(q, mem, bases, local)
+    t2 = _f64(log_t)[0] if temperature else None
+    g2 = _f64(g)[0] if gain == "per-head" else gain
+    keep = dropout_mask(seed, (B, H, T, r), p, "cpu").double() if p else None
+    read = read_memory_autograd(q2 * t2.exp()[:, None, None] if temperature else q2, m2, b2, 2, 5, keep=keep)
+    ref = l2 + (g2[:, None, None] if gain == "per-head" else g2) * read
+    refs = torch.autograd.grad((ref * grad.double()).sum(), [q2, m2, b2, l2] + ([t2] if temperature else [])
+                               + ([g2] if gain == "per-head" else []))
+    _close([out, *grads], [ref, *refs], ["out", "dq", "dmem", "dbases", "dlocal", "dtemperature", "dgain"])
+
+
 # ------------------------------------------------------------------------------------------------- the layer
 CONFIGS = [("causal", {}, 11), ("causal", {}, 3), ("causal", {"context_dissection": False}, 11),
+           ("causal", {"combine": "gain"}, 11), ("causal", {"combine": "half", "read_temperature": 0.0}, 11),
            ("noncausal", {}, 11), ("cross", {}, 11)]
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 triton_utils = pytest.importorskip("lavo_zoo.attention.ops.triton_utils", exc_type=ImportError)
+import triton
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources, PTXASError
 
@@ -100,3 +101,39 @@ def test_other_launch_errors_are_not_compile_failures(monkeypatch, error):
     with pytest.raises(type(error)):
         triton_utils.launch("window_fwd", _Kernel(error), (1,))
     assert triton_utils.failures() == {}
+
+
+def test_band_tiles_skip_exactly():
+    """A program of `block` rows scans its band of block + span rows in tiles of band_tile(): less than one tile
+    more than the band (a 16-key causal window: 80 keys per 64 queries, not the 128 of 64-key tiles)."""
+    assert (triton_utils.band_tile(64, 15), triton_utils.scanned(64, 15, 16)) == (16, 80)     # w = 16 causal
+    assert (triton_utils.band_tile(128, 15), triton_utils.scanned(128, 15, 16)) == (16, 144)
+    assert (triton_utils.band_tile(64, 30), triton_utils.scanned(64, 30, 32)) == (32, 96)     # w = 16 noncausal
+    assert (triton_utils.band_tile(64, 510), triton_utils.scanned(64, 510, 64)) == (64, 576)  # LRA: w = 256
+    assert triton_utils.band_tile(64, 0) == 64                                                 # w = 1
+    for block in (64, 128):
+        for span in range(0, 600, 7):
+            tile = triton_utils.band_tile(block, span)
+            assert 0 <= triton_utils.scanned(block, span, tile) - (block + span) < tile
+
+
+@pytest.mark.skipif(triton_utils.INTERPRETED, reason="the interpreter runs one fixed configuration")
+def test_window_and_read_kernels_are_autotuned_over_blocks_and_warps_with_the_exact_tile():
+    """On a GPU: each window kernel tunes 64 / 128 rows per program and 4 / 8 warps, every configuration pruned to
+    the tile that skips exactly for the call's window; the read's forward tunes 32 / 64 / 128 queries; neither
+    specialises on the sequence length."""
+    from lavo_zoo.attention.lavo import triton as lavo_triton
+    from lavo_zoo.attention.ops.window import triton as window_triton
+
+    for kernel in (window_triton._fwd, window_triton._bwd_dq, window_triton._bwd_dkdv):
+        assert isinstance(kernel, triton.runtime.Autotuner) and kernel.keys == window_triton.KEY
+        assert sorted((c.kwargs["BM"], c.num_warps) for c in kernel.configs) == [(64, 4), (64, 8), (128, 4),
+                                                                                 (128, 8)]
+        causal16 = kernel.early_config_prune(kernel.configs, {"W": 16, "CAUSAL": True})
+        assert {(c.kwargs["BM"], c.kwargs["BN"]) for c in causal16} == {(64, 16), (128, 16)}
+        lra = kernel.early_config_prune(kernel.configs, {"W": 256, "CAUSAL": False})
+        assert {(c.kwargs["BM"], c.kwargs["BN"]) for c in lra} == {(64, 64), (128, 64)}
+        assert "T" in kernel.fn.do_not_specialize
+    read = lavo_triton._fwd
+    assert sorted(c.kwargs["BM"] for c in read.configs) == [32, 32, 64, 64, 128, 128]
+    assert "T" in read.fn.do_not_specialize

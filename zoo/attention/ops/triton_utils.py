@@ -9,6 +9,10 @@ launch itself with its compile-failure fallback, and the dropout mask.
   naming it and the reason, and :class:`KernelUnavailable` is raised: the caller reruns the call (or a backward pass
   its gradients) on the PyTorch kernels, and :func:`lavo_zoo.attention.ops.dispatch.triton_runs` says no from then
   on (:func:`failures`).
+- Tiles (:func:`band_tile`, :func:`autotuned`): a program of ``block`` queries walks its band of ``block + span``
+  keys in tiles sized so that the keys it scans exceed the band by less than one tile (a 16-key window: 80 keys per
+  64 queries, not 128); on a GPU the block size and warps are autotuned per kernel (``triton.autotune`` over a few
+  configurations, the sequence length not specialised), in Triton's interpreter one fixed configuration runs.
 - Dropout (:func:`dropout_factor`): the keep-mask is ``tl.rand(seed, offset)`` of each element's flat offset
   (bh T + t) W + j in a [B H, T, W] layout per call (W slots per query: the window's 2w - 1 relative key offsets,
   the read's r bases), so forward and backward draw the same mask from the call's seed; :func:`dropout_mask`
@@ -66,6 +70,44 @@ def rowmajor(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+# ------------------------------------------------------------------------------------------------- tiles
+TILES = (16, 32, 64)  # tile extents a band may be walked in (tl.dot's minimum is 16)
+
+
+def band_tile(block: int, span: int) -> int:
+    """The tile extent for a program of ``block`` rows whose band is ``block + span`` rows of the other side (span =
+    w - 1 causal, 2 (w - 1) noncausal): the one of :data:`TILES` that scans the fewest rows, cdiv(block + span,
+    tile) x tile, the larger on ties (fewer, fuller tile products)."""
+    return min(TILES, key=lambda tile: (triton.cdiv(block + span, tile) * tile, -tile))
+
+
+def scanned(block: int, span: int, tile: int) -> int:
+    """Rows a program of ``block`` rows scans to cover its band of ``block + span`` in tiles of ``tile``."""
+    return triton.cdiv(block + span, tile) * tile
+
+
+def autotuned(blocks: tuple[int, ...], warps: tuple[int, ...], key: list[str], span_of=None):
+    """Decorator for a @triton.jit kernel with the constexpr BM (rows per program) and, where it walks a band, BN
+    (its tile extent): on a GPU ``triton.autotune`` over the ``blocks`` x ``warps`` configurations, keyed on
+    ``key``, each band kernel's with the exact-skipping tile of :func:`band_tile` (``span_of(args)`` gives the
+    band's span from the launch's arguments); in Triton's interpreter one fixed configuration (no benchmarking
+    there): the first block and warps, the smallest tile."""
+    def config(block: int, num_warps: int, tile: int | None = None) -> triton.Config:
+        return triton.Config({"BM": block} | ({} if span_of is None else {"BN": tile or block}), num_warps=num_warps)
+
+    def prune(configs, named_args, **kwargs):
+        span = span_of({**named_args, **kwargs})
+        return [config(c.kwargs["BM"], c.num_warps, band_tile(c.kwargs["BM"], span)) for c in configs]
+
+    def wrap(kernel):
+        chosen = [config(block, w) for block in blocks for w in warps]
+        if INTERPRETED:
+            chosen = [config(blocks[0], warps[0], TILES[0])]
+        return triton.autotune(configs=chosen, key=key,
+                               prune_configs_by={"early_config_prune": prune} if span_of else None)(kernel)
+    return wrap
+
+
 # ------------------------------------------------------------------------------------------------- the launch
 GRID_LIMIT = 2**31 - 1  # programs on a CUDA grid's x axis (its y and z axes stop at 65,535)
 _failures: dict[str, str] = {}  # kernel name -> why it could not be compiled, in this process
@@ -97,12 +139,21 @@ def _compile_failure(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and not isinstance(e, torch.OutOfMemoryError) and "ptxas" in str(e).lower()
 
 
-def launch(name: str, kernel, programs: tuple[int], *args, **kwargs) -> None:
+def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwargs) -> None:
     """``kernel[programs](*args, **kwargs)``, or :class:`KernelUnavailable` where the kernel cannot be compiled here:
     the first failure warns once (naming ``name`` and the reason) and records it (:func:`failures`), which turns the
-    Triton kernels off for the process in the choice of kernels; a later launch of that kernel raises at once."""
+    Triton kernels off for the process in the choice of kernels; a later launch of that kernel raises at once.
+    ``programs``: the grid, or a function of the meta-parameters (an autotuned kernel's block size) that gives it.
+    ``config``: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
+    tuning."""
     if name in _failures:
         raise KernelUnavailable(f"{name}: {_failures[name]}")
+    if config is not None:
+        if isinstance(kernel, triton.runtime.Autotuner):
+            kernel = kernel.fn
+        kwargs = {**kwargs, **config}
+        if callable(programs):
+            programs = programs(config)
     try:
         kernel[programs](*args, **kwargs)
     except Exception as e:
