@@ -83,8 +83,8 @@ def _close(got: list[torch.Tensor], want: list[torch.Tensor], names: list[str]) 
 # ------------------------------------------------------------------------------------------------- the window
 @interpreted
 @pytest.mark.parametrize("causal, w, T, masked, bias, block_n", [
-    (True, 5, 37, True, True, 16),    # T % w and T % block != 0, padding holes
-    (False, 5, 37, True, True, 32),   # noncausal; key tiles larger than query blocks
+    (True, 5, 21, True, True, 16),    # T % w and T % block != 0, padding holes
+    (False, 5, 21, True, True, 32),   # noncausal; key tiles larger than query blocks
     (True, 5, 3, False, True, 16),    # T < w
     (False, 18, 24, False, False, 16),  # w > block: the band spans three key tiles; no bias
     (True, 18, 24, True, True, None),   # the default configuration (64-query blocks, the band's exact tile)
@@ -112,9 +112,9 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
 
 @interpreted
 @pytest.mark.parametrize("P, T, w", [
-    (3, 37, 5),    # a streaming chunk after 3 tokens
+    (3, 21, 5),    # a streaming chunk after 3 tokens
     (4, 2, 5),     # a 2-token chunk, T < w
-    (9, 37, 17),   # 16 + w - 1 keys per block fill the key tiles exactly: a band not shifted by P would miss keys
+    (9, 21, 17),   # 16 + w - 1 keys per block fill the key tiles exactly: a band not shifted by P would miss keys
 ])
 def test_window_kernels_with_a_streaming_prefix(kernels, P, T, w):
     """Causal chunk whose window reaches into the state's last P keys: output and the gradients of q, k, v, the EPE
@@ -466,3 +466,35 @@ def test_kernel_choice_and_mode(kernels, monkeypatch):
     monkeypatch.setenv("LAVO_ZOO_TRITON", "0")
     assert attn.kernels(q) == ("recompute", "recompute") and attn.mode == "recompute"
     assert build_attention("lavo", 16, 2, "causal").mode == "recompute"                    # before any call
+
+
+@interpreted
+@pytest.mark.parametrize("opts", [{"combine": "gain"},
+                                  {"combine": "half", "empty_memory": "half", "read_temperature": 0.0,
+                                   "memory_norm": "mean", "position_encoding": False, "memory_source": "value"}],
+                         ids=lambda o: str(o))
+def test_decoding_in_one_kernel_equals_the_full_call_and_the_torch_step(kernels, monkeypatch, opts):
+    """Token by token after a one-token prefill, under no_grad (every step one kernel): the outputs equal the full
+    call's, through empty memory, window completions and the growing then sliding key ring; the state equals the
+    torch ops' step (the same layer on the recompute kernels)."""
+    _, lavo_triton = kernels
+    steps = []
+    kernel_step = lavo_triton.decode_step_triton
+    monkeypatch.setattr(lavo_triton, "decode_step_triton", lambda *a, **k: steps.append(1) or kernel_step(*a, **k))
+    attn = _layer("causal", **opts)
+    ref = copy.deepcopy(attn)
+    ref.backend = "recompute"
+    x = torch.randn(2, 9, 16)
+    with torch.no_grad():
+        full = attn(x)
+        _, state = attn(x[:, :1], state=None, return_state=True)
+        _, ref_state = ref(x[:, :1], state=None, return_state=True)
+        ys = []
+        for t in range(1, 9):
+            y, state = attn(x[:, t:t + 1], state=state, return_state=True)
+            _, ref_state = ref(x[:, t:t + 1], state=ref_state, return_state=True)
+            ys.append(y)
+    assert attn.mode == "triton" and state.position == 9 and state.keys.shape[2] == 3 and len(steps) == 8
+    torch.testing.assert_close(torch.cat(ys, 1), full[:, 1:], **TOL)
+    for name in ("keys", "values", "sum_complete", "sum_partial"):
+        torch.testing.assert_close(getattr(state, name), getattr(ref_state, name), **TOL, msg=name)

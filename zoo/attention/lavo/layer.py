@@ -327,6 +327,10 @@ class LavoAttention(Attention):
         q [B, H, 1, d] -> ([B, H, 1, d] in the compute dtype, the new state)."""
         w = self.window_size
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
+        if read_kernel == "triton" and self.global_read and state.position > 0 and not torch.is_grad_enabled():
+            stepped = self._decode_one_triton(x, q, k, v, state)                    # one kernel, no graph to record
+            if stepped is not None:
+                return stepped
         local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)  # [B, H, 1, d]
         keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
         if not self.global_read:  # the local window alone; the state's sums stay zero
@@ -337,6 +341,23 @@ class LavoAttention(Attention):
             gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
             memory_norm=self.memory_norm, kernel=read_kernel, chunk=self.chunk_size)
         return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
+
+    def _decode_one_triton(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           state: LavoState) -> tuple[torch.Tensor, LavoState] | None:
+        """:meth:`_decode_one` as one Triton kernel (the window step, the read, the joining and the new state), or
+        None where the kernel cannot be compiled on this device (warned once; the caller runs the torch ops)."""
+        from lavo_zoo.attention.lavo import triton as lavo_triton
+        from lavo_zoo.attention.ops import triton_utils
+
+        feat = None if self.memory_source == "local_out" else (v if self.memory_source == "value" else self._heads(x))
+        try:
+            out, keys, values, complete, partial = lavo_triton.decode_step_triton(
+                q, k, v, state.keys, state.values, state.sum_complete, state.sum_partial, state.position, self.bases,
+                self.window_size, bias=self.epe, feat=feat, log_temperature=self.log_read_temperature,
+                memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory)
+        except triton_utils.KernelUnavailable:
+            return None
+        return out, LavoState(keys, values, complete, partial, state.position + 1)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

@@ -15,6 +15,11 @@ token: group = 1) and noncausal / cross attention (one row per sequence).
   atomics, so the result is deterministic). Torch then sums dh per memory row (an index_add over T / group rows)
   and forms dmem = dh_rows B.
 
+- ``_decode`` (:func:`decode_step_triton`): a whole causal decoding step of the layer in one program per (b, h),
+  no autograd: the window over the stored keys and the step's (with the EPE), the read of the complete windows'
+  mean (rms, temperature), the joined output, and the new state (the last keys and values, the sums, a completed
+  window's partial sum folded in), where the torch ops take about 20 launches per token.
+
 Attention dropout (``dropout`` p > 0) multiplies the slot probabilities by the factor Z of the call's seed and each
 (query, slot)'s offset in a [B H, T, r] layout (:func:`lavo_zoo.attention.ops.triton_utils.dropout_factor`),
 regenerated in backward: o = B^T (p Z h). Both kernels run on a one-axis grid with 64-bit offsets through
@@ -292,3 +297,122 @@ def read_memory_triton(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, 
     shared = 1.0 if per_head is not None else float(gain)
     return MemoryReadTritonFunction.apply(q, mem, bases, log_temperature, local, per_head, offset, group, block_m,
                                           dropout, seed, shared)
+
+
+# ------------------------------------------------------------------------------------------------- one decoding step
+@triton.jit(do_not_specialize=["L", "count"])
+def _decode(Q, K, V, FEAT, KEYS, VALUES, EPE, SUMC, SUMP, BASES, TEMP, GAIN, O, NKEYS, NVALUES, NSUMC, NSUMP,
+            sqb, sqh, skb, skh, svb, svh, sfb, sfh, spb, sph, spt, svsb, svsh, svst, snb, snh, snt, sbh, sbr,
+            H, D, R, L, count, scale, gain, W: tl.constexpr, SHIFT: tl.constexpr, COMPLETES: tl.constexpr,
+            HAS_BIAS: tl.constexpr, FEAT_IS_LOCAL: tl.constexpr, HAS_TEMP: tl.constexpr, RMS: tl.constexpr,
+            HALF: tl.constexpr, EMPTY_HALF: tl.constexpr, GAIN_PER_HEAD: tl.constexpr, BD: tl.constexpr,
+            BW: tl.constexpr, BR: tl.constexpr):
+    """One program per (b, h): query q after the L stored keys / values (KEYS, VALUES [B, H, L, d]) and the memory
+    sums; writes the output (fp32), the new last keys and values (the last L + 1 - SHIFT of the L stored and the
+    step's) and the new sums (the partial one folded into the complete one when the step ends a window)."""
+    bh = tl.program_id(0).to(tl.int64)
+    b, h = bh // H, bh % H
+    dd, jj, rr = tl.arange(0, BD), tl.arange(0, BW), tl.arange(0, BR)
+    dm = dd < D
+    q = tl.load(Q + b * sqb + h * sqh + dd, mask=dm, other=0.0).to(tl.float32)                       # [BD]
+    k = tl.load(K + b * skb + h * skh + dd, mask=dm, other=0.0)
+    v = tl.load(V + b * svb + h * svh + dd, mask=dm, other=0.0)
+    # the window: the L stored keys, then the step's own at index L; key j sits j - L before the query
+    stored = (jj < L)[:, None] & dm[None, :]
+    keys = tl.load(KEYS + b * spb + h * sph + jj[:, None] * spt + dd[None, :], mask=stored, other=0.0)
+    values = tl.load(VALUES + b * svsb + h * svsh + jj[:, None] * svst + dd[None, :], mask=stored, other=0.0)
+    keys = tl.where((jj == L)[:, None], k[None, :], keys)                                              # [BW, BD]
+    values = tl.where((jj == L)[:, None], v[None, :], values)
+    s = tl.sum(q[None, :] * keys.to(tl.float32), 1) * scale                                           # [BW]
+    if HAS_BIAS:
+        s += tl.load(EPE + h * (2 * W - 1) + W - 1 - L + jj, mask=jj <= L, other=0.0).to(tl.float32)
+    s = tl.where(jj <= L, s, NEG)
+    p = tl.exp(s - tl.max(s, 0))
+    local = tl.sum((p / tl.sum(p, 0))[:, None] * values.to(tl.float32), 0)                           # [BD]
+    # the new last keys and values: rows SHIFT..L of [stored, step]
+    nrow = jj + SHIFT
+    keep = (nrow <= L)[:, None] & dm[None, :]
+    nk = tl.load(KEYS + b * spb + h * sph + nrow[:, None] * spt + dd[None, :], mask=keep & (nrow < L)[:, None],
+                 other=0.0)
+    nv = tl.load(VALUES + b * svsb + h * svsh + nrow[:, None] * svst + dd[None, :], mask=keep & (nrow < L)[:, None],
+                 other=0.0)
+    nk = tl.where((nrow == L)[:, None], k[None, :], nk)
+    nv = tl.where((nrow == L)[:, None], v[None, :], nv)
+    tl.store(NKEYS + b * snb + h * snh + jj[:, None] * snt + dd[None, :], nk, mask=keep)
+    tl.store(NVALUES + b * snb + h * snh + jj[:, None] * snt + dd[None, :], nv, mask=keep)
+    # the memory: the mean of the complete windows' features (count tokens), read through the bases
+    complete = tl.load(SUMC + bh * D + dd, mask=dm, other=0.0)
+    m = complete / tl.maximum(count, 1).to(tl.float32)
+    if RMS:
+        m = m * (1.0 / tl.sqrt(tl.sum(m * m, 0) / D + 1e-6))
+    qscale, g = _head_factors(TEMP, GAIN, h, gain, HAS_TEMP, GAIN_PER_HEAD)
+    basis = tl.load(BASES + h * sbh + rr[:, None] * sbr + dd[None, :], mask=(rr < R)[:, None] & dm[None, :],
+                    other=0.0).to(tl.float32)                                                          # [BR, BD]
+    hm = tl.sum(basis * m[None, :], 1)                                                                 # [BR] h = B m
+    s2 = tl.where(rr < R, scale * hm * tl.sum(basis * (q * qscale)[None, :], 1), NEG)
+    p2 = tl.exp(s2 - tl.max(s2, 0))
+    glob = tl.sum(((p2 / tl.sum(p2, 0)) * hm)[:, None] * basis, 0)                                    # [BD]
+    if HALF:
+        if count == 0:
+            out = local * (0.5 if EMPTY_HALF else 1.0)
+        else:
+            out = 0.5 * (local + glob)
+    else:
+        out = local + g * glob                                                                         # 0 when empty
+    tl.store(O + bh * D + dd, out, mask=dm)
+    if FEAT_IS_LOCAL:
+        feat = local
+    else:
+        feat = tl.load(FEAT + b * sfb + h * sfh + dd, mask=dm, other=0.0).to(tl.float32)
+    partial = tl.load(SUMP + bh * D + dd, mask=dm, other=0.0) + feat
+    if COMPLETES:
+        complete, partial = complete + partial, partial * 0.0
+    tl.store(NSUMC + bh * D + dd, complete, mask=dm)
+    tl.store(NSUMP + bh * D + dd, partial, mask=dm)
+
+
+@torch.compiler.disable
+def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                       sum_complete: torch.Tensor, sum_partial: torch.Tensor, position: int, bases: torch.Tensor,
+                       window: int, *, bias: torch.Tensor | None = None, feat: torch.Tensor | None = None,
+                       log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+                       combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local"
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One causal LAVO token (context dissection, no padding) in one kernel: the local window over the stored keys
+    and the step's, the read of the complete windows' mean, the joined output and the new state. Inference only (no
+    autograd graph).
+
+    Args:
+        q, k, v: [B, H, 1, d] the step's query, key and value.
+        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
+        sum_complete, sum_partial: [B, H, d] fp32, the memory sums before the step; position: tokens before it.
+        bases: [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
+        log_temperature, memory_norm, combine, gain, empty_memory: the reading, as :func:`..ops.memory_step`.
+
+    Returns:
+        out [B, H, 1, d] fp32; the new keys and values [B, H, min(w - 1, L + 1), d]; the new sum_complete and
+        sum_partial [B, H, d] fp32 (a window's partial sum folded into the complete one when the step ends it).
+    """
+    B, H, _, d = q.shape
+    L, w, r = keys.shape[2], window, bases.shape[1]
+    new_len = min(w - 1, L + 1)
+    new_keys = keys.new_empty(B, H, new_len, d)
+    new_values = values.new_empty(B, H, new_len, d)
+    out = torch.empty(B, H, 1, d, dtype=torch.float32, device=q.device)
+    complete, partial = torch.empty_like(sum_complete), torch.empty_like(sum_partial)
+    sc, sp = sum_complete.contiguous(), sum_partial.contiguous()
+    keys, values, bases = rowmajor(keys), rowmajor(values), rowmajor(bases)
+    per_head = isinstance(gain, torch.Tensor)
+    f = feat if feat is not None else q
+    launch("decode", _decode, grid(B * H, "the decoding step"),
+           q, k, v, f, keys, values, bias if bias is not None else q, sc, sp, bases,
+           log_temperature if log_temperature is not None else q, gain if per_head else q, out, new_keys, new_values,
+           complete, partial, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+           f.stride(0), f.stride(1), *strides(keys), *strides(values), *strides(new_keys), *strides(bases),
+           H, d, r, L, position - position % w, d ** -0.5, 1.0 if per_head else float(gain), W=w,
+           SHIFT=L + 1 - new_len, COMPLETES=(position + 1) % w == 0, HAS_BIAS=bias is not None,
+           FEAT_IS_LOCAL=feat is None, HAS_TEMP=log_temperature is not None, RMS=memory_norm == "rms",
+           HALF=combine == "half", EMPTY_HALF=empty_memory == "half", GAIN_PER_HEAD=per_head,
+           BD=block_dim(d), BW=block_dim(w), BR=block_dim(r))
+    return out, new_keys, new_values, complete, partial
