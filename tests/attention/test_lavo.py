@@ -361,30 +361,29 @@ def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
 
 
 def test_kernel_choice_is_made_in_the_layer(monkeypatch):
-    """The layer's kernels for its backend, dropout and mode, stated here: on CPU the recompute kernels (autograd
-    ones with dropout in training); on CUDA the Triton kernels where Triton is installed and not switched off, else
-    the flex window beside the recompute read. Choosing records nothing: a call does (``mode``)."""
+    """The layer's kernels for its backend, dropout and mode, stated here: on CPU the recompute kernels (dropout
+    included); on CUDA the flex window beside the recompute read (the path that has run on a GPU), the Triton kernels
+    with LAVO_ZOO_TRITON=1 where Triton is installed. Choosing records nothing: a call does (``mode``)."""
     from lavo_zoo.attention.ops.window import flex
 
+    monkeypatch.delenv("LAVO_ZOO_TRITON", raising=False)
     attn = build_attention("lavo", 32, 2, "causal", dropout=0.1).eval()
     q = torch.randn(1, 2, 512, 16)
-    assert attn.kernels(q) == ("recompute", "recompute")  # CPU, no dropout: saves inputs, recomputes
+    assert attn.kernels(q) == ("recompute", "recompute")  # CPU: saves inputs, recomputes
     attn.train()
-    assert attn.kernels(q) == ("autograd", "autograd")    # dropout in training: the mask backward must see
-    assert attn.mode == "autograd"                        # before any call: what a call would get
-    attn.eval()
-    attn(torch.randn(1, 3, 32))
+    assert attn.kernels(q) == ("recompute", "recompute")  # dropout in training: regenerated in backward
+    assert build_attention("lavo", 32, 2, "causal", dropout=0.1, backend="autograd").mode == "autograd"  # before any
+    attn.eval()                                                                                     # call: what one
+    attn(torch.randn(1, 3, 32))                                                                     # would get
     assert attn.mode == "recompute"                       # the call's kernels, recorded by the call
-    attn.train()
-    assert attn.kernels(q) == ("autograd", "autograd") and attn.mode == "recompute"
-    assert build_attention("lavo", 32, 2, "causal").kernels(q) == ("recompute", "recompute")
     if torch.cuda.is_available():
-        attn.eval()
         monkeypatch.delenv("LAVO_ZOO_FLEX", raising=False)
         monkeypatch.setattr(flex, "_failure", None)
-        monkeypatch.setenv("LAVO_ZOO_TRITON", "0")
         assert attn.kernels(q.cuda()) == ("flex", "recompute")
-        monkeypatch.delenv("LAVO_ZOO_TRITON")
+        attn.train()
+        assert attn.kernels(q.cuda()) == ("recompute", "recompute")
+        attn.eval()
+        monkeypatch.setenv("LAVO_ZOO_TRITON", "1")
         if importlib.util.find_spec("triton") is not None:
             assert attn.kernels(q.cuda()) == ("triton", "triton")
             assert attn.kernels(q.cuda().double()) == ("flex", "recompute")  # fp64: no Triton kernel

@@ -13,6 +13,7 @@ import copy
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from lavo_zoo.attention.lavo.read import read_memory_autograd
 from lavo_zoo.attention.ops.dispatch import choose_kernels, triton_runs
 from lavo_zoo.attention.ops.naive import key_mask_4d
 from lavo_zoo.attention.ops.window import window_attention
+from lavo_zoo.attention.ops.window.blocked import window_autograd
 from lavo_zoo.attention.ops.window.naive import dense_attention, relative_bias, window_mask
 
 pytest.importorskip("triton")
@@ -81,10 +83,11 @@ def _close(got: list[torch.Tensor], want: list[torch.Tensor], names: list[str]) 
 # ------------------------------------------------------------------------------------------------- the window
 @interpreted
 @pytest.mark.parametrize("causal, w, T, masked, bias, block_n", [
-    (True, 5, 37, True, True, 16),    # T % w and T % block != 0, padding holes
-    (False, 5, 37, True, True, 32),   # noncausal; key tiles larger than query blocks
+    (True, 5, 21, True, True, 16),    # T % w and T % block != 0, padding holes
+    (False, 5, 21, True, True, 32),   # noncausal; key tiles larger than query blocks
     (True, 5, 3, False, True, 16),    # T < w
     (False, 18, 24, False, False, 16),  # w > block: the band spans three key tiles; no bias
+    (True, 18, 24, True, True, None),   # the default configuration (64-query blocks, the band's exact tile)
 ])
 def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked, bias, block_n):
     window_triton, _ = kernels
@@ -97,7 +100,7 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
     rows = torch.ones(B, 1, T, 1) if mask is None else mask[:, None, :, None].to(F32)  # padded rows: garbage
     g = torch.randn(B, H, T, d) * rows
     out = window_triton.triton_window_attention(q, k, v, w, causal=causal, bias=table if bias else None,
-                                                key_mask=mask, block_m=16, block_n=block_n)
+                                                key_mask=mask, block_m=16 if block_n else None, block_n=block_n)
     leaves = [q, k, v] + ([table] if bias else [])
     grads = torch.autograd.grad((out * g).sum(), leaves)
     q2, k2, v2, t2 = _f64(q, k, v, table)
@@ -109,9 +112,9 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
 
 @interpreted
 @pytest.mark.parametrize("P, T, w", [
-    (3, 37, 5),    # a streaming chunk after 3 tokens
+    (3, 21, 5),    # a streaming chunk after 3 tokens
     (4, 2, 5),     # a 2-token chunk, T < w
-    (9, 37, 17),   # 16 + w - 1 keys per block fill the key tiles exactly: a band not shifted by P would miss keys
+    (9, 21, 17),   # 16 + w - 1 keys per block fill the key tiles exactly: a band not shifted by P would miss keys
 ])
 def test_window_kernels_with_a_streaming_prefix(kernels, P, T, w):
     """Causal chunk whose window reaches into the state's last P keys: output and the gradients of q, k, v, the EPE
@@ -132,10 +135,10 @@ def test_window_kernels_with_a_streaming_prefix(kernels, P, T, w):
 
 @interpreted
 def test_window_dispatch(kernels):
-    """backend='triton' runs the kernels where they apply and falls back (same results) for fp64 and dropout."""
+    """backend='triton' runs the kernels where they apply (dropout included) and falls back for fp64."""
     q, k, v = (torch.randn(1, 2, 9, 8) for _ in range(3))
     assert triton_runs(q) and not triton_runs(q.double())
-    assert choose_kernels(q, "triton", dropout=0.1, training=True) == ("autograd", "autograd")
+    assert choose_kernels(q, "triton", dropout=0.1, training=True) == ("triton", "triton")  # dropout inside
     torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, backend="triton"),
                                window_attention(q, k, v, 4, causal=True, backend="recompute"), **TOL)
 
@@ -143,8 +146,8 @@ def test_window_dispatch(kernels):
 @interpreted
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs(kernels, dtype):
-    """Half-precision q, k, v, bases (tl.dot on half operands, fp32 statistics, half gradients): the window
-    (causal, padded, with EPE) and the per-window read within 3e-3 of the float64 reference's largest entry."""
+    """Half-precision q, k, v, bases (tl.dot on half operands, fp32 statistics, half outputs and gradients): the
+    window (causal, padded, with EPE) and the per-window read within 3e-3 of the float64 reference's largest entry."""
     if dtype == torch.bfloat16:
         pytest.skip("Triton 3.6's interpreter multiplies bf16 tl.dot operands wrongly (a 16x16 product is off by "
                     "1e10); fp16 covers the half-precision paths here, bf16 runs in benchmarks/gpu/check_kernels.py")
@@ -168,10 +171,147 @@ def test_half_inputs(kernels, dtype):
     ref_glob = read_memory_autograd(q2, m2, b2, 2, 5)
     want = [ref_local * rows, ref_glob, *torch.autograd.grad(((ref_local + ref_glob) * g.double()).sum(),
                                                              (q2, k2, v2, t2, m2, b2))]
-    assert [t.dtype for t in got[2:]] == [dtype, dtype, dtype, torch.float32, torch.float32, dtype]
+    assert [t.dtype for t in (local, glob, *got[2:])] == [dtype] * 5 + [torch.float32, torch.float32, dtype]
     for name, a, b in zip(["local", "global", "dq", "dk", "dv", "depe", "dmem", "dbases"], got, want):
         err = (a.double() - b).abs().max().item()
         assert err <= 3e-3 * b.abs().max().item(), (name, err)
+
+
+@interpreted
+@pytest.mark.parametrize("causal, P, masked", [(True, 3, False), (False, 0, True)])
+def test_window_dropout_equals_the_autograd_window_with_the_kernels_mask(kernels, causal, P, masked):
+    """Dropout inside the window kernels: output and every gradient equal the float64 autograd window under the
+    mask the kernels draw (materialised by dropout_mask from the same seed), with other calls between forward and
+    backward (backward regenerates the forward's mask)."""
+    from lavo_zoo.attention.ops.triton_utils import dropout_mask
+
+    window_triton, _ = kernels
+    B, H, T, d, w, p, seed = 2, 2, 13, 8, 5, 0.3, 1234
+    q, k, v, table, pk, pv = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), (B, H, P, d),
+                                     (B, H, P, d))
+    mask = None
+    if masked:
+        mask = torch.rand(B, T) > 0.3
+        mask[:, 0] = True
+    rows = torch.ones(B, 1, T, 1) if mask is None else mask[:, None, :, None].to(F32)
+    g = torch.randn(B, H, T, d) * rows
+    prefix = (pk, pv) if P else None
+    run = lambda s: window_triton.triton_window_attention(q, k, v, w, causal=causal, bias=table, key_mask=mask,
+                                                          prefix=prefix, dropout=p, seed=s, block_m=16, block_n=16)
+    out = run(seed)
+    run(seed + 1)                                       # another mask between forward and backward
+    leaves = [q, k, v, table] + ([pk, pv] if P else [])
+    grads = torch.autograd.grad((out * g).sum(), leaves)
+    keep = dropout_mask(seed, (B, H, T, 2 * w - 1), p, "cpu").double()
+    q2, k2, v2, t2, pk2, pv2 = _f64(q, k, v, table, pk, pv)
+    ref = window_autograd(q2, [pk2, k2] if P else [k2], [pv2, v2] if P else [v2], w, causal, t2, mask, P, keep=keep)
+    refs = torch.autograd.grad((ref * g.double()).sum(), [q2, k2, v2, t2] + ([pk2, pv2] if P else []))
+    _close([out * rows, *grads], [ref * rows.double(), *refs], ["out", "dq", "dk", "dv", "dbias", "dpk", "dpv"])
+    plain = window_triton.triton_window_attention(q, k, v, w, causal=causal, bias=table, key_mask=mask,
+                                                  prefix=prefix, block_m=16, block_n=16)
+    assert not torch.allclose(out * rows, plain * rows)
+
+
+@interpreted
+def test_dropout_mask_drops_at_rate_p_and_repeats(kernels):
+    from lavo_zoo.attention.ops.triton_utils import dropout_mask
+
+    p, shape = 0.25, (2, 3, 64, 31)
+    z = dropout_mask(99, shape, p, "cpu")
+    n = z.numel()
+    assert z.unique().tolist() == [0.0, pytest.approx(1 / (1 - p))]
+    assert abs((z == 0).double().mean().item() - p) < 4 * (p * (1 - p) / n) ** 0.5   # within 4 standard deviations
+    assert torch.equal(z, dropout_mask(99, shape, p, "cpu")) and not torch.equal(z, dropout_mask(98, shape, p, "cpu"))
+
+
+class _Uncompilable:
+    """Stands in for a @triton.jit kernel whose compilation fails on the device (as OutOfResources does)."""
+
+    def __getitem__(self, grid):
+        from triton.runtime.errors import OutOfResources
+
+        def launch(*args, **kwargs):
+            raise OutOfResources(300_000, 232_448, "shared memory")
+        return launch
+
+
+@pytest.fixture
+def no_failures(monkeypatch):
+    from lavo_zoo.attention.ops import triton_utils
+    monkeypatch.setattr(triton_utils, "_failures", {})
+    return triton_utils
+
+
+@interpreted
+def test_a_forward_kernel_that_fails_to_compile_falls_back_with_one_warning(kernels, monkeypatch, no_failures):
+    """The window's forward kernel cannot be compiled: one warning naming it and the reason, the call (and every
+    later one) runs on the recompute kernels with the same result, and the choice of kernels says so."""
+    window_triton, _ = kernels
+    monkeypatch.setattr(window_triton, "_fwd", _Uncompilable())
+    attn = _layer("causal")
+    ref = copy.deepcopy(attn)
+    ref.backend = "recompute"
+    x = torch.randn(2, 11, 16, requires_grad=True)
+    q = torch.zeros(1, 2, 11, 8)
+    assert triton_runs(q)
+    with pytest.warns(RuntimeWarning, match=r"Triton kernel window_fwd could not be compiled .*OutOfResources"):
+        y = attn(x)
+    assert attn.mode == "recompute" and not triton_runs(q) and "window_fwd" in no_failures.failures()
+    torch.testing.assert_close(y, ref(x), **TOL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # warned once: later calls are silent
+        torch.testing.assert_close(attn(x), y, rtol=0, atol=0)
+    assert attn.kernels(q) == ("recompute", "recompute")
+
+
+@interpreted
+def test_backward_kernels_that_fail_to_compile_leave_the_gradients_to_pytorch(kernels, monkeypatch, no_failures):
+    """The window's dK/dV kernel and the read's backward kernel cannot be compiled: the gradients (under dropout:
+    the forward's mask) come from the PyTorch kernels, equal to the Triton kernels' own."""
+    window_triton, lavo_triton = kernels
+    B, H, T, d, w, r, p, seed = 2, 2, 9, 8, 4, 4, 0.3, 77
+    q, k, v, table, mem = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1), (B, H, 3, d))
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    g = torch.randn(B, H, T, d)
+
+    log_t, gain = (torch.randn(H) * 0.5).requires_grad_(), torch.randn(H).requires_grad_()
+
+    def grads():  # the layer's causal path: the window, then the fused read with temperature and learned gain
+        local = window_triton.triton_window_attention(q, k, v, w, causal=True, bias=table, dropout=p, seed=seed,
+                                                      block_m=16, block_n=16)
+        out = lavo_triton.read_memory_triton(q, mem, bases, 1, w, block_m=16, dropout=p, seed=seed,
+                                             log_temperature=log_t, local=local, gain=gain)
+        return torch.autograd.grad((out * g).sum(), (q, k, v, table, mem, bases, log_t, gain))
+    want = grads()
+    monkeypatch.setattr(window_triton, "_bwd_dkdv", _Uncompilable())
+    monkeypatch.setattr(lavo_triton, "_bwd", _Uncompilable())
+    with pytest.warns(RuntimeWarning) as record:
+        got = grads()
+    assert sorted(str(w.message).split()[3] for w in record) == ["read_bwd", "window_bwd_dkdv"]
+    for name, a, b in zip(["dq", "dk", "dv", "dbias", "dmem", "dbases", "dtemperature", "dgain"], got, want):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@interpreted
+def test_offsets_are_64_bit(kernels):
+    """Queries whose row stride times T passes 2^31 elements (a view into a 4.5 GB virtual buffer, of which only the
+    rows read are touched): the window and the read load the right rows (32-bit offsets wrap, read elsewhere and
+    crash)."""
+    window_triton, lavo_triton = kernels
+    T, d, w, S = 272, 16, 4, 2**23                     # row 256 starts at element 2^31
+    base = torch.empty(T * S, dtype=torch.float16)
+    q = base.as_strided((1, 1, T, d), (T * S, T * S, S, 1))
+    q.copy_(torch.randn(1, 1, T, d))
+    k, v, mem = torch.randn(1, 1, T, d).half(), torch.randn(1, 1, T, d).half(), torch.randn(1, 1, 1, d)
+    bases = torch.linalg.qr(torch.randn(1, d, 4)).Q.mT.contiguous()
+    local = window_triton.triton_window_attention(q, k, v, w, causal=True, block_m=16, block_n=16)
+    glob = lavo_triton.read_memory_triton(q, mem, bases, block_m=16)
+    q2 = q.double()
+    ref_local = dense_attention(q2, k.double(), v.double(), window_mask(T, w, True)[None, None])
+    ref_glob = read_memory_autograd(q2, mem.double(), bases.double())
+    for a, b in ((local, ref_local), (glob, ref_glob)):
+        assert (a.double() - b).abs().max().item() <= 3e-3 * b.abs().max().item()
+    del base
 
 
 # --------------------------------------------------------------------------------------------- the memory read
@@ -196,8 +336,60 @@ def test_read_kernels_match_the_autograd_read(kernels, monkeypatch, offset, grou
     _close([out, *grads], [ref, *refs], ["out", "dq", "dmem", "dbases"])
 
 
+@interpreted
+def test_read_dropout_equals_the_autograd_read_with_the_kernels_mask(kernels):
+    """Dropout on the slot probabilities inside the read kernels: output and every gradient equal the float64
+    autograd read under the kernels' mask (dropout_mask of the seed, [B, H, T, r]), another call in between."""
+    from lavo_zoo.attention.ops.triton_utils import dropout_mask
+
+    _, lavo_triton = kernels
+    B, H, T, n, d, r, p, seed = 2, 2, 37, 8, 8, 4, 0.3, 4321
+    q, mem = _leaves((B, H, T, d), (B, H, n, d))
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    g = torch.randn(B, H, T, d)
+    out = lavo_triton.read_memory_triton(q, mem, bases, 2, 5, block_m=16, dropout=p, seed=seed)
+    lavo_triton.read_memory_triton(q, mem, bases, 2, 5, block_m=16, dropout=p, seed=seed + 1)
+    grads = torch.autograd.grad((out * g).sum(), (q, mem, bases))
+    q2, m2, b2 = _f64(q, mem, bases)
+    ref = read_memory_autograd(q2, m2, b2, 2, 5, keep=dropout_mask(seed, (B, H, T, r), p, "cpu").double())
+    refs = torch.autograd.grad((ref * g.double()).sum(), (q2, m2, b2))
+    _close([out, *grads], [ref, *refs], ["out", "dq", "dmem", "dbases"])
+    assert not torch.allclose(out, lavo_triton.read_memory_triton(q, mem, bases, 2, 5, block_m=16))
+
+
+@interpreted
+@pytest.mark.parametrize("temperature, gain, p", [(True, "per-head", 0.3), (False, 3.0, 0.0)])
+def test_read_with_temperature_and_combine_inside_the_kernel(kernels, temperature, gain, p):
+    """The fused read: local + g * read(q exp(t_h)) from one kernel (per-head learned gain, or a constant), with
+    dropout; output and the gradients of q, the memory, the bases, the temperature, the local branch and the gain
+    against the float64 torch ops under the kernel's mask."""
+    from lavo_zoo.attention.ops.triton_utils import dropout_mask
+
+    _, lavo_triton = kernels
+    B, H, T, n, d, r, seed = 2, 2, 21, 5, 8, 4, 99
+    q, mem, local = _leaves((B, H, T, d), (B, H, n, d), (B, H, T, d))
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    log_t = (torch.randn(H) * 0.5).requires_grad_() if temperature else None
+    g = torch.randn(H).requires_grad_() if gain == "per-head" else gain
+    grad = torch.randn(B, H, T, d)
+    out = lavo_triton.read_memory_triton(q, mem, bases, 2, 5, block_m=16, dropout=p, seed=seed, log_temperature=log_t,
+                                         local=local, gain=g)
+    leaves = [q, mem, bases, local] + ([log_t] if temperature else []) + ([g] if gain == "per-head" else [])
+    grads = torch.autograd.grad((out * grad).sum(), leaves)
+    q2, m2, b2, l2 = _f64(q, mem, bases, local)
+    t2 = _f64(log_t)[0] if temperature else None
+    g2 = _f64(g)[0] if gain == "per-head" else gain
+    keep = dropout_mask(seed, (B, H, T, r), p, "cpu").double() if p else None
+    read = read_memory_autograd(q2 * t2.exp()[:, None, None] if temperature else q2, m2, b2, 2, 5, keep=keep)
+    ref = l2 + (g2[:, None, None] if gain == "per-head" else g2) * read
+    refs = torch.autograd.grad((ref * grad.double()).sum(), [q2, m2, b2, l2] + ([t2] if temperature else [])
+                               + ([g2] if gain == "per-head" else []))
+    _close([out, *grads], [ref, *refs], ["out", "dq", "dmem", "dbases", "dlocal", "dtemperature", "dgain"])
+
+
 # ------------------------------------------------------------------------------------------------- the layer
 CONFIGS = [("causal", {}, 11), ("causal", {}, 3), ("causal", {"context_dissection": False}, 11),
+           ("causal", {"combine": "gain"}, 11), ("causal", {"combine": "half", "read_temperature": 0.0}, 11),
            ("noncausal", {}, 11), ("cross", {}, 11)]
 
 
@@ -267,10 +459,42 @@ def test_kernel_choice_and_mode(kernels, monkeypatch):
     q = torch.randn(1, 2, 512, 8)
     assert build_attention("lavo", 16, 2, "causal").kernels(q) == ("recompute", "recompute")  # auto on CPU
     attn = build_attention("lavo", 16, 2, "causal", backend="triton", dropout=0.1)
-    assert attn.kernels(q) == ("autograd", "autograd") and attn.mode == "autograd"       # dropout in training
+    assert attn.kernels(q) == ("triton", "triton") and attn.mode == "triton"             # dropout in training
     attn.eval()
     assert attn.kernels(q) == ("triton", "triton") and attn.mode == "triton"
     assert attn.kernels(q.double()) == ("recompute", "recompute")                          # fp64: the fallback
     monkeypatch.setenv("LAVO_ZOO_TRITON", "0")
     assert attn.kernels(q) == ("recompute", "recompute") and attn.mode == "recompute"
     assert build_attention("lavo", 16, 2, "causal").mode == "recompute"                    # before any call
+
+
+@interpreted
+@pytest.mark.parametrize("opts", [{"combine": "gain"},
+                                  {"combine": "half", "empty_memory": "half", "read_temperature": 0.0,
+                                   "memory_norm": "mean", "position_encoding": False, "memory_source": "value"}],
+                         ids=lambda o: str(o))
+def test_decoding_in_one_kernel_equals_the_full_call_and_the_torch_step(kernels, monkeypatch, opts):
+    """Token by token after a one-token prefill, under no_grad (every step one kernel): the outputs equal the full
+    call's, through empty memory, window completions and the growing then sliding key ring; the state equals the
+    torch ops' step (the same layer on the recompute kernels)."""
+    _, lavo_triton = kernels
+    steps = []
+    kernel_step = lavo_triton.decode_step_triton
+    monkeypatch.setattr(lavo_triton, "decode_step_triton", lambda *a, **k: steps.append(1) or kernel_step(*a, **k))
+    attn = _layer("causal", **opts)
+    ref = copy.deepcopy(attn)
+    ref.backend = "recompute"
+    x = torch.randn(2, 9, 16)
+    with torch.no_grad():
+        full = attn(x)
+        _, state = attn(x[:, :1], state=None, return_state=True)
+        _, ref_state = ref(x[:, :1], state=None, return_state=True)
+        ys = []
+        for t in range(1, 9):
+            y, state = attn(x[:, t:t + 1], state=state, return_state=True)
+            _, ref_state = ref(x[:, t:t + 1], state=ref_state, return_state=True)
+            ys.append(y)
+    assert attn.mode == "triton" and state.position == 9 and state.keys.shape[2] == 3 and len(steps) == 8
+    torch.testing.assert_close(torch.cat(ys, 1), full[:, 1:], **TOL)
+    for name in ("keys", "values", "sum_complete", "sum_partial"):
+        torch.testing.assert_close(getattr(state, name), getattr(ref_state, name), **TOL, msg=name)

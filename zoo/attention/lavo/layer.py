@@ -28,7 +28,7 @@ from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo import ops
 from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, MEMORY_NORMS, MemoryState
-from lavo_zoo.attention.ops.dispatch import BACKENDS, Kernels, choose_kernels
+from lavo_zoo.attention.ops.dispatch import BACKENDS, Kernels, choose_kernels, triton_runs
 from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
@@ -185,10 +185,11 @@ class LavoAttention(Attention):
     def kernels(self, q: torch.Tensor) -> Kernels:
         """The kernels of a call on queries q [B, H, T, d]: this layer's ``backend``, ``dropout`` and training mode
         handed to the one kernel choice, :func:`lavo_zoo.attention.ops.dispatch.choose_kernels`, whose docstring has
-        the rules: ('triton', 'triton') on CUDA where Triton runs, ('flex', 'recompute') on CUDA where it does not,
-        ('recompute', 'recompute') on CPU (save q, k, v, the memory rows and the bases; recompute in backward), and
-        ('autograd', 'autograd') with attention dropout in training, whatever the backend. Pure: a forward call
-        records the pair it used, for :attr:`mode`.
+        the rules: ('flex', 'recompute') on CUDA (('triton', 'triton') with ``LAVO_ZOO_TRITON=1`` or
+        ``backend='triton'``), ('recompute', 'recompute') on CPU (save q, k, v, the memory rows and the bases;
+        recompute in backward) and on CUDA with attention dropout in training (flex has no dropout; the Triton and
+        recompute kernels regenerate the mask in backward). Pure: a forward call records the pair it used, for
+        :attr:`mode`.
 
         Args:
             q: the call's queries (device, dtype and length decide).
@@ -205,6 +206,12 @@ class LavoAttention(Attention):
         local, read = getattr(self, "_last_kernels", None) or self.kernels(
             self.q_proj.weight.new_empty(1, self.num_heads, flex.MIN_QUERIES, self.head_dim))
         return local if local == read else f"{local}+{read}"
+
+    def _after_fallback(self, q: torch.Tensor, kernels: Kernels) -> None:
+        """Where a Triton kernel could not be compiled during the call (it then ran on the fallback, and the Triton
+        kernels are off for the process), record the kernels the call ended on for :attr:`mode`."""
+        if "triton" in kernels and not triton_runs(q):
+            self._last_kernels = self.kernels(q)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
@@ -246,6 +253,7 @@ class LavoAttention(Attention):
             out = self._read(q, self.cross_memory(context, context_mask), kernels.read)  # [B, H, T, d]
         else:
             out, new_state = self._self(x, q, padding_mask, state, return_state, kernels)
+        self._after_fallback(q, kernels)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
@@ -273,6 +281,7 @@ class LavoAttention(Attention):
         q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
         kernels = self._last_kernels = self.kernels(q)                                   # the one choice, recorded
         out = self._read(q, cache.memory, kernels.read)                                  # [B, H, t, d]
+        self._after_fallback(q, kernels)
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
     # --------------------------------------------------------------------------------------------- self-attention
@@ -283,7 +292,7 @@ class LavoAttention(Attention):
         B, T, _ = x.shape
         w = self.window_size
         if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
-                kernels.window != "autograd":
+                kernels.window != "autograd" and not (self.dropout and self.training):  # the step has no dropout
             return self._decode_one(x, q, state, kernels.read)
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
@@ -318,6 +327,10 @@ class LavoAttention(Attention):
         q [B, H, 1, d] -> ([B, H, 1, d] in the compute dtype, the new state)."""
         w = self.window_size
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
+        if read_kernel == "triton" and self.global_read and state.position > 0 and not torch.is_grad_enabled():
+            stepped = self._decode_one_triton(x, q, k, v, state)                    # one kernel, no graph to record
+            if stepped is not None:
+                return stepped
         local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)  # [B, H, 1, d]
         keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
         if not self.global_read:  # the local window alone; the state's sums stay zero
@@ -328,6 +341,23 @@ class LavoAttention(Attention):
             gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
             memory_norm=self.memory_norm, kernel=read_kernel, chunk=self.chunk_size)
         return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
+
+    def _decode_one_triton(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           state: LavoState) -> tuple[torch.Tensor, LavoState] | None:
+        """:meth:`_decode_one` as one Triton kernel (the window step, the read, the joining and the new state), or
+        None where the kernel cannot be compiled on this device (warned once; the caller runs the torch ops)."""
+        from lavo_zoo.attention.lavo import triton as lavo_triton
+        from lavo_zoo.attention.ops import triton_utils
+
+        feat = None if self.memory_source == "local_out" else (v if self.memory_source == "value" else self._heads(x))
+        try:
+            out, keys, values, complete, partial = lavo_triton.decode_step_triton(
+                q, k, v, state.keys, state.values, state.sum_complete, state.sum_partial, state.position, self.bases,
+                self.window_size, bias=self.epe, feat=feat, log_temperature=self.log_read_temperature,
+                memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory)
+        except triton_utils.KernelUnavailable:
+            return None
+        return out, LavoState(keys, values, complete, partial, state.position + 1)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

@@ -16,7 +16,9 @@ builds the memory rows the queries read, reads them through the orthogonal bases
   :func:`memory_step`: the same for one causal token (a decoding step), in a handful of small operations.
 
 ``naive.py`` holds the per-position forms of :func:`memory_branch` and :func:`read` that the tests compare with.
-Sums, counts and the read run in the compute dtype (fp32, fp64 for fp64 inputs): pass feats and local in it.
+Sums, counts and the read run in the compute dtype (fp32, fp64 for fp64 inputs), whatever the dtype of the features
+and the local branch (the Triton kernels return half outputs for half inputs): a sum reads half features and
+accumulates in fp32 without a cast copy.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
+from lavo_zoo.attention.ops.dropout import new_seed
 
 COMBINES = ("half", "sum", "gain")
 EMPTY_MEMORY = ("local", "half")
@@ -45,22 +48,22 @@ class MemoryState(NamedTuple):
 
 def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
     """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
-    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d]. The whole windows
-    are summed through a view, so no padded copy of feats is made."""
-    T = feats.shape[2]
+    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d] in the compute
+    dtype. The whole windows are summed through a view, so no padded (or cast) copy of feats is made."""
+    T, ct = feats.shape[2], compute_dtype(feats.dtype)
     head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
     whole = (T - head) // w * w
-    parts = [feats[:, :, :head].sum(2, keepdim=True)] if head else []
-    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3))
+    parts = [feats[:, :, :head].sum(2, keepdim=True, dtype=ct)] if head else []
+    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3, dtype=ct))
     if head + whole < T:
-        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True))
+        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True, dtype=ct))
     return torch.cat(parts, 2)
 
 
 def mean_memory(feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """One memory per sequence (noncausal and cross attention): the mean of feats [B, H, T, d] (zero at padded
     positions) over the valid [B, 1, T] positions (1 real, 0 padded); [B, H, 1, d] (zeros where nothing is real)."""
-    return feats.sum(2, keepdim=True) / valid.sum(-1).clamp(min=1)[..., None, None]
+    return feats.sum(2, keepdim=True, dtype=compute_dtype(feats.dtype)) / valid.sum(-1).clamp(min=1)[..., None, None]
 
 
 def dissected_memory(feats: torch.Tensor, valid: torch.Tensor, window: int, state: MemoryState | None = None
@@ -80,14 +83,14 @@ def dissected_memory(feats: torch.Tensor, valid: torch.Tensor, window: int, stat
         after the chunk (views of per-window tensors).
     """
     B, H, T, d = feats.shape
-    w = window
+    w, ct = window, compute_dtype(feats.dtype)
     pos = state.position if state is not None else 0
     a = pos % w                                   # the chunk starts a tokens into its first window
     n = math.ceil((a + T) / w)
     end = n * w - a - T
     sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
     counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
-    prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
+    prev = torch.zeros(B, H, d, dtype=ct, device=feats.device) if state is None else state.sum_complete
     if state is not None:
         sums = torch.cat([sums[:, :, :1] + state.sum_partial[:, :, None], sums[:, :, 1:]], 2)
         counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
@@ -113,44 +116,61 @@ def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState 
         the (running sum, zeros) after the chunk (the sum a view of a [B, H, T, d] tensor).
     """
     B, H, _, d = feats.shape
-    prev = torch.zeros(B, H, d, dtype=feats.dtype, device=feats.device) if state is None else state.sum_complete
-    cum = prev[:, :, None] + feats.cumsum(2)                                    # [B, H, T, d] inclusive sums
+    ct = compute_dtype(feats.dtype)
+    prev = torch.zeros(B, H, d, dtype=ct, device=feats.device) if state is None else state.sum_complete
+    cum = prev[:, :, None] + feats.cumsum(2, dtype=ct)                          # [B, H, T, d] inclusive sums
     count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
     return cum / count.clamp(min=1)[..., None], (cum[:, :, -1], torch.zeros_like(prev))
 
 
 def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = "recompute", *, offset: int = 0,
          group: int = 1, log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
-         chunk: int | None = None, dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+         chunk: int | None = None, dropout: float = 0.0, training: bool = False, local: torch.Tensor | None = None,
+         gain: float | torch.Tensor = 1.0) -> torch.Tensor:
     """Read the orthogonal memory (docs/lavo.md, "Reading the orthogonal memory").
 
     Args:
         q: [B, H, T, d] queries.
         mem: [B, H, n, d] mean features; query t reads row (offset + t) // group (n == 1: every query the one row).
         bases: [H, r, d] orthonormal rows per head.
-        kernel: 'recompute', 'autograd' (the only one with attention dropout) or 'triton'
-            (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels` picks it).
+        kernel: 'recompute', 'autograd' or 'triton' (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`
+            picks it); 'triton' that cannot be compiled on this device (warned once) runs 'recompute'.
         log_temperature: [H], the log of a per-head factor on q before the read (the slot logits are the only place
-            q enters it), or None.
+            q enters it), or None. The Triton kernels apply it inside.
         memory_norm: 'mean' reads mem as it is, 'rms' reads m / rms(m) per row (zero rows stay zero).
         chunk: queries per recomputed chunk of the 'recompute' kernel (None: :func:`.read.read_chunk`).
-        dropout, training: attention dropout on the slot probabilities ('autograd' kernel, in training).
+        dropout, training: attention dropout on the slot probabilities, in training (every kernel; the
+            recompute and Triton kernels regenerate the call's mask in backward).
+        local, gain: with ``local`` [B, H, T, d], return local + gain * read (``combine`` 'sum', or 'gain' with a
+            per-head [H] gain): the Triton kernels join the branches inside, the others by
+            :func:`combine_branches`.
 
     Returns:
-        [B, H, T, d] in the compute dtype (the Triton kernel: fp32).
+        [B, H, T, d]: in the compute dtype, or in q's dtype from the Triton kernels.
     """
-    if log_temperature is not None:
-        q = q * log_temperature.exp().to(q.dtype)[:, None, None]                   # [H, 1, 1] per head
     if memory_norm == "rms":
         mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
-    if kernel == "autograd":
-        return read_memory_autograd(q, mem, bases, offset, group, dropout, training)
+    p = dropout if training else 0.0
     if kernel == "triton":
         from lavo_zoo.attention.lavo import triton as lavo_triton
-        return lavo_triton.read_memory_triton(q, mem, bases, offset, group)
-    if kernel != "recompute":
+        from lavo_zoo.attention.ops import triton_utils
+        try:
+            if triton_utils.failures():  # a Triton kernel failed earlier in this call (the window's): recompute
+                raise triton_utils.KernelUnavailable(str(triton_utils.failures()))
+            return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=p,
+                                                  seed=new_seed() if p else 0, log_temperature=log_temperature,
+                                                  local=local, gain=gain)
+        except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once): recompute
+            kernel = "recompute"
+    if log_temperature is not None:
+        q = q * log_temperature.exp().to(q.dtype)[:, None, None]                   # [H, 1, 1] per head
+    if kernel == "autograd":
+        glob = read_memory_autograd(q, mem, bases, offset, group, dropout, training)
+    elif kernel == "recompute":
+        glob = read_memory(q, mem, bases, offset, group, chunk, p, new_seed() if p else 0)
+    else:
         raise ValueError(f"the memory read has the kernels 'recompute', 'autograd' and 'triton', got '{kernel}'")
-    return read_memory(q, mem, bases, offset, group, chunk)
+    return glob if local is None else combine_branches(local, glob, None, combine="sum", gain=gain)
 
 
 def combine_branches(local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, *, combine: str = "half",
@@ -219,14 +239,17 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
     valid = torch.ones(B, 1, T, dtype=ct, device=feats.device) if padding_mask is None \
         else padding_mask[:, None].to(ct)                                        # [B, 1, T]
     if padding_mask is not None:
-        feats = feats * valid[..., None]
+        feats = feats * padding_mask[:, None, :, None].to(feats.dtype)          # zero at padded positions
     reading = {"log_temperature": log_temperature, "memory_norm": memory_norm, "chunk": chunk, "dropout": dropout,
                "training": training}
+    if kernel == "triton" and combine != "half":  # the read kernel joins the branches itself (an empty memory reads 0)
+        reading.update(local=local, gain=gain)
     joining = {"combine": combine, "gain": gain, "empty_memory": empty_memory, "inplace": inplace}
     if not causal:
         mem = mean_memory(feats, valid)                                          # [B, H, 1, d]
         del feats
-        return combine_branches(local, read(q, mem, bases, kernel, **reading), None, **joining), None
+        glob = read(q, mem, bases, kernel, **reading)
+        return (glob if "local" in reading else combine_branches(local, glob, None, **joining)), None
     if context_dissection:
         mem, empty, sums = dissected_memory(feats, valid, window, initial_state)
         position = initial_state.position if initial_state is not None else 0
@@ -236,7 +259,7 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
         empty = None
         glob = read(q, mem, bases, kernel, **reading)
     del mem
-    out = combine_branches(local, glob, empty, **joining)
+    out = glob if "local" in reading else combine_branches(local, glob, empty, **joining)
     if not output_final_state:
         return out, None
     position = (initial_state.position if initial_state is not None else 0) + T

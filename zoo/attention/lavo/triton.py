@@ -6,13 +6,25 @@ h = B m, s = scale h * (B q), p = softmax(s) over the r slots, o = B^T (p * h). 
 (one row per window: group = w, offset = the chunk's start inside its first window), the running mean (one row per
 token: group = 1) and noncausal / cross attention (one row per sequence).
 
-- ``_fwd``: one program per (block of ``block_m`` queries, batch x head); it gathers each query's memory row, and
-  h, B q, the softmax and the output are computed in registers (fp32; ``tl.dot`` with IEEE products for fp32
-  inputs unless torch allows TF32, TF32 for half inputs), so nothing [T, r] reaches memory.
+- ``_fwd``: one program per (batch x head, block of BM queries); it gathers each query's memory row, and h, B q,
+  the softmax and the output are computed in registers (fp32; ``tl.dot`` with IEEE products for fp32 inputs unless
+  torch allows TF32, TF32 for half inputs), so nothing [T, r] reaches memory; the output is stored in q's dtype.
+  On a GPU its block (32, 64 or 128 queries) and warps are autotuned (``T`` not specialised).
 - ``_bwd``: one program per run of ``blocks`` query blocks of one head recomputes the same and writes dq, the
   per-query gradient of h (dh [T, r], fp32) and its partial gradient of the bases (summed over its queries: no
   atomics, so the result is deterministic). Torch then sums dh per memory row (an index_add over T / group rows)
   and forms dmem = dh_rows B.
+
+- ``_decode`` (:func:`decode_step_triton`): a whole causal decoding step of the layer in one program per (b, h),
+  no autograd: the window over the stored keys and the step's (with the EPE), the read of the complete windows'
+  mean (rms, temperature), the joined output, and the new state (the last keys and values, the sums, a completed
+  window's partial sum folded in), where the torch ops take about 20 launches per token.
+
+Attention dropout (``dropout`` p > 0) multiplies the slot probabilities by the factor Z of the call's seed and each
+(query, slot)'s offset in a [B H, T, r] layout (:func:`lavo_zoo.attention.ops.triton_utils.dropout_factor`),
+regenerated in backward: o = B^T (p Z h). Both kernels run on a one-axis grid with 64-bit offsets through
+:func:`~lavo_zoo.attention.ops.triton_utils.launch`; a backward kernel that cannot be compiled on the device leaves
+the gradients to the autograd read under the same mask.
 """
 from __future__ import annotations
 
@@ -21,7 +33,19 @@ import triton
 import triton.language as tl
 
 from lavo_zoo.attention.common import heads_major_empty
-from lavo_zoo.attention.ops.triton_utils import NEG, block_dim, precision, rowmajor, strides
+from lavo_zoo.attention.ops.triton_utils import (
+    NEG,
+    KernelUnavailable,
+    autotuned,
+    block_dim,
+    dropout_factor,
+    dropout_mask,
+    grid,
+    launch,
+    precision,
+    rowmajor,
+    strides,
+)
 
 BLOCK_M = 64  # queries per block
 BLOCKS = 16  # query blocks per backward program (one partial bases gradient per program)
@@ -29,12 +53,13 @@ BLOCKS = 16  # query blocks per backward program (one partial bases gradient per
 
 @triton.jit
 def _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R, n_rows, offset, group,
-           scale, PREC: tl.constexpr):
-    """Queries t [BM] of head (b, h): q [BM, BD], their memory rows [BM, BD], the bases [BR, BD], h = m B^T and
-    B q [BM, BR], and the probabilities p [BM, BR] (all fp32; zero outside t < T, rr < R, dd < D)."""
+           scale, qscale, PREC: tl.constexpr):
+    """Queries t [BM] of head (b, h), times ``qscale`` (the read temperature's factor): q [BM, BD], their memory rows
+    [BM, BD], the bases [BR, BD], h = m B^T and B q [BM, BR], and the probabilities p [BM, BR] (all fp32; zero
+    outside t < T, rr < R, dd < D)."""
     tq, dm = t < T, dd < D
     q = tl.load(Q + b * sqb + h * sqh + t[:, None] * sqt + dd[None, :], mask=tq[:, None] & dm[None, :],
-                other=0.0).to(tl.float32)
+                other=0.0).to(tl.float32) * qscale
     row = tl.where(n_rows == 1, 0, (offset + t) // group)                               # [BM] memory row read
     m = tl.load(MEM + b * smb + h * smh + row[:, None] * smt + dd[None, :],
                 mask=(tq & (row < n_rows))[:, None] & dm[None, :], other=0.0).to(tl.float32)
@@ -48,89 +73,192 @@ def _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sb
 
 
 @triton.jit
-def _fwd(Q, MEM, BASES, O, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, sob, soh, sot, H, T, D, R, n_rows, offset,
-         group, scale, BM: tl.constexpr, BD: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr):
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
-    b, h = bh // H, bh % H
-    t = pid * BM + tl.arange(0, BM)
-    dd, rr = tl.arange(0, BD), tl.arange(0, BR)
-    _, _, basis, hm, _, p = _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R,
-                                   n_rows, offset, group, scale, PREC)
-    o = tl.dot(p * hm, basis, input_precision=PREC)                                    # [BM, BD]  B^T (p h)
-    tl.store(O + b * sob + h * soh + t[:, None] * sot + dd[None, :], o, mask=(t < T)[:, None] & (dd < D)[None, :])
+def _drop(seed, p_drop, bh, t, rr, T, R):
+    """Dropout factors [BM, BR] of queries t [BM] and slots rr [BR]: element (bh, t, slot) of the call's
+    [B H, T, r] mask."""
+    return dropout_factor(seed, (bh * T + t[:, None]) * R + rr[None, :], p_drop)
 
 
 @triton.jit
-def _bwd(Q, MEM, BASES, G, DQ, DH, PART, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, sgb, sgh, sgt, sdb, sdh, sdt,
-         H, T, D, R, n_rows, offset, group, scale, blocks: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-         BR: tl.constexpr,
-         PREC: tl.constexpr):
-    """dq [B, H, T, d]; DH [B H, T, BR] = dL/dh per query; PART [B H, programs, BR, BD] = this program's part of
-    dL/dB from o = B^T (p h) and s = scale h (B q), plus dh^T m (h = B m)."""
-    pid, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)  # 64-bit offsets: long batches
+def _head_factors(TEMP, GAIN, h, gain, HAS_TEMP: tl.constexpr, GAIN_PER_HEAD: tl.constexpr):
+    """Head h's factor on q, exp(t_h) (1 without a temperature), and its gain on the read (``gain`` when shared)."""
+    qscale = 1.0
+    if HAS_TEMP:
+        qscale = tl.exp(tl.load(TEMP + h).to(tl.float32))
+    g = gain
+    if GAIN_PER_HEAD:
+        g = tl.load(GAIN + h).to(tl.float32)
+    return qscale, g
+
+
+@autotuned(blocks=(64, 32, 128), warps=(4, 8), key=["D", "R", "DROPOUT", "HAS_TEMP", "HAS_LOCAL"])
+@triton.jit(do_not_specialize=["T", "n_rows", "offset", "group", "seed"])
+def _fwd(Q, MEM, BASES, TEMP, LOCAL, GAIN, O, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, slb, slh, slt, sob, soh, sot,
+         H, T, D, R, n_rows, offset, group, scale, gain, seed, p_drop, HAS_TEMP: tl.constexpr,
+         HAS_LOCAL: tl.constexpr, GAIN_PER_HEAD: tl.constexpr, DROPOUT: tl.constexpr, BD: tl.constexpr,
+         BR: tl.constexpr, PREC: tl.constexpr, BM: tl.constexpr):
+    """Program (b h, block of BM queries): o = B^T (p Z h) of the queries times exp(t_h); with LOCAL, local + g o
+    (the branches joined here, in fp32); stored in O's dtype."""
+    nb = tl.cdiv(T, BM)
+    prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, query block); 64-bit offsets throughout
+    bh, pid = prog // nb, prog % nb
+    b, h = bh // H, bh % H
+    t = pid * BM + tl.arange(0, BM)
+    dd, rr = tl.arange(0, BD), tl.arange(0, BR)
+    keep = (t < T)[:, None] & (dd < D)[None, :]
+    qscale, g = _head_factors(TEMP, GAIN, h, gain, HAS_TEMP, GAIN_PER_HEAD)
+    _, _, basis, hm, _, p = _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R,
+                                   n_rows, offset, group, scale, qscale, PREC)
+    if DROPOUT:
+        p = p * _drop(seed, p_drop, bh, t, rr, T, R)
+    o = tl.dot(p * hm, basis, input_precision=PREC)                                    # [BM, BD]  B^T (p Z h)
+    if HAS_LOCAL:
+        local = tl.load(LOCAL + b * slb + h * slh + t[:, None] * slt + dd[None, :], mask=keep, other=0.0)
+        o = local.to(tl.float32) + g * o
+    tl.store(O + b * sob + h * soh + t[:, None] * sot + dd[None, :], o.to(O.dtype.element_ty), mask=keep)
+
+
+@triton.jit(do_not_specialize=["T", "n_rows", "offset", "group", "NP", "seed"])
+def _bwd(Q, MEM, BASES, TEMP, GAIN, G, DQ, DH, PART, PART_HEAD, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, sgb, sgh,
+         sgt, sdb, sdh, sdt, H, T, D, R, n_rows, offset, group, NP, scale, gain, seed, p_drop, blocks: tl.constexpr,
+         HAS_TEMP: tl.constexpr, HAS_LOCAL: tl.constexpr, GAIN_PER_HEAD: tl.constexpr, DROPOUT: tl.constexpr,
+         BM: tl.constexpr, BD: tl.constexpr, BR: tl.constexpr, PREC: tl.constexpr):
+    """G: the gradient of the output (of local + g o with LOCAL). dq [B, H, T, d]; DH [B H, T, BR] = dL/dh per
+    query; PART [B H, NP, BR, BD] = this program's part of dL/dB from o = B^T (p Z h) and s = scale h (B q), plus
+    dh^T m (h = B m); PART_HEAD [B H, NP, 2] its part of dL/dt_h (sum of dq' . q' over the scaled queries q') and of
+    dL/dg_h (sum of dO . o)."""
+    prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, run of blocks); 64-bit offsets throughout
+    bh, pid = prog // NP, prog % NP
     b, h = bh // H, bh % H
     dd, rr = tl.arange(0, BD), tl.arange(0, BR)
     dm = dd < D
+    qscale, g = _head_factors(TEMP, GAIN, h, gain, HAS_TEMP, GAIN_PER_HEAD)
     dbases = tl.zeros([BR, BD], tl.float32)
+    dtemp = tl.zeros([BM], tl.float32)
+    dgain = tl.zeros([BM], tl.float32)
     for i in range(blocks):
         t = (pid * blocks + i) * BM + tl.arange(0, BM)
         tq = t < T
         q, m, basis, hm, qb, p = _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D,
-                                        R, n_rows, offset, group, scale, PREC)
+                                        R, n_rows, offset, group, scale, qscale, PREC)
         go = tl.load(G + b * sgb + h * sgh + t[:, None] * sgt + dd[None, :], mask=tq[:, None] & dm[None, :],
                      other=0.0).to(tl.float32)                                          # [BM, BD]
-        du = tl.dot(go, tl.trans(basis), input_precision=PREC)                          # [BM, BR]  d(p h)
+        kept = p
+        if DROPOUT:
+            z = _drop(seed, p_drop, bh, t, rr, T, R)
+            kept = p * z
+        if HAS_LOCAL:                                                                   # out = local + g o
+            if GAIN_PER_HEAD:
+                dgain += tl.sum(go * tl.dot(kept * hm, basis, input_precision=PREC), 1)
+            go = go * g                                                                 # dL/do
+        du = tl.dot(go, tl.trans(basis), input_precision=PREC)                          # [BM, BR]  d(p Z h)
         dp = du * hm
+        if DROPOUT:
+            dp = dp * z
         ds = p * (dp - tl.sum(p * dp, 1)[:, None]) * scale                              # d(h * Bq)
-        dq = tl.dot(ds * hm, basis, input_precision=PREC)                               # [BM, BD]
-        tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], dq, mask=tq[:, None] & dm[None, :])
-        dh = du * p + ds * qb                                                           # [BM, BR]
+        dq = tl.dot(ds * hm, basis, input_precision=PREC)                               # [BM, BD] w.r.t. q'
+        if HAS_TEMP:
+            dtemp += tl.sum(dq * q, 1)
+        tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], (dq * qscale).to(DQ.dtype.element_ty),
+                 mask=tq[:, None] & dm[None, :])
+        dh = du * kept + ds * qb                                                        # [BM, BR]
         tl.store(DH + bh * T * BR + t[:, None] * BR + rr[None, :], dh, mask=tq[:, None])
-        dbases += tl.dot(tl.trans(p * hm), go, input_precision=PREC)
+        dbases += tl.dot(tl.trans(kept * hm), go, input_precision=PREC)
         dbases += tl.dot(tl.trans(ds * hm), q, input_precision=PREC)
         dbases += tl.dot(tl.trans(dh), m, input_precision=PREC)
-    tl.store(PART + ((bh * tl.num_programs(0) + pid) * BR + rr[:, None]) * BD + dd[None, :], dbases)
+    tl.store(PART + (prog * BR + rr[:, None]) * BD + dd[None, :], dbases)
+    tl.store(PART_HEAD + prog * 2, tl.sum(dtemp, 0))
+    tl.store(PART_HEAD + prog * 2 + 1, tl.sum(dgain, 0))
 
 
 class MemoryReadTritonFunction(torch.autograd.Function):
-    """forward(q [B, H, T, d], mem [B, H, n, d], bases [H, r, d], offset, group, block_m) -> [B, H, T, d] fp32
-    (laid out [B, T, H, d]); saves q, mem and the bases only (backward recomputes, like the recompute kernel)."""
+    """forward(q [B, H, T, d], mem [B, H, n, d], bases [H, r, d], log_temperature [H] | None, local [B, H, T, d] |
+    None, gain [H] | None, offset, group, block_m, dropout, seed, shared_gain) -> [B, H, T, d] in q's dtype (laid
+    out [B, T, H, d]): the read of q exp(t_h) (``log_temperature``), plus, with ``local``, the local branch:
+    local + g o, g the per-head ``gain`` or else ``shared_gain``. Saves q, mem, the bases and the temperature and
+    gain only (backward recomputes, like the recompute kernel, the dropout mask of ``seed`` included); the local
+    branch's gradient is the output's. ``block_m``: queries per program, or None (the forward autotuned on a GPU,
+    :data:`BLOCK_M` in backward)."""
 
     @staticmethod
-    def _config(q, bases, block_m):
-        return {"BM": block_m, "BD": block_dim(q.shape[-1]), "BR": block_dim(bases.shape[1]),
-                "PREC": precision(q.dtype)}
+    def _config(q, bases):
+        return {"BD": block_dim(q.shape[-1]), "BR": block_dim(bases.shape[1]), "PREC": precision(q.dtype)}
 
     @staticmethod
-    def forward(ctx, q, mem, bases, offset, group, block_m):
+    def forward(ctx, q, mem, bases, log_temperature, local, gain, offset, group, block_m=None, dropout=0.0, seed=0,
+                shared_gain=1.0):
         q, mem, bases = rowmajor(q), rowmajor(mem), rowmajor(bases)
         B, H, T, d = q.shape
         n, r = mem.shape[2], bases.shape[1]
-        out = heads_major_empty(B, H, T, d, q, torch.float32)
-        _fwd[(triton.cdiv(T, block_m), B * H)](
-            q, mem, bases, out, *strides(q), *strides(mem), *strides(bases), *strides(out), H, T, d, r, n,
-            offset, group, d ** -0.5, num_warps=8, **MemoryReadTritonFunction._config(q, bases, block_m))
-        ctx.save_for_backward(q, mem, bases)
-        ctx.config = (offset, group, block_m)
+        out = heads_major_empty(B, H, T, d, q, q.dtype)
+        loc = rowmajor(local) if local is not None else q
+        temp = log_temperature.contiguous() if log_temperature is not None else q   # any pointer when unused
+        gains = gain.contiguous() if gain is not None else q
+        launch("read_fwd", _fwd, lambda meta: grid(triton.cdiv(T, meta["BM"]) * B * H, "the memory read's forward"),
+               q, mem, bases, temp, loc, gains, out, *strides(q), *strides(mem), *strides(bases), *strides(loc),
+               *strides(out), H, T, d, r, n, offset, group, d ** -0.5, float(shared_gain), seed, dropout,
+               HAS_TEMP=log_temperature is not None, HAS_LOCAL=local is not None, GAIN_PER_HEAD=gain is not None,
+               DROPOUT=dropout > 0, config={"BM": block_m} if block_m else None,
+               **MemoryReadTritonFunction._config(q, bases))
+        ctx.save_for_backward(q, mem, bases, log_temperature, gain)
+        ctx.config = (offset, group, block_m, dropout, seed, local is not None, float(shared_gain))
+        ctx.local_dtype = local.dtype if local is not None else None
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, mem, bases = ctx.saved_tensors
-        offset, group, block_m = ctx.config
+        try:
+            return MemoryReadTritonFunction._backward(ctx, grad)
+        except KernelUnavailable:  # the backward kernel cannot be compiled here (warned once): autograd's read
+            return MemoryReadTritonFunction._fallback_backward(ctx, grad)
+
+    @staticmethod
+    def _fallback_backward(ctx, grad):
+        """The gradients by autograd on the saved inputs: the autograd read under this call's dropout mask
+        (:func:`~lavo_zoo.attention.ops.triton_utils.dropout_mask`), the temperature and gain as torch ops."""
+        from lavo_zoo.attention.lavo.read import read_memory_autograd
+
+        q, mem, bases, log_temperature, gain = ctx.saved_tensors
+        offset, group, _, dropout, seed, has_local, shared_gain = ctx.config
+        keep = dropout_mask(seed, (*q.shape[:3], bases.shape[1]), dropout, q.device) if dropout else None
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() if t is not None else None
+                      for t in (q, mem, bases, log_temperature, gain)]
+            q_, mem_, bases_, temp_, gain_ = leaves
+            scaled = q_ * temp_.exp().to(q_.dtype)[:, None, None] if temp_ is not None else q_
+            out = read_memory_autograd(scaled, mem_, bases_, offset, group, keep=keep)
+            if has_local:
+                out = out * (gain_.float()[:, None, None] if gain_ is not None else shared_gain)
+            used = [t for t in leaves if t is not None]
+            grads = iter(torch.autograd.grad(out, used, grad.to(out.dtype), allow_unused=True,
+                                             materialize_grads=True))
+        dq, dmem, dbases, dtemp, dgain = (next(grads).to(t.dtype) if t is not None else None for t in leaves)
+        dlocal = grad.to(ctx.local_dtype) if has_local else None
+        return dq, dmem, dbases, dtemp, dlocal, dgain, None, None, None, None, None, None
+
+    @staticmethod
+    def _backward(ctx, grad):
+        q, mem, bases, log_temperature, gain = ctx.saved_tensors
+        offset, group, block_m, dropout, seed, has_local, shared_gain = ctx.config
         B, H, T, d = q.shape
         n, r = mem.shape[2], bases.shape[1]
-        cfg = MemoryReadTritonFunction._config(q, bases, block_m)
+        block_m = block_m or BLOCK_M
+        cfg = {**MemoryReadTritonFunction._config(q, bases), "BM": block_m}
         g = rowmajor(grad)
         nblocks = triton.cdiv(T, block_m)
         blocks = min(BLOCKS, nblocks)
         programs = triton.cdiv(nblocks, blocks)
-        dq = torch.empty(B, H, T, d, dtype=torch.float32, device=q.device)
+        dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device)
         dh = torch.empty(B, H, T, cfg["BR"], dtype=torch.float32, device=q.device)
         part = torch.empty(B * H, programs, cfg["BR"], cfg["BD"], dtype=torch.float32, device=q.device)
-        _bwd[(programs, B * H)](q, mem, bases, g, dq, dh, part, *strides(q), *strides(mem), *strides(bases),
-                                *strides(g), *strides(dq), H, T, d, r, n, offset, group, d ** -0.5, blocks,
-                                num_warps=8, **cfg)
+        part_head = torch.empty(B * H, programs, 2, dtype=torch.float32, device=q.device)
+        temp = log_temperature.contiguous() if log_temperature is not None else q
+        gains = gain.contiguous() if gain is not None else q
+        launch("read_bwd", _bwd, grid(programs * B * H, "the memory read's backward"),
+               q, mem, bases, temp, gains, g, dq, dh, part, part_head, *strides(q), *strides(mem), *strides(bases),
+               *strides(g), *strides(dq), H, T, d, r, n, offset, group, programs, d ** -0.5, shared_gain, seed,
+               dropout, blocks, HAS_TEMP=log_temperature is not None, HAS_LOCAL=has_local,
+               GAIN_PER_HEAD=gain is not None, DROPOUT=dropout > 0, num_warps=8, **cfg)
         dh = dh[..., :r]                                                                 # [B, H, T, r]
         if n == 1:
             dh_rows = dh.sum(2, keepdim=True)                                            # [B, H, 1, r]
@@ -140,12 +268,151 @@ class MemoryReadTritonFunction(torch.autograd.Function):
         b32 = bases.float()
         dmem = dh_rows @ b32                                                             # [B, H, n, d]
         dbases = part.view(B, H, programs, cfg["BR"], cfg["BD"]).sum((0, 2))[:, :r, :d]
-        return dq.to(q.dtype), dmem.to(mem.dtype), dbases.to(bases.dtype), None, None, None
+        per_head = part_head.view(B, H, programs, 2).sum((0, 2))                         # [H, 2]
+        dtemp = per_head[:, 0].to(log_temperature.dtype) if log_temperature is not None else None
+        dgain = per_head[:, 1].to(gain.dtype) if gain is not None else None
+        dlocal = grad.to(ctx.local_dtype) if has_local else None
+        return dq, dmem.to(mem.dtype), dbases.to(bases.dtype), dtemp, dlocal, dgain, None, None, None, None, None, None
 
 
 @torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
 def read_memory_triton(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
-                       block_m: int = BLOCK_M) -> torch.Tensor:
+                       block_m: int | None = None, dropout: float = 0.0, seed: int = 0,
+                       log_temperature: torch.Tensor | None = None, local: torch.Tensor | None = None,
+                       gain: float | torch.Tensor = 1.0) -> torch.Tensor:
     """q [B, H, T, d] reads mem [B, H, n, d] (query t: row (offset + t) // group; n == 1: the one row) through bases
-    [H, r, d]; [B, H, T, d] fp32. ``block_m``: a power of two >= 16 (tests use 16)."""
-    return MemoryReadTritonFunction.apply(q, mem, bases, offset, group, block_m)
+    [H, r, d]; [B, H, T, d] in q's dtype (h, the softmax and the products in fp32).
+
+    Args:
+        block_m: queries per program, a power of two >= 16 (tests use 16), or None (autotuned forward on a GPU).
+        dropout, seed: p > 0 drops slot probabilities with the mask of ``seed``
+            (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, r]).
+        log_temperature: [H] or None: the read of q exp(t_h), the factor applied inside the kernels.
+        local: [B, H, T, d] or None: return local + gain * read, joined inside the kernel (LAVO's 'sum' and 'gain').
+        gain: the read's factor with ``local``: a number, or a per-head [H] tensor (learned).
+
+    Raises :class:`~lavo_zoo.attention.ops.triton_utils.KernelUnavailable` where the forward kernel cannot be
+    compiled on this device."""
+    per_head = gain if isinstance(gain, torch.Tensor) else None
+    shared = 1.0 if per_head is not None else float(gain)
+    return MemoryReadTritonFunction.apply(q, mem, bases, log_temperature, local, per_head, offset, group, block_m,
+                                          dropout, seed, shared)
+
+
+# ------------------------------------------------------------------------------------------------- one decoding step
+@triton.jit(do_not_specialize=["L", "count"])
+def _decode(Q, K, V, FEAT, KEYS, VALUES, EPE, SUMC, SUMP, BASES, TEMP, GAIN, O, NKEYS, NVALUES, NSUMC, NSUMP,
+            sqb, sqh, skb, skh, svb, svh, sfb, sfh, spb, sph, spt, svsb, svsh, svst, snb, snh, snt, sbh, sbr,
+            H, D, R, L, count, scale, gain, W: tl.constexpr, SHIFT: tl.constexpr, COMPLETES: tl.constexpr,
+            HAS_BIAS: tl.constexpr, FEAT_IS_LOCAL: tl.constexpr, HAS_TEMP: tl.constexpr, RMS: tl.constexpr,
+            HALF: tl.constexpr, EMPTY_HALF: tl.constexpr, GAIN_PER_HEAD: tl.constexpr, BD: tl.constexpr,
+            BW: tl.constexpr, BR: tl.constexpr):
+    """One program per (b, h): query q after the L stored keys / values (KEYS, VALUES [B, H, L, d]) and the memory
+    sums; writes the output (fp32), the new last keys and values (the last L + 1 - SHIFT of the L stored and the
+    step's) and the new sums (the partial one folded into the complete one when the step ends a window)."""
+    bh = tl.program_id(0).to(tl.int64)
+    b, h = bh // H, bh % H
+    dd, jj, rr = tl.arange(0, BD), tl.arange(0, BW), tl.arange(0, BR)
+    dm = dd < D
+    q = tl.load(Q + b * sqb + h * sqh + dd, mask=dm, other=0.0).to(tl.float32)                       # [BD]
+    k = tl.load(K + b * skb + h * skh + dd, mask=dm, other=0.0)
+    v = tl.load(V + b * svb + h * svh + dd, mask=dm, other=0.0)
+    # the window: the L stored keys, then the step's own at index L; key j sits j - L before the query
+    stored = (jj < L)[:, None] & dm[None, :]
+    keys = tl.load(KEYS + b * spb + h * sph + jj[:, None] * spt + dd[None, :], mask=stored, other=0.0)
+    values = tl.load(VALUES + b * svsb + h * svsh + jj[:, None] * svst + dd[None, :], mask=stored, other=0.0)
+    keys = tl.where((jj == L)[:, None], k[None, :], keys)                                              # [BW, BD]
+    values = tl.where((jj == L)[:, None], v[None, :], values)
+    s = tl.sum(q[None, :] * keys.to(tl.float32), 1) * scale                                           # [BW]
+    if HAS_BIAS:
+        s += tl.load(EPE + h * (2 * W - 1) + W - 1 - L + jj, mask=jj <= L, other=0.0).to(tl.float32)
+    s = tl.where(jj <= L, s, NEG)
+    p = tl.exp(s - tl.max(s, 0))
+    local = tl.sum((p / tl.sum(p, 0))[:, None] * values.to(tl.float32), 0)                           # [BD]
+    # the new last keys and values: rows SHIFT..L of [stored, step]
+    nrow = jj + SHIFT
+    keep = (nrow <= L)[:, None] & dm[None, :]
+    nk = tl.load(KEYS + b * spb + h * sph + nrow[:, None] * spt + dd[None, :], mask=keep & (nrow < L)[:, None],
+                 other=0.0)
+    nv = tl.load(VALUES + b * svsb + h * svsh + nrow[:, None] * svst + dd[None, :], mask=keep & (nrow < L)[:, None],
+                 other=0.0)
+    nk = tl.where((nrow == L)[:, None], k[None, :], nk)
+    nv = tl.where((nrow == L)[:, None], v[None, :], nv)
+    tl.store(NKEYS + b * snb + h * snh + jj[:, None] * snt + dd[None, :], nk, mask=keep)
+    tl.store(NVALUES + b * snb + h * snh + jj[:, None] * snt + dd[None, :], nv, mask=keep)
+    # the memory: the mean of the complete windows' features (count tokens), read through the bases
+    complete = tl.load(SUMC + bh * D + dd, mask=dm, other=0.0)
+    m = complete / tl.maximum(count, 1).to(tl.float32)
+    if RMS:
+        m = m * (1.0 / tl.sqrt(tl.sum(m * m, 0) / D + 1e-6))
+    qscale, g = _head_factors(TEMP, GAIN, h, gain, HAS_TEMP, GAIN_PER_HEAD)
+    basis = tl.load(BASES + h * sbh + rr[:, None] * sbr + dd[None, :], mask=(rr < R)[:, None] & dm[None, :],
+                    other=0.0).to(tl.float32)                                                          # [BR, BD]
+    hm = tl.sum(basis * m[None, :], 1)                                                                 # [BR] h = B m
+    s2 = tl.where(rr < R, scale * hm * tl.sum(basis * (q * qscale)[None, :], 1), NEG)
+    p2 = tl.exp(s2 - tl.max(s2, 0))
+    glob = tl.sum(((p2 / tl.sum(p2, 0)) * hm)[:, None] * basis, 0)                                    # [BD]
+    if HALF:
+        if count == 0:
+            out = local * (0.5 if EMPTY_HALF else 1.0)
+        else:
+            out = 0.5 * (local + glob)
+    else:
+        out = local + g * glob                                                                         # 0 when empty
+    tl.store(O + bh * D + dd, out, mask=dm)
+    if FEAT_IS_LOCAL:
+        feat = local
+    else:
+        feat = tl.load(FEAT + b * sfb + h * sfh + dd, mask=dm, other=0.0).to(tl.float32)
+    partial = tl.load(SUMP + bh * D + dd, mask=dm, other=0.0) + feat
+    if COMPLETES:
+        complete, partial = complete + partial, partial * 0.0
+    tl.store(NSUMC + bh * D + dd, complete, mask=dm)
+    tl.store(NSUMP + bh * D + dd, partial, mask=dm)
+
+
+@torch.compiler.disable
+def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                       sum_complete: torch.Tensor, sum_partial: torch.Tensor, position: int, bases: torch.Tensor,
+                       window: int, *, bias: torch.Tensor | None = None, feat: torch.Tensor | None = None,
+                       log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+                       combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local"
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One causal LAVO token (context dissection, no padding) in one kernel: the local window over the stored keys
+    and the step's, the read of the complete windows' mean, the joined output and the new state. Inference only (no
+    autograd graph).
+
+    Args:
+        q, k, v: [B, H, 1, d] the step's query, key and value.
+        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
+        sum_complete, sum_partial: [B, H, d] fp32, the memory sums before the step; position: tokens before it.
+        bases: [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
+        log_temperature, memory_norm, combine, gain, empty_memory: the reading, as :func:`..ops.memory_step`.
+
+    Returns:
+        out [B, H, 1, d] fp32; the new keys and values [B, H, min(w - 1, L + 1), d]; the new sum_complete and
+        sum_partial [B, H, d] fp32 (a window's partial sum folded into the complete one when the step ends it).
+    """
+    B, H, _, d = q.shape
+    L, w, r = keys.shape[2], window, bases.shape[1]
+    new_len = min(w - 1, L + 1)
+    new_keys = keys.new_empty(B, H, new_len, d)
+    new_values = values.new_empty(B, H, new_len, d)
+    out = torch.empty(B, H, 1, d, dtype=torch.float32, device=q.device)
+    complete, partial = torch.empty_like(sum_complete), torch.empty_like(sum_partial)
+    sc, sp = sum_complete.contiguous(), sum_partial.contiguous()
+    keys, values, bases = rowmajor(keys), rowmajor(values), rowmajor(bases)
+    per_head = isinstance(gain, torch.Tensor)
+    f = feat if feat is not None else q
+    launch("decode", _decode, grid(B * H, "the decoding step"),
+           q, k, v, f, keys, values, bias if bias is not None else q, sc, sp, bases,
+           log_temperature if log_temperature is not None else q, gain if per_head else q, out, new_keys, new_values,
+           complete, partial, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+           f.stride(0), f.stride(1), *strides(keys), *strides(values), *strides(new_keys), *strides(bases),
+           H, d, r, L, position - position % w, d ** -0.5, 1.0 if per_head else float(gain), W=w,
+           SHIFT=L + 1 - new_len, COMPLETES=(position + 1) % w == 0, HAS_BIAS=bias is not None,
+           FEAT_IS_LOCAL=feat is None, HAS_TEMP=log_temperature is not None, RMS=memory_norm == "rms",
+           HALF=combine == "half", EMPTY_HALF=empty_memory == "half", GAIN_PER_HEAD=per_head,
+           BD=block_dim(d), BW=block_dim(w), BR=block_dim(r))
+    return out, new_keys, new_values, complete, partial

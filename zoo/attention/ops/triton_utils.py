@@ -1,5 +1,22 @@
 """What the Triton kernels share (the sliding window's ``ops/window/triton.py`` and LAVO's read ``lavo/triton.py``):
-whether they can run on a tensor, tile sizes, the dot products' precision, the masked score, the launch layout.
+whether they can run on a tensor, tile sizes, the dot products' precision, the masked score, the launch layout, the
+launch itself with its compile-failure fallback, and the dropout mask.
+
+- Launch (:func:`launch`): every kernel runs on a one-axis grid of programs (:func:`grid`: batch x heads x blocks,
+  up to 2^31 - 1, where CUDA's y and z axes stop at 65,535), and its offsets are 64-bit (row indices are int64
+  before they multiply a stride, so T x D >= 2^31 does not overflow). A kernel that fails to compile on this device
+  (Triton's CompilationError, OutOfResources, a ptxas error) is marked failed for the process with one warning
+  naming it and the reason, and :class:`KernelUnavailable` is raised: the caller reruns the call (or a backward pass
+  its gradients) on the PyTorch kernels, and :func:`lavo_zoo.attention.ops.dispatch.triton_runs` says no from then
+  on (:func:`failures`).
+- Tiles (:func:`band_tile`, :func:`autotuned`): a program of ``block`` queries walks its band of ``block + span``
+  keys in tiles sized so that the keys it scans exceed the band by less than one tile (a 16-key window: 80 keys per
+  64 queries, not 128); on a GPU the block size and warps are autotuned per kernel (``triton.autotune`` over a few
+  configurations, the sequence length not specialised), in Triton's interpreter one fixed configuration runs.
+- Dropout (:func:`dropout_factor`): the keep-mask is ``tl.rand(seed, offset)`` of each element's flat offset
+  (bh T + t) W + j in a [B H, T, W] layout per call (W slots per query: the window's 2w - 1 relative key offsets,
+  the read's r bases), so forward and backward draw the same mask from the call's seed; :func:`dropout_mask`
+  materialises it (what the tests compare the kernels with).
 
 Importing this module imports Triton (an ImportError where it is missing: :func:`lavo_zoo.attention.ops.dispatch.
 triton_runs` treats that as "the kernels do not run here"). ``INTERPRETED`` is read when this module is first
@@ -9,9 +26,13 @@ interpreter on CPU tensors (what the tests do); otherwise they need CUDA tensors
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 import triton
+import triton.language as tl
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources, PTXASError
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by @triton.jit at decoration, i.e. at import
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # fp64 stays on the PyTorch kernels
@@ -47,3 +68,125 @@ def strides(t: torch.Tensor) -> tuple[int, ...]:
 def rowmajor(t: torch.Tensor) -> torch.Tensor:
     """t with unit stride along its last axis (the kernels' column stride): t itself when it has one, else a copy."""
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# ------------------------------------------------------------------------------------------------- tiles
+TILES = (16, 32, 64)  # tile extents a band may be walked in (tl.dot's minimum is 16)
+
+
+def band_tile(block: int, span: int) -> int:
+    """The tile extent for a program of ``block`` rows whose band is ``block + span`` rows of the other side (span =
+    w - 1 causal, 2 (w - 1) noncausal): the one of :data:`TILES` that scans the fewest rows, cdiv(block + span,
+    tile) x tile, the larger on ties (fewer, fuller tile products)."""
+    return min(TILES, key=lambda tile: (triton.cdiv(block + span, tile) * tile, -tile))
+
+
+def scanned(block: int, span: int, tile: int) -> int:
+    """Rows a program of ``block`` rows scans to cover its band of ``block + span`` in tiles of ``tile``."""
+    return triton.cdiv(block + span, tile) * tile
+
+
+def autotuned(blocks: tuple[int, ...], warps: tuple[int, ...], key: list[str], span_of=None):
+    """Decorator for a @triton.jit kernel with the constexpr BM (rows per program) and, where it walks a band, BN
+    (its tile extent): on a GPU ``triton.autotune`` over the ``blocks`` x ``warps`` configurations, keyed on
+    ``key``, each band kernel's with the exact-skipping tile of :func:`band_tile` (``span_of(args)`` gives the
+    band's span from the launch's arguments); in Triton's interpreter one fixed configuration (no benchmarking
+    there): the first block and warps, the smallest tile."""
+    def config(block: int, num_warps: int, tile: int | None = None) -> triton.Config:
+        return triton.Config({"BM": block} | ({} if span_of is None else {"BN": tile or block}), num_warps=num_warps)
+
+    def prune(configs, named_args, **kwargs):
+        span = span_of({**named_args, **kwargs})
+        return [config(c.kwargs["BM"], c.num_warps, band_tile(c.kwargs["BM"], span)) for c in configs]
+
+    def wrap(kernel):
+        chosen = [config(block, w) for block in blocks for w in warps]
+        if INTERPRETED:
+            chosen = [config(blocks[0], warps[0], TILES[0])]
+        return triton.autotune(configs=chosen, key=key,
+                               prune_configs_by={"early_config_prune": prune} if span_of else None)(kernel)
+    return wrap
+
+
+# ------------------------------------------------------------------------------------------------- the launch
+GRID_LIMIT = 2**31 - 1  # programs on a CUDA grid's x axis (its y and z axes stop at 65,535)
+_failures: dict[str, str] = {}  # kernel name -> why it could not be compiled, in this process
+
+
+class KernelUnavailable(RuntimeError):
+    """A Triton kernel could not be compiled on this device (now or earlier in this process): run the fallback."""
+
+
+def failures() -> dict[str, str]:
+    """The Triton kernels that failed to compile in this process, with the reason (empty: none)."""
+    return dict(_failures)
+
+
+def grid(programs: int, what: str) -> tuple[int]:
+    """The one-axis launch grid of ``programs`` programs (batch x heads x blocks of ``what``), or a ValueError that
+    says what to shrink where it exceeds the grid's limit."""
+    if programs > GRID_LIMIT:
+        raise ValueError(f"{what}: {programs} Triton programs exceed the launch grid's limit of {GRID_LIMIT}; split "
+                         "the batch or the sequence into smaller calls")
+    return (programs,)
+
+
+def _compile_failure(e: BaseException) -> bool:
+    """Whether an exception from a launch says the kernel cannot be compiled for this device (not a bug in the
+    call, not an out-of-memory error)."""
+    if isinstance(e, (CompilationError, OutOfResources, PTXASError)):
+        return True
+    return isinstance(e, RuntimeError) and not isinstance(e, torch.OutOfMemoryError) and "ptxas" in str(e).lower()
+
+
+def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwargs) -> None:
+    """``kernel[programs](*args, **kwargs)``, or :class:`KernelUnavailable` where the kernel cannot be compiled here:
+    the first failure warns once (naming ``name`` and the reason) and records it (:func:`failures`), which turns the
+    Triton kernels off for the process in the choice of kernels; a later launch of that kernel raises at once.
+    ``programs``: the grid, or a function of the meta-parameters (an autotuned kernel's block size) that gives it.
+    ``config``: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
+    tuning."""
+    if name in _failures:
+        raise KernelUnavailable(f"{name}: {_failures[name]}")
+    if config is not None:
+        if isinstance(kernel, triton.runtime.Autotuner):
+            kernel = kernel.fn
+        kwargs = {**kwargs, **config}
+        if callable(programs):
+            programs = programs(config)
+    try:
+        kernel[programs](*args, **kwargs)
+    except Exception as e:
+        if not _compile_failure(e):
+            raise
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        _failures[name] = reason
+        warnings.warn(f"the Triton kernel {name} could not be compiled on this device ({reason}); LAVO's Triton "
+                      "kernels are off for the rest of this process and the call runs on the PyTorch kernels "
+                      "(set LAVO_ZOO_TRITON=0 to skip the attempt)", RuntimeWarning, stacklevel=3)
+        raise KernelUnavailable(f"{name}: {reason}") from e
+
+
+# ------------------------------------------------------------------------------------------------- dropout
+@triton.jit
+def dropout_factor(seed, offset, p):
+    """The dropout factor of the elements at flat ``offset`` (int64 tensor) of the call with ``seed``: 1 / (1 - p)
+    where kept (probability 1 - p), 0 where dropped. The same (seed, offset) gives the same factor in forward and
+    backward."""
+    return tl.where(tl.rand(seed, offset) >= p, 1.0 / (1.0 - p), 0.0)
+
+
+@triton.jit
+def _dropout_mask(OUT, seed, N, p, BLOCK: tl.constexpr):
+    offset = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(OUT + offset, dropout_factor(seed, offset, p), mask=offset < N)
+
+
+def dropout_mask(seed: int, shape: tuple[int, ...], p: float, device: torch.device | str) -> torch.Tensor:
+    """The dropout factors the kernels use for a call with this seed and p, materialised: [*shape] fp32 where shape
+    is [B, H, T, W] (the window: W = 2w - 1 relative key offsets s - t + w - 1; the read: W = r bases)."""
+    out = torch.empty(shape, dtype=torch.float32, device=device)
+    block = 1024
+    launch("dropout_mask", _dropout_mask, grid(triton.cdiv(out.numel(), block), "dropout_mask"), out, seed,
+           out.numel(), p, BLOCK=block)
+    return out

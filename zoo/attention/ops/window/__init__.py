@@ -6,13 +6,15 @@ Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-
 :func:`window_attention` is the one entry; its ``backend`` ('auto' or a kernel name) is resolved by the kernel choice,
 :func:`lavo_zoo.attention.ops.dispatch.choose_kernels` (where each kernel runs, and the fallbacks), then runs:
 - ``recompute``: :class:`~lavo_zoo.attention.ops.window.blocked.WindowAttentionFunction` (``blocked.py``), which
-  saves only its inputs and recomputes each chunk's scores in backward. The default on CPU and for short CUDA chunks.
+  saves only its inputs and recomputes each chunk's scores in backward (attention dropout included: each chunk's
+  mask is regenerated from the call's seed). The default on CPU, for short CUDA chunks and with dropout in training.
 - ``autograd``: :func:`~lavo_zoo.attention.ops.window.blocked.window_autograd`, the same blocked computation left to
-  autograd; what runs with attention dropout in training.
-- ``flex``: the fused CUDA kernel of ``flex.py``; 'auto' takes it on CUDA (the ``local`` mechanism). If it cannot be
-  compiled on the device, the call runs ``recompute`` (``autograd`` with dropout) instead.
-- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix included); LAVO's layer
-  takes them on CUDA, 'auto' here does not. Requested where they do not run, the call runs ``recompute``.
+  autograd (torch's own dropout); only when requested.
+- ``flex``: the fused CUDA kernel of ``flex.py``; 'auto' takes it on CUDA without dropout in training. If it cannot
+  be compiled on the device, the call runs ``recompute`` instead.
+- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix and dropout included);
+  taken when requested (LAVO's layer, and its 'auto' with ``LAVO_ZOO_TRITON=1``); requested where they do not run,
+  or if they cannot be compiled on the device (warned once), the call runs ``recompute``.
 :func:`window_attention_step` is one query's window (a decoding step); ``naive.py`` holds the dense masked O(T^2)
 reference the tests compare with.
 """
@@ -22,6 +24,7 @@ import torch
 
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.ops.dispatch import BACKENDS, FALLBACK, choose_kernels
+from lavo_zoo.attention.ops.dropout import new_seed
 from lavo_zoo.attention.ops.window import flex
 from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
 
@@ -63,19 +66,26 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("window_attention: a key prefix needs causal=True and no key_mask")
     kernel = choose_kernels(q, backend, dropout=dropout, training=training, auto_triton=False).window
+    p = dropout if training else 0.0
     if kernel == "triton":
+        from lavo_zoo.attention.ops import triton_utils
         from lavo_zoo.attention.ops.window import triton as window_triton
-        return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
-                                                     prefix=prefix)
+        try:
+            return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias,
+                                                         key_mask=key_mask, prefix=prefix, dropout=p,
+                                                         seed=new_seed() if p else 0)
+        except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once): recompute below
+            kernel = FALLBACK
     if kernel == "flex":
         fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
         out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
         if out is not None:  # None: the kernel cannot be compiled on this device (warned once); recompute below
             return out.to(ct)
-        kernel = choose_kernels(q, FALLBACK, dropout=dropout, training=training).window
+        kernel = FALLBACK
     past_k, past_v = prefix if prefix is not None else (None, None)
-    if kernel == "recompute":  # never with dropout in training: the kernel choice gives 'autograd' then
-        return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk)
+    if kernel == "recompute":
+        return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk, p,
+                                             new_seed() if p else 0)
     P = 0 if past_k is None else past_k.shape[2]
     return window_autograd(q, [p for p in (past_k, k) if p is not None], [p for p in (past_v, v) if p is not None],
                            window, causal, bias, key_mask, P, dropout, training)

@@ -6,8 +6,12 @@ T x w x d tensor; scores and softmax in fp32 (or the input's wider dtype).
   bias, mask, prefix) for backward and recomputes each chunk's scores there, like FlashAttention. No [T, 2w] scores
   and no 2w-key blocks survive the forward pass.
 - :func:`window_autograd` (backend ``autograd``): the same blocked computation on the whole sequence, differentiated
-  by autograd (it keeps the [T, 2w] probabilities and the key/value blocks). Needed with attention dropout in
-  training: the dropout mask must be the one backward sees.
+  by autograd (it keeps the [T, 2w] probabilities and the key/value blocks); with an explicit dropout mask it is the
+  reference the tests compare the kernels' dropout with.
+
+Attention dropout (:mod:`lavo_zoo.attention.ops.dropout`): the recompute kernel draws one seed per call and each
+chunk's mask from it (:func:`chunk_keep`, in band form: one factor per query and relative key offset s - t + w - 1),
+and backward regenerates the same masks; :func:`dropout_band` materialises a call's whole mask for the tests.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype, heads_major_empty
+from lavo_zoo.attention.ops.dropout import keep_factor
 
 CHUNK = 256  # queries per recomputed chunk: temporaries ~ B * H * CHUNK * (64 + 2w) numbers; smaller costs time
 
@@ -42,10 +47,13 @@ def _pad_cat(parts: Sequence[torch.Tensor], before: int, after: int, dtype: torc
 
 def window_autograd(q: torch.Tensor, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], w: int,
                  causal: bool, bias: torch.Tensor | None, key_real: torch.Tensor | None, lead: int,
-                 dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+                 dropout: float = 0.0, training: bool = False, keep: torch.Tensor | None = None) -> torch.Tensor:
     """Blocked window attention of q [B, H, Tq, d] over the keys/values that ``keys``/``values`` concatenate to
     ([B, H, Tk, d] pieces); query i sits at key position lead + i, Tk - lead - Tq < w (trailing keys, noncausal).
-    key_real [B, Tk] bool or None. Returns [B, H, Tq, d] in :func:`compute_dtype`. Differentiable by autograd."""
+    key_real [B, Tk] bool or None. Dropout: ``keep`` [B, H, Tq, 2w - 1], the factor of each query's relative key
+    offset s - t + w - 1 (0 dropped, 1 / (1 - p) kept: a kernel's mask, as :func:`dropout_band` gives it), or else
+    ``dropout`` with torch's own mask in training. Returns [B, H, Tq, d] in :func:`compute_dtype`. Differentiable by
+    autograd."""
     ct = compute_dtype(q.dtype)
     B, _, Tq, d = q.shape
     Tk = sum(k.shape[2] for k in keys)
@@ -67,7 +75,10 @@ def window_autograd(q: torch.Tensor, keys: Sequence[torch.Tensor], values: Seque
         scores = scores + bias.to(ct)[:, (rel + w - 1).clamp(0, 2 * w - 2)][None, :, None]           # [1, H, 1, w, K]
     scores = scores.masked_fill(~allowed[:, None], torch.finfo(ct).min)
     p = torch.softmax(scores, dim=-1)
-    if dropout and training:
+    if keep is not None:                                                   # band [B, H, Tq, 2w-1] -> [B, H, n, w, K]
+        band = pad_time(keep.to(ct), lead, end).unflatten(2, (n, w))
+        p = p * band.gather(-1, (rel + w - 1).clamp(0, 2 * w - 2).expand(*band.shape[:-1], K))
+    elif dropout and training:
         p = F.dropout(p, dropout, training=True)
     out = (p @ vb).flatten(2, 3)                                                                      # [B, H, n*w, d]
     return out[:, :, lead:lead + Tq]
@@ -113,7 +124,8 @@ class WindowAttentionFunction(torch.autograd.Function):
     """Blocked window attention that saves only its inputs and recomputes each chunk of queries in backward.
 
     forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
-    key_mask [B, T] bool | None, window, causal, chunk) -> [B, H, T, d] in compute_dtype (laid out [B, T, H, d]).
+    key_mask [B, T] bool | None, window, causal, chunk, dropout, seed) -> [B, H, T, d] in compute_dtype (laid out
+    [B, T, H, d]).
 
     Keys and values are padded once (w - 1 - P zeros, the prefix, the keys, zeros after), so that block j of
     c = :func:`query_block` queries sees the K = c + span padded keys from j c on (span = w - 1 causal, 2 (w - 1)
@@ -122,6 +134,9 @@ class WindowAttentionFunction(torch.autograd.Function):
     probabilities and differentiates by hand as FlashAttention does (dV = P^T dO, dS = P (dP - rowsum(P dP)),
     dQ = dS K, dK = dS^T Q); the bias gradient is summed per (query, key) slot over all blocks and scattered to the
     2w - 1 offsets once.
+
+    With ``dropout`` p > 0, each chunk's probabilities are multiplied by its mask (:func:`chunk_keep`, drawn from
+    ``seed``), which backward regenerates: dV = (P Z)^T dO, dP = (dO V^T) Z, with Z the chunk's factor.
     """
 
     @staticmethod
@@ -184,41 +199,39 @@ class WindowAttentionFunction(torch.autograd.Function):
         return not bool(real[:, t0:t1 + span].all())
 
     @staticmethod
-    def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk):
+    def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk, dropout=0.0, seed=0):
         B, H, T, d = q.shape
-        ct, c, span, n_all, front, _, real, add, _, _ = WindowAttentionFunction._setup(
+        ct, c, span, _, front, _, real, add, _, index = WindowAttentionFunction._setup(
             q, prefix_k, bias, key_mask, window, causal)
-        step = max(1, chunk // c) * c
         out = heads_major_empty(B, H, T, d, q, ct)
-        for t0 in range(0, n_all * c, step):
-            t1 = min(n_all * c, t0 + step)
+        for t0, t1 in chunks(T, window, chunk):
             e = min(t1, T)
             masked = WindowAttentionFunction._masked(real, key_mask, t0, t1, span, front, T, window)
             qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
             kb = WindowAttentionFunction._blocks(prefix_k, k, front, t0, t1, c, span, ct)  # [B H n, K, d]
             p = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)[0]
+            if dropout:
+                p = p * _blocked_keep(seed, t0, t1, B, H, window, c, index, dropout, q.device, ct)
             vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
             out[:, :, t0:e] = torch.bmm(p.flatten(0, 2), vb).view(B, H, t1 - t0, d)[:, :, :e - t0]
         ctx.save_for_backward(q, k, v, prefix_k, prefix_v, bias, key_mask)
-        ctx.config = (window, causal, chunk)
+        ctx.config = (window, causal, chunk, dropout, seed)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, prefix_k, prefix_v, bias, key_mask = ctx.saved_tensors
-        window, causal, chunk = ctx.config
+        window, causal, chunk, dropout, seed = ctx.config
         need = ctx.needs_input_grad
         B, H, T, d = q.shape
-        ct, c, span, n_all, front, L, real, add, inside, index = WindowAttentionFunction._setup(
+        ct, c, span, _, front, L, real, add, inside, index = WindowAttentionFunction._setup(
             q, prefix_k, bias, key_mask, window, causal)
         K = c + span
         dq = torch.empty_like(q, dtype=ct) if need[0] else None                  # [B, H, T, d] in q's layout
         dkp = heads_major_empty(B, H, L, d, q, ct).zero_()                        # [B, H, L, d] padded positions
         dvp = heads_major_empty(B, H, L, d, q, ct).zero_()
         dadd = torch.zeros(H, c, K, dtype=ct, device=q.device) if bias is not None and need[5] else None
-        step = max(1, chunk // c) * c
-        for t0 in range(0, n_all * c, step):
-            t1 = min(n_all * c, t0 + step)
+        for t0, t1 in chunks(T, window, chunk):
             n = (t1 - t0) // c
             masked = WindowAttentionFunction._masked(real, key_mask, t0, t1, span, front, T, window)
             qb = WindowAttentionFunction._queries(q, t0, t1, c, ct)   # [B H n, c, d]
@@ -226,10 +239,15 @@ class WindowAttentionFunction(torch.autograd.Function):
             vb = WindowAttentionFunction._blocks(prefix_v, v, front, t0, t1, c, span, ct)
             p, r = WindowAttentionFunction._probs(qb, kb, real, add, t0, t1, c, span, masked, B, H)
             gb = _padded_range(None, grad, 0, t0, t1, ct).reshape(-1, c, d)       # [B H n, c, d]
-            p3 = p.view(-1, c, K)
-            dvb = torch.bmm(p3.mT, gb).view(B, H, n, K, d)
-            ds = torch._softmax_backward_data(torch.bmm(gb, vb.mT).view_as(p), p, -1, ct)  # [B, H, n, c, K]
-            del p, p3
+            dp = torch.bmm(gb, vb.mT).view_as(p)                                  # [B, H, n, c, K]
+            kept = p
+            if dropout:  # the forward's mask, regenerated: P Z multiplied V, so dP = (dO V^T) Z
+                z = _blocked_keep(seed, t0, t1, B, H, window, c, index, dropout, q.device, ct)
+                kept, dp = p * z, dp.mul_(z)
+                del z
+            dvb = torch.bmm(kept.view(-1, c, K).mT, gb).view(B, H, n, K, d)
+            ds = torch._softmax_backward_data(dp, p, -1, ct)                      # [B, H, n, c, K]
+            del p, kept, dp
             if r is not None:  # rows whose keys are all masked (padded queries): no gradient through them
                 ds.masked_fill_(~r, 0)
             if dadd is not None:
@@ -255,4 +273,38 @@ class WindowAttentionFunction(torch.autograd.Function):
         dbias = None
         if dadd is not None:
             dbias = torch.zeros_like(bias, dtype=ct).index_add_(1, index[inside], dadd[:, inside]).to(bias.dtype)
-        return dq, dk, dv, dpk, dpv, dbias, None, None, None, None
+        return dq, dk, dv, dpk, dpv, dbias, None, None, None, None, None, None
+
+
+def chunks(T: int, window: int, chunk: int) -> list[tuple[int, int]]:
+    """The query ranges [t0, t1) that :class:`WindowAttentionFunction` computes at a time: whole blocks of
+    :func:`query_block` queries (the last block padded past T), about ``chunk`` queries each."""
+    c = query_block(window)
+    n_all, step = math.ceil(T / c) * c, max(1, chunk // c) * c
+    return [(t0, min(n_all, t0 + step)) for t0 in range(0, n_all, step)]
+
+
+def chunk_keep(seed: int, t0: int, t1: int, B: int, H: int, window: int, p: float, device: torch.device,
+               dtype: torch.dtype) -> torch.Tensor:
+    """The dropout factor of the recompute kernel's queries t0..t1 (a chunk of :func:`chunks`), in band form:
+    [B, H, t1 - t0, 2w - 1], one factor per relative key offset s - t + w - 1 (causal windows use the first w)."""
+    return keep_factor(seed, t0, (B, H, t1 - t0, 2 * window - 1), p, device, dtype)
+
+
+def _blocked_keep(seed: int, t0: int, t1: int, B: int, H: int, window: int, c: int, index: torch.Tensor, p: float,
+                  device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`chunk_keep` laid out as the chunk's probabilities [B, H, n, c, K]: (query i, key slot j) of a block
+    has the relative offset j - i (``index`` [c, K] of :func:`_band`, clamped: slots outside the window have zero
+    probability whatever their factor)."""
+    band = chunk_keep(seed, t0, t1, B, H, window, p, device, dtype).unflatten(2, ((t1 - t0) // c, c))
+    return band.gather(-1, index.expand(*band.shape[:-1], index.shape[-1]))
+
+
+def dropout_band(seed: int, B: int, H: int, T: int, window: int, p: float, chunk: int = CHUNK,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The whole dropout mask of a recompute-kernel call with this seed, p and ``chunk`` on T queries: [B, H, T, 2w-1]
+    factors (0 dropped, 1 / (1 - p) kept) of each query's relative key offset s - t + w - 1, as
+    :func:`window_autograd`'s ``keep`` takes it (the tests' reference)."""
+    device = torch.device(device)
+    return torch.cat([chunk_keep(seed, t0, t1, B, H, window, p, device, dtype) for t0, t1 in chunks(T, window, chunk)],
+                     2)[:, :, :T]

@@ -1,7 +1,12 @@
 """CUDA fused sliding window: ``flex_attention`` with a banded block mask and a ``score_mod`` for the relative
-bias, compiled once per shape. The kernel choice (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`) takes it on
-CUDA for chunks of at least ``MIN_QUERIES`` queries without attention dropout where Triton does not run (and for the
-``local`` mechanism); ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
+bias. The kernel choice (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`) takes it on CUDA for chunks of at
+least ``MIN_QUERIES`` queries without attention dropout in training (LAVO's default there, and the ``local``
+mechanism's); ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
+
+Variable lengths: flex_attention is compiled with dynamic shapes, so a new length reuses the compiled kernel
+(compiled with static shapes it would recompile for every length and, past torch's recompile limit of 8, run its
+unfused eager form with [B, H, T, T] scores). A streaming chunk's key prefix is folded away by giving the chunk P
+leading dummy queries (queries and keys then have one length, and P is not a compile-time constant either).
 
 The block mask is built from block indices (:func:`band_block_mask`): the band of a w-token window touches at most
 three 128-key blocks per 128-query block, so the mask is built from O(T / 128) numbers. (``create_block_mask``
@@ -18,8 +23,9 @@ import warnings
 
 import torch
 
-MIN_QUERIES = 256  # shorter chunks (decoding) stay on the blocked path: no recompiles for every tiny shape
+MIN_QUERIES = 256  # shorter chunks (decoding) stay on the blocked path
 BLOCK = 128  # flex_attention's sparse block size (queries and keys)
+COMPILE_BACKEND = "inductor"  # torch.compile's backend (the tests count compilations with a stand-in)
 _failure: str | None = None  # why the fused kernel is off in this process, once it failed to compile
 
 
@@ -27,13 +33,16 @@ def enabled(q: torch.Tensor) -> bool:
     """Whether the fused path can run for queries q [B, H, T, d]: a CUDA tensor, at least ``MIN_QUERIES`` queries,
     ``LAVO_ZOO_FLEX`` not 0, and the kernel did not fail to compile in this process. (It has no attention dropout:
     the kernel choice does not take it in training with dropout.)"""
-    return q.is_cuda and q.shape[2] >= MIN_QUERIES and _failure is None and os.environ.get("LAVO_ZOO_FLEX", "1") != "0"
+    from lavo_zoo.attention.ops.dispatch import on_cuda
+
+    return on_cuda(q) and q.shape[2] >= MIN_QUERIES and _failure is None and os.environ.get("LAVO_ZOO_FLEX", "1") != "0"
 
 
 @functools.cache
-def _compiled_flex():
+def _compiled_flex(backend):
+    """flex_attention compiled once for all lengths (dynamic shapes), per torch.compile backend."""
     from torch.nn.attention.flex_attention import flex_attention
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=True, backend=backend)
 
 
 def band_block_mask(q_len: int, kv_len: int, window: int, *, causal: bool, mask_mod, device: torch.device,
@@ -69,25 +78,33 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
 
     Tq, Tk, w = q.shape[2], k.shape[2], window
     P = Tk - Tq
-
-    def mask_mod(b, h, qi, kv):
-        t = qi + P
-        ok = (kv > t - w) & ((kv <= t) if causal else (kv < t + w))
-        return ok & key_mask[b, kv] if key_mask is not None else ok
-
-    def score_mod(score, b, h, qi, kv):
-        return score + bias[h, (kv - qi - P + w - 1).clamp(0, 2 * w - 2)].to(score.dtype)
-
-    block_mask = band_block_mask(Tq, Tk, w, causal=causal, mask_mod=mask_mod, device=q.device, block=block)
-    if not compiled:
-        return flex_attention(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
+    if P:  # P leading dummy queries: query i of the chunk is query P + i, at key position P + i; no offset left
+        q = torch.cat([q.new_zeros(*q.shape[:2], P, q.shape[3]), q], 2)             # [B, H, Tk, d]
+    mask_mod, score_mod = _band_mods(w, causal, key_mask, bias)
+    block_mask = band_block_mask(Tk, Tk, w, causal=causal, mask_mod=mask_mod, device=q.device, block=block)
+    run = flex_attention if not compiled else _compiled_flex(COMPILE_BACKEND)
     try:
-        return _compiled_flex()(q, k, v, score_mod=score_mod if bias is not None else None, block_mask=block_mask)
+        return run(q, k, v, score_mod=score_mod, block_mask=block_mask)[:, :, P:]
     except torch.OutOfMemoryError:  # out of device memory at run time: not a compile failure
         raise
     except RuntimeError as e:  # inductor/triton compile failures (InductorError, BackendCompilerFailed, ...)
+        if not compiled:
+            raise
         _failure = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
         warnings.warn(f"LAVO's fused flex_attention window kernel could not be compiled on this device ({_failure}); "
                       "using the blocked window path for the rest of this process (set LAVO_ZOO_FLEX=0 to skip the "
                       "attempt)", RuntimeWarning, stacklevel=2)
         return None
+
+
+def _band_mods(w: int, causal: bool, key_mask: torch.Tensor | None, bias: torch.Tensor | None):
+    """flex_attention's ``mask_mod`` (key kv in query qi's window, and real) and ``score_mod`` (plus the relative
+    bias ``bias[h, kv - qi + w - 1]``; None without bias) for queries and keys of one length."""
+    def mask_mod(b, h, qi, kv):
+        ok = (kv > qi - w) & ((kv <= qi) if causal else (kv < qi + w))
+        return ok & key_mask[b, kv] if key_mask is not None else ok
+
+    def score_mod(score, b, h, qi, kv):
+        return score + bias[h, (kv - qi + w - 1).clamp(0, 2 * w - 2)].to(score.dtype)
+
+    return mask_mod, score_mod if bias is not None else None

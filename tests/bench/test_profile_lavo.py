@@ -1,0 +1,32 @@
+"""benchmarks/gpu/profile_lavo.py, the profile the GPU session takes: at toy size on the CPU it profiles each run
+(LAVO on its kernels, sdpa), records the kernels LAVO ran, and writes the tables of top kernels and the JSON."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gpu" / "profile_lavo.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("profile_lavo", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_profile_runs_at_toy_size_and_writes_the_tables(tmp_path):
+    out = tmp_path / "profile"
+    records = _script().main(["--device", "cpu", "--lengths", "48", "--embed-dim", "16", "--heads", "2",
+                              "--num-bases", "4", "--window", "4", "--warmup", "1", "--repeats", "2", "--top", "5",
+                              "--attentions", "lavo:triton,lavo:auto,sdpa", "--out", str(out)])
+    assert [(r["attention"], r["length"], r["kernels"]) for r in records] == [
+        ("lavo:triton", 48, "recompute"), ("lavo:auto", 48, "recompute"), ("sdpa", 48, None)]  # no Triton on a CPU
+    for r in records:
+        assert r["median_ms"] > 0 and 0 < len(r["top"]) <= 5 and r["timed_by"] == "cpu"
+        assert all(row["self_ms"] > 0 for row in r["top"]) and 0 < sum(row["share"] for row in r["top"]) <= 1 + 1e-9
+    assert json.loads((out / "profile.json").read_text()) == records
+    table = (out / "profile.md").read_text()
+    assert table.count("## ") == 3 and "## lavo:auto [recompute], T = 48, cpu, autocast none" in table
+    assert table.count("| kernel | calls | self ms | share |") == 3
