@@ -11,8 +11,11 @@
 #             (check_recipes.py, the configs in 3 processes)
 #   compile   (c) lm/tiny-lavo with train.compile=true (check_recipes.py --compile)
 #   local     (c) local attention at 10 distinct lengths without dense scores (check_local.py)
-#   timings   (d) `lavo-zoo bench attention` (fwd+bwd 8K..128K, decoding, a 1M-token stream, local, the previous
-#             CUDA path) and `lavo-zoo bench lm` (GPT-2 small at 8K and 16K), LAVO against sdpa (FlashAttention)
+#   timings   (d) `lavo-zoo bench attention` (fwd+bwd 8K..128K, decoding, a 1M-token stream, local, LAVO's
+#             current CUDA default) and `lavo-zoo bench lm` (GPT-2 small at 8K and 16K), LAVO against sdpa
+#             (FlashAttention), then torch.profiler's top kernels of one layer at 8K and 128K (profile_lavo.py)
+# LAVO's Triton kernels are the candidate CUDA default (LAVO_ZOO_TRITON=1 here wherever LAVO trains or is timed);
+# its current default (the flex window and the recompute read) is timed beside them.
 # The checks (a-c) run side by side (the GPU idles while Triton and inductor compile); the timings run alone after
 # them. --toy (LAVO_GPU_TOY=1) runs the same steps on the CPU at toy sizes (Triton's interpreter for the kernels):
 # the test suite does, so that a device minute is never lost to a Python error or a missing file.
@@ -54,6 +57,7 @@ report() {  # summary.md and results.json from what the steps left, and the work
   tar -czf "$OUT/details.tar.gz.tmp" -C "$work" --exclude='*.safetensors' --exclude='*.pt' --exclude=cache \
     --exclude='*.wav' . 2>/dev/null && mv "$OUT/details.tar.gz.tmp" "$OUT/details.tar.gz"
   [ -f "$work/timing_fwdbwd.png" ] && cp "$work/timing_fwdbwd.png" "$OUT/fwdbwd.png"
+  [ -f "$work/profile/profile.md" ] && cp "$work/profile/profile.md" "$OUT/profile.md"
   return 0
 }
 
@@ -91,7 +95,7 @@ main() {
   fi
   step environment 120 "$py" "$here/check_environment.py" "$work" "$command"
   local lz=("$py" -m lavo_zoo.cli)
-  local interpret=()
+  local interpret=() triton=(env LAVO_ZOO_TRITON=1)
   [ "$toy" = 1 ] && interpret=(env TRITON_INTERPRET=1)
   local pids=()
   if has kernels; then
@@ -100,12 +104,12 @@ main() {
   fi
   if has recipes; then
     for i in 1 2 3; do
-      step "recipes_$i" 240 "$py" "$here/check_recipes.py" --part "$i/3" --json "$work/recipes_$i.json" &
+      step "recipes_$i" 240 "${triton[@]}" "$py" "$here/check_recipes.py" --part "$i/3" --json "$work/recipes_$i.json" &
       pids+=($!)
     done
   fi
   if has compile; then
-    step compile 200 "$py" "$here/check_recipes.py" --compile --json "$work/compile.json" &
+    step compile 200 "${triton[@]}" "$py" "$here/check_recipes.py" --compile --json "$work/compile.json" &
     pids+=($!)
   fi
   if has local; then
@@ -120,6 +124,7 @@ main() {
     local long=8192,16384,32768,65536,131072 ends=8192,32768,131072 decode=1024,65536 stream=16384,1048576
     local chunk=16384 timed=(--warmup 3 --repeats 10) once=(--warmup 1 --repeats 1) decoded=(--warmup 3 --repeats 30)
     local lm=(lm/pg19-lavo lm/pg19-sdpa --lengths 8192,16384 --repeats 3)
+    local profile=(--lengths 8192,131072)
     if [ "$toy" = 1 ]; then
       dev=cpu
       shape=(--embed-dim 32 --heads 2) lavo=(-o lavo.num_bases=8 -o lavo.window_size=4)
@@ -127,23 +132,26 @@ main() {
       timed=(--warmup 1 --repeats 2) once=(--warmup 0 --repeats 1) decoded=(--warmup 1 --repeats 2)
       lm=(lm/pg19-lavo lm/pg19-sdpa --lengths 32 --repeats 1 --set model.num_layers=1 --set model.embed_dim=128
           --set model.num_heads=2 --set model.ffn_dim=128)
+      profile=(--device cpu --lengths 48 --embed-dim 16 --heads 2 --num-bases 4 --window 4 --warmup 1 --repeats 2)
     fi
     local bench=("${lz[@]}" bench attention --device "$dev" --dtype bfloat16 --batch 1 "${shape[@]}" --no-isolate
                  --no-efficiency)
-    step timing_fwdbwd 90 "${bench[@]}" "${lavo[@]}" --attentions lavo,sdpa --mode fwdbwd --lengths "$long" \
+    step timing_fwdbwd 90 "${triton[@]}" "${bench[@]}" "${lavo[@]}" --attentions lavo,sdpa --mode fwdbwd --lengths "$long" \
       "${timed[@]}" --json "$work/timing_fwdbwd.json" --plot "$work/timing_fwdbwd.png"
     report
-    step timing_lm 100 "${lz[@]}" bench lm "${lm[@]}" --device "$dev" --json "$work/timing_lm.json"
+    step timing_lm 100 "${triton[@]}" "${lz[@]}" bench lm "${lm[@]}" --device "$dev" --json "$work/timing_lm.json"
     report
-    step timing_decode 40 "${bench[@]}" "${lavo[@]}" --attentions lavo,sdpa --mode decode --lengths "$decode" \
+    step profile 150 "$py" "$here/profile_lavo.py" "${profile[@]}" --out "$work/profile"
+    report
+    step timing_decode 40 "${triton[@]}" "${bench[@]}" "${lavo[@]}" --attentions lavo,sdpa --mode decode --lengths "$decode" \
       --chunk-size "$chunk" "${decoded[@]}" --json "$work/timing_decode.json"
-    step timing_stream 40 "${bench[@]}" "${lavo[@]}" --attentions lavo --mode stream --lengths "$stream" \
+    step timing_stream 40 "${triton[@]}" "${bench[@]}" "${lavo[@]}" --attentions lavo --mode stream --lengths "$stream" \
       --chunk-size "$chunk" "${once[@]}" --json "$work/timing_stream.json"
     report
     step timing_local 60 "${bench[@]}" --attentions local -o local.window_size=16 --mode fwdbwd --lengths "$ends" \
       "${timed[@]}" --json "$work/timing_local.json"
-    step timing_fallback 60 env LAVO_ZOO_TRITON=0 "${bench[@]}" "${lavo[@]}" --attentions lavo --mode fwdbwd \
-      --lengths "$ends" "${timed[@]}" --json "$work/timing_fallback.json"
+    step timing_default 60 "${bench[@]}" "${lavo[@]}" --attentions lavo --mode fwdbwd \
+      --lengths "$ends" "${timed[@]}" --json "$work/timing_default.json"
     report
   fi
   echo "## $(date -u +%H:%M:%S) done; $OUT holds summary.md, results.json, run.log, details.tar.gz"

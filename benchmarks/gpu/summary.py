@@ -16,11 +16,12 @@ from gpu_common import write_json
 
 CONFIG_ORDER = {c: i for i, c in enumerate(CONFIGS)}
 
-TIMINGS = {"timing_fwdbwd": "one layer fwd+bwd (D=768, 12 heads, LAVO r=64 w=16, batch 1), training's precision",
+TIMINGS = {"timing_fwdbwd": "one layer fwd+bwd (D=768, 12 heads, LAVO r=64 w=16, batch 1), training's precision, "
+                            "LAVO on its Triton kernels",
            "timing_decode": "decoding, time per token at a context position",
            "timing_stream": "a stream in chunks (whole stream vs one chunk)",
            "timing_local": "local (w=16, the flex_attention window on CUDA) fwd+bwd, same layer",
-           "timing_fallback": "LAVO on its previous CUDA path (LAVO_ZOO_TRITON=0: flex window + recompute read)"}
+           "timing_default": "LAVO on its current CUDA default (flex window + recompute read), same layer"}
 
 
 def _load(path: Path) -> Any:

@@ -83,7 +83,7 @@ def test_the_install_step_builds_lavo_zoo_offline(tmp_path):
 
 
 STEPS = {"environment", "kernels", "recipes_1", "recipes_2", "recipes_3", "compile", "local", "timing_fwdbwd",
-         "timing_lm", "timing_decode", "timing_stream", "timing_local", "timing_fallback"}
+         "timing_lm", "profile", "timing_decode", "timing_stream", "timing_local", "timing_default"}
 
 
 @pytest.mark.slow
@@ -97,7 +97,7 @@ def test_the_device_check_runs_every_step_at_toy_size(tmp_path):
     assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-3000:]
     # what the device tool returns: at most 8 files, plainly named, each under 16 MiB
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["details.tar.gz", "fwdbwd.png", "results.json", "run.log", "summary.md"]
+    assert files == ["details.tar.gz", "fwdbwd.png", "profile.md", "results.json", "run.log", "summary.md"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", f) and (out / f).stat().st_size < 16 * 2**20 for f in files)
     results = json.loads((out / "results.json").read_text())
     assert {s["step"] for s in results["steps"]} == STEPS and all(s["rc"] == 0 for s in results["steps"])
@@ -125,7 +125,7 @@ def test_the_device_check_runs_every_step_at_toy_size(tmp_path):
     timings = results["timings"]
     assert {r["attention"] for r in timings["timing_fwdbwd"]["results"]} == {"lavo", "sdpa"}
     assert timings["timing_fwdbwd"]["settings"]["precision"] == "autocast"
-    for name in ("timing_fwdbwd", "timing_decode", "timing_stream", "timing_local", "timing_fallback"):
+    for name in ("timing_fwdbwd", "timing_decode", "timing_stream", "timing_local", "timing_default"):
         assert timings[name]["results"] and all("error" not in r for r in timings[name]["results"]), name
     assert {r["config"] for r in timings["timing_lm"]["results"]} == {"lm/pg19-lavo", "lm/pg19-sdpa"}
 
