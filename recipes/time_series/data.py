@@ -110,9 +110,9 @@ def check_dates(table: pd.DataFrame, source: str) -> pd.DataFrame:
         offsets = table["date"].astype(str).str.extract(r"([+-]\d\d:?\d\d|Z)$")[0]
         changes = np.flatnonzero(offsets.ne(offsets.iloc[0]).to_numpy())
         if len(changes):
-            raise DataError(f"{source}: the 'date' column mixes time zones (dates in several time zones: the one on "
-                            f"line {int(changes[0]) + 2} differs from line 2's); write every date in one time zone, "
-                            "or all in UTC") from None
+            raise DataError(f"{source}: the 'date' column mixes time zones: its dates are in several time zones (the "
+                            f"one on line {int(changes[0]) + 2} differs from line 2's); write every date in one time "
+                            "zone, or all in UTC") from None
         raise DataError(f"{source}: its dates cannot be read as one series ({e})") from None
     if dates.isna().any():
         row = int(np.flatnonzero(dates.isna().to_numpy())[0])
