@@ -1,5 +1,6 @@
-"""Classification accuracy (LRA): the fraction of examples whose argmax class equals the label, as Skyformer's and
-LRA's ``accuracy``; per-class accuracy and the confusion matrix go to the results JSON's ``details``."""
+"""Classification accuracy (LRA, recall): the fraction of examples whose argmax class equals the label, as
+Skyformer's and LRA's ``accuracy``, optionally per group (recall: per task and key-to-query distance bucket, from
+the recall split files too); per-class accuracy and the confusion matrix go to the results JSON's ``details``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -65,24 +66,88 @@ def read_class_ids(path: Path, option: str = "--pred"):
     return np.asarray(ids, dtype=np.int64)
 
 
+def distance_bucket(distance: int) -> str:
+    """The key-to-query distance bucket of ``distance`` (>= 1), doubling: ``dist:1``, ``dist:2``, ``dist:3-4``,
+    ``dist:5-8``, ``dist:9-16``, ... (the bucket (h/2, h] for the power of two h >= ``distance``)."""
+    if distance < 1:
+        raise ValueError(f"a key-to-query distance is >= 1, got {distance}")
+    high = 1 << (distance - 1).bit_length()
+    low = high // 2 + 1
+    return f"dist:{high}" if low >= high else f"dist:{low}-{high}"
+
+
+def _int_list(row: dict[str, Any], key: str, where: str) -> list[int]:
+    value = row.get(key)
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise DataError(f"{where}: '{key}' must be a list of integers, got {str(value)[:60]}")
+    return value
+
+
+def read_recall_files(pred: Path, ref: Path) -> tuple[list[int], list[int], list[tuple[str, str]]]:
+    """(predicted ids, true ids, (task, distance bucket) of each) of every answer of a recall split: ``ref`` is the
+    split's JSON lines (``lavo-zoo data recall``: task, tokens, queries, sources, answers per example), ``pred`` one
+    JSON object per example in the same order with its ``answers`` (``lavo-zoo answer`` writes it; a ``queries``
+    list, where given, must be the reference's). Mismatched or malformed lines are a DataError naming the line."""
+    from lavo_zoo.formats.text import json_rows, read_lines
+
+    refs = list(json_rows(read_lines(input_path(ref, "--ref")), ref))
+    preds = list(json_rows(read_lines(input_path(pred, "--pred")), pred))
+    if len(preds) != len(refs) or not refs:
+        raise DataError(f"--pred {pred} holds {len(preds)} examples and --ref {ref} {len(refs)}; they must hold the "
+                        "same number, at least one, in the same order")
+    predicted, true, groups = [], [], []
+    for (p_line, p_row), (r_line, r_row) in zip(preds, refs):
+        r_where, p_where = f"{ref}, line {r_line}", f"{pred}, line {p_line}"
+        if not isinstance(r_row, dict) or not isinstance(r_row.get("task"), str):
+            raise DataError(f"{r_where}: expected a recall example, a JSON object with 'task', 'queries', 'sources' "
+                            "and 'answers' (lavo-zoo data recall writes them)")
+        if not isinstance(p_row, dict):
+            raise DataError(f"{p_where}: expected a JSON object with 'answers' (lavo-zoo answer writes them)")
+        queries, sources = _int_list(r_row, "queries", r_where), _int_list(r_row, "sources", r_where)
+        answers, guesses = _int_list(r_row, "answers", r_where), _int_list(p_row, "answers", p_where)
+        if not len(queries) == len(sources) == len(answers) or any(s >= q for q, s in zip(queries, sources)):
+            raise DataError(f"{r_where}: 'queries', 'sources' and 'answers' must be as many, each source before "
+                            "its query")
+        if len(guesses) != len(answers) or p_row.get("queries", queries) != queries:
+            raise DataError(f"{p_where}: {len(guesses)} answers for the {len(answers)} queries of {r_where}; the "
+                            "predictions must follow the reference line by line")
+        predicted += guesses
+        true += answers
+        groups += [(r_row["task"], distance_bucket(q - s)) for q, s in zip(queries, sources)]
+    return predicted, true, groups
+
+
 @register_evaluator("accuracy")
 class Accuracy(Evaluator):
     """``accuracy`` over every example. ``update(predictions, targets)``: logits / scores [N, C] (argmax is the
-    prediction) or predicted class ids [N], against true class ids [N]. ``num_samples`` counts examples.
+    prediction) or predicted class ids [N], against true class ids [N]; or, to score groups too, targets
+    ``{"ids": [N], "groups": N sequences of group names}``, each example counted in every group it names:
+    ``accuracy@<group>`` per group (the recall recipe's tasks and ``dist:<lo>-<hi>`` key-to-query distance
+    buckets). ``num_samples`` counts examples (answers, for recall).
 
-    :meth:`details`: ``per_class_accuracy`` (correct / examples of each true class; None for a class with none) and
-    ``confusion_matrix`` (rows = true class, columns = predicted class), over ``num_classes`` classes (default:
-    grown to cover every class seen).
+    :meth:`details`: with ``confusion`` (the default), ``per_class_accuracy`` (correct / examples of each true class;
+    None for a class with none) and ``confusion_matrix`` (rows = true class, columns = predicted class), over
+    ``num_classes`` classes (default: grown to cover every class seen); ``groups``: correct and examples per group.
+    Without ``confusion`` (a vocabulary of thousands of classes) only the counts are kept.
     """
 
     higher_is_better: ClassVar[dict[str, bool]] = {"accuracy": True}
     files = ("--pred: predicted class ids, one integer per line, or .npy ids [N] / scores [N, C] (argmax); "
-             "--ref: the true class ids, as many")
+             "--ref: the true class ids, as many. Recall: --pred JSON lines of {\"answers\": [...]} (lavo-zoo "
+             "answer), --ref the split's .jsonl (per task and distance bucket too)")
 
     @classmethod
     def from_files(cls, pred: Path, ref: Path | None) -> Accuracy:
         if ref is None:
-            raise UsageError("score accuracy needs --ref, the true class ids")
+            raise UsageError("score accuracy needs --ref, the true class ids (recall: the split's .jsonl)")
+        if Path(pred).suffix == ".jsonl" or Path(ref).suffix == ".jsonl":
+            predicted, true, groups = read_recall_files(Path(pred), Path(ref))
+            evaluator = cls(confusion=False)
+            try:
+                evaluator.update(torch.tensor(predicted), {"ids": torch.tensor(true), "groups": groups})
+            except ValueError as e:  # negative ids
+                raise DataError(f"{pred} / {ref}: {e}") from None
+            return evaluator
         predicted, true = read_class_ids(pred, "--pred"), read_class_ids(ref, "--ref")
         if predicted.shape != true.shape or not len(true):
             raise DataError(f"--pred {pred} holds {len(predicted)} class ids and --ref {ref} {len(true)}; they must "
@@ -94,21 +159,29 @@ class Accuracy(Evaluator):
             raise DataError(f"{pred} / {ref}: {e}") from None
         return evaluator
 
-    def __init__(self, num_classes: int | None = None) -> None:
+    def __init__(self, num_classes: int | None = None, confusion: bool = True) -> None:
         self.num_classes = num_classes
+        self.confusion_kept = confusion
         super().__init__()
 
     def reset(self) -> None:
         self.num_samples = 0
+        self.correct = 0
+        self.groups: dict[str, list[int]] = {}  # group -> [correct, examples]
         self.confusion = torch.zeros(self.num_classes or 0, self.num_classes or 0, dtype=torch.long)  # [true, pred]
 
-    def update(self, predictions: torch.Tensor, targets: torch.Tensor) -> None:
+    def update(self, predictions: torch.Tensor, targets: torch.Tensor | dict[str, Any]) -> None:
+        groups = None
+        if isinstance(targets, dict):
+            targets, groups = targets["ids"], targets["groups"]
         pred = predictions.detach()
         if pred.dim() == 2:
             pred = pred.argmax(-1)
         pred, true = pred.reshape(-1).long().cpu(), targets.detach().reshape(-1).long().cpu()
         if pred.shape != true.shape:
             raise ValueError(f"{pred.numel()} predictions for {true.numel()} targets")
+        if groups is not None and len(groups) != true.numel():
+            raise ValueError(f"{len(groups)} group labels for {true.numel()} targets")
         if true.numel() and (min(int(true.min()), int(pred.min())) < 0):
             raise ValueError("class ids must be >= 0")
         needed = max(int(true.max()) + 1, int(pred.max()) + 1) if true.numel() else 0
@@ -116,6 +189,17 @@ class Accuracy(Evaluator):
             raise ValueError(f"class id {needed - 1} is out of range: at most {MAX_CLASSES:,} classes")
         if self.num_classes is not None and needed > self.num_classes:
             raise ValueError(f"class id {needed - 1} is outside the evaluator's {self.num_classes} classes")
+        hits = pred == true
+        self.correct += int(hits.sum())
+        self.num_samples += true.numel()
+        if groups is not None:
+            for names, hit in zip(groups, hits.tolist()):
+                for name in names:
+                    counts = self.groups.setdefault(str(name), [0, 0])
+                    counts[0] += hit
+                    counts[1] += 1
+        if not self.confusion_kept:
+            return
         if needed > self.confusion.shape[0]:
             grown = torch.zeros(needed, needed, dtype=torch.long)
             k = self.confusion.shape[0]
@@ -123,18 +207,39 @@ class Accuracy(Evaluator):
             self.confusion = grown
         k = self.confusion.shape[0]
         self.confusion += torch.bincount(true * k + pred, minlength=k * k).view(k, k)
-        self.num_samples += true.numel()
+
+    @staticmethod
+    def _group_order(name: str) -> tuple:
+        """Groups in a readable order: names first, then distance buckets by their lower bound."""
+        if name.startswith("dist:") and name[5:].split("-")[0].isdigit():
+            return (1, int(name[5:].split("-")[0]), name)
+        return (0, 0, name)
 
     def compute(self) -> dict[str, float]:
         if self.num_samples == 0:
             raise ValueError("Accuracy.compute() called before any update()")
-        return {"accuracy": float(self.confusion.diag().sum()) / self.num_samples}
+        out = {"accuracy": self.correct / self.num_samples}
+        for name in sorted(self.groups, key=self._group_order):
+            correct, examples = self.groups[name]
+            out[f"accuracy@{name}"] = correct / examples
+        return out
+
+    def is_higher_better(self, metric: str) -> bool:
+        if metric == "accuracy" or metric.startswith("accuracy@"):
+            return True
+        raise KeyError(f"Accuracy does not declare a direction for metric '{metric}'")
 
     def details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.groups:
+            out["groups"] = {name: {"correct": self.groups[name][0], "examples": self.groups[name][1]}
+                             for name in sorted(self.groups, key=self._group_order)}
+        if not self.confusion_kept:
+            return out
         per_class = self.confusion.sum(1)
-        out: dict[str, Any] = {"per_class_accuracy": {str(c): (float(self.confusion[c, c]) / int(n) if n else None)
-                                                      for c, n in enumerate(per_class.tolist())},
-                               "confusion_matrix": self.confusion.tolist()}
+        out.update({"per_class_accuracy": {str(c): (float(self.confusion[c, c]) / int(n) if n else None)
+                                           for c, n in enumerate(per_class.tolist())},
+                    "confusion_matrix": self.confusion.tolist()})
         present = [c for c, n in enumerate(per_class.tolist()) if n]
         if len(present) == 1:
             out["note"] = (f"every one of the {self.num_samples} examples is of class {present[0]}: the accuracy says "

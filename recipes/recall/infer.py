@@ -1,0 +1,69 @@
+"""Answers of a trained recall model: :func:`query_logits` (the recipe's loss and evaluation) and :class:`Recaller`,
+what ``lavo_zoo.load`` returns for a ``recall`` checkpoint (``lavo-zoo answer`` calls it)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.errors import InputError
+from lavo_zoo.recipes.recall.data import IGNORE, read_examples
+
+
+def query_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits [N, V], answers [N]) at the N query positions of a collated batch (tokens [B, T], targets [B, T]
+    with -100 where nothing is asked), in row-major order."""
+    select = batch["targets"] != IGNORE  # [B, T]
+    return model(batch["tokens"], select), batch["targets"][select]
+
+
+class Recaller(Predictor):
+    """A trained recall model: ``answer`` gives its answers at the query positions of token sequences."""
+
+    @torch.no_grad()
+    def answer(self, tokens: Sequence[int] | Sequence[Sequence[int]],
+               queries: Sequence[int] | Sequence[Sequence[int]], batch_size: int = 64) -> list[int] | list[list[int]]:
+        """The model's answer (its most likely next token) at each query position of ``tokens``: one sequence of ids
+        and its query positions give a list of ids; lists of sequences and of their queries give one list each."""
+        single = len(tokens) > 0 and isinstance(tokens[0], int)
+        sequences, asked = ([tokens], [queries]) if single else (list(tokens), list(queries))
+        if len(sequences) != len(asked):
+            raise InputError(f"{len(sequences)} sequences but {len(asked)} lists of queries; give one list each")
+        vocab = self.cfg.model.vocab_size
+        for i, (seq, qs) in enumerate(zip(sequences, asked)):
+            if not seq or min(seq) < 0 or max(seq) >= vocab:
+                raise InputError(f"sequence {i}: the model reads ids 0..{vocab - 1}, got "
+                                 f"{min(seq, default=None)}..{max(seq, default=None)} over {len(seq)} tokens")
+            if any(not 0 <= q < len(seq) for q in qs):
+                raise InputError(f"sequence {i}: query positions must lie in 0..{len(seq) - 1}, got {list(qs)[:8]}")
+        out: list[list[int]] = [[] for _ in sequences]
+        by_length: dict[int, list[int]] = {}
+        for i, seq in enumerate(sequences):
+            by_length.setdefault(len(seq), []).append(i)
+        for rows in by_length.values():  # sequences of one length share a batch
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start:start + batch_size]
+                batch = torch.tensor([list(sequences[i]) for i in chunk], device=self.device)  # [b, T]
+                select = torch.zeros_like(batch, dtype=torch.bool)
+                for row, i in enumerate(chunk):
+                    select[row, list(asked[i])] = True
+                ids = self.model(batch, select).argmax(-1).tolist()  # [N], row-major
+                for row, i in enumerate(chunk):
+                    order = sorted(set(asked[i]))
+                    found = dict(zip(order, ids[:len(order)]))
+                    del ids[:len(order)]
+                    out[i] = [found[q] for q in asked[i]]
+        return out[0] if single else out
+
+    def answer_file(self, path: Path, batch_size: int = 64) -> list[dict[str, list[int]]]:
+        """``{"queries", "answers"}`` for every example of a recall split file (checked as the recipe reads it):
+        the predictions ``lavo-zoo score accuracy`` reads beside that file."""
+        data = self.cfg.data
+        examples = read_examples(Path(path), data.vocab_size, data.seq_len)
+        sequences = [examples.tokens[i].tolist() for i in range(len(examples))]
+        queries = [(examples.targets[i] != IGNORE).nonzero()[0].tolist() for i in range(len(examples))]
+        answers = self.answer(sequences, queries, batch_size)
+        return [{"queries": q, "answers": a} for q, a in zip(queries, answers)]

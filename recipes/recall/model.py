@@ -1,0 +1,117 @@
+"""A small decoder for the recall tasks, with any causal attention of the registry, and the size of its recurrent
+state.
+
+Zoology's model: token embeddings (+ positions) -> ``num_layers`` pre-LN blocks (attention, feed-forward) -> LayerNorm
+-> a head tied to the embeddings, two layers by default. Here positions are sinusoidal unless the attention encodes
+position itself (LAVO's EPE, rotary, local's relative bias), as in the ``lm`` recipe (Zoology learns absolute ones
+for attention and gives the other mixers a short convolution instead); embeddings are fairseq's (normal, std
+D^-0.5, scaled by sqrt(D)). Logits are computed only at the positions asked for (the queries), never [B, T, V].
+
+:func:`state_bytes` measures the recurrent state: what each layer's attention keeps after a sequence to go on with
+it (``Attention.step``: LAVO's sums and window, a KV cache, a feature-map prefix sum, an SSM state; a mechanism that
+cannot stream keeps its whole input), summed over the tensors of the state object itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
+from lavo_zoo.nn.position import sinusoidal_positions
+from lavo_zoo.nn.transformer import PreLNDecoderBlock
+
+
+@dataclass
+class ModelConfig:
+    num_layers: PositiveInt = 2
+    embed_dim: PositiveInt = 128
+    num_heads: PositiveInt = 1
+    ffn_dim: PositiveInt = 512
+    dropout: Probability = 0.0  # on the residual branches (Zoology's resid_dropout)
+    embed_dropout: Probability = 0.1  # on the embeddings (Zoology's)
+    # any causal attention from `lavo-zoo list attentions`; YAML {name: lavo, num_bases: 32, window_size: 16}
+    attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
+    # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary, local's relative bias)
+    positions: Literal["auto", "sinusoidal", "none"] = "auto"
+    vocab_size: NonNegativeInt = 0  # data.vocab_size (RecallRecipe.resolve); saved with the run
+
+    def __post_init__(self) -> None:
+        self.attention.check("causal", "model.attention")
+
+
+class RecallModel(nn.Module):
+    """Tokens [B, T] -> logits at the selected positions (see the module docstring)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size < 1:
+            raise ValueError("model.vocab_size is unset: resolve the config first (RecallRecipe.resolve(cfg))")
+        self.cfg = cfg
+        self.embed_scale = math.sqrt(cfg.embed_dim)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)  # also the output projection (tied)
+        self.blocks = nn.ModuleList(
+            PreLNDecoderBlock(cfg.attention.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
+            for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.embed_dim)
+        self.embed_dropout = nn.Dropout(cfg.embed_dropout)
+        encodes = any(b.attn.encodes_position for b in self.blocks)
+        self.use_positions = cfg.positions == "sinusoidal" or (cfg.positions == "auto" and not encodes)
+        nn.init.normal_(self.embed_tokens.weight, std=cfg.embed_dim ** -0.5)
+        for block in self.blocks:
+            for fc in (block.ffn.fc1, block.ffn.fc2):
+                nn.init.xavier_uniform_(fc.weight)
+                nn.init.zeros_(fc.bias)
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, T] -> the final hidden states [B, T, D] (after the last LayerNorm)."""
+        x = self.embed_tokens(tokens) * self.embed_scale  # [B, T, D]
+        if self.use_positions:
+            x = x + sinusoidal_positions(tokens.shape[1], self.cfg.embed_dim, 0, x.dtype, x.device)  # [T, D]
+        x = self.embed_dropout(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x)
+
+    def forward(self, tokens: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, T] -> logits [N, V] at the N positions where ``select`` [B, T] (bool) is True, in row-major
+        order; without ``select``, logits [B, V] at the last position."""
+        h = self.hidden(tokens)  # [B, T, D]
+        h = h[select] if select is not None else h[:, -1]  # [N, D] or [B, D]
+        return h @ self.embed_tokens.weight.t()
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor inside ``obj`` (a tensor, a dataclass, a list / tuple / dict of them); other values
+    (ints such as a position counter) count 0."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(tensor_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(x) for x in obj.values())
+    return 0
+
+
+@torch.no_grad()
+def state_bytes(model: RecallModel, seq_len: int) -> tuple[int, bool]:
+    """(bytes, grows): the recurrent state of ``model`` for ONE sequence of ``seq_len`` tokens, summed over its
+    layers, as each attention's ``step`` returns it (measured on random inputs of the model's dtype: the size does
+    not depend on the values), and whether it grows with the sequence (larger after ``2 * seq_len`` tokens: a KV
+    cache, or the whole input of a mechanism that cannot stream)."""
+    sizes = []
+    for length in (seq_len, 2 * seq_len):
+        total = 0
+        for block in model.blocks:
+            weight = next(block.attn.parameters(), model.embed_tokens.weight)
+            x = torch.randn(1, length, model.cfg.embed_dim, dtype=weight.dtype, device=weight.device)  # [1, T, D]
+            total += tensor_bytes(block.attn.step(x)[1])
+        sizes.append(total)
+    return sizes[0], sizes[1] > sizes[0]

@@ -1,0 +1,159 @@
+"""Recall against recurrent-state size (Zoology's main figure): the cells of ``lavo-zoo compare`` studies, each
+setting's accuracy (mean and std over its seeds) beside the state its model keeps per sequence, measured from the
+attention's own state object (:func:`~lavo_zoo.recipes.recall.model.state_bytes`); a table and a PNG."""
+from __future__ import annotations
+
+import io
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lavo_zoo.errors import UsageError
+
+CELL_FILE = "cell.json"  # what `lavo-zoo compare` writes into each finished cell folder
+
+
+def _setting(overrides: list[str]) -> tuple[str, str]:
+    """(attention name, its setting) from a compare cell's overrides: the attention options it was given and any
+    other override but the seed, shortened (``model.attention.num_bases=16`` -> ``num_bases=16``)."""
+    name, options = "", []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "model.attention.name":
+            name = value
+        elif key.startswith("model.attention."):
+            options.append(f"{key.rsplit('.', 1)[-1]}={value}")
+        elif key != "train.seed":
+            options.append(item)
+    return name, " ".join(options)
+
+
+def collect_cells(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every finished compare cell under ``paths`` (study folders or cell folders): its record plus ``folder``."""
+    cells = []
+    for path in paths:
+        if not Path(path).exists():
+            raise UsageError(f"{path} does not exist; give the --out folders of `lavo-zoo compare` studies")
+        files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob(CELL_FILE))
+        for file in files:
+            record = json.loads(file.read_text())
+            cells.append({**record, "folder": file.parent})
+    if not cells:
+        raise UsageError(f"no finished compare cell ({CELL_FILE}) under {', '.join(map(str, paths))}")
+    return cells
+
+
+def measure_state(cell_folder: Path) -> tuple[int, bool, int]:
+    """(state bytes per sequence, whether it grows, sequence length) of the model a cell trained, rebuilt from the
+    cell's own config.yaml."""
+    from lavo_zoo.engine.configs import config_from_dict
+    from lavo_zoo.recipes.recall.model import state_bytes
+
+    recipe, cfg = config_from_dict(yaml.safe_load((cell_folder / "config.yaml").read_text()),
+                                   source=str(cell_folder / "config.yaml"))
+    if recipe.name != "recall":
+        raise UsageError(f"{cell_folder} is a '{recipe.name}' run; recall against state size reads recall studies")
+    size, grows = state_bytes(recipe.build_model(cfg), cfg.data.seq_len)
+    return size, grows, cfg.data.seq_len
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """One row per (attention, setting): state bytes, whether they grow, the seeds, and mean / std of every
+    accuracy metric over them; sorted by attention, then state size."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in collect_cells(paths):
+        name, setting = _setting(cell.get("overrides") or [])
+        groups.setdefault((name or str(cell.get("attention")), setting), []).append(cell)
+    rows = []
+    for (name, setting), cells in groups.items():
+        size, grows, seq_len = measure_state(cells[0]["folder"])
+        metrics = sorted({m for c in cells for m in c["metrics"]},
+                         key=lambda m: (m != "accuracy", not m.startswith("accuracy@dist:"),
+                                        int(m.split(":")[1].split("-")[0]) if m.startswith("accuracy@dist:") else 0, m))
+        rows.append({"attention": name, "setting": setting, "state_bytes": size, "grows": grows, "seq_len": seq_len,
+                     "seeds": sorted(c.get("seed") for c in cells),
+                     "metrics": {m: _mean_std([c["metrics"][m]["value"] for c in cells if m in c["metrics"]])
+                                 for m in metrics}})
+    return sorted(rows, key=lambda r: (r["attention"], r["state_bytes"], r["setting"]))
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:,.1f}"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table: accuracy and each distance bucket's accuracy, mean ± std over the seeds."""
+    buckets = list(dict.fromkeys(m for r in rows for m in r["metrics"] if m.startswith("accuracy@dist:")))
+    head = ["attention", "setting", "state per sequence (KiB)", "seeds", "accuracy",
+            *[b.removeprefix("accuracy@") for b in buckets]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
+    for r in rows:
+        size = _kib(r["state_bytes"]) + (f" (grows with T; at T={r['seq_len']})" if r["grows"] else "")
+        cells = [r["attention"], r["setting"] or "defaults", size, str(len(r["seeds"]))]
+        for metric in ("accuracy", *buckets):
+            mean, std = r["metrics"].get(metric, (math.nan, 0.0))
+            cells.append("" if math.isnan(mean) else f"{mean:.3f}" + (f" ± {std:.3f}" if len(r["seeds"]) > 1 else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+SHORT = {"num_bases": "r", "window_size": "w", "num_features": "m", "num_slots": "n", "state_size": "N"}
+
+
+def _short(setting: str) -> str:
+    """A setting as the plot labels it: ``window_size=8 num_bases=4`` -> ``w=8 r=4`` (flags that are on dropped)."""
+    parts = []
+    for item in setting.split():
+        key, _, value = item.partition("=")
+        if value != "true":
+            parts.append(f"{SHORT.get(key, key)}={value}")
+    return " ".join(parts)
+
+
+def _series(row: dict[str, Any]) -> str:
+    """A row's line in the plot: its attention, and a switch it was trained with off (LAVO's global_read=false)."""
+    off = [item for item in row["setting"].split() if item.endswith("=false")]
+    return " ".join([row["attention"], *off])
+
+
+def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against recurrent state") -> bytes:
+    """A PNG (its bytes): accuracy (mean ± std over seeds) against state bytes per sequence, one series per
+    attention; a state that grows with the sequence (a KV cache) is drawn hollow at its size at the training
+    length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for name in dict.fromkeys(_series(r) for r in rows):
+        series = sorted((r for r in rows if _series(r) == name), key=lambda r: r["state_bytes"])
+        xs = [r["state_bytes"] for r in series]
+        ys, errs = zip(*(r["metrics"]["accuracy"] for r in series))
+        grows = any(r["grows"] for r in series)
+        line = ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="-" if len(xs) > 1 else "none",
+                           mfc="none" if grows else None,
+                           label=f"{name} (grows with T)" if grows else name)
+        if len(series) < 2:
+            continue
+        for x in dict.fromkeys(xs):  # one label per size: the settings there, from the best to the worst
+            here = sorted((r for r in series if r["state_bytes"] == x), key=lambda r: -r["metrics"]["accuracy"][0])
+            ax.annotate("\n".join(_short(r["setting"]) or "defaults" for r in here),
+                        (x, here[0]["metrics"]["accuracy"][0]), fontsize=6, xytext=(4, 2), va="top",
+                        textcoords="offset points", color=line[0].get_color())
+    ax.set(xscale="log", xlabel="recurrent state per sequence (bytes, all layers)", ylabel="accuracy", title=title,
+           ylim=(-0.03, 1.03))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()

@@ -1,0 +1,151 @@
+"""The recall generators against properties checked by hand on fresh random examples (MQAR's disjoint key and value
+halves, each queried key once before its query, the least distance, the power-law query offsets against numpy's
+sequential sampler; selective copying's and induction heads' layouts), the JSON-lines round trip, and the reader
+refusing malformed lines, naming the file and line."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lavo_zoo.errors import ConfigError, DataError
+from lavo_zoo.recipes.recall.builtin import generate, induction_heads, mqar, selective_copying, write_splits
+from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, read_examples, split_file
+
+
+@pytest.mark.parametrize("vocab, length, pairs, distance, fill", [
+    (32, 40, 4, 1, True), (32, 40, 4, 10, False), (128, 64, 8, 20, True), (16, 24, 3, 7, True)])
+def test_mqar_examples(vocab, length, pairs, distance, fill):
+    rng = np.random.default_rng(vocab + distance)
+    ex = mqar(rng, 300, vocab, length, pairs, distance, 0.01, fill)
+    assert ex.tokens.shape == (300, length) and ex.queries.shape == (300, pairs)
+    for tokens, queries, sources, answers in zip(ex.tokens, ex.queries, ex.sources, ex.answers):
+        keys, values = tokens[0:2 * pairs:2], tokens[1:2 * pairs:2]
+        assert np.all((1 <= keys) & (keys < vocab // 2)) and np.all((vocab // 2 <= values) & (values < vocab))
+        assert len(set(keys)) == pairs and len(set(values)) == pairs
+        assert sorted(queries) == list(queries) and sorted(sources) == list(range(0, 2 * pairs, 2))
+        for q, s, a in zip(queries, sources, answers):
+            assert tokens[q] == tokens[s] and a == tokens[s + 1]  # the query repeats its key, the answer is its value
+            assert list(tokens[:q]).count(tokens[q]) == 1  # the key appears exactly once before its query
+            assert list(tokens).count(tokens[q]) == 2  # ... and nowhere else but at the query
+            assert q - s >= distance and (q - 2 * pairs - max(0, distance - 2)) % 2 == 0
+        fill_positions = np.setdiff1d(np.arange(2 * pairs, length), queries)
+        if not fill:
+            assert np.all(tokens[fill_positions] == 0)
+
+
+def test_mqar_query_offsets_follow_the_power_law():
+    """The query of the first pair sits at offset g (slot g of the query region) with p(g) ~ a (g + 1)^(a - 1):
+    the first of the draws without replacement; every pair's offsets together are distributed as numpy's
+    sequential sampler (``choice(replace=False, p=p)``, Zoology's) gives them."""
+    vocab, length, pairs, a, n = 64, 40, 3, 0.3, 20_000
+    ex = mqar(np.random.default_rng(1), n, vocab, length, pairs, 1, a, False)
+    space = (length - 2 * pairs) // 2
+    p = a * np.arange(1, space + 1) ** (a - 1)
+    p /= p.sum()
+    offsets = (ex.queries - 2 * pairs) // 2  # [n, pairs], sorted by position
+    first = offsets[ex.sources == 0]  # the first pair's query
+    counts = np.bincount(first, minlength=space)
+    assert np.all(np.abs(counts - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1), (counts, n * p)
+    rng = np.random.default_rng(2)
+    reference = np.bincount(np.concatenate([rng.choice(space, pairs, replace=False, p=p) for _ in range(n)]),
+                            minlength=space)
+    counts = np.bincount(offsets.ravel(), minlength=space)
+    assert np.all(np.abs(counts - reference) < 6 * np.sqrt(reference + 1)), (counts, reference)
+    assert counts[0] > counts[space // 2] > counts[-1]  # most queries come early
+
+
+def test_selective_copying_examples():
+    vocab, length, tokens_to_copy, distance = 10, 40, 6, 15
+    ex = selective_copying(np.random.default_rng(0), 300, vocab, length, tokens_to_copy, distance)
+    for tokens, queries, sources, answers in zip(ex.tokens, ex.queries, ex.sources, ex.answers):
+        assert list(queries) == list(range(length - tokens_to_copy, length))
+        assert np.all(tokens[queries] == vocab - 1)  # the markers
+        assert sorted(set(sources)) == list(sources) and np.all(tokens[sources] == answers)
+        assert np.all((1 <= answers) & (answers <= vocab - 2))
+        assert np.all(np.delete(tokens[:length - tokens_to_copy], sources) == 0)  # blanks around the data tokens
+        assert np.all(queries - sources >= distance)
+
+
+def test_induction_heads_examples():
+    vocab, length, distance = 12, 30, 9
+    ex = induction_heads(np.random.default_rng(0), 500, vocab, length, distance)
+    assert ex.queries.shape == (500, 1) and np.all(ex.queries == length - 1)
+    for tokens, (q,), (s,), (a,) in zip(ex.tokens, ex.queries, ex.sources, ex.answers):
+        assert tokens[q] == tokens[s] == vocab - 1 and list(tokens).count(vocab - 1) == 2  # the trigger, twice
+        assert a == tokens[s + 1] and 1 <= a <= vocab - 2 and q - s >= distance
+    assert len(set(ex.sources.ravel())) > 10  # the first trigger moves
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"task": "mqar", "vocab_size": 16, "seq_len": 64, "num_pairs": 8}, "data.vocab_size=16"),
+    ({"task": "mqar", "vocab_size": 64, "seq_len": 32, "num_pairs": 8, "min_distance": 4}, "data.seq_len=32"),
+    ({"task": "selective_copying", "vocab_size": 8, "seq_len": 19, "num_pairs": 8, "min_distance": 12},
+     "data.seq_len=19"),
+    ({"task": "induction_heads", "vocab_size": 8, "seq_len": 10, "min_distance": 10}, "data.seq_len=10"),
+])
+def test_settings_that_cannot_be_generated_are_refused_naming_the_key(settings, key):
+    with pytest.raises(ConfigError, match=key):
+        generate(DataConfig(**settings), 4, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_written_splits_read_back(tmp_path, task):
+    data = DataConfig(task=task, vocab_size=20, seq_len=24, num_pairs=3, min_distance=5, builtin_size=50, eval_size=7,
+                      builtin_seed=4)
+    write_splits(tmp_path, data)
+    examples = generate(data, 50, np.random.default_rng([4, 0]))  # the training split's stream
+    train = read_examples(split_file(tmp_path, "train"), 20, 24)
+    assert len(train) == 50 and len(read_examples(tmp_path / "test.jsonl", 20, 24)) == 7
+    np.testing.assert_array_equal(train.tokens, examples.tokens)
+    for i in range(50):
+        item = train[i]
+        asked = (item["targets"] != IGNORE).nonzero().ravel().numpy()
+        np.testing.assert_array_equal(asked, examples.queries[i])
+        np.testing.assert_array_equal(item["targets"][asked].numpy(), examples.answers[i])
+        np.testing.assert_array_equal(item["distances"][asked].numpy(), examples.queries[i] - examples.sources[i])
+        assert int(item["task"]) == TASKS.index(task)
+    again = tmp_path / "again"
+    again.mkdir()
+    write_splits(again, data)
+    assert (again / "train.jsonl").read_bytes() == (tmp_path / "train.jsonl").read_bytes()  # seeded
+    assert (tmp_path / "validation.jsonl").read_text() != (tmp_path / "test.jsonl").read_text()
+
+
+GOOD = {"task": "mqar", "tokens": [3, 12, 5, 14, 0, 3, 0, 5], "queries": [5, 7], "sources": [0, 2],
+        "answers": [12, 14]}
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({k: v for k, v in GOOD.items() if k != "sources"}), "missing key(s) sources"),
+    (json.dumps({**GOOD, "extra": 1}), "unknown key(s) extra"),
+    (json.dumps({**GOOD, "task": "copy"}), "task 'copy' is not one of"),
+    (json.dumps({**GOOD, "tokens": GOOD["tokens"][:-1]}), "7 tokens, but data.seq_len is 8"),
+    (json.dumps({**GOOD, "tokens": [3, 12, 5, 14, 0, 3, 0, 16]}), "outside the vocabulary 0..15"),
+    (json.dumps({**GOOD, "tokens": [3, 12.0, 5, 14, 0, 3, 0, 5]}), "'tokens' must be a non-empty list of integers"),
+    (json.dumps({**GOOD, "queries": [7, 5]}), "'queries' must be ascending"),
+    (json.dumps({**GOOD, "queries": [5, 8]}), "'queries' must be ascending"),
+    (json.dumps({**GOOD, "sources": [0, 7]}), "source 7 of query 7 is not an earlier position"),
+    (json.dumps({**GOOD, "answers": [12]}), "2 queries, 2 sources and 1 answers"),
+    (json.dumps({**GOOD, "answers": [12, 13]}), "answer 13 of query 7 should be 14"),
+    (json.dumps({**GOOD, "sources": [0, 1]}), "query 1 at position 7 (token 5) does not repeat"),
+    (json.dumps({**GOOD, "task": "selective_copying"}), "answer 12 of query 5 should be 3"),
+])
+def test_the_reader_refuses_malformed_lines_naming_file_and_line(tmp_path, line, message):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n\n" + line + "\n")
+    with pytest.raises(DataError) as error:
+        read_examples(path, 16, 8)
+    assert f"{path}, line 3" in str(error.value) and message in str(error.value)
+
+
+def test_a_missing_or_empty_split_is_refused(tmp_path):
+    with pytest.raises(DataError, match="validation.jsonl"):
+        split_file(tmp_path, "validation")
+    with pytest.raises(DataError, match="is not a folder"):
+        split_file(tmp_path / "absent", "train")
+    (tmp_path / "train.jsonl").write_text("\n")
+    with pytest.raises(DataError, match="holds no example"):
+        read_examples(Path(tmp_path / "train.jsonl"), 16, 8)

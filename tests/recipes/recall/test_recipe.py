@@ -1,0 +1,133 @@
+"""The recall recipe end to end on tiny built-in data: a short training raises accuracy; the evaluator's groups are
+each answer's task and distance bucket; `eval`, `answer` + `score accuracy` agree; `recall-plot` measures each
+setting's state and averages its seeds."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lavo_zoo.cli import main
+from lavo_zoo.config import to_dict
+from lavo_zoo.engine.configs import config_from_dict
+from lavo_zoo.engine.trainer import Trainer
+from lavo_zoo.evaluators.classification import distance_bucket
+from lavo_zoo.recipes.recall.data import IGNORE, TASKS
+from lavo_zoo.recipes.recall.model import state_bytes
+from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
+
+
+def tiny(attention: dict | None = None, steps: int = 2, **data):
+    return config_from_dict({
+        "recipe": "recall",
+        "data": {"task": "mqar", "vocab_size": 16, "seq_len": 16, "num_pairs": 2, "min_distance": 4,
+                 "builtin_size": 512, "eval_size": 64, **data},
+        "model": {"embed_dim": 32, "ffn_dim": 64, "num_heads": 2, "embed_dropout": 0.0,
+                  "attention": attention or {"name": "sdpa"}},
+        "train": {"batch_size": 32, "max_epochs": None, "max_steps": steps, "lr": 3e-3, "warmup_steps": 10,
+                  "eval_every": steps, "eval_per_epoch": False, "eval_batches": 0, "save_every": steps,
+                  "log_every": steps}})
+
+
+def test_a_short_training_raises_accuracy(tmp_path):
+    """80 steps lift validation accuracy above 1/8, the best guess among the 8 values without recall."""
+    recipe, cfg = tiny(steps=80)
+    cfg = recipe.resolve(cfg)
+    cfg.train.batch_size = 16
+    torch.manual_seed(0)
+    before = recipe.evaluate(recipe.build_model(cfg), cfg, "validation", torch.device("cpu")).compute()
+    after = Trainer(recipe, cfg, tmp_path / "run", device="cpu").fit()
+    assert after["accuracy"] > max(before["accuracy"] + 0.15, 0.2), (before, after)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_predictions_are_grouped_by_task_and_distance(task):
+    recipe, cfg = tiny(task=task, vocab_size=12, seq_len=20, num_pairs=3, min_distance=5)
+    cfg = recipe.resolve(cfg)
+    dataset = recipe.build_dataset(cfg, "test")
+    batch = recipe.collate([dataset[i] for i in range(5)])
+    predicted, targets = recipe.predict(recipe.build_model(cfg), batch)
+    expected = [(task, distance_bucket(int(batch["distances"][b, t])), int(batch["targets"][b, t]))
+                for b in range(5) for t in range(20) if batch["targets"][b, t] != IGNORE]
+    assert [(*g, int(i)) for g, i in zip(targets["groups"], targets["ids"])] == expected
+    assert predicted.shape == targets["ids"].shape and min(int(d) for d in batch["distances"][batch["distances"] > 0]
+                                                           ) >= 5
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A two-step run on tiny MQAR and its test split written to disk."""
+    folder = tmp_path_factory.mktemp("recall")
+    recipe, cfg = tiny()
+    Trainer(recipe, recipe.resolve(cfg), folder / "run", device="cpu").fit()
+    assert main(["data", "recall/mqar", "--out", str(folder / "data"), "--size", "8"]) == 0
+    return folder, recipe.data_path(cfg.data)
+
+
+def test_eval_and_score_on_the_answers_agree(trained, capsys):
+    folder, data = trained
+    checkpoint = folder / "run" / "checkpoints" / "last"
+    assert main(["eval", str(checkpoint), "--out", str(folder / "eval.json")]) == 0
+    answers = folder / "answers.jsonl"
+    assert main(["answer", str(checkpoint), "--data", str(data / "test.jsonl"), "--out", str(answers)]) == 0
+    assert main(["score", "accuracy", "--pred", str(answers), "--ref", str(data / "test.jsonl"),
+                 "--out", str(folder / "score.json")]) == 0
+    evaluated, scored = (json.loads((folder / f).read_text()) for f in ("eval.json", "score.json"))
+    assert evaluated["num_samples"] == scored["num_samples"] == 64 * 2
+    assert {k: v["value"] for k, v in evaluated["metrics"].items()} == pytest.approx(
+        {k: v["value"] for k, v in scored["metrics"].items()})
+    assert {"accuracy", "accuracy@mqar"} <= set(scored["metrics"])
+    assert any(k.startswith("accuracy@dist:") for k in scored["metrics"])
+    assert main(["answer", str(checkpoint), "--data", str(data / "test.jsonl"), "--out", str(answers)]) == 2
+    # `lavo-zoo data recall` writes Zoology's setting (a vocabulary of 8,192): not what this model reads
+    assert main(["answer", str(checkpoint), "--data", str(folder / "data" / "test.jsonl"),
+                 "--out", str(folder / "other.jsonl")]) == 1
+    assert "but data.seq_len is 16" in capsys.readouterr().err
+
+
+def test_the_predictor_answers_raw_sequences(trained):
+    import lavo_zoo
+
+    folder, data = trained
+    model = lavo_zoo.load(folder / "run", device="cpu")
+    rows = model.answer_file(data / "test.jsonl")
+    first = json.loads((data / "test.jsonl").read_text().splitlines()[0])
+    assert rows[0]["queries"] == first["queries"]
+    assert model.answer(first["tokens"], first["queries"]) == rows[0]["answers"]
+    assert model.answer([first["tokens"]] * 2, [first["queries"], first["queries"][::-1]]) == \
+        [rows[0]["answers"], rows[0]["answers"][::-1]]
+    with pytest.raises(ValueError, match="query positions"):
+        model.answer(first["tokens"], [99])
+
+
+def _cell(folder: Path, cfg, name: str, overrides: list[str], accuracy: float, seed: int) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(json.dumps(to_dict(cfg)))  # JSON is YAML
+    (folder / "cell.json").write_text(json.dumps({
+        "attention": name, "seed": seed, "overrides": [*overrides, f"train.seed={seed}"],
+        "metrics": {"accuracy": {"value": accuracy, "higher_is_better": True},
+                    "accuracy@dist:5-8": {"value": accuracy / 2, "higher_is_better": True}}}))
+
+
+def test_recall_plot_measures_each_setting_and_averages_its_seeds(tmp_path):
+    lavo = {"name": "lavo", "num_bases": 4, "window_size": 4}
+    for seed, accuracy in ((1, 0.2), (2, 0.4)):
+        recipe, cfg = tiny(lavo)
+        _cell(tmp_path / "study" / f"lavo-seed{seed}", recipe.resolve(cfg), "lavo",
+              ["model.attention.name=lavo", "model.attention.num_bases=4"], accuracy, seed)
+    recipe, cfg = tiny()
+    _cell(tmp_path / "study" / "sdpa-seed1", recipe.resolve(cfg), "sdpa", ["model.attention.name=sdpa"], 0.9, 1)
+    rows = state_rows([tmp_path / "study"])
+    assert [(r["attention"], r["setting"], r["seeds"]) for r in rows] == [("lavo", "num_bases=4", [1, 2]),
+                                                                            ("sdpa", "", [1])]
+    assert rows[0]["metrics"]["accuracy"] == pytest.approx((0.3, np.std([0.2, 0.4], ddof=1)))
+    assert (rows[0]["state_bytes"], rows[0]["grows"]) == state_bytes(recipe.build_model(tiny(lavo)[1]), 16)
+    assert rows[1]["grows"] and not rows[0]["grows"]
+    table = markdown_table(rows)
+    assert "| lavo | num_bases=4 |" in table and "0.300 ± 0.141" in table and "grows with T" in table
+    assert plot_state(rows).startswith(b"\x89PNG")
+    out = tmp_path / "state.png"
+    assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out), "--table", str(tmp_path / "t.md")]) == 0
+    assert out.read_bytes().startswith(b"\x89PNG") and (tmp_path / "t.md").read_text() == table
+    assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out)]) == 2  # never replaced silently
