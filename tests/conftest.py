@@ -10,6 +10,15 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 import toy_recipe  # noqa: F401  (registers the "toy" recipe)
 
+# Under pytest-xdist (the README's `-n auto`) the workers share the cores: each gets its share of torch threads, and
+# so do the commands tests run in subprocesses (OMP_NUM_THREADS), instead of every worker using every core at once.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 REAL_DATA = Path(os.environ.get("LAVO_ZOO_TEST_DATA", TESTS.parent.parent / "shared" / "data"))
 
 

@@ -34,7 +34,7 @@ if TOY and "--compile" in sys.argv:
 
 CONFIGS = ["lm/tiny-lavo", "lra/tiny-text-lavo", "point_cloud/tiny-lavo", "summarization/tiny-lavo-noncausal",
            "time_series/tiny-lavo", "tts/tiny-lavo-causal", "summarization/tiny-lavo-causal", "tts/tiny-lavo-noncausal",
-           "lra/tiny-retrieval-lavo"]
+           "lra/tiny-retrieval-lavo", "recall/tiny-lavo"]
 COMPILE_CONFIG = "lm/tiny-lavo"
 STEPS = 2 if TOY else 20
 # then the config is recorded as timed out and the next one starts (LAVO_GPU_TIME_SCALE: a slow or busy machine)
@@ -159,6 +159,12 @@ def predict(config: str, run: Path, dev: str) -> dict[str, Any]:
     if recipe == "tts":
         wave, rate = p.synthesize("hello there", max_frames=40)
         return {"call": "synthesize", "output": [len(wave), rate], "ok": bool(np.isfinite(wave).all() and len(wave))}
+    if recipe == "recall":
+        example = p.recipe.build_dataset(p.cfg, "test")[0]
+        tokens, asked = example["tokens"].tolist(), (example["targets"] != -100).nonzero()[:, 0].tolist()
+        answers = p.answer(tokens, asked)
+        return {"call": "answer", "output": answers[:8],
+                "ok": len(answers) == len(asked) and all(0 <= a < p.cfg.model.vocab_size for a in answers)}
     raise ValueError(f"no predictor call for {config}")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo import limits
 from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option, write_file
 
 
@@ -21,7 +22,8 @@ Examples:
 @out_option("Where to write the answers: one JSON object per example, {\"queries\": [...], \"answers\": [...]}.",
             required=True)
 @overwrite_option
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=limits.BATCH_SIZE.click_type(), default=64, show_default=True,
+              help=f"Sequences answered at once, {limits.BATCH_SIZE.describe()}.")
 @device_option
 def answer(checkpoint: str, data_file: Path, out: Path, overwrite: bool, batch_size: int,
            device: str | None) -> None:

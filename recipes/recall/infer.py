@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
+from lavo_zoo import limits
 from lavo_zoo.engine.predictor import Predictor
 from lavo_zoo.errors import InputError
 from lavo_zoo.recipes.recall.data import IGNORE, read_examples
@@ -26,15 +28,29 @@ class Recaller(Predictor):
     @torch.no_grad()
     def answer(self, tokens: Sequence[int] | Sequence[Sequence[int]],
                queries: Sequence[int] | Sequence[Sequence[int]], batch_size: int = 64) -> list[int] | list[list[int]]:
-        """The model's answer (its most likely next token) at each query position of ``tokens``: one sequence of ids
-        and its query positions give a list of ids; lists of sequences and of their queries give one list each."""
-        single = len(tokens) > 0 and isinstance(tokens[0], int)
+        """The model's answers at query positions.
+
+        Args:
+            tokens: one sequence of token ids, or a list of sequences (of any lengths).
+            queries: the positions to answer at in ``tokens`` (for a list: one list of positions per sequence).
+            batch_size: sequences per forward pass.
+
+        Returns:
+            The model's most likely next token at each query position: a list of ids for one sequence, one such list
+            per sequence for a list.
+
+        Raises:
+            InputError: ids outside the vocabulary, positions outside a sequence, as many query lists as sequences
+                not given, ``batch_size`` outside its range, or scores that are not finite.
+        """
+        batch_size = limits.BATCH_SIZE.check(batch_size)
+        single = len(tokens) > 0 and np.ndim(tokens[0]) == 0  # ids, not sequences of ids
         sequences, asked = ([tokens], [queries]) if single else (list(tokens), list(queries))
         if len(sequences) != len(asked):
             raise InputError(f"{len(sequences)} sequences but {len(asked)} lists of queries; give one list each")
         vocab = self.cfg.model.vocab_size
         for i, (seq, qs) in enumerate(zip(sequences, asked)):
-            if not seq or min(seq) < 0 or max(seq) >= vocab:
+            if len(seq) == 0 or min(seq) < 0 or max(seq) >= vocab:
                 raise InputError(f"sequence {i}: the model reads ids 0..{vocab - 1}, got "
                                  f"{min(seq, default=None)}..{max(seq, default=None)} over {len(seq)} tokens")
             if any(not 0 <= q < len(seq) for q in qs):
@@ -50,7 +66,9 @@ class Recaller(Predictor):
                 select = torch.zeros_like(batch, dtype=torch.bool)
                 for row, i in enumerate(chunk):
                     select[row, list(asked[i])] = True
-                ids = self.model(batch, select).argmax(-1).tolist()  # [N], row-major
+                logits = self.model(batch, select)  # [N, V], row-major
+                self.check_finite(logits, f"sequences {chunk[0]}..{chunk[-1]}")
+                ids = logits.argmax(-1).tolist()  # [N]
                 for row, i in enumerate(chunk):
                     order = sorted(set(asked[i]))
                     found = dict(zip(order, ids[:len(order)]))

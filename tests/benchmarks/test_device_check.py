@@ -79,11 +79,20 @@ def test_the_install_step_builds_lavo_zoo_offline(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(target)},
                          capture_output=True, text=True, timeout=120, check=True).stdout.splitlines()
     assert out[0].startswith(str(target))
-    assert out[1] == str(sorted(["lm", "lra", "point_cloud", "summarization", "time_series", "tts"]))
+    assert out[1] == str(sorted(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+                                ["lavo_zoo.plugins.recipes"]))
 
 
 STEPS = {"environment", "kernels", "recipes_1", "recipes_2", "recipes_3", "compile", "local", "timing_fwdbwd",
          "timing_lm", "profile", "timing_decode", "timing_stream", "timing_local", "timing_default"}
+
+
+def test_the_device_check_trains_every_built_in_recipe():
+    """check_recipes.py's list names a config of every recipe the project ships, so a new domain runs on the GPU."""
+    shipped = {n for n in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+               ["lavo_zoo.plugins.recipes"] if n != "toy"}
+    assert shipped - {config.split("/")[0] for config in CONFIGS} == set()
+    assert len(shipped) >= 7
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from lavo_zoo.cli import main
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.trainer import Trainer
+from lavo_zoo.errors import InputError
 from lavo_zoo.evaluators.classification import distance_bucket
 from lavo_zoo.recipes.recall.data import IGNORE, TASKS
 from lavo_zoo.recipes.recall.model import state_bytes
@@ -97,8 +98,15 @@ def test_the_predictor_answers_raw_sequences(trained):
     assert model.answer(first["tokens"], first["queries"]) == rows[0]["answers"]
     assert model.answer([first["tokens"]] * 2, [first["queries"], first["queries"][::-1]]) == \
         [rows[0]["answers"], rows[0]["answers"][::-1]]
+    assert model.answer(np.array(first["tokens"]), np.array(first["queries"])) == rows[0]["answers"]
     with pytest.raises(ValueError, match="query positions"):
         model.answer(first["tokens"], [99])
+    with pytest.raises(InputError, match="batch_size must be an integer from 1"):
+        model.answer(first["tokens"], first["queries"], batch_size=0)
+    with torch.no_grad():
+        next(model.model.parameters()).fill_(float("nan"))
+    with pytest.raises(InputError, match="not finite"):
+        model.answer(first["tokens"], first["queries"])
 
 
 def _cell(folder: Path, cfg, name: str, overrides: list[str], accuracy: float, seed: int) -> None:
