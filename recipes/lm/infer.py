@@ -8,10 +8,8 @@ With a streaming attention the prompt is consumed once and every new token costs
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +18,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from lavo_zoo import limits
+from lavo_zoo.attention import tensor_bytes
 from lavo_zoo.engine.predictor import Predictor, as_batch
 from lavo_zoo.errors import DataError, InputError, UsageError
 from lavo_zoo.evaluators.perplexity import PerplexityTable
@@ -78,19 +77,6 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
         if ids[-1] == stop:
             break
     return ids[len(prompt):]
-
-
-def state_bytes(state: Any) -> int:
-    """Bytes held by the tensors of a decoding state (dataclasses, lists, tuples and dicts are walked)."""
-    if isinstance(state, torch.Tensor):
-        return state.numel() * state.element_size()
-    if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        return sum(state_bytes(getattr(state, f.name)) for f in dataclasses.fields(state))
-    if isinstance(state, (list, tuple)):
-        return sum(state_bytes(s) for s in state)
-    if isinstance(state, dict):
-        return sum(state_bytes(s) for s in state.values())
-    return 0
 
 
 class LanguageModel(Predictor):
@@ -156,7 +142,7 @@ class LanguageModel(Predictor):
             sizes = []
             for length in (probe, 2 * probe):
                 dummy = torch.zeros(1, length, dtype=torch.long, device=self.device)
-                sizes.append(state_bytes(self.model(dummy, return_state=True)[1]))
+                sizes.append(tensor_bytes(self.model(dummy, return_state=True)[1]))
             self._state_growth = (max(sizes[1] - sizes[0], 0) / probe, sizes[1])
         per_token, base = self._state_growth
         self.check_fits(base + per_token * (tokens - 2 * probe),

@@ -13,15 +13,14 @@ cannot stream keeps its whole input), summed over the tensors of the state objec
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
-from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.attention import AttentionSpec, tensor_bytes
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import PreLNDecoderBlock
@@ -84,20 +83,6 @@ class RecallModel(nn.Module):
         h = self.hidden(tokens)  # [B, T, D]
         h = h[select] if select is not None else h[:, -1]  # [N, D] or [B, D]
         return h @ self.embed_tokens.weight.t()
-
-
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of every tensor inside ``obj`` (a tensor, a dataclass, a list / tuple / dict of them); other values
-    (ints such as a position counter) count 0."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(tensor_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(x) for x in obj)
-    if isinstance(obj, dict):
-        return sum(tensor_bytes(x) for x in obj.values())
-    return 0
 
 
 @torch.no_grad()

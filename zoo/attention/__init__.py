@@ -12,7 +12,7 @@ group. Configs select a mechanism with :class:`AttentionSpec` (``lavo_zoo.attent
 """
 from __future__ import annotations
 
-from lavo_zoo.attention.base import PATTERNS, Attention
+from lavo_zoo.attention.base import PATTERNS, Attention, tensor_bytes
 from lavo_zoo.attention.registry import (
     ATTENTIONS,
     AttentionInfo,
@@ -27,4 +27,4 @@ from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec, SiteAttention
 
 __all__ = ["ATTENTIONS", "PATTERNS", "SITE_PATTERNS", "Attention", "AttentionInfo", "AttentionSpec", "SiteAttention",
            "attention_class", "attention_info", "build_attention", "check_attention", "list_attentions",
-           "register_attention"]
+           "register_attention", "tensor_bytes"]

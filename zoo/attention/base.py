@@ -250,3 +250,18 @@ class Attention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, pattern={self.pattern}"
+
+
+def tensor_bytes(state: Any) -> int:
+    """Bytes held by the tensors of a decoding state (what :meth:`Attention.step` returns, or a model's states of
+    every layer): tensors count numel x element size; dataclasses, lists, tuples and dicts are walked; other values
+    (a position counter, None) count 0."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return sum(tensor_bytes(getattr(state, f.name)) for f in dataclasses.fields(state))
+    if isinstance(state, (list, tuple)):
+        return sum(tensor_bytes(s) for s in state)
+    if isinstance(state, dict):
+        return sum(tensor_bytes(s) for s in state.values())
+    return 0

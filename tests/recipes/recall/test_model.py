@@ -4,8 +4,8 @@ the size its state object's fields give by hand (KV cache, window, LAVO's sums, 
 import pytest
 import torch
 
-from lavo_zoo.attention import AttentionSpec
-from lavo_zoo.recipes.recall.model import ModelConfig, RecallModel, state_bytes, tensor_bytes
+from lavo_zoo.attention import AttentionSpec, tensor_bytes
+from lavo_zoo.recipes.recall.model import ModelConfig, RecallModel, state_bytes
 
 D, H, T, V = 16, 2, 24, 20
 
