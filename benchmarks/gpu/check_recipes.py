@@ -3,7 +3,7 @@
 For each config (most important first), through the command line's own code (``lavo_zoo.cli.main``, in this one
 process): ``lavo-zoo train`` for ``--steps`` optimiser steps under bf16 autocast (``train.precision=bf16``) with the
 config's attention dropout, validating at the end; ``lavo-zoo eval`` of the checkpoint (a results JSON); then the
-recipe's predictor on the checkpoint (generate / classify / complete / summarize / forecast / synthesize). Recorded
+recipe's predictor on the checkpoint (generate / classify / complete / summarize / forecast / synthesize / answer). Recorded
 per config: the training losses (finite; falling: the mean of the last 5 below the mean of the first 5, from 10
 steps on), the results JSON's metrics (finite), the predictor's output, the attention kernels that ran in each
 phase (LAVO's ``mode``: 'triton', 'flex+recompute', 'autograd', ...), and the time. The point-cloud config also
