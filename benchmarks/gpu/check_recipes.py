@@ -3,12 +3,12 @@
 For each config (most important first), through the command line's own code (``lavo_zoo.cli.main``, in this one
 process): ``lavo-zoo train`` for ``--steps`` optimiser steps under bf16 autocast (``train.precision=bf16``) with the
 config's attention dropout, validating at the end; ``lavo-zoo eval`` of the checkpoint (a results JSON); then the
-recipe's predictor on the checkpoint (generate / classify / complete / summarize / forecast / synthesize / answer). Recorded
-per config: the training losses (finite; falling: the mean of the last 5 below the mean of the first 5, from 10
-steps on), the results JSON's metrics (finite), the predictor's output, the attention kernels that ran in each
-phase (LAVO's ``mode``: 'triton', 'flex+recompute', 'autograd', ...), and the time. The point-cloud config also
-scores the same predictions with autocast on and off (the distances must not change) and validates the checkpoint
-under bf16 autocast and in fp32 (the scores must agree within 10%). ``--compile`` trains ``lm/tiny-lavo`` with
+recipe's predictor on the checkpoint (generate / classify / complete / summarize / forecast / synthesize / answer).
+Recorded per config: the training losses (finite; falling: the mean of the last 5 below the mean of the first 5, from 10
+steps on), the results JSON's metrics (finite), the predictor's output, the attention kernels that ran in each phase
+(LAVO's ``mode``: 'triton', 'flex+recompute', 'autograd', ...), and the time. The point-cloud config also scores the
+same predictions with autocast on and off (the distances must not change) and validates the checkpoint under bf16
+autocast and in fp32 (the scores must agree within 10%). ``--compile`` trains ``lm/tiny-lavo`` with
 ``train.compile=true`` instead (at toy size ``TORCH_COMPILE_DISABLE=1``: inductor's CPU build takes minutes).
 
 Usage: ``python benchmarks/gpu/check_recipes.py --json OUT.json [--compile] [--part I/N] [CONFIG ...]``; exit 1 if a
