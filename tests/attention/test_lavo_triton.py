@@ -90,6 +90,20 @@ def _close(got: list[torch.Tensor], want: list[torch.Tensor], names: list[str]) 
     (True, 18, 24, True, True, None),   # the default configuration (64-query blocks, the band's exact tile)
 ])
 def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked, bias, block_n):
+    _check_window_kernels(kernels, causal, w, T, masked, bias, 16 if block_n else None, block_n)
+
+
+@interpreted
+@pytest.mark.parametrize("causal", [True, False])
+def test_window_kernels_in_the_largest_autotuned_blocks(kernels, causal):
+    """128 queries per program with the tile the autotuner pairs with it (the interpreter runs 64 by default)."""
+    from lavo_zoo.attention.ops.triton_utils import band_tile
+
+    w = 16
+    _check_window_kernels(kernels, causal, w, 150, True, True, 128, band_tile(128, (w - 1) * (1 if causal else 2)))
+
+
+def _check_window_kernels(kernels, causal: bool, w: int, T: int, masked: bool, bias: bool, block_m, block_n) -> None:
     window_triton, _ = kernels
     B, H, d = 2, 2, 8
     q, k, v, table = _leaves((B, H, T, d), (B, H, T, d), (B, H, T, d), (H, 2 * w - 1))
@@ -100,7 +114,7 @@ def test_window_kernels_match_the_dense_reference(kernels, causal, w, T, masked,
     rows = torch.ones(B, 1, T, 1) if mask is None else mask[:, None, :, None].to(F32)  # padded rows: garbage
     g = torch.randn(B, H, T, d) * rows
     out = window_triton.triton_window_attention(q, k, v, w, causal=causal, bias=table if bias else None,
-                                                key_mask=mask, block_m=16 if block_n else None, block_n=block_n)
+                                                key_mask=mask, block_m=block_m, block_n=block_n)
     leaves = [q, k, v] + ([table] if bias else [])
     grads = torch.autograd.grad((out * g).sum(), leaves)
     q2, k2, v2, t2 = _f64(q, k, v, table)
@@ -322,13 +336,24 @@ def test_offsets_are_64_bit(kernels):
     (0, 1, 1, 24, 20, 16),   # one row per sequence (noncausal, cross); d, r not powers of two
 ])
 def test_read_kernels_match_the_autograd_read(kernels, monkeypatch, offset, group, n, d, r, blocks):
+    _check_read_kernels(kernels, monkeypatch, offset, group, n, d, r, blocks, 37, 16)
+
+
+@interpreted
+@pytest.mark.parametrize("block_m", [32, 128])
+def test_read_kernels_in_every_autotuned_block(kernels, monkeypatch, block_m):
+    """The read's other autotuned query blocks (the interpreter runs 64 by default), over several programs."""
+    _check_read_kernels(kernels, monkeypatch, 3, 16, 20, 8, 4, 2, 300, block_m)
+
+
+def _check_read_kernels(kernels, monkeypatch, offset, group, n, d, r, blocks, T, block_m) -> None:
     _, lavo_triton = kernels
     monkeypatch.setattr(lavo_triton, "BLOCKS", blocks)
-    B, H, T = 2, 2, 37
+    B, H = 2, 2
     q, mem = _leaves((B, H, T, d), (B, H, n, d))
     bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
     g = torch.randn(B, H, T, d)
-    out = lavo_triton.read_memory_triton(q, mem, bases, offset, group, block_m=16)
+    out = lavo_triton.read_memory_triton(q, mem, bases, offset, group, block_m=block_m)
     grads = torch.autograd.grad((out * g).sum(), (q, mem, bases))
     q2, m2, b2 = _f64(q, mem, bases)
     ref = read_memory_autograd(q2, m2, b2, offset, group)
