@@ -46,7 +46,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT
 MARK = re.compile(r"<!--\s*doc-test:\s*(skip|dry-run)\s*(?::\s*(.*?))?\s*-->")
 SETUP = re.compile(r"setup:\s*(.*)")
 SHELL_START = re.compile(r"^\s*(?:\w+=\S+\s+)*(lavo-zoo|for|pip|pytest|torchrun|source|python3?|\.venv)\b")
-SKIPPED = 16  # blocks marked skip in all of DOCS; change it together with the marks
+SKIPPED = 17  # blocks marked skip in all of DOCS; change it together with the marks
 # programs a shell block may name besides lavo-zoo: recorded as not run (their blocks carry a skip mark)
 STAND_INS = "lavo-zoo pip pytest torchrun python python3 source"
 TRAIN_CAP = ["--max-steps", "2", "train.eval_every=2", "train.eval_batches=1", "train.save_every=2"]
