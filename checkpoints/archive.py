@@ -18,12 +18,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
-from lavo_zoo.options import link_new
+from lavo_zoo.options import CHECKPOINT_FILES, link_new
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ZIP_SUFFIXES = (".zip",)
-REQUIRED_FILES = ("model.safetensors", "config.yaml", "meta.json")
-TRAIN_STATE = "train_state.pt"
+REQUIRED_FILES, TRAIN_STATE = CHECKPOINT_FILES[:3], CHECKPOINT_FILES[3]  # weights, config, meta; optimiser state
 CARD = "README.md"  # the model card every exported archive carries (lavo_zoo.checkpoints.card)
 
 

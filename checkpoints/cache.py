@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.engine.checkpoint_io import sha256_file
+from lavo_zoo.engine.checkpoint_io import sha256_file, tree_hashes
 from lavo_zoo.engine.env import cache_root
 
 RECORD = "record.json"
@@ -72,18 +72,6 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-def tree_hashes(folder: Path) -> dict[str, str]:
-    """{relative path: sha256} of every file under ``folder``; a link or a special file is listed as such (never
-    followed), so that it never matches a manifest of regular files."""
-    found: dict[str, str] = {}
-    for root, dirs, names in os.walk(folder, followlinks=False):
-        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(root, d)))]:
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            found[rel] = sha256_file(path) if path.is_file() and not path.is_symlink() else "(not a regular file)"
-    return found
 
 
 def unpacked_problem(folder: Path, archive_sha256: str | None) -> str | None:

@@ -17,6 +17,7 @@ from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive,
 from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
+from lavo_zoo.checkpoints.transformers_format import FORMATS
 from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.errors import CheckpointError, UsageError
 from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option, write_file
@@ -28,7 +29,7 @@ license_option = click.option("--license", "license_", default="Apache-2.0", sho
                               help="License of the weights (an SPDX identifier such as Apache-2.0, MIT, CC-BY-4.0).")
 description_option = click.option("--description", default="", help="One line for `lavo-zoo list checkpoints`.")
 format_option = click.option(
-    "--format", "format_", type=click.Choice(["archive", "hf"]), default="archive", show_default=True,
+    "--format", "format_", type=click.Choice(FORMATS), default="archive", show_default=True,
     help="archive: a .tar.gz of the checkpoint directory and its model card; hf: a Hugging Face transformers model "
          "folder (language models; needs the hf extra).")
 results_option = click.option(
@@ -264,7 +265,7 @@ def _export_hf(checkpoint: Path, out: Path, name: str | None, license_: str, res
                overwrite: bool) -> None:
     from lavo_zoo.checkpoints.transformers_format import export_transformers
 
-    files, _ = export_transformers(checkpoint, out, name=name, license_=license_, results=results,
+    files = export_transformers(checkpoint, out, name=name, license_=license_, results=results,
                                    overwrite=overwrite)
     click.echo(f"wrote the transformers folder {out} (model card: {out / CARD}):")
     for file in files:
@@ -439,7 +440,7 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
     name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
     with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
         folder = Path(tmp) / "model"
-        files, _ = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)
+        files = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)
         size = sum(f.stat().st_size for f in files)
         click.echo(f"uploading the transformers folder ({len(files)} files, {human_size(size)}) to "
                    f"hf://{repo_id}@{branch} ...", err=True)

@@ -17,13 +17,13 @@ from lavo_zoo.checkpoints.cache import (
     UNPACKED,
     UNPACKED_MANIFEST,
     read_record,
-    tree_hashes,
     unpacked_problem,
     write_json_atomic,
 )
 from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.index import load_index
 from lavo_zoo.checkpoints.transformers_format import import_transformers_folder, transformers_recipe
+from lavo_zoo.engine.checkpoint_io import tree_hashes
 from lavo_zoo.errors import CheckpointError, UsageError, os_error_message
 
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")

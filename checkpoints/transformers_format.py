@@ -46,9 +46,9 @@ def import_transformers_folder(folder: Path, out: Path) -> Path:
 
 
 def export_transformers(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
-                        overwrite: bool = False) -> tuple[list[Path], str]:
+                        overwrite: bool = False) -> list[Path]:
     """Write checkpoint directory ``checkpoint`` as the transformers folder ``out`` with its model card (README.md);
-    (the files written, the card). ``out`` is written beside itself and renamed into place when complete; an
+    returns the files written. ``out`` is written beside itself and renamed into place when complete; an
     existing ``out`` is replaced only with ``overwrite``."""
     from lavo_zoo.checkpoints.archive import check_checkpoint_dir
     from lavo_zoo.checkpoints.card import build_card, load_results
@@ -82,5 +82,5 @@ def export_transformers(checkpoint: Path, out: Path, *, name: str | None, licens
             os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return sorted(p for p in out.iterdir() if p.is_file()), card
+    return sorted(p for p in out.iterdir() if p.is_file())
 

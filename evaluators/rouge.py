@@ -159,11 +159,6 @@ def holds_json(path: Path, lines: list[str]) -> bool:
         return False
 
 
-def read_summaries(path: Path) -> list[str]:
-    """One summary per line of a UTF-8 text file (Multi-News ``NEWLINE_CHAR`` and a leading "– " are undone)."""
-    return [clean_summary(line) for line in read_lines(path)]
-
-
 def read_pairs(path: Path) -> tuple[list[str], list[str]]:
     """(hypotheses, references) from the JSON lines ``eval`` writes (``hypothesis`` and ``reference`` fields)."""
     hypotheses, references = [], []

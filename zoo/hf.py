@@ -2,8 +2,8 @@
 transformers' Auto classes.
 
 A recipe whose models can live as transformers models declares a *transformers plugin* in the entry-point group
-``lavo_zoo.plugins.transformers`` under the recipe's name (the lm recipe: ``lm =
-"lavo_zoo.recipes.lm.hf:PLUGIN"``). A plugin has
+``lavo_zoo.plugins.transformers`` under the recipe's name, pointing at an object (pyproject.toml declares the lm
+recipe's). A plugin has
 
 - ``register_config()``: registers its ``PreTrainedConfig`` with ``AutoConfig``;
 - ``register_model()``: registers its model classes (``AutoModelForCausalLM``, ...);

@@ -443,6 +443,8 @@ def check_long(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     """bf16 (module and input cast) and bf16 autocast against fp32 at 64K tokens, fwd + bwd, all on the kernels."""
     import torch
 
+    from lavo_zoo.engine.precision import autocast
+
     T, (D, heads, r, w) = case["T"], case["shape"]
     attn = _lavo(D, heads, "causal", r, w, {}, dev)
     x = torch.randn(1, T, D, device=dev)
@@ -453,9 +455,7 @@ def check_long(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     for precision in ("fp32", "pure", "autocast"):
         module = attn if precision != "pure" else copy.deepcopy(attn).to(low)
         leaf = x.detach().to(low if precision == "pure" else torch.float32).requires_grad_()
-        with contextlib.ExitStack() as stack:
-            if precision == "autocast":
-                stack.enter_context(torch.autocast(dev.type, dtype=low))
+        with autocast(low if precision == "autocast" else None, dev):
             y = module(leaf)
         runs[precision] = [y, *grads_of(y, g, [leaf, *module.parameters()])]
         modes[precision] = module.mode

@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self
 
@@ -211,7 +211,7 @@ def run_config(config: str, work: Path, dev: str, compile_: bool) -> dict[str, A
     kernels = KernelLog()
     with Timer() as timer:
         try:
-            with time_limit(SECONDS_PER_CONFIG), (kernels if not compile_ else _nothing()):
+            with time_limit(SECONDS_PER_CONFIG), (kernels if not compile_ else nullcontext()):
                 shutil.rmtree(run, ignore_errors=True)
                 cli("train", config, "--out", str(run), "--device", dev, *train_overrides(config, compile_))
                 record["training"] = losses(run)
@@ -234,11 +234,6 @@ def run_config(config: str, work: Path, dev: str, compile_: bool) -> dict[str, A
     record["seconds"] = timer.seconds
     record["kernels"] = kernels.record() if not compile_ else "not recorded under torch.compile"
     return judge(record)
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 def judge(record: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from lavo_zoo.attention import build_attention
+from lavo_zoo.bench.timing import time_runs
+from lavo_zoo.engine.precision import autocast
 
 DEFAULT_ATTENTIONS = "lavo:triton,lavo:auto,sdpa"
 
@@ -92,29 +93,17 @@ def profile_run(name: str, backend: str | None, T: int, args: argparse.Namespace
     x = torch.randn(1, T, args.embed_dim, device=device, requires_grad=True)
     g = torch.randn(1, T, args.embed_dim, device=device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-
     dtype = getattr(torch, amp) if amp != "none" else None
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with autocast(dtype, device):
             y = attn(x)
         torch.autograd.backward(y, g.to(y.dtype))
         x.grad = None
         attn.zero_grad(set_to_none=True)
 
-    for _ in range(args.warmup):
-        step()
-    sync()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated() if cuda else 0
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    peak = torch.cuda.max_memory_allocated() - base if cuda else None
+    timed = time_runs(step, args.warmup, args.repeats, device)
+    times, peak = timed["times_s"], timed["peak_memory_bytes"] if cuda else None
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, acc_events=True) as prof:
         step()

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option, write_file
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option, write_file
 
 
 @click.command("answer", epilog="""\b
@@ -30,11 +30,10 @@ def answer(checkpoint: str, data_file: Path, out: Path, overwrite: bool, batch_s
     """Answer every query of the recall split DATA with the model in CHECKPOINT (a directory, a .tar.gz/.zip, an
     index name, a URL or an hf:// reference); the split's settings (vocabulary, length) must be the model's."""
     from lavo_zoo.checkpoints import load_predictor
-    from lavo_zoo.errors import UsageError
+    from lavo_zoo.evaluators.base import input_path
 
-    check_writable(out, overwrite)
-    if not data_file.is_file():
-        raise UsageError(f"--data {data_file}: no such file")
+    check_writable(out, overwrite, inputs={"--data": data_file})
+    input_path(data_file, "--data")
     model = load_predictor(checkpoint, device, recipe="recall")
     rows = model.answer_file(data_file, batch_size)
     write_file(out, "".join(json.dumps(row) + "\n" for row in rows), overwrite)
@@ -47,7 +46,7 @@ Examples:
   lavo-zoo recall-plot runs/recall --out runs/recall/state.png --table runs/recall/state.md
   lavo-zoo recall-plot runs/recall/sweep/lavo-r8 runs/recall/study --out lavo.png --title "LAVO against softmax" """)
 @click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
-@out_option("The PNG to write: accuracy against state bytes per sequence.", required=True)
+@out_option("The figure to write (.png, .pdf, .svg, ...): accuracy against state bytes per sequence.", required=True)
 @click.option("--table", "table_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the table (Markdown) here; it is printed either way.")
 @click.option("--title", default="MQAR accuracy against recurrent state", show_default=True)
@@ -60,11 +59,12 @@ def recall_plot(studies: tuple[Path, ...], out: Path, table_file: Path | None, t
     from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
 
     check_writable(out, overwrite)
+    check_figure_path(out)
     if table_file is not None:
         check_writable(table_file, overwrite, "--table")
     rows = state_rows(list(studies))
     table = markdown_table(rows)
-    write_file(out, plot_state(rows, title), overwrite)
+    write_file(out, plot_state(rows, title, out.suffix.lower().lstrip(".")), overwrite)
     if table_file is not None:
         write_file(table_file, table, overwrite, "--table")
     click.echo(table, nl=False)

@@ -10,8 +10,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lavo_zoo.errors import UsageError
 
 CELL_FILE = "cell.json"  # what `lavo-zoo compare` writes into each finished cell folder
@@ -50,11 +48,10 @@ def collect_cells(paths: list[Path]) -> list[dict[str, Any]]:
 def measure_state(cell_folder: Path) -> tuple[int, bool, int]:
     """(state bytes per sequence, whether it grows, sequence length) of the model a cell trained, rebuilt from the
     cell's own config.yaml."""
-    from lavo_zoo.engine.configs import config_from_dict
+    from lavo_zoo.engine.checkpoint_io import read_config
     from lavo_zoo.recipes.recall.model import state_bytes
 
-    recipe, cfg = config_from_dict(yaml.safe_load((cell_folder / "config.yaml").read_text()),
-                                   source=str(cell_folder / "config.yaml"))
+    recipe, cfg = read_config(cell_folder)
     if recipe.name != "recall":
         raise UsageError(f"{cell_folder} is a '{recipe.name}' run; recall against state size reads recall studies")
     size, grows = state_bytes(recipe.build_model(cfg), cfg.data.seq_len)
@@ -124,10 +121,11 @@ def _series(row: dict[str, Any]) -> str:
     return " ".join([row["attention"], *off])
 
 
-def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against recurrent state") -> bytes:
-    """A PNG (its bytes): accuracy (mean ± std over seeds) against state bytes per sequence, one series per
-    attention; a state that grows with the sequence (a KV cache) is drawn hollow at its size at the training
-    length."""
+def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against recurrent state",
+               format: str = "png") -> bytes:
+    """The figure's bytes in ``format`` (a PNG by default): accuracy (mean ± std over seeds) against state bytes
+    per sequence, one series per attention; a state that grows with the sequence (a KV cache) is drawn hollow at its
+    size at the training length."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,6 +152,6 @@ def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against r
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    fig.savefig(buffer, format=format, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()

@@ -122,7 +122,7 @@ class Forecaster(Predictor):
         dates = pd.DatetimeIndex(history)
         if trained is not None:
             expected = pd.date_range(dates[0], periods=len(dates), freq=trained)
-            if len(expected) == len(dates) and expected[0] == dates[0] and (expected == dates).all():
+            if (expected == dates).all():
                 return pd.date_range(dates[-1], periods=self.horizon + 1, freq=trained)[1:]
             self._refuse_step(dates, trained, source)
         steps = pd.to_timedelta(np.diff(history.to_numpy()))  # [seq_len - 1]
@@ -143,10 +143,10 @@ class Forecaster(Predictor):
             offset = inferred or pd.tseries.frequencies.to_offset(steps[0])
             raise DataError(f"{source}: its rows are {_step_words(offset)} apart; the model was trained on steps of "
                             f"{trained_words} (resample the series to that step)")
+        step = trained if trained is not None else pd.Series(steps).mode().iloc[0]  # the usual step
         for i in range(1, len(dates)):  # the first row that does not follow its predecessor by the usual step
-            want = dates[i - 1] + trained if trained is not None else dates[i - 1] + pd.Series(steps).mode().iloc[0]
-            if dates[i] != want:
-                usual = trained_words or str(pd.Series(steps).mode().iloc[0])
+            if dates[i] != dates[i - 1] + step:
+                usual = trained_words or str(step)
                 raise DataError(f"{source}: the {len(dates)} rows the forecast reads must be evenly spaced, but "
                                 f"{dates[i]} follows {dates[i - 1]} ({steps[i - 1]} instead of {usual}); fill the "
                                 "gap (e.g. interpolate) or forecast from an earlier --at")

@@ -106,6 +106,7 @@ def test_files_folder_beside_the_results() -> None:
 
 def test_a_manifest_that_cannot_be_written_after_a_failure_does_not_hide_the_failure(tmp_path, monkeypatch, capsys):
     import errno
+    import os
 
     from lavo_zoo.engine import evaluate
 
@@ -116,6 +117,6 @@ def test_a_manifest_that_cannot_be_written_after_a_failure_does_not_hide_the_fai
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(evaluate.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)  # the manifest's write_file fsyncs
     evaluate._record_after_failure(folder, None)
     assert "could not be recorded" in capsys.readouterr().err and not (folder / MANIFEST).exists()

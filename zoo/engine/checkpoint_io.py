@@ -48,6 +48,21 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+NOT_REGULAR = "(not a regular file)"  # what tree_hashes lists for a link or a special file
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under ``folder``; a link or a special file is listed as such (never
+    followed: :data:`NOT_REGULAR`), so that it never matches a manifest of regular files."""
+    found: dict[str, str] = {}
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(root, d)))]:
+            path = Path(root) / name
+            rel = path.relative_to(folder).as_posix()
+            found[rel] = sha256_file(path) if path.is_file() and not path.is_symlink() else NOT_REGULAR
+    return found
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The plain module inside DistributedDataParallel and/or torch.compile wrappers."""
     while True:

@@ -29,7 +29,6 @@ class EpochBatches:
                  shuffle: bool = True) -> None:
         self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
         self.rank, self.world_size, self.shuffle = rank, world_size, shuffle
-        epoch_steps(num_samples, batch_size, 1, world_size)  # refuses a split smaller than one batch
 
     def __len__(self) -> int:
         return self.num_samples // (self.batch_size * self.world_size)

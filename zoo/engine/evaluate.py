@@ -4,14 +4,13 @@ from a checkpoint scored on a split (its recipe's evaluator) or from files of sa
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint_io import load_model, sha256_file
+from lavo_zoo.engine.checkpoint_io import NOT_REGULAR, load_model, tree_hashes
 from lavo_zoo.engine.env import pick_device, versions
 from lavo_zoo.errors import UsageError, ZooError
 from lavo_zoo.evaluators import EVALUATORS
@@ -87,22 +86,13 @@ def files_folder(results_file: Path) -> Path:
     return results_file.with_suffix("") if results_file.suffix else results_file.with_name(results_file.name + ".files")
 
 
-def _present_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
-    """({relative path: path} of the regular files under ``folder`` but its manifest, [the other entries: links,
+def _present_files(folder: Path) -> tuple[dict[str, str], list[str]]:
+    """({relative path: sha256} of the regular files under ``folder`` but its manifest, [the other entries: links,
     special files]), without following links."""
-    files, others = {}, []
-    for root, dirs, names in os.walk(folder, followlinks=False):
-        here = Path(root)
-        for name in [*names, *(d for d in dirs if (here / d).is_symlink())]:
-            p = here / name
-            rel = p.relative_to(folder).as_posix()
-            if rel == MANIFEST:
-                continue
-            if p.is_symlink() or not p.is_file():
-                others.append(rel)
-            else:
-                files[rel] = p
-    return files, others
+    found = tree_hashes(folder)
+    found.pop(MANIFEST, None)
+    others = [rel for rel, digest in found.items() if digest == NOT_REGULAR]
+    return {rel: digest for rel, digest in found.items() if digest != NOT_REGULAR}, others
 
 
 def _recorded(folder: Path) -> dict[str, str]:
@@ -131,7 +121,7 @@ def clear_files_folder(folder: Path, overwrite: bool) -> None:
         (folder / MANIFEST).unlink(missing_ok=True)
         return
     recorded = _recorded(folder)
-    foreign = sorted(others + [rel for rel, p in present.items() if recorded.get(rel) != sha256_file(p)])
+    foreign = sorted(others + [rel for rel, digest in present.items() if recorded.get(rel) != digest])
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise UsageError(f"{folder} holds files that no evaluation recorded writing there ({shown}); an evaluation "
@@ -140,7 +130,8 @@ def clear_files_folder(folder: Path, overwrite: bool) -> None:
     if not overwrite:
         raise UsageError(f"{folder} holds the {len(present)} files of an earlier evaluation (listed in its "
                          f"{MANIFEST}); give another --out (or eval.out_dir), or add --overwrite to replace them")
-    for p in present.values():
+    for rel in present:
+        p = folder / rel
         p.unlink()
         parent = p.parent
         while parent != folder and not any(parent.iterdir()):
@@ -164,7 +155,7 @@ def record_files_folder(folder: Path, command: str | None = None) -> None:
     if not present:
         return
     manifest = {"written_by": "lavo-zoo eval", **({"command": command} if command else {}),
-                "files": {rel: sha256_file(p) for rel, p in sorted(present.items())}}
+                "files": dict(sorted(present.items()))}
     write_file(Path(folder) / MANIFEST, json.dumps(manifest, indent=2) + "\n", overwrite=True)
 
 

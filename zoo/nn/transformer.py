@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lavo_zoo.attention import ATTENTIONS, attention_class, attention_info, build_attention, check_attention
+from lavo_zoo.attention import ATTENTIONS, attention_info, build_attention, check_attention
 from lavo_zoo.attention.base import Attention, SourceCache, reorder_batch
 from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec
 from lavo_zoo.errors import ConfigError, InputError, OptionError, did_you_mean
@@ -69,8 +69,8 @@ def build_site_attention(spec: Any, embed_dim: int, num_heads: int, site: str,
         raise ConfigError(f"unknown attention site '{site}'{did_you_mean(site, SITE_PATTERNS)}; "
                           f"the sites are {', '.join(SITE_PATTERNS)}")
     spec, pattern = _as_spec(spec, site), SITE_PATTERNS[site]
-    if spec.name in ATTENTIONS and pattern not in attention_class(spec.name).patterns:
-        check_attention(spec.name, pattern, key=site)  # raises a ConfigError naming the site and pattern
+    if spec.name in ATTENTIONS:
+        check_attention(spec.name, pattern, key=site)  # a ConfigError naming the site and pattern it cannot do
     options = dict(spec.options)
     if attention_dropout and spec.name in ATTENTIONS and "dropout" in attention_info(spec.name).options:
         options.setdefault("dropout", attention_dropout)

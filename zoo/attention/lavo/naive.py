@@ -93,7 +93,7 @@ def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = 
     if not attn.global_read:
         return merge(attn, local, padding_mask, x.dtype)
     f = {"local_out": local, "value": v, "input": heads(attn, x).double()}[attn.memory_source]
-    gain = attn.learned_gain if attn.learned_gain is not None else attn.read_gain
+    gain = attn._gain()
     out = memory_branch(q, local, f, attn.bases, attn.window_size, padding_mask=padding_mask,
                         causal=attn.pattern == "causal", context_dissection=attn.context_dissection,
                         combine=attn.combine, gain=gain, empty_memory=attn.empty_memory, **reading)

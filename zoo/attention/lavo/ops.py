@@ -154,14 +154,14 @@ def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = 
     if kernel == "triton":
         from lavo_zoo.attention.lavo import triton as lavo_triton
         from lavo_zoo.attention.ops import triton_utils
-        try:
-            if triton_utils.failures():  # a Triton kernel failed earlier in this call (the window's): recompute
-                raise triton_utils.KernelUnavailable(str(triton_utils.failures()))
-            return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=p,
-                                                  seed=new_seed() if p else 0, log_temperature=log_temperature,
-                                                  local=local, gain=gain)
-        except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once): recompute
-            kernel = "recompute"
+        if not triton_utils.failures():  # else a Triton kernel failed earlier in this call (the window's)
+            try:
+                return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=p,
+                                                      seed=new_seed() if p else 0, log_temperature=log_temperature,
+                                                      local=local, gain=gain)
+            except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once)
+                pass
+        kernel = "recompute"
     if log_temperature is not None:
         q = q * log_temperature.exp().to(q.dtype)[:, None, None]                   # [H, 1, 1] per head
     if kernel == "autograd":

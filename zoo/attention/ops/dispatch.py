@@ -1,7 +1,7 @@
 """Which kernels run: the one place that decides, for the sliding window (LAVO's local branch and the ``local``
 mechanism) and for LAVO's memory read together.
 
-The kernels, by name (:data:`KERNELS`):
+The kernels, by name:
 
 - ``triton``: the fused Triton kernels (``ops/window/triton.py``, ``lavo/triton.py``); CUDA tensors (any device in
   Triton's interpreter) of fp16 / bf16 / fp32, Triton importable, ``LAVO_ZOO_TRITON`` not 0, no Triton kernel
@@ -33,7 +33,6 @@ from typing import NamedTuple
 
 import torch
 
-KERNELS = ("triton", "flex", "recompute", "autograd")
 BACKENDS = ("auto", "recompute", "autograd", "flex", "triton")  # what a caller may request: 'auto' or a kernel
 DROPOUT_KERNELS = frozenset({"triton", "recompute", "autograd"})  # the kernels that apply attention dropout
 # the kernel that always runs (dropout included): a requested kernel that cannot run falls back to it

@@ -78,7 +78,7 @@ def band_tile(block: int, span: int) -> int:
     """The tile extent for a program of ``block`` rows whose band is ``block + span`` rows of the other side (span =
     w - 1 causal, 2 (w - 1) noncausal): the one of :data:`TILES` that scans the fewest rows, cdiv(block + span,
     tile) x tile, the larger on ties (fewer, fuller tile products)."""
-    return min(TILES, key=lambda tile: (triton.cdiv(block + span, tile) * tile, -tile))
+    return min(TILES, key=lambda tile: (scanned(block, span, tile), -tile))
 
 
 def scanned(block: int, span: int, tile: int) -> int:

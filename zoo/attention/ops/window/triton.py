@@ -65,7 +65,7 @@ DBIAS_BLOCK = 64  # queries per program of the bias-gradient and delta kernels (
 
 def _span(args: dict) -> int:
     """Keys beyond a block's own that its band reaches: w - 1 causal, 2 (w - 1) noncausal."""
-    return (args["W"] - 1) * (1 if args["CAUSAL"] else 2)
+    return args["SPAN"]  # set by WindowTritonFunction._config
 
 
 def _tuned(kernel):
@@ -359,7 +359,7 @@ class WindowTritonFunction(torch.autograd.Function):
     def _fallback_backward(ctx, grad):
         """The gradients by the PyTorch kernels on the saved inputs: the recompute kernel, or with dropout the
         autograd kernel under this call's mask (:func:`~lavo_zoo.attention.ops.triton_utils.dropout_mask`)."""
-        from lavo_zoo.attention.ops.window.blocked import WindowAttentionFunction, window_autograd
+        from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
 
         q, k, v, bias, m, _, _ = ctx.saved_tensors
         P, window, causal, _, _, has_bias, has_mask, dropout, seed = ctx.config
@@ -374,7 +374,7 @@ class WindowTritonFunction(torch.autograd.Function):
             else:
                 pk, pv = (k_[:, :, :P], v_[:, :, :P]) if P else (None, None)
                 out = WindowAttentionFunction.apply(q_, k_[:, :, P:], v_[:, :, P:], pk, pv, bias_, key_mask, window,
-                                                    causal, 256)
+                                                    causal, CHUNK)
             leaves = [q_, k_, v_] + ([bias_] if has_bias else [])
             grads = torch.autograd.grad(out, leaves, grad.to(out.dtype))
         dq, dk, dv = (gr.to(t.dtype) for gr, t in zip(grads[:3], (q, k, v)))
