@@ -7,7 +7,6 @@ device files and FIFOs are refused (tar through the standard library's ``data`` 
 from __future__ import annotations
 
 import io
-import os
 import re
 import stat
 import tarfile
@@ -15,10 +14,10 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
-from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
-from lavo_zoo.options import CHECKPOINT_FILES, link_new
+from lavo_zoo.errors import CheckpointError
+from lavo_zoo.options import CHECKPOINT_FILES, write_atomic
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ZIP_SUFFIXES = (".zip",)
@@ -118,33 +117,17 @@ def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False,
     wanted = {*REQUIRED_FILES, *([TRAIN_STATE] if with_train_state else [])} - set(extra)
     present = sorted(p.name for p in checkpoint.iterdir())
     files = [checkpoint / name for name in present if name in wanted and (checkpoint / name).is_file()]
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(tmp, "w:gz", dereference=True) as tar:
+
+    def fill(f: BinaryIO) -> None:
+        with tarfile.open(fileobj=f, mode="w:gz", dereference=True) as tar:
             for name, data in sorted(extra.items()):
                 info = tarfile.TarInfo(f"{top}/{name}")
                 info.size, info.mtime = len(data), int(time.time())
                 tar.addfile(_normalise(info), io.BytesIO(data))
             for path in files:
                 tar.add(path, arcname=f"{top}/{path.name}", filter=_normalise)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        if overwrite:
-            os.replace(tmp, out)
-        else:
-            link_new(tmp, out)
-    except FileExistsError:
-        raise UsageError(f"{out} was created by someone else while this command ran; it was not replaced. Give "
-                         "another OUT, or add --overwrite.") from None
-    except OSError as e:
-        e.filename, e.filename2 = str(out), None
-        raise ZooError(os_error_message(e, "could not write") + "; nothing was written there") from None
-    finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # the folder cannot be reached (a path through a file): nothing was created there
-            pass
+
+    write_atomic(out, fill, overwrite, "OUT")
     return [name for name in present if name not in wanted and name not in extra
             and not (name == TRAIN_STATE and not with_train_state)]
 

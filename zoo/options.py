@@ -11,7 +11,7 @@ import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 
@@ -106,16 +106,21 @@ def _read_only(folder: Path) -> bool:
 
 
 def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: str = "--out") -> Path:
-    """Write ``data`` to ``path`` atomically: into a temporary file beside it, then linked into place if the name
-    is still free (or replacing it with ``overwrite``). A full or read-only disk or a race leaves ``path`` as it was
-    and no temporary file behind; the error names ``path`` and the reason."""
-    path = Path(path)
+    """Write ``data`` to ``path`` atomically (:func:`write_atomic`)."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    return write_atomic(path, lambda f: f.write(payload), overwrite, option)
+
+
+def write_atomic(path: Path, fill: Callable[[BinaryIO], Any], overwrite: bool = False, option: str = "--out") -> Path:
+    """Write ``path`` atomically: ``fill(f)`` writes the content into a temporary file beside it, which is then
+    linked into place if the name is still free (or replaces it with ``overwrite``). A full or read-only disk or a
+    race leaves ``path`` as it was and no temporary file behind; the error names ``path`` and the reason."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
-            f.write(payload)
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         if overwrite:
