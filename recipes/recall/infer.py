@@ -68,12 +68,10 @@ class Recaller(Predictor):
                     select[row, list(asked[i])] = True
                 logits = self.model(batch, select)  # [N, V], row-major
                 self.check_finite(logits, f"sequences {chunk[0]}..{chunk[-1]}")
-                ids = logits.argmax(-1).tolist()  # [N]
+                answers = torch.full_like(batch, -1)  # [b, T]: the answer at each selected position
+                answers[select] = logits.argmax(-1)
                 for row, i in enumerate(chunk):
-                    order = sorted(set(asked[i]))
-                    found = dict(zip(order, ids[:len(order)]))
-                    del ids[:len(order)]
-                    out[i] = [found[q] for q in asked[i]]
+                    out[i] = answers[row, list(asked[i])].tolist()
         return out[0] if single else out
 
     def answer_file(self, path: Path, batch_size: int = 64) -> list[dict[str, list[int]]]:
