@@ -18,7 +18,7 @@ from lavo_zoo.engine.checkpoint_io import read_config, read_meta
 from lavo_zoo.engine.data import epoch_steps
 from lavo_zoo.engine.env import pick_device
 from lavo_zoo.engine.recipe import Recipe
-from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source
+from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source, run_total
 from lavo_zoo.errors import DataError
 from lavo_zoo.options import check_folder_writable
 
@@ -51,7 +51,7 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
         resume_changes(read_config(start)[1], cfg, start)  # a checkpoint of other settings is refused, as train does
     train_examples = len(recipe.build_dataset(cfg, "train"))
     per_epoch = epoch_steps(train_examples, tc.batch_size, tc.grad_accum)
-    total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * per_epoch)
+    total = run_total(tc, per_epoch)
     step = int(read_meta(start).get("step") or 0) if start is not None else 0
     if start is not None:
         check_run_length(step, total, tc, start)

@@ -149,6 +149,11 @@ def resume_source(out: Path, resume: str | None) -> Path | None:
     return path.resolve()
 
 
+def run_total(tc: Any, steps_per_epoch: int) -> int:
+    """The step a run ends at: ``train.max_steps``, or fewer where ``train.max_epochs`` ends it first."""
+    return tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
+
+
 def check_run_length(step: int, total: int, tc: Any, checkpoint: Path) -> None:
     """Refuse to resume a checkpoint at ``step`` beyond the step this run ends at (``total``: ``train.max_steps``,
     or fewer where ``train.max_epochs`` ends the run first): such a run would end at once, training nothing."""

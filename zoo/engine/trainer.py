@@ -47,7 +47,14 @@ from lavo_zoo.engine.logging import MetricsLog, Progress, phase
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.precision import autocast, autocast_dtype
 from lavo_zoo.engine.recipe import Recipe, to_device
-from lavo_zoo.engine.run_dir import RunLock, check_run_length, last_good_checkpoint, resume_changes, resume_source
+from lavo_zoo.engine.run_dir import (
+    RunLock,
+    check_run_length,
+    last_good_checkpoint,
+    resume_changes,
+    resume_source,
+    run_total,
+)
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
 from lavo_zoo.options import check_folder_writable, write_file
 
@@ -344,7 +351,7 @@ class Trainer:
         scheduler = build_scheduler(optimizer, tc, steps_per_epoch)
         state = TrainingState()
         self._saved_step = 0
-        total = tc.max_steps if tc.max_epochs is None else min(tc.max_steps, tc.max_epochs * steps_per_epoch)
+        total = run_total(tc, steps_per_epoch)
         if resume_from is not None:
             state = self._restore(resume_from, model, optimizer, scheduler)
             self._saved_step = state.step
