@@ -65,7 +65,7 @@ DBIAS_BLOCK = 64  # queries per program of the bias-gradient and delta kernels (
 
 def _span(args: dict) -> int:
     """Keys beyond a block's own that its band reaches: w - 1 causal, 2 (w - 1) noncausal."""
-    return args["SPAN"]  # set by WindowTritonFunction._config
+    return (args["W"] - 1) * (1 if args["CAUSAL"] else 2)
 
 
 def _tuned(kernel):
