@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from lavo_zoo.dependencies import import_torchaudio
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
@@ -29,8 +30,7 @@ MSD_OFFSET = 1e-6
 
 @lru_cache(maxsize=4)
 def _transforms(sr: int) -> tuple[torch.nn.Module, torch.nn.Module]:
-    import torchaudio
-
+    torchaudio = import_torchaudio()
     melkwargs = {"n_fft": int(0.05 * sr), "win_length": int(0.05 * sr), "hop_length": int(0.0125 * sr),
                  "f_min": 20, "n_mels": 80, "window_fn": torch.hann_window}
     mfcc = torchaudio.transforms.MFCC(sr, n_mfcc=13, log_mels=True, melkwargs=melkwargs)

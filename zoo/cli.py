@@ -384,6 +384,22 @@ def data_cmd(target: str, out: Path, size: int | None, overwrite: bool) -> None:
     click.echo(f"wrote {path}")
 
 
+# ----------------------------------------------------------------------------------------------------------- env
+@cli.command("env", epilog="""\b
+Examples:
+  lavo-zoo env                 # paste this into a bug report
+  lavo-zoo env --json          # the same, for a program""")
+@json_flag
+def env_cmd(as_json: bool) -> None:
+    """Show this installation: versions of Python, lavo-zoo and every dependency (and the range each must be in),
+    whether torchaudio and Triton load, CUDA / GPUs / NCCL, LAVO's kernels on CUDA, espeak-ng, the cache folder and
+    its size. Writes nothing."""
+    from lavo_zoo.engine.env_report import collect, format_report
+
+    info = collect()
+    click.echo(json.dumps(info, indent=2, default=str) if as_json else format_report(info))
+
+
 # ---------------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map errors to exit codes (2 usage, 1 failure) without tracebacks."""

@@ -24,6 +24,11 @@ def main() -> int:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - any import failure is reported
             missing.append(f"{name} ({type(e).__name__}: {str(e)[:120]})")
+    try:  # the image's torch set must match itself: torchaudio's library loads only beside its own torch
+        from lavo_zoo.dependencies import import_torchaudio
+        import_torchaudio()
+    except Exception as e:  # noqa: BLE001 - reported, as a missing package is
+        missing.append(f"torchaudio ({type(e).__name__}: {str(e)[:200]})")
     driver = None
     try:
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name,memory.total,clocks.max.sm",
@@ -36,11 +41,23 @@ def main() -> int:
         where = str(Path(lavo_zoo.__file__).parent)
     except ImportError:
         where = None
-    info = {"environment": environment(), "driver": driver, "toy": TOY, "missing": missing, "lavo_zoo": where,
+    try:  # what `lavo-zoo env` says there: every version, CUDA, NCCL, the kernels LAVO takes by default
+        from lavo_zoo.engine.env_report import collect
+        report = collect()
+    except Exception as e:  # noqa: BLE001 - the step goes on; the summary shows why the report is missing
+        report = f"{type(e).__name__}: {e}"
+    info = {"environment": environment(), "driver": driver, "env_report": report, "toy": TOY, "missing": missing,
+            "lavo_zoo": where,
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "command": command}
     write_json(work / "setup.json", info)
     for key, value in info.items():
-        print(f"{key}: {value}")
+        if key != "env_report":
+            print(f"{key}: {value}")
+    if isinstance(report, dict):
+        from lavo_zoo.engine.env_report import format_report
+        print(format_report(report))
+    else:
+        print(f"env_report: {report}")
     return 1 if missing else 0
 
 

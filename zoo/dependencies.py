@@ -1,0 +1,111 @@
+"""The dependencies lavo-zoo checks before it relies on them, and the set it was tested with.
+
+PyTorch publishes ``torch``, ``torchaudio`` and ``torchvision`` as one matched release: torchaudio's compiled library
+is built against one torch and fails to load beside another (``libtorchaudio.so: undefined symbol ...``).
+pyproject.toml pins the three exactly; :func:`import_torchaudio` is the one way the project imports torchaudio (MCD
+features, resampling, Griffin-Lim), and turns a mismatched pair into one line naming both versions and the command
+that repairs it, instead of a missing symbol deep in a test or a training run.
+
+:func:`declared_requirements` reads the pins from lavo-zoo's own installed metadata (pyproject.toml is their one
+source), so the repair command and ``lavo-zoo env`` always name the set this installation declares.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from importlib import metadata
+from types import ModuleType
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from lavo_zoo.errors import ZooError
+
+# PyTorch's ABI-coupled packages, in the order a repair command names them
+TORCH_SET = ("torch", "torchaudio", "torchvision")
+
+
+class DependencyError(ZooError):
+    """An installed dependency lavo-zoo cannot use as it is (a mismatched build, a library that fails to load)."""
+
+
+def _release(version: str) -> tuple[int, ...] | str:
+    """The release of a version string without its local build tag (``2.11.0+cu130`` -> (2, 11, 0)); an
+    unparsable string is compared as it is."""
+    try:
+        return Version(version).release
+    except InvalidVersion:
+        return version
+
+
+def installed_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None where it is not installed."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def declared_requirements() -> list[tuple[str, str, str]]:
+    """lavo-zoo's declared requirements as (name, specifier, extra) from its installed metadata: ``("torch",
+    "==2.11.0", "")``, ``("transformers", "<=5.24.0,>=5.24", "hf")``; empty where lavo-zoo is not installed."""
+    try:
+        lines = metadata.requires("lavo-zoo") or []
+    except metadata.PackageNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", str(req.marker or ""))
+        if req.name.lower() != "lavo-zoo":
+            out.append((req.name, str(req.specifier), extra.group(1) if extra else ""))
+    return out
+
+
+def tested_torch_set() -> list[str]:
+    """The exact pins of the ABI-coupled set as pip arguments (``["torch==2.11.0", "torchaudio==2.11.0", ...]``),
+    from lavo-zoo's metadata."""
+    pins = {name.lower(): spec for name, spec, extra in declared_requirements() if not extra}
+    return [f"{name}{pins[name]}" for name in TORCH_SET if pins.get(name, "").startswith("==")]
+
+
+def repair_command() -> str:
+    """The pip command that installs the tested torch set into this environment."""
+    pins = tested_torch_set() or [f"{name}=={installed_version('torch')}" for name in TORCH_SET[:2]]
+    return "pip install " + " ".join(f"'{pin}'" for pin in pins)
+
+
+def check_torchaudio_matches() -> None:
+    """Refuse a torchaudio built for another torch release, before its compiled library is loaded.
+
+    Raises:
+        DependencyError: torchaudio's release differs from torch's (one line naming both and the repair).
+    """
+    torch_version, audio_version = installed_version("torch"), installed_version("torchaudio")
+    if torch_version is None or audio_version is None:
+        missing = "torch" if torch_version is None else "torchaudio"
+        raise DependencyError(f"{missing} is not installed; install the tested set with: {repair_command()}")
+    if _release(torch_version) != _release(audio_version):
+        raise DependencyError(
+            f"torchaudio {audio_version} does not match torch {torch_version} (PyTorch builds them as one set and "
+            f"torchaudio's compiled library fails to load beside another torch); repair: {repair_command()}")
+
+
+def import_torchaudio() -> ModuleType:
+    """torchaudio, imported after :func:`check_torchaudio_matches`; a compiled library that still fails to load is
+    the same one-line message. The project imports torchaudio only through this.
+
+    Raises:
+        DependencyError: a mismatched torch / torchaudio pair, or a torchaudio whose library does not load.
+    """
+    check_torchaudio_matches()
+    try:
+        return importlib.import_module("torchaudio")
+    except (ImportError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DependencyError(
+            f"torchaudio {installed_version('torchaudio')} fails to load beside torch {installed_version('torch')} "
+            f"({first}); repair: {repair_command()}") from None
