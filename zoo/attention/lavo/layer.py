@@ -8,8 +8,9 @@ before the query's window; output local + global (causal default; the paper's 0.
 "Which reading makes the memory count"). Costs O((w + r) T d) time and O(T d) memory; the causal state (last w-1
 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
 
-The layer holds the projections, the parameters (bases, EPE, read temperature, gain), the streaming state and the
-one kernel choice per call (:meth:`LavoAttention.kernels`, recorded for :attr:`LavoAttention.mode`). The math is
+The layer holds the projections, the parameters (bases, EPE, read temperature, gain), the streaming state and its
+``kernels`` option: the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`, :data:`.ops.LAVO_KERNELS`) chooses the
+kernels once per call and reports what ran (:attr:`LavoAttention.kernels_used`). The math is
 stateless, beside it: the local branch is the shared window op (:mod:`lavo_zoo.attention.ops.window`), the memory
 (its rows, the read, the joining of the branches) the op of :mod:`lavo_zoo.attention.lavo.ops`, whose read kernels
 (``read.py``, ``triton.py``) save only q, the memory rows and the bases and recompute in backward.
@@ -27,9 +28,9 @@ from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo import ops
-from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, MEMORY_NORMS, MemoryState
-from lavo_zoo.attention.ops.dispatch import BACKENDS, Kernels, choose_kernels, triton_runs
-from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention, window_attention_step
+from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORY_NORMS, MemoryState
+from lavo_zoo.attention.ops.dispatch import Choice, Chosen, HasKernels
+from lavo_zoo.attention.ops.window import CHUNK, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
@@ -66,11 +67,12 @@ class LavoCrossCache(StreamingState):
 
 
 @register_attention("lavo")
-class LavoAttention(Attention):
+class LavoAttention(HasKernels, Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
 
     patterns = PATTERNS
     streaming = True
+    kernel_set = LAVO_KERNELS
     eval_options = ("global_read",)
     # the reading before the causal defaults changed (docs/lavo.md): configs saved earlier keep it
     former_defaults: ClassVar[dict[str, Any]] = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
@@ -80,13 +82,13 @@ class LavoAttention(Attention):
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
                  global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
                  read_temperature: float | None = None, memory_norm: str | None = None, bases_decay: bool = True,
-                 dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
+                 dropout: float = 0.0, bias: bool = True, kernels: str = "auto") -> None:
         """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
         and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
         noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
         picks the default source). ``dropout`` applies to both branches' attention probabilities in training.
-        ``backend`` picks the kernels (see :meth:`kernels`); 'auto' is right everywhere, the others are for tests
-        and benchmarks.
+        ``kernels`` requests the kernels of both branches ('auto' or one kernel's name: :mod:`lavo_zoo.attention.ops.
+        dispatch` chooses); 'auto' is right everywhere, the others are for tests and benchmarks.
 
         The reading of the memory (docs/lavo.md, "Flags"; None: the pattern's default, the measured reading in
         causal attention, the paper's otherwise): ``global_read=False`` drops the global branch (a local window with
@@ -134,9 +136,7 @@ class LavoAttention(Attention):
             raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
-        self.backend = backend
+        self.kernels = LAVO_KERNELS.check(kernels)
         # queries per recomputed chunk; None: CHUNK for the window, read_chunk() for the memory read (tests set it
         # small to cross chunk boundaries)
         self.chunk_size: int | None = None
@@ -181,38 +181,6 @@ class LavoAttention(Attention):
                 f"read_temperature={self.log_read_temperature is not None}, "
                 f"memory_norm={self.memory_norm}")
 
-    # ------------------------------------------------------------------------------------------------ kernels
-    def kernels(self, q: torch.Tensor) -> Kernels:
-        """The kernels of a call on queries q [B, H, T, d]: this layer's ``backend``, ``dropout`` and training mode
-        handed to the one kernel choice, :func:`lavo_zoo.attention.ops.dispatch.choose_kernels`, whose docstring has
-        the rules: ('flex', 'recompute') on CUDA (('triton', 'triton') with ``LAVO_ZOO_TRITON=1`` or
-        ``backend='triton'``), ('recompute', 'recompute') on CPU (save q, k, v, the memory rows and the bases;
-        recompute in backward) and on CUDA with attention dropout in training (flex has no dropout; the Triton and
-        recompute kernels regenerate the mask in backward). Pure: a forward call records the pair it used, for
-        :attr:`mode`.
-
-        Args:
-            q: the call's queries (device, dtype and length decide).
-
-        Returns:
-            :class:`~lavo_zoo.attention.ops.dispatch.Kernels` (window, read): the local branch's and the read's.
-        """
-        return choose_kernels(q, self.backend, dropout=self.dropout, training=self.training)
-
-    @property
-    def mode(self) -> str:
-        """The kernels of the last call ('triton', 'flex+recompute', 'recompute', 'autograd'; local+read when they
-        differ); before any call, those a long sequence on the parameters' device and dtype would get."""
-        local, read = getattr(self, "_last_kernels", None) or self.kernels(
-            self.q_proj.weight.new_empty(1, self.num_heads, flex.MIN_QUERIES, self.head_dim))
-        return local if local == read else f"{local}+{read}"
-
-    def _after_fallback(self, q: torch.Tensor, kernels: Kernels) -> None:
-        """Where a Triton kernel could not be compiled during the call (it then ran on the fallback, and the Triton
-        kernels are off for the process), record the kernels the call ended on for :attr:`mode`."""
-        if "triton" in kernels and not triton_runs(q):
-            self._last_kernels = self.kernels(q)
-
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
@@ -220,7 +188,7 @@ class LavoAttention(Attention):
         """The global branch's factor: the learned per-head gain [H] ('gain'), else the constant ``read_gain``."""
         return self.learned_gain if self.learned_gain is not None else self.read_gain
 
-    def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str, offset: int = 0, group: int = 1
+    def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str | Chosen, offset: int = 0, group: int = 1
               ) -> torch.Tensor:
         """Read the orthogonal memory with this layer's bases and reading options (:func:`.ops.read`): q [B, H, T, d],
         mem [B, H, n, d] mean features (query t reads row (offset + t) // group; n == 1: every query the one row)
@@ -247,13 +215,12 @@ class LavoAttention(Attention):
             y = x.new_empty(B, 0, D)
             return (y, state) if return_state else y
         q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
-        kernels = self._last_kernels = self.kernels(q)                               # the one choice, recorded
+        run = self.start_kernels(q)                                                  # the one choice, recorded
         new_state = None
         if self.pattern == "cross":
-            out = self._read(q, self.cross_memory(context, context_mask), kernels.read)  # [B, H, T, d]
+            out = self._read(q, self.cross_memory(context, context_mask), run.read)  # [B, H, T, d]
         else:
-            out, new_state = self._self(x, q, padding_mask, state, return_state, kernels)
-        self._after_fallback(q, kernels)
+            out, new_state = self._self(x, q, padding_mask, state, return_state, run)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
@@ -279,27 +246,25 @@ class LavoAttention(Attention):
         if not isinstance(cache, LavoCrossCache) or cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
             raise TypeError("cache must be the LavoCrossCache that this attention's cross_cache() returned")
         q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
-        kernels = self._last_kernels = self.kernels(q)                                   # the one choice, recorded
-        out = self._read(q, cache.memory, kernels.read)                                  # [B, H, t, d]
-        self._after_fallback(q, kernels)
+        out = self._read(q, cache.memory, self.start_kernels(q).read)                    # [B, H, t, d]
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
     # --------------------------------------------------------------------------------------------- self-attention
     def _self(self, x: torch.Tensor, q: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None,
-              return_state: bool, kernels: Kernels) -> tuple[torch.Tensor, LavoState | None]:
-        """Causal and noncausal self-attention: local window branch plus memory. Returns [B, H, T, d] and the new
-        streaming state (when asked for)."""
+              return_state: bool, run: Choice) -> tuple[torch.Tensor, LavoState | None]:
+        """Causal and noncausal self-attention: local window branch plus memory, on the call's kernels ``run``.
+        Returns [B, H, T, d] and the new streaming state (when asked for)."""
         B, T, _ = x.shape
         w = self.window_size
         if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
-                kernels.window != "autograd" and not (self.dropout and self.training):  # the step has no dropout
-            return self._decode_one(x, q, state, kernels.read)
+                not (self.dropout and self.training):  # the step has no dropout
+            return self._decode_one(x, q, state, run)
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
         local = window_attention(q, k, v, w, causal=self.pattern == "causal", bias=self.epe,
                                  key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training,
-                                 backend=kernels.window, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
+                                 kernel=run.window, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
         position = (state.position if state is not None else 0) + T
         if not self.global_read:  # the local window with the EPE bias alone; the state's sums stay zero
             if not return_state:
@@ -312,52 +277,40 @@ class LavoAttention(Attention):
             q, local, self._features(x, v, local), self.bases, w, padding_mask=padding_mask,
             causal=self.pattern == "causal", context_dissection=self.context_dissection, combine=self.combine,
             gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
-            memory_norm=self.memory_norm, kernel=kernels.read, chunk=self.chunk_size, dropout=self.dropout,
+            memory_norm=self.memory_norm, kernel=run.read, chunk=self.chunk_size, dropout=self.dropout,
             training=self.training, initial_state=initial, output_final_state=return_state and self.pattern == "causal",
-            inplace=kernels.window == kernels.read == "recompute")  # fresh outputs: combine may overwrite them
+            inplace=run.window.fresh and run.read.fresh)  # fresh outputs: combine may overwrite them
         if final is None:
             return out, None
         return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), final.sum_complete,
                               final.sum_partial, final.position)
 
-    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, read_kernel: str
+    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, run: Choice
                     ) -> tuple[torch.Tensor, LavoState]:
         """One causal token after ``state`` (context dissection, no padding): the output and state of the chunked
-        path in a handful of small operations, since a decoding step's cost is all fixed overhead. x [B, 1, D],
-        q [B, H, 1, d] -> ([B, H, 1, d] in the compute dtype, the new state)."""
+        path in a handful of small operations, since a decoding step's cost is all fixed overhead; the fused step
+        kernel where the call's kernels have one (``run.step``). x [B, 1, D], q [B, H, 1, d] -> ([B, H, 1, d] in the
+        compute dtype, the new state)."""
         w = self.window_size
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
-        if read_kernel == "triton" and self.global_read and state.position > 0 and not torch.is_grad_enabled():
-            stepped = self._decode_one_triton(x, q, k, v, state)                    # one kernel, no graph to record
+        memory = MemoryState(state.sum_complete, state.sum_partial, state.position)
+        reading = {"log_temperature": self.log_read_temperature, "memory_norm": self.memory_norm,
+                   "combine": self.combine, "gain": self._gain(), "empty_memory": self.empty_memory}
+        if self.global_read and run.step.kernel is not None:
+            feat = None if self.memory_source == "local_out" else \
+                (v if self.memory_source == "value" else self._heads(x))
+            stepped = run.step(q, k, v, state.keys, state.values, memory, self.bases, w, bias=self.epe, feat=feat,
+                               **reading)                                           # None: composed below
             if stepped is not None:
-                return stepped
+                out, keys, values, memory = stepped
+                return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
         local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)  # [B, H, 1, d]
         keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
         if not self.global_read:  # the local window alone; the state's sums stay zero
             return local, LavoState(keys, values, state.sum_complete, state.sum_partial, state.position + 1)
-        out, memory = ops.memory_step(
-            q, local, self._features(x, v, local), self.bases, w,
-            MemoryState(state.sum_complete, state.sum_partial, state.position), combine=self.combine,
-            gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
-            memory_norm=self.memory_norm, kernel=read_kernel, chunk=self.chunk_size)
+        out, memory = ops.memory_step(q, local, self._features(x, v, local), self.bases, w, memory, kernel=run.read,
+                                      chunk=self.chunk_size, **reading)
         return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
-
-    def _decode_one_triton(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           state: LavoState) -> tuple[torch.Tensor, LavoState] | None:
-        """:meth:`_decode_one` as one Triton kernel (the window step, the read, the joining and the new state), or
-        None where the kernel cannot be compiled on this device (warned once; the caller runs the torch ops)."""
-        from lavo_zoo.attention.lavo import triton as lavo_triton
-        from lavo_zoo.attention.ops import triton_utils
-
-        feat = None if self.memory_source == "local_out" else (v if self.memory_source == "value" else self._heads(x))
-        try:
-            out, keys, values, complete, partial = lavo_triton.decode_step_triton(
-                q, k, v, state.keys, state.values, state.sum_complete, state.sum_partial, state.position, self.bases,
-                self.window_size, bias=self.epe, feat=feat, log_temperature=self.log_read_temperature,
-                memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory)
-        except triton_utils.KernelUnavailable:
-            return None
-        return out, LavoState(keys, values, complete, partial, state.position + 1)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

@@ -6,9 +6,9 @@ launch itself with its compile-failure fallback, and the dropout mask.
   up to 2^31 - 1, where CUDA's y and z axes stop at 65,535), and its offsets are 64-bit (row indices are int64
   before they multiply a stride, so T x D >= 2^31 does not overflow). A kernel that fails to compile on this device
   (Triton's CompilationError, OutOfResources, a ptxas error) is marked failed for the process with one warning
-  naming it and the reason, and :class:`KernelUnavailable` is raised: the caller reruns the call (or a backward pass
-  its gradients) on the PyTorch kernels, and :func:`lavo_zoo.attention.ops.dispatch.triton_runs` says no from then
-  on (:func:`failures`).
+  naming it and the reason, and :class:`~lavo_zoo.attention.ops.KernelUnavailable` is raised: the dispatch reruns
+  the call on the op's fallback (a backward pass computes its gradients on the PyTorch kernels itself), and
+  :func:`lavo_zoo.attention.ops.dispatch.triton_runs` says no from then on (:func:`failures`).
 - Tiles (:func:`band_tile`, :func:`autotuned`): a program of ``block`` queries walks its band of ``block + span``
   keys in tiles sized so that the keys it scans exceed the band by less than one tile (a 16-key window: 80 keys per
   64 queries, not 128); on a GPU the block size and warps are autotuned per kernel (``triton.autotune`` over a few
@@ -33,6 +33,8 @@ import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources, PTXASError
+
+from lavo_zoo.attention.ops import KernelUnavailable
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by @triton.jit at decoration, i.e. at import
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # fp64 stays on the PyTorch kernels
@@ -111,10 +113,6 @@ def autotuned(blocks: tuple[int, ...], warps: tuple[int, ...], key: list[str], s
 # ------------------------------------------------------------------------------------------------- the launch
 GRID_LIMIT = 2**31 - 1  # programs on a CUDA grid's x axis (its y and z axes stop at 65,535)
 _failures: dict[str, str] = {}  # kernel name -> why it could not be compiled, in this process
-
-
-class KernelUnavailable(RuntimeError):
-    """A Triton kernel could not be compiled on this device (now or earlier in this process): run the fallback."""
 
 
 def failures() -> dict[str, str]:
