@@ -222,6 +222,24 @@ def test_bad_options_refused(options, match):
         build_attention("lavo", 32, 4, "causal", **options)
 
 
+def test_the_options_dataclass_holds_every_option_with_the_pattern_defaults():
+    """LavoOptions has one field per constructor option (the signature and the dataclass cannot drift) and fills the
+    pattern's defaults: the measured reading in causal attention, the paper's otherwise."""
+    from dataclasses import fields
+
+    from lavo_zoo.attention.lavo.layer import LavoAttention, LavoOptions
+    from lavo_zoo.attention.registry import option_defaults
+
+    defaults = option_defaults(LavoAttention)
+    assert [f.name for f in fields(LavoOptions)] == list(defaults)
+    causal, noncausal, cross = (LavoOptions.resolve(p, 32, 4, **defaults) for p in ("causal", "noncausal", "cross"))
+    assert (causal.combine, causal.read_temperature, causal.memory_norm, causal.memory_source) == \
+        ("sum", 16.0, "rms", "local_out")
+    assert (noncausal.combine, noncausal.read_temperature, noncausal.memory_norm) == ("half", 0.0, "mean")
+    assert cross.memory_source == "value" and causal.num_bases == 8  # min(64, head dim 8)
+    assert LavoOptions.resolve("causal", 32, 4, **{**defaults, "context_dissection": False}).memory_source == "value"
+
+
 def test_bad_inputs_refused():
     with pytest.raises(ValueError, match="cross attention has no local branch"):
         build_attention("lavo", 32, 4, "cross", memory_source="local_out")

@@ -66,6 +66,91 @@ class LavoCrossCache(StreamingState):
     memory: torch.Tensor  # [B, H, 1, d] mean over the real source tokens (compute dtype)
 
 
+@dataclass(frozen=True)
+class LavoOptions:
+    """A LAVO layer's options with the pattern's defaults filled in, checked in one place (:meth:`resolve`; the
+    meaning of each: :class:`LavoAttention`'s Args)."""
+
+    num_bases: int
+    window_size: int
+    context_dissection: bool
+    position_encoding: bool
+    memory_source: str
+    bases_trainable: bool
+    empty_memory: str
+    global_read: bool
+    combine: str
+    read_gain: float
+    read_temperature: float
+    memory_norm: str
+    bases_decay: bool
+    dropout: float
+    bias: bool
+    kernels: str
+
+    @classmethod
+    def resolve(cls, pattern: str, embed_dim: int, num_heads: int, **given: Any) -> LavoOptions:
+        """The options of a layer of this pattern and shape.
+
+        Args:
+            pattern: causal, noncausal or cross (the defaults and some checks depend on it).
+            embed_dim, num_heads: the layer's width and heads (the head dim bounds ``num_bases``).
+            **given: every option of :class:`LavoAttention`, None where the pattern's default applies.
+
+        Returns:
+            The options, no None left.
+
+        Raises:
+            ValueError: a value the layer cannot take, or two options that contradict each other; the message
+                names the option and what it may be.
+        """
+        o = dict(given)
+        d = embed_dim // num_heads
+        if o["num_bases"] is None:
+            o["num_bases"] = min(64, d)
+        r = o["num_bases"]
+        if not 1 <= r <= d:
+            raise ValueError(f"num_bases ({r}) must be between 1 and the head dim {d} (embed_dim {embed_dim} / "
+                             f"num_heads {num_heads}): each head's {r} bases are orthonormal vectors in R^{d}")
+        if o["window_size"] < 1:
+            raise ValueError(f"window_size must be >= 1, got {o['window_size']}")
+        if o["memory_source"] is None:
+            o["memory_source"] = "local_out" if o["context_dissection"] and pattern != "cross" else "value"
+        _one_of("memory_source", o["memory_source"], MEMORY_SOURCES)
+        if pattern == "cross" and o["memory_source"] == "local_out":
+            raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
+        _one_of("empty_memory", o["empty_memory"], EMPTY_MEMORY)
+        if o["combine"] is None:  # causal: 'half' halves the local branch at the first window boundary (docs/lavo.md)
+            o["combine"] = "sum" if pattern == "causal" else "half"
+        combine = _one_of("combine", o["combine"], COMBINES)
+        if combine != "half" and o["empty_memory"] != "local":
+            raise ValueError(f"empty_memory='{o['empty_memory']}' only applies to combine='half' (with '{combine}' "
+                             "the global branch adds nothing where the memory is empty)")
+        if combine == "half" and o["read_gain"] != 1.0:
+            raise ValueError(f"read_gain ({o['read_gain']}) applies to combine='sum' or 'gain'; 'half' is 0.5 "
+                             "(local + global)")
+        if o["read_temperature"] is None:
+            o["read_temperature"] = CAUSAL_TEMPERATURE if pattern == "causal" else 0.0
+        if o["read_temperature"] < 0:
+            raise ValueError(f"read_temperature must be positive (0: none), got {o['read_temperature']}")
+        if o["memory_norm"] is None:
+            o["memory_norm"] = "rms" if pattern == "causal" else "mean"
+        _one_of("memory_norm", o["memory_norm"], MEMORY_NORMS)
+        if pattern == "cross" and not o["global_read"]:
+            raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
+        if not 0.0 <= o["dropout"] < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {o['dropout']}")
+        LAVO_KERNELS.check(o["kernels"])
+        return cls(**o)
+
+
+def _one_of(option: str, value: str, choices: tuple[str, ...]) -> str:
+    """``value``, or the ValueError naming ``option`` and its choices."""
+    if value not in choices:
+        raise ValueError(f"{option} must be one of {', '.join(choices)}, got '{value}'")
+    return value
+
+
 @register_attention("lavo")
 class LavoAttention(HasKernels, Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
@@ -83,89 +168,81 @@ class LavoAttention(HasKernels, Attention):
                  global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
                  read_temperature: float | None = None, memory_norm: str | None = None, bases_decay: bool = True,
                  dropout: float = 0.0, bias: bool = True, kernels: str = "auto") -> None:
-        """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
-        and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
-        noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
-        picks the default source). ``dropout`` applies to both branches' attention probabilities in training.
-        ``kernels`` requests the kernels of both branches ('auto' or one kernel's name: :mod:`lavo_zoo.attention.ops.
-        dispatch` chooses); 'auto' is right everywhere, the others are for tests and benchmarks.
+        """A LAVO layer; the options are checked by :meth:`LavoOptions.resolve`. None: the pattern's default (the
+        reading of the memory: the measured one in causal attention, the paper's otherwise; docs/lavo.md, "Flags").
 
-        The reading of the memory (docs/lavo.md, "Flags"; None: the pattern's default, the measured reading in
-        causal attention, the paper's otherwise): ``global_read=False`` drops the global branch (a local window with
-        the EPE bias, the control that prices the memory); ``combine`` (causal 'sum', else 'half') joins the
-        branches as the paper's 0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local +
-        g_h x global with a learned per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature``
-        (causal 16, else 0 = off) learns a per-head factor on q before the read, initialised at that value (the slot
-        logits are the only place q enters it); ``memory_norm`` (causal 'rms', else 'mean') reads m / rms(m)
-        instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            num_bases: r, the orthonormal bases per head (1 <= r <= head dim); None: min(64, head dim).
+            window_size: w, the keys of the local window (2w - 1 noncausal) and the length of context dissection's
+                windows.
+            context_dissection: causal: the memory of the complete windows before the query's window (True) or the
+                running mean of every token up to the query (False, paper eq. 4). Noncausal attention reads the
+                mean of every real token either way (this only picks the default ``memory_source``).
+            position_encoding: the embedded position encoding, a learned [H, 2w - 1] bias on the local window's
+                scores (none in cross attention, which has no local branch).
+            memory_source: what the memory averages: 'local_out' (the local branch's output), 'value' or 'input';
+                None: 'local_out' with context dissection, else (and in cross attention) 'value'.
+            bases_trainable: learn the bases (initialised orthonormal) or keep them fixed (a buffer).
+            empty_memory: combine 'half' only: where the memory is still empty, the local branch alone ('local') or
+                halved ('half').
+            global_read: False drops the global branch (the local window with the EPE bias: the control that prices
+                the memory); an eval option (a trained checkpoint may be scored without it).
+            combine: how the branches join: 'half' (the paper's 0.5 (local + global)), 'sum' (local + ``read_gain``
+                x global) or 'gain' (local + g_h x global, g_h learned per head from ``read_gain``); None: causal
+                'sum', else 'half'.
+            read_gain: combine 'sum': the global branch's factor; 'gain': the learned gain's initial value.
+            read_temperature: the initial value of a learned per-head factor on q before the read (the slot logits
+                are the only place q enters it); 0: none; None: causal 16, else 0.
+            memory_norm: read the mean m ('mean') or m / rms(m) ('rms'); None: causal 'rms', else 'mean'.
+            bases_decay: False exempts trainable bases from weight decay.
+            dropout: attention dropout on both branches' probabilities, in training.
+            bias: biases in the q, k, v and output projections.
+            kernels: 'auto' (right everywhere) or one kernel's name for both branches ('recompute', 'autograd',
+                'flex', 'triton': tests and benchmarks); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`)
+                chooses per call.
+
+        Raises:
+            ValueError: an option value the layer cannot take (the message names it and what it may be).
+        """
         super().__init__(embed_dim, num_heads, pattern)
-        d = self.head_dim
-        r = min(64, d) if num_bases is None else num_bases
-        if not 1 <= r <= d:
-            raise ValueError(f"num_bases ({r}) must be between 1 and the head dim {d} (embed_dim {embed_dim} / "
-                             f"num_heads {num_heads}): each head's {r} bases are orthonormal vectors in R^{d}")
-        if window_size < 1:
-            raise ValueError(f"window_size must be >= 1, got {window_size}")
-        if memory_source is None:
-            memory_source = "local_out" if context_dissection and pattern != "cross" else "value"
-        if memory_source not in MEMORY_SOURCES:
-            raise ValueError(f"memory_source must be one of {', '.join(MEMORY_SOURCES)}, got '{memory_source}'")
-        if pattern == "cross" and memory_source == "local_out":
-            raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
-        if empty_memory not in EMPTY_MEMORY:
-            raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
-        if combine is None:  # causal: 'half' halves the local branch at the first window boundary (docs/lavo.md)
-            combine = "sum" if pattern == "causal" else "half"
-        if combine not in COMBINES:
-            raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got '{combine}'")
-        if combine != "half" and empty_memory != "local":
-            raise ValueError(f"empty_memory='{empty_memory}' only applies to combine='half' (with '{combine}' the "
-                             "global branch adds nothing where the memory is empty)")
-        if combine == "half" and read_gain != 1.0:
-            raise ValueError(f"read_gain ({read_gain}) applies to combine='sum' or 'gain'; 'half' is 0.5 (local + "
-                             "global)")
-        if read_temperature is None:
-            read_temperature = CAUSAL_TEMPERATURE if pattern == "causal" else 0.0
-        if read_temperature < 0:
-            raise ValueError(f"read_temperature must be positive (0: none), got {read_temperature}")
-        if memory_norm is None:
-            memory_norm = "rms" if pattern == "causal" else "mean"
-        if memory_norm not in MEMORY_NORMS:
-            raise ValueError(f"memory_norm must be one of {', '.join(MEMORY_NORMS)}, got '{memory_norm}'")
-        if pattern == "cross" and not global_read:
-            raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.kernels = LAVO_KERNELS.check(kernels)
+        o = LavoOptions.resolve(
+            pattern, embed_dim, num_heads, num_bases=num_bases, window_size=window_size,
+            context_dissection=context_dissection, position_encoding=position_encoding, memory_source=memory_source,
+            bases_trainable=bases_trainable, empty_memory=empty_memory, global_read=global_read, combine=combine,
+            read_gain=read_gain, read_temperature=read_temperature, memory_norm=memory_norm, bases_decay=bases_decay,
+            dropout=dropout, bias=bias, kernels=kernels)
+        self.kernels = o.kernels
         # queries per recomputed chunk; None: CHUNK for the window, read_chunk() for the memory read (tests set it
         # small to cross chunk boundaries)
         self.chunk_size: int | None = None
-        self.num_bases, self.window_size, self.dropout = r, window_size, dropout
-        self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
-        self.global_read, self.combine, self.memory_norm = global_read, combine, memory_norm
-        self.read_gain = read_gain  # combine 'sum': the global branch's constant factor; 'gain': its initial value
+        self.num_bases, self.window_size, self.dropout = o.num_bases, o.window_size, o.dropout
+        self.context_dissection, self.memory_source, self.empty_memory = (o.context_dissection, o.memory_source,
+                                                                          o.empty_memory)
+        self.global_read, self.combine, self.memory_norm = o.global_read, o.combine, o.memory_norm
+        self.read_gain = o.read_gain  # combine 'sum': the global branch's constant factor; 'gain': its initial value
         self.has_local = pattern != "cross"
         D = embed_dim
-        self.q_proj = nn.Linear(D, D, bias=bias)
-        self.k_proj = nn.Linear(D, D, bias=bias) if self.has_local else None
-        self.v_proj = nn.Linear(D, D, bias=bias) if self.has_local or memory_source == "value" else None
-        self.out_proj = nn.Linear(D, D, bias=bias)
-        bases = torch.empty(num_heads, r, d)
+        self.q_proj = nn.Linear(D, D, bias=o.bias)
+        self.k_proj = nn.Linear(D, D, bias=o.bias) if self.has_local else None
+        self.v_proj = nn.Linear(D, D, bias=o.bias) if self.has_local or o.memory_source == "value" else None
+        self.out_proj = nn.Linear(D, D, bias=o.bias)
+        bases = torch.empty(num_heads, o.num_bases, self.head_dim)
         for h in range(num_heads):  # per head: orthogonal_ on the 3-D tensor would orthogonalise the wrong axes
             nn.init.orthogonal_(bases[h])
-        if bases_trainable:
+        if o.bases_trainable:
             self.bases = nn.Parameter(bases)                       # [H, r, d]
-            self.bases.no_weight_decay = not bases_decay           # honoured by lavo_zoo.engine.optim
+            self.bases.no_weight_decay = not o.bases_decay         # honoured by lavo_zoo.engine.optim
         else:
             self.register_buffer("bases", bases)
-        self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
-            else None                                               # [H, 2w-1]
+        self.epe = nn.Parameter(torch.zeros(num_heads, 2 * o.window_size - 1)) \
+            if o.position_encoding and self.has_local else None    # [H, 2w-1]
         # log of the learned per-head factor on q before the read ('read_temp' in older checkpoints)
-        self.log_read_temperature = None if read_temperature == 0 else \
-            nn.Parameter(torch.full((num_heads,), math.log(read_temperature)))                 # [H]
+        self.log_read_temperature = None if o.read_temperature == 0 else \
+            nn.Parameter(torch.full((num_heads,), math.log(o.read_temperature)))               # [H]
         # combine 'gain': the learned per-head gain of the global branch ('read_gain' in older checkpoints)
-        self.learned_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
-            if combine == "gain" and self.has_local else None                                   # [H]
+        self.learned_gain = nn.Parameter(torch.full((num_heads,), float(o.read_gain))) \
+            if o.combine == "gain" and self.has_local else None                                 # [H]
         self.register_load_state_dict_pre_hook(_load_renamed_parameters)
 
     @property
