@@ -130,7 +130,14 @@ class Op:
     fallback: Kernel | None
 
     def kernel(self, name: str) -> Kernel:
-        """The kernel called ``name``, or a ValueError naming this op's kernels."""
+        """The kernel called ``name``.
+
+        Args:
+            name: one of this op's kernel names.
+
+        Raises:
+            ValueError: the op has no such kernel (the message lists its kernels).
+        """
         for k in self.kernels:
             if k.name == name:
                 return k
@@ -158,11 +165,20 @@ class Op:
 
     def without_auto(self, name: str) -> Op:
         """This op with the kernel ``name`` taken on request only (the ``local`` mechanism's window keeps flex
-        where LAVO's 'auto' may take Triton)."""
+        where LAVO's 'auto' may take Triton).
+
+        Args:
+            name: one of this op's kernel names.
+        """
         return replace(self, kernels=tuple(replace(k, auto=_never) if k.name == name else k for k in self.kernels))
 
     def bind(self, kernel: str | Kernel | Chosen) -> Chosen:
-        """A kernel given by name (checked), as a :class:`Kernel`, or already chosen, ready to call."""
+        """A kernel ready to call (with the fallback, as a choice's are).
+
+        Args:
+            kernel: a kernel name of this op (checked by :meth:`kernel`), a :class:`Kernel`, or a :class:`Chosen`
+                (returned as it is).
+        """
         if isinstance(kernel, Chosen):
             return kernel
         return Chosen(self, self.kernel(kernel) if isinstance(kernel, str) else kernel)
@@ -188,7 +204,17 @@ class KernelSet:
         return tuple(names)
 
     def check(self, request: str) -> str:
-        """``request`` when it is one of :attr:`requests`, else a ValueError listing them."""
+        """The one check of a ``kernels`` option.
+
+        Args:
+            request: 'auto' or a kernel name.
+
+        Returns:
+            ``request``.
+
+        Raises:
+            ValueError: not one of :attr:`requests` (the message lists them).
+        """
         if request not in self.requests:
             raise ValueError(f"kernels must be one of {', '.join(self.requests)}, got '{request}'")
         return request
@@ -211,8 +237,15 @@ class KernelSet:
 
     def preview(self, request: str, like: torch.Tensor, heads: int, head_dim: int, *, dropout: float = 0.0,
                 training: bool = False) -> Choice:
-        """The choice for a long sequence (at least every kernel's ``min_queries``) of queries on ``like``'s device
-        and dtype: what a layer reports before its first call."""
+        """The choice for a long sequence of queries (at least every kernel's ``min_queries``): what a layer reports
+        before its first call.
+
+        Args:
+            request: 'auto' or a kernel name.
+            like: a tensor on the device and of the dtype the queries would have (a parameter of the layer).
+            heads, head_dim: the queries' H and d.
+            dropout, training: as :meth:`choose`.
+        """
         length = max([1] + [k.min_queries for op in self.ops.values() for k in op.kernels])
         q = like.new_empty(1, heads, length, head_dim)
         return self.choose(q, request, dropout=dropout, training=training)
@@ -222,8 +255,13 @@ class KernelSet:
 class Chosen:
     """The kernel chosen for one op in one call, called like the kernel (queries first). It runs the chosen kernel
     where it still runs and covers the call; else, and where a compiled kernel cannot be built on this device
-    (:class:`KernelUnavailable`: it warned once), the op's fallback (None for an op without one). :attr:`kernel`
-    is then the one that ran, and :attr:`ran` says whether the op was called."""
+    (:class:`KernelUnavailable`: it warned once), the op's fallback (an op without one returns None: the caller
+    takes its general path). :attr:`kernel` is then the one that ran, and :attr:`ran` says whether the op was called.
+
+    Args:
+        op: the op.
+        kernel: the kernel chosen for it (None: none, for an op without a fallback).
+    """
 
     def __init__(self, op: Op, kernel: Kernel | None) -> None:
         self.op, self.kernel, self.ran = op, kernel, False
@@ -259,7 +297,11 @@ class Chosen:
 
 
 class Choice:
-    """The kernels of one call: one :class:`Chosen` per op of the set, as an attribute (``choice.window``)."""
+    """The kernels of one call: one :class:`Chosen` per op of the set, as an attribute (``choice.window``).
+
+    Args:
+        chosen: op name -> its :class:`Chosen` (what :meth:`KernelSet.choose` builds).
+    """
 
     def __init__(self, chosen: dict[str, Chosen]) -> None:
         self._chosen = chosen
@@ -294,12 +336,20 @@ class HasKernels:
     _last_choice: Choice | None = None
 
     def choose_kernels(self, q: torch.Tensor) -> Choice:
-        """The kernels a call on queries q [B, H, T, d] gets (pure: records nothing)."""
+        """The kernels a call gets (pure: records nothing).
+
+        Args:
+            q: the call's queries [B, H, T, d] (their device, dtype and length decide).
+        """
         return self.kernel_set.choose(q, self.kernels, dropout=getattr(self, "dropout", 0.0),
                                       training=self.training)
 
     def start_kernels(self, q: torch.Tensor) -> Choice:
-        """The one choice of a call, recorded for :attr:`kernels_used`."""
+        """The one choice of a call, recorded for :attr:`kernels_used`.
+
+        Args:
+            q: the call's queries [B, H, T, d].
+        """
         choice = self._last_choice = self.choose_kernels(q)
         return choice
 
@@ -316,5 +366,9 @@ class HasKernels:
 
 
 def kernels_used(module: Any) -> str | None:
-    """The kernels a module with kernels (:class:`HasKernels`) ran last, else None."""
+    """The kernels a module ran last (:attr:`HasKernels.kernels_used`), or None for a module without kernels.
+
+    Args:
+        module: any module (an attention layer, a model's submodule).
+    """
     return module.kernels_used if isinstance(module, HasKernels) else None
