@@ -23,8 +23,9 @@ step in ``lavo/ops.py``, its layer in ``lavo/layer.py``):
    ``min_queries``: the shortest query length 'auto' takes it for (what a layer reports before its first call).
    ``compiled``: whether it is compiled at run time (Triton, torch.compile), so it may fail to build on a device:
    it then warns once, marks itself off for the process (its ``runs`` says no from then on) and raises
-   :class:`KernelUnavailable` (``triton_utils.launch`` does all three for Triton kernels); the call reruns on the
-   fallback. ``applies(*args, **kwargs)``: a call it does not cover takes the fallback (default: every call).
+   :class:`KernelUnavailable` (``triton_utils.launch`` does all three for the project's Triton kernels; a library's,
+   e.g. fla's, gets them by running its launch under ``with triton_utils.compiling(name):``); the call reruns on
+   the fallback. ``applies(*args, **kwargs)``: a call it does not cover takes the fallback (default: every call).
 2. Group an op's kernels, in the order 'auto' tries them, with its fallback: a kernel that runs everywhere, dropout
    included, or None for an op that is an optional shortcut (LAVO's fused decoding step: where none runs, the
    caller composes the step from its other ops)::
