@@ -7,6 +7,7 @@ recipes/, evaluators/, checkpoints/): the check runs on a copy assembled as the 
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,60 @@ def test_every_package_and_recipe_has_its_place_in_the_contracts():
     assert top == layered
     recipes = {f"lavo_zoo.recipes.{p.parent.name}" for p in (REPO / "recipes").glob("*/recipe.py")}
     assert recipes == set(contracts[1]["modules"])
+
+
+CIRCLES = """
+import json, sys
+import grimp
+
+package = sys.argv[1]
+graph = grimp.build_graph("lavo_zoo", include_external_packages=False, cache_dir=None)
+inside = {m for m in graph.modules if m == package or m.startswith(package + ".")}
+edges = {m: sorted(graph.find_modules_directly_imported_by(m) & inside) for m in sorted(inside)}
+order, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+def visit(m):  # Tarjan's strongly connected components
+    order[m] = low[m] = len(order)
+    stack.append(m)
+    on_stack.add(m)
+    for n in edges[m]:
+        if n not in order:
+            visit(n)
+            low[m] = min(low[m], low[n])
+        elif n in on_stack:
+            low[m] = min(low[m], order[n])
+    if low[m] == order[m]:
+        component = []
+        while not component or component[-1] != m:
+            component.append(stack.pop())
+            on_stack.discard(component[-1])
+        if len(component) > 1:
+            circles.append(sorted(component))
+
+for m in edges:
+    if m not in order:
+        visit(m)
+print(json.dumps(circles))
+"""
+
+
+def _circles(root: Path, package: str) -> list[list[str]]:
+    """The import circles among the modules of ``package`` (strongly connected components of more than one module)
+    in the assembled copy, read by grimp (import-linter's graph: imports inside functions included)."""
+    result = subprocess.run([sys.executable, "-c", CIRCLES, package], cwd=root, capture_output=True, text=True,
+                            check=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    return json.loads(result.stdout)
+
+
+def test_the_attention_layer_has_no_import_circle(tmp_path):
+    """No module of lavo_zoo.attention imports itself back through others (the kernel choice and a kernel module
+    importing each other was one): shared pieces sit beneath the modules that use them."""
+    assert _circles(_assemble(tmp_path), "lavo_zoo.attention") == []
+
+
+def test_an_import_circle_is_found(tmp_path):
+    root = _assemble(tmp_path)
+    with open(root / "lavo_zoo" / "attention" / "ops" / "dropout.py", "a") as f:
+        f.write("\n\ndef _back():\n    from lavo_zoo.attention.ops.window import blocked  # noqa: F401\n")
+    circles = _circles(root, "lavo_zoo.attention")
+    assert any({"lavo_zoo.attention.ops.dropout", "lavo_zoo.attention.ops.window.blocked"} <= set(c) for c in circles)

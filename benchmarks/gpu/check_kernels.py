@@ -4,7 +4,7 @@ Each case computes something on the Triton kernels in one precision and the same
 (already rounded) inputs and weights, and records two errors per output and gradient: rel = ||got - ref|| / ||ref||
 and peak = max |got - ref| / max |ref| (a single wrong row shows in peak). Cases:
 
-- ``layer``: ``build_attention('lavo', ..., backend='triton')`` against the same layer in float64 on the blocked
+- ``layer``: ``build_attention('lavo', ..., kernels='triton')`` against the same layer in float64 on the blocked
   ``recompute`` kernels: the output, the input (and source) gradients and every parameter gradient; causal,
   noncausal and cross attention with padding (holes and end padding, a padded source); lengths 1 to 4096, head dims
   32 / 64 / 128, the recipes' own shapes (LRA: w = 256, d = 32; time series: cross with r = 16), TF32 on.
@@ -177,20 +177,20 @@ def round_like(t: Any, precision: str) -> Any:
 
 # --------------------------------------------------------------------------------------- kernels and formulas
 # The project's entries used here, in one place: the Triton kernels and the torch path (the yardstick) of each op.
-def window_op(q, k, v, w, causal, bias, key_mask, backend):
+def window_op(q, k, v, w, causal, bias, key_mask, kernel):
     from lavo_zoo.attention.ops.dispatch import triton_runs
     from lavo_zoo.attention.ops.window import window_attention
 
-    if backend == "triton" and not triton_runs(q):
+    if kernel == "triton" and not triton_runs(q):
         raise RuntimeError("the Triton window kernel does not apply to these inputs")
-    return window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask, backend=backend)
+    return window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=key_mask, kernel=kernel)
 
 
-def read_op(q, mem, bases, offset, group, backend):
+def read_op(q, mem, bases, offset, group, kernel):
     from lavo_zoo.attention.lavo.read import read_memory
     from lavo_zoo.attention.ops.dispatch import triton_runs
 
-    if backend == "triton":
+    if kernel == "triton":
         if not triton_runs(q):
             raise RuntimeError("the Triton read kernel does not apply to these inputs")
         from lavo_zoo.attention.lavo.triton import read_memory_triton
@@ -245,7 +245,7 @@ def _lavo(D: int, heads: int, pattern: str, r: int, w: int, opts: dict[str, Any]
 
     from lavo_zoo.attention import build_attention
 
-    attn = build_attention("lavo", D, heads, pattern, num_bases=r, window_size=w, backend="triton", **opts).to(dev)
+    attn = build_attention("lavo", D, heads, pattern, num_bases=r, window_size=w, kernels="triton", **opts).to(dev)
     if attn.epe is not None:
         with torch.no_grad():
             attn.epe.normal_()  # zero at initialisation: a wrong offset into it would go unseen
@@ -305,14 +305,14 @@ def check_layer(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     attn = _lavo(D, heads, case["pattern"], case["r"], case["w"], case.get("opts", {}), dev).to(
         weights_dtype(precision))
     ref = copy.deepcopy(attn).double()
-    ref.backend = "recompute"
+    ref.kernels = "recompute"
     S = case.get("source", T // 2 + 3) if case["pattern"] == "cross" else None
     x, mask, src, src_mask, g = _inputs(2, T, D, S, dev)
     g = round_like(g, precision)  # the upstream gradient as the low-precision run receives it, for every run
     x = x.to(weights_dtype(precision))
     src = src.to(weights_dtype(precision)) if src is not None else None
     y, grads, n_in = _layer_run(attn, x, mask, src, src_mask, g, precision, dev)
-    mode = attn.mode
+    mode = attn.kernels_used
     y2, grads2, _ = _layer_run(ref, x.double(), mask, None if src is None else src.double(), src_mask, g, "fp64",
                                dev)
     names, got = _named(attn, y, grads, n_in)
@@ -320,7 +320,7 @@ def check_layer(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     record = {"errors": compare(names, got, want), "mode": mode}
     if precision != "fp32":
         yard = copy.deepcopy(attn)
-        yard.backend = "recompute"
+        yard.kernels = "recompute"
         y3, grads3, _ = _layer_run(yard, x, mask, src, src_mask, g, precision, dev)
         record["yardstick"] = compare(names, _named(yard, y3, grads3, n_in)[1], want)
     return record
@@ -340,10 +340,10 @@ def check_window(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     rows = mask[:, None, :, None]
     g = round_like(torch.randn(B, H, T, d, device=dev), precision) * rows
 
-    def run(backend: str, *inputs):
+    def run(kernel: str, *inputs):
         leaves = [t.detach().requires_grad_() for t in inputs]
         with computing_in(precision, dev):
-            out = window_op(*leaves[:3], w, case["causal"], leaves[3], mask, backend)
+            out = window_op(*leaves[:3], w, case["causal"], leaves[3], mask, kernel)
         with computing_in(precision, dev, forward=False):
             return [out * rows, *grads_of(out * rows, g, leaves)]
 
@@ -370,10 +370,10 @@ def check_read(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     bases = torch.linalg.qr(torch.randn(H, d, r, device=dev)).Q.mT.contiguous().to(weights_dtype(precision))
     g = round_like(torch.randn(B, H, T, d, device=dev), precision)
 
-    def run(backend: str):
+    def run(kernel: str):
         leaves = [t.detach().requires_grad_() for t in (q, mem, bases)]
         with computing_in(precision, dev):
-            out = read_op(*leaves, offset, group, backend)
+            out = read_op(*leaves, offset, group, kernel)
         with computing_in(precision, dev, forward=False):
             return [out, *grads_of(out, g, leaves)]
 
@@ -395,7 +395,7 @@ def check_stream(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     heads = SIZES[TOY]["width"] // d
     attn = _lavo(heads * d, heads, "causal", min(SIZES[TOY]["r"], d), SIZES[TOY]["w"], {}, dev)
     ref = copy.deepcopy(attn).double()
-    ref.backend = "recompute"
+    ref.kernels = "recompute"
     T = sum(case["chunks"])
     x = torch.randn(1, T, heads * d, device=dev)
     g = round_like(torch.randn(1, T, heads * d, device=dev), precision)
@@ -406,7 +406,7 @@ def check_stream(case: dict[str, Any], dev: Any) -> dict[str, Any]:
         with computing_in(precision, dev):
             y, state = attn(leaf[:, start:start + n], state=state, return_state=True)
         ys.append(y)
-        modes.append(attn.mode)
+        modes.append(attn.kernels_used)
         start += n
     y = torch.cat(ys, 1)
     grads = grads_of(y, g, [leaf, *attn.parameters()])
@@ -426,11 +426,11 @@ def check_decode(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     heads = SIZES[TOY]["width"] // d
     attn = _lavo(heads * d, heads, "causal", min(SIZES[TOY]["r"], d), SIZES[TOY]["w"], {}, dev).eval()
     ref = copy.deepcopy(attn).double()
-    ref.backend = "recompute"
+    ref.kernels = "recompute"
     x = torch.randn(1, T, heads * d, device=dev)
     with torch.no_grad():
         y, state = attn(x[:, :T - steps], return_state=True)
-        mode = attn.mode
+        mode = attn.kernels_used
         ys = [y]
         for t in range(T - steps, T):
             y, state = attn(x[:, t:t + 1], state=state, return_state=True)
@@ -458,7 +458,7 @@ def check_long(case: dict[str, Any], dev: Any) -> dict[str, Any]:
         with autocast(low if precision == "autocast" else None, dev):
             y = module(leaf)
         runs[precision] = [y, *grads_of(y, g, [leaf, *module.parameters()])]
-        modes[precision] = module.mode
+        modes[precision] = module.kernels_used
         del y
     names = ["out", "d_x", "d_params"]
     out: dict[str, Any] = {}

@@ -26,7 +26,7 @@ def main() -> int:
     import torch
 
     from lavo_zoo.attention import build_attention
-    from lavo_zoo.attention.ops.window import flex
+    from lavo_zoo.attention.ops.window import WINDOW_KERNELS
     from lavo_zoo.engine.memory import PeakMemory
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -42,7 +42,8 @@ def main() -> int:
         x = torch.randn(B, T, D, device=dev, requires_grad=True)
         mask = torch.ones(B, T, dtype=torch.bool, device=dev)
         mask[1, T - T // 7:] = False  # the shorter sequence of the batch, padded
-        record = {"length": T, "flex": flex.enabled(torch.empty(1, H, T, D // H, device=dev)),
+        chosen = WINDOW_KERNELS.choose(torch.empty(1, H, T, D // H, device=dev), training=True).window.name
+        record = {"length": T, "flex": chosen == "flex",
                   "dense_scores_bytes": B * H * T * T * 2}
         try:
             with Timer() as timer, PeakMemory(dev) as peak:

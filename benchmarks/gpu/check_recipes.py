@@ -64,8 +64,8 @@ def time_limit(seconds: int):
 
 
 class KernelLog:
-    """Which attention classes ran in each phase, with LAVO's kernels (its ``mode`` after the call): a global
-    forward hook on every module that is an attention of the registry."""
+    """Which attention classes ran in each phase, with LAVO's kernels (what it ran in the call): a global forward
+    hook on every module that is an attention of the registry."""
 
     def __init__(self) -> None:
         self.phase = "train"
@@ -76,11 +76,12 @@ class KernelLog:
         import torch
 
         from lavo_zoo.attention.base import Attention
+        from lavo_zoo.attention.ops.dispatch import kernels_used
 
         def hook(module: Any, args: Any, output: Any) -> None:
             if isinstance(module, Attention):
-                mode = getattr(module, "mode", None)
-                name = type(module).__name__ + (f"[{mode}]" if isinstance(mode, str) else "")
+                used = kernels_used(module)
+                name = type(module).__name__ + (f"[{used}]" if used is not None else "")
                 self.seen.setdefault(self.phase, set()).add(f"{module.pattern} {name}")
 
         self._hook = torch.nn.modules.module.register_module_forward_hook(hook)

@@ -12,7 +12,7 @@ Each run (an attention, its kernels, a length) is warmed up (Triton compiles and
 ``--repeats``), then profiled for one fwd+bwd. Written to ``--out``: ``profile.md`` (per run: the kernels LAVO ran,
 the median time, peak memory, and the top ``--top`` kernels by self device time with calls, total and share),
 ``profile.json`` (the same records), and with ``--trace`` a Chrome trace per run. ``--attentions`` lists the runs as
-``name[:backend]``: ``lavo:triton`` (the Triton kernels), ``lavo:auto`` (the CUDA default: the flex window and the
+``name[:kernels]``: ``lavo:triton`` (the Triton kernels), ``lavo:auto`` (the CUDA default: the flex window and the
 recompute read), ``sdpa``.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.ops.dispatch import kernels_used
 from lavo_zoo.bench.timing import time_runs
 from lavo_zoo.engine.precision import autocast
 
@@ -39,7 +40,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True, help="folder for profile.md, profile.json (and traces)")
     p.add_argument("--device", default="cuda", help="cuda (the profile that counts) or cpu (toy size, a smoke run)")
     p.add_argument("--lengths", default="8192,131072", help="comma-separated sequence lengths")
-    p.add_argument("--attentions", default=DEFAULT_ATTENTIONS, help="comma-separated name[:backend] runs")
+    p.add_argument("--attentions", default=DEFAULT_ATTENTIONS, help="comma-separated name[:kernels] runs")
     p.add_argument("--embed-dim", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--num-bases", type=int, default=64)
@@ -53,14 +54,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _layer(name: str, backend: str | None, args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
+def _layer(name: str, kernels: str | None, args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
     options: dict[str, Any] = {}
     if name == "lavo":
-        options = {"num_bases": args.num_bases, "window_size": args.window, "backend": backend or "auto"}
+        options = {"num_bases": args.num_bases, "window_size": args.window, "kernels": kernels or "auto"}
     elif name == "local":
         options = {"window_size": args.window}
-    elif backend:
-        raise SystemExit(f"--attentions: only lavo takes a backend, got '{name}:{backend}'")
+    elif kernels:
+        raise SystemExit(f"--attentions: only lavo takes kernels, got '{name}:{kernels}'")
     return build_attention(name, args.embed_dim, args.heads, "causal", **options).to(device).train()
 
 
@@ -83,13 +84,13 @@ def _top_kernels(prof: Any, on_device: bool, top: int) -> tuple[list[dict[str, A
     return rows, total / 1e3
 
 
-def profile_run(name: str, backend: str | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
+def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
     """Warm up, time and profile one fwd+bwd of one layer at length T; the record of the run."""
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     amp = args.autocast or ("bfloat16" if cuda else "none")
     torch.manual_seed(0)
-    attn = _layer(name, backend, args, device)
+    attn = _layer(name, kernels, args, device)
     x = torch.randn(1, T, args.embed_dim, device=device, requires_grad=True)
     g = torch.randn(1, T, args.embed_dim, device=device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -108,12 +109,12 @@ def profile_run(name: str, backend: str | None, T: int, args: argparse.Namespace
     with profile(activities=activities, acc_events=True) as prof:
         step()
         sync()
-    label = f"{name}:{backend}" if backend else name
+    label = f"{name}:{kernels}" if kernels else name
     if args.trace:
         prof.export_chrome_trace(str(args.out / f"trace_{label.replace(':', '_')}_{T}.json"))
     rows, total_ms = _top_kernels(prof, cuda, args.top)
     return {"attention": label, "length": T, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-            "autocast": amp, "kernels": getattr(attn, "mode", None), "median_ms": statistics.median(times) * 1e3,
+            "autocast": amp, "kernels": kernels_used(attn), "median_ms": statistics.median(times) * 1e3,
             "peak_memory_mib": None if peak is None else peak / 2**20, "profiled_ms": total_ms,
             "timed_by": "device" if cuda else "cpu", "top": rows}
 
@@ -141,8 +142,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     runs = [(a.split(":")[0], a.split(":")[1] if ":" in a else None) for a in args.attentions.split(",") if a]
     records = []
     for T in (int(t) for t in args.lengths.split(",")):
-        for name, backend in runs:
-            records.append(profile_run(name, backend, T, args))
+        for name, kernels in runs:
+            records.append(profile_run(name, kernels, T, args))
             r = records[-1]
             print(f"{r['attention']:>12} T={T:<7} [{r['kernels']}] {r['median_ms']:.3f} ms", flush=True)
             (args.out / "profile.json").write_text(json.dumps(records, indent=1))   # kept as the runs go

@@ -1,5 +1,5 @@
-"""ABC (abc.py) beyond its naive reference (test_naive_references.py): the causal memory accumulates, and the paper's
-default size."""
+"""ABC (abc_attention.py) beyond its naive reference (test_naive_references.py): the causal memory accumulates, and
+the paper's default size."""
 from __future__ import annotations
 
 from lavo_zoo.attention import build_attention

@@ -1,7 +1,9 @@
-"""The one kernel choice (ops/dispatch.py): the (window, read) kernels for each request, device, dtype, length,
-dropout and switch, stated here as literal pairs. The CUDA rules are stated on the CPU too, with the device test
-(``dispatch.on_cuda``, ``triton_utils.usable``) answering as a GPU would; where a GPU is, they run on CUDA tensors
-as well. The Triton interpreter's cases run in test_lavo_triton.py."""
+"""The one kernel choice (ops/dispatch.py) over LAVO's kernels (lavo/ops.py: LAVO_KERNELS) and the window's alone
+(ops/window: WINDOW_KERNELS, what the ``local`` mechanism and window_attention's 'auto' get): the (window, read)
+kernels for each request, device, dtype, length, dropout and switch, stated here as literal pairs. The CUDA rules
+are stated on the CPU too, with the device test (``dispatch.on_cuda``, ``triton_utils.usable``) answering as a GPU
+would; where a GPU is, they run on CUDA tensors as well. The Triton interpreter's cases run in
+test_lavo_triton.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,9 +12,10 @@ import os
 import pytest
 import torch
 
-from lavo_zoo.attention.ops import dispatch
-from lavo_zoo.attention.ops.dispatch import choose_kernels
-from lavo_zoo.attention.ops.window import flex
+from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.lavo.ops import LAVO_KERNELS
+from lavo_zoo.attention.ops import KernelUnavailable, dispatch
+from lavo_zoo.attention.ops.window import WINDOW, WINDOW_KERNELS, flex
 
 CUDA = torch.cuda.is_available()
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -34,6 +37,15 @@ def _q(length: int = 512, dtype: torch.dtype = torch.float32, device: str = "cpu
     return torch.zeros(1, 2, length, 8, dtype=dtype, device=device)
 
 
+def choose_kernels(q: torch.Tensor, request: str = "auto", *, dropout: float = 0.0, training: bool = False,
+                   auto_triton: bool = True) -> tuple[str, ...]:
+    """The names the dispatch chooses: LAVO's (window, read), or with ``auto_triton=False`` the window's alone."""
+    if auto_triton:
+        choice = LAVO_KERNELS.choose(q, request, dropout=dropout, training=training)
+        return choice.window.name, choice.read.name
+    return (WINDOW_KERNELS.choose(q, request, dropout=dropout, training=training).window.name,)
+
+
 @pytest.mark.parametrize("backend, dropout, training, want", [
     ("auto", 0.0, True, ("recompute", "recompute")),
     ("auto", 0.1, False, ("recompute", "recompute")),   # dropout applies in training only
@@ -47,12 +59,13 @@ def _q(length: int = 512, dtype: torch.dtype = torch.float32, device: str = "cpu
 ])
 def test_cpu_choices(backend, dropout, training, want):
     assert choose_kernels(_q(), backend, dropout=dropout, training=training) == want
-    assert choose_kernels(_q(), backend, dropout=dropout, training=training, auto_triton=False) == want
+    assert choose_kernels(_q(), backend, dropout=dropout, training=training, auto_triton=False) == want[:1]
 
 
 def test_dropout_kernels_are_all_but_flex():
-    assert dispatch.DROPOUT_KERNELS == {"triton", "recompute", "autograd"}
-    assert dispatch.FALLBACK in dispatch.DROPOUT_KERNELS
+    assert {k.name for op in LAVO_KERNELS.ops.values() for k in op.kernels if k.dropout} == {"triton", "recompute",
+                                                                                           "autograd"}
+    assert WINDOW.fallback.dropout and LAVO_KERNELS.ops["read"].fallback.dropout
 
 
 @pytest.mark.skipif(INTERPRETING, reason="in Triton's interpreter the kernels run on CPU tensors")
@@ -69,13 +82,13 @@ def test_switches_and_fp64_turn_triton_off(monkeypatch):
     assert choose_kernels(_q(), "triton") == ("recompute", "recompute")
 
 
-def test_an_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="backend must be one of auto, recompute, autograd, flex, triton, got 'fast'"):
+def test_an_unknown_request_is_refused():
+    with pytest.raises(ValueError, match="kernels must be one of auto, triton, flex, recompute, autograd, got 'fast'"):
         choose_kernels(_q(), "fast")
 
 
 # The CUDA rules. Until a device run of the Triton kernels has passed, 'auto' on CUDA is the path that has run on a
-# GPU (flex window + recompute read); LAVO_ZOO_TRITON=1 makes it take Triton, backend='triton' forces it.
+# GPU (flex window + recompute read); LAVO_ZOO_TRITON=1 makes it take Triton, kernels='triton' forces it.
 CUDA_CASES = [
     # backend, length, dtype, auto_triton, switches, dropout in training, want
     ("auto", 512, torch.float32, True, {}, False, ("flex", "recompute")),             # the verified default
@@ -114,7 +127,7 @@ def test_cuda_choices_stated_on_the_cpu(monkeypatch, case):
     for name, value in switches.items():
         monkeypatch.setenv(name, value)
     assert choose_kernels(_q(length, dtype), backend, dropout=0.1 if dropout else 0.0, training=True,
-                          auto_triton=auto_triton) == want
+                          auto_triton=auto_triton) == (want if auto_triton else want[:1])
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -126,7 +139,7 @@ def test_cuda_choices(monkeypatch, case):
     for name, value in switches.items():
         monkeypatch.setenv(name, value)
     assert choose_kernels(_q(length, dtype, "cuda"), backend, dropout=0.1 if dropout else 0.0, training=True,
-                          auto_triton=auto_triton) == want
+                          auto_triton=auto_triton) == (want if auto_triton else want[:1])
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
@@ -148,3 +161,82 @@ def test_a_flex_compile_failure_turns_flex_off(monkeypatch):
     assert choose_kernels(_q()) == ("flex", "recompute")
     monkeypatch.setattr(flex, "_failure", "RuntimeError: no tile configuration fits")
     assert choose_kernels(_q()) == ("recompute", "recompute")
+
+
+# ------------------------------------------------------------------------------------------- the dispatch itself
+def _toy_set(calls: list[str], fails: bool = False, min_queries: int = 0):
+    """A mechanism's kernels as a plugin declares them: a compiled kernel 'auto' takes (from ``min_queries``
+    queries; it may fail to build here) beside the PyTorch fallback, and a shortcut op without a fallback."""
+    def fused(q, scale):
+        calls.append("fused")
+        if fails:
+            raise KernelUnavailable("fused: no tile configuration fits")
+        return q * scale
+
+    def chunk(q, scale):
+        calls.append("chunk")
+        return q * scale
+
+    fallback = dispatch.Kernel("chunk", chunk)
+    attend = dispatch.Op("attend", (dispatch.Kernel("fused", fused, auto=lambda q: q.shape[2] >= min_queries,
+                                                    compiled=True, dropout=False, min_queries=min_queries),
+                                    fallback), fallback=fallback)
+    shortcut = dispatch.Op("step", (dispatch.Kernel("fused", fused, auto=lambda q: True, compiled=True,
+                                                    applies=lambda q, scale: q.shape[2] == 1),), fallback=None)
+    return dispatch.KernelSet("toy", attend=attend, step=shortcut)
+
+
+def test_a_mechanism_plugs_in_and_gets_the_choice_the_fallback_and_the_report():
+    calls = []
+    kernels = _toy_set(calls)
+    assert kernels.requests == ("auto", "fused", "chunk")
+    q = torch.randn(1, 2, 5, 4)
+    run = kernels.choose(q)
+    assert (run.attend.name, run.step.name) == ("fused", "fused")
+    torch.testing.assert_close(run.attend(q, 2.0), 2 * q)
+    assert calls == ["fused"] and run.report() == "fused"            # the step was not called: not reported
+    assert run.step(q, 2.0) is None and calls == ["fused"]            # a call the shortcut does not cover: None
+    assert kernels.choose(q, "chunk").names == {"attend": "chunk", "step": None}  # a name the shortcut lacks
+    assert kernels.choose(q, dropout=0.1, training=True).attend.name == "chunk"   # no dropout in 'fused'
+    assert kernels.choose(q, dropout=0.1, training=False).attend.name == "fused"  # dropout applies in training
+    with pytest.raises(ValueError, match="kernels must be one of auto, fused, chunk, got 'flex'"):
+        kernels.choose(q, "flex")
+
+
+def test_a_kernel_that_cannot_be_built_reruns_on_the_fallback_and_the_report_says_so():
+    calls = []
+    run = _toy_set(calls, fails=True).choose(torch.randn(1, 2, 5, 4))
+    q = torch.randn(1, 2, 5, 4)
+    torch.testing.assert_close(run.attend(q, 3.0), 3 * q)
+    assert calls == ["fused", "chunk"] and run.attend.name == "chunk" and run.report() == "chunk"
+    assert run.step(q[:, :, :1], 3.0) is None and calls == ["fused", "chunk", "fused"]  # no fallback: the caller's
+
+
+def test_a_layer_reports_what_a_long_sequence_would_get_before_its_first_call():
+    """The preview is long enough for every kernel's min_queries (the flex window's 256 on CUDA)."""
+    kernels = _toy_set([], min_queries=64)
+    assert kernels.preview("auto", torch.zeros(1), heads=2, head_dim=4).attend.name == "fused"
+    assert kernels.choose(torch.zeros(1, 2, 63, 4)).attend.name == "chunk"
+    lavo = build_attention("lavo", 16, 2, "causal")
+    assert dispatch.kernels_used(lavo) == lavo.kernels_used == "recompute"
+    assert dispatch.kernels_used(build_attention("sdpa", 16, 2, "causal")) is None  # no kernels to choose
+
+
+def test_one_choice_per_lavo_forward(monkeypatch):
+    """The layer chooses once per call (the window op takes the kernel it was handed, no second choice)."""
+    chosen = []
+    for kernel_set in (LAVO_KERNELS, WINDOW_KERNELS):
+        choose = kernel_set.choose
+        monkeypatch.setattr(kernel_set, "choose", lambda *a, _c=choose, _s=kernel_set, **k: chosen.append(_s.name)
+                            or _c(*a, **k))
+    for pattern in ("causal", "noncausal", "cross"):
+        attn = build_attention("lavo", 16, 2, pattern, num_bases=4, window_size=4)
+        x = torch.randn(2, 9, 16)
+        chosen.clear()
+        attn(x, context=x if pattern == "cross" else None)
+        assert chosen == ["lavo"], pattern
+    attn = build_attention("lavo", 16, 2, "causal", num_bases=4, window_size=4)
+    chosen.clear()
+    _, state = attn(torch.randn(2, 1, 16), return_state=True)
+    attn(torch.randn(2, 1, 16), state=state, return_state=True)  # a decoding step
+    assert chosen == ["lavo", "lavo"]

@@ -97,7 +97,7 @@ def test_layer_trains_with_dropout_on_the_recompute_kernels(helpers, monkeypatch
     torch.testing.assert_close(attn(x, **kw), plain(x, **kw), rtol=0, atol=0)
     attn.train()
     assert not torch.allclose(attn(x, **kw), plain(x, **kw))
-    assert attn.mode == "recompute"
+    assert attn.kernels_used == "recompute"
     monkeypatch.setattr(dropout_ops, "new_seed", lambda: 1234)    # every call the same masks: a fixed function
     from lavo_zoo.attention.lavo import ops
     from lavo_zoo.attention.ops import window

@@ -222,6 +222,24 @@ def test_bad_options_refused(options, match):
         build_attention("lavo", 32, 4, "causal", **options)
 
 
+def test_the_options_dataclass_holds_every_option_with_the_pattern_defaults():
+    """LavoOptions has one field per constructor option (the signature and the dataclass cannot drift) and fills the
+    pattern's defaults: the measured reading in causal attention, the paper's otherwise."""
+    from dataclasses import fields
+
+    from lavo_zoo.attention.lavo.layer import LavoAttention, LavoOptions
+    from lavo_zoo.attention.registry import option_defaults
+
+    defaults = option_defaults(LavoAttention)
+    assert [f.name for f in fields(LavoOptions)] == list(defaults)
+    causal, noncausal, cross = (LavoOptions.resolve(p, 32, 4, **defaults) for p in ("causal", "noncausal", "cross"))
+    assert (causal.combine, causal.read_temperature, causal.memory_norm, causal.memory_source) == \
+        ("sum", 16.0, "rms", "local_out")
+    assert (noncausal.combine, noncausal.read_temperature, noncausal.memory_norm) == ("half", 0.0, "mean")
+    assert cross.memory_source == "value" and causal.num_bases == 8  # min(64, head dim 8)
+    assert LavoOptions.resolve("causal", 32, 4, **{**defaults, "context_dissection": False}).memory_source == "value"
+
+
 def test_bad_inputs_refused():
     with pytest.raises(ValueError, match="cross attention has no local branch"):
         build_attention("lavo", 32, 4, "cross", memory_source="local_out")
@@ -297,8 +315,8 @@ def test_recompute_equals_autograd_kernels_and_reference_across_chunks(helpers, 
               "context_mask": torch.arange(30, device=device)[None].expand(B, 30) < 25}
     g = torch.randn(B, T, 16, dtype=F64, device=device)
     results = []
-    for backend in ("recompute", "autograd"):
-        attn.backend, attn.chunk_size = backend, 8
+    for kernels in ("recompute", "autograd"):
+        attn.kernels, attn.chunk_size = kernels, 8
         results.append(_grads(attn, x, mask, g, **kw))
     y_ref = naive(attn.cpu(), x.cpu(), mask.cpu(), **{k: v.cpu() for k, v in kw.items()})
     attn.to(device)
@@ -350,45 +368,51 @@ def test_nothing_of_size_t_by_w_or_t_by_r_is_saved_for_backward(pattern, opts):
     x = torch.randn(B, T, D, requires_grad=True)
     mask = torch.arange(T)[None] < T - 5 if pattern == "noncausal" else None
     kw = {"context": torch.randn(B, T, D, requires_grad=True)} if pattern == "cross" else {}
-    for backend in ("recompute", "autograd"):
-        attn = build_attention("lavo", D, H, pattern, num_bases=r, window_size=w, backend=backend, **opts)
+    for kernels in ("recompute", "autograd"):
+        attn = build_attention("lavo", D, H, pattern, num_bases=r, window_size=w, kernels=kernels, **opts)
         attn.chunk_size = 64
         sizes = _saved_storages(attn, x, mask, **kw)
         limit = 5 + (attn.log_read_temperature is not None) + (attn.learned_gain is not None)
         lean = sum(s == big for s in sizes) <= limit and \
             all(s == big or s <= big / w for s in sizes)
-        assert lean == (backend == "recompute"), (backend, sorted(sizes))
+        assert lean == (kernels == "recompute"), (kernels, sorted(sizes))
+
+
+def _pair(choice) -> tuple[str, str]:
+    """The (window, read) kernels of a choice."""
+    return choice.window.name, choice.read.name
 
 
 def test_kernel_choice_is_made_in_the_layer(monkeypatch):
-    """The layer's kernels for its backend, dropout and mode, stated here: on CPU the recompute kernels (dropout
+    """The layer's kernels for its request, dropout and mode, stated here: on CPU the recompute kernels (dropout
     included); on CUDA the flex window beside the recompute read (the path that has run on a GPU), the Triton kernels
-    with LAVO_ZOO_TRITON=1 where Triton is installed. Choosing records nothing: a call does (``mode``)."""
+    with LAVO_ZOO_TRITON=1 where Triton is installed. Choosing records nothing: a call does (``kernels_used``)."""
     from lavo_zoo.attention.ops.window import flex
 
     monkeypatch.delenv("LAVO_ZOO_TRITON", raising=False)
     attn = build_attention("lavo", 32, 2, "causal", dropout=0.1).eval()
     q = torch.randn(1, 2, 512, 16)
-    assert attn.kernels(q) == ("recompute", "recompute")  # CPU: saves inputs, recomputes
+    assert _pair(attn.choose_kernels(q)) == ("recompute", "recompute")  # CPU: saves inputs, recomputes
     attn.train()
-    assert attn.kernels(q) == ("recompute", "recompute")  # dropout in training: regenerated in backward
-    assert build_attention("lavo", 32, 2, "causal", dropout=0.1, backend="autograd").mode == "autograd"  # before any
-    attn.eval()                                                                                     # call: what one
-    attn(torch.randn(1, 3, 32))                                                                     # would get
-    assert attn.mode == "recompute"                       # the call's kernels, recorded by the call
+    assert _pair(attn.choose_kernels(q)) == ("recompute", "recompute")  # dropout in training: regenerated in bwd
+    autograd = build_attention("lavo", 32, 2, "causal", dropout=0.1, kernels="autograd")
+    assert autograd.kernels_used == "autograd"          # before any call: what one would get
+    attn.eval()
+    attn(torch.randn(1, 3, 32))
+    assert attn.kernels_used == "recompute"               # the call's kernels, recorded by the call
     if torch.cuda.is_available():
         monkeypatch.delenv("LAVO_ZOO_FLEX", raising=False)
         monkeypatch.setattr(flex, "_failure", None)
-        assert attn.kernels(q.cuda()) == ("flex", "recompute")
+        assert _pair(attn.choose_kernels(q.cuda())) == ("flex", "recompute")
         attn.train()
-        assert attn.kernels(q.cuda()) == ("recompute", "recompute")
+        assert _pair(attn.choose_kernels(q.cuda())) == ("recompute", "recompute")
         attn.eval()
         monkeypatch.setenv("LAVO_ZOO_TRITON", "1")
         if importlib.util.find_spec("triton") is not None:
-            assert attn.kernels(q.cuda()) == ("triton", "triton")
-            assert attn.kernels(q.cuda().double()) == ("flex", "recompute")  # fp64: no Triton kernel
-    with pytest.raises(ValueError, match="backend must be one of"):
-        build_attention("lavo", 32, 2, "causal", backend="fast")
+            assert _pair(attn.choose_kernels(q.cuda())) == ("triton", "triton")
+            assert _pair(attn.choose_kernels(q.cuda().double())) == ("flex", "recompute")  # fp64: no Triton kernel
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        build_attention("lavo", 32, 2, "causal", kernels="fast")
 
 
 @pytest.mark.parametrize("combine", ["sum", "gain"])

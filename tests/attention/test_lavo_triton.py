@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
+from lavo_zoo.attention.lavo.ops import LAVO_KERNELS
 from lavo_zoo.attention.lavo.read import read_memory_autograd
-from lavo_zoo.attention.ops.dispatch import choose_kernels, triton_runs
+from lavo_zoo.attention.ops.dispatch import triton_runs
 from lavo_zoo.attention.ops.naive import key_mask_4d
 from lavo_zoo.attention.ops.window import window_attention
 from lavo_zoo.attention.ops.window.blocked import window_autograd
@@ -50,6 +51,11 @@ def test_kernels_in_the_triton_interpreter():
     skipped = [line for line in run.stdout.splitlines() if line.startswith("SKIPPED")]
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
     assert len(skipped) == 1 and "bf16" in skipped[0], skipped  # only the bf16 case the interpreter cannot run
+
+
+def _pair(choice) -> tuple[str, str]:
+    """The (window, read) kernels of a choice."""
+    return choice.window.name, choice.read.name
 
 
 @pytest.fixture(autouse=True)
@@ -142,19 +148,19 @@ def test_window_kernels_with_a_streaming_prefix(kernels, P, T, w):
                                                 block_n=16)
     grads = torch.autograd.grad((out * g).sum(), (q, k, v, table, pk, pv))
     q2, k2, v2, t2, pk2, pv2 = _f64(q, k, v, table, pk, pv)
-    ref = window_attention(q2, k2, v2, w, causal=True, bias=t2, prefix=(pk2, pv2), backend="recompute")
+    ref = window_attention(q2, k2, v2, w, causal=True, bias=t2, prefix=(pk2, pv2), kernel="recompute")
     refs = torch.autograd.grad((ref * g.double()).sum(), (q2, k2, v2, t2, pk2, pv2))
     _close([out, *grads], [ref, *refs], ["out", "dq", "dk", "dv", "dbias", "dprefix_k", "dprefix_v"])
 
 
 @interpreted
 def test_window_dispatch(kernels):
-    """backend='triton' runs the kernels where they apply (dropout included) and falls back for fp64."""
+    """kernel='triton' runs the kernels where they apply (dropout included) and falls back for fp64."""
     q, k, v = (torch.randn(1, 2, 9, 8) for _ in range(3))
     assert triton_runs(q) and not triton_runs(q.double())
-    assert choose_kernels(q, "triton", dropout=0.1, training=True) == ("triton", "triton")  # dropout inside
-    torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, backend="triton"),
-                               window_attention(q, k, v, 4, causal=True, backend="recompute"), **TOL)
+    assert _pair(LAVO_KERNELS.choose(q, "triton", dropout=0.1, training=True)) == ("triton", "triton")  # dropout
+    torch.testing.assert_close(window_attention(q, k, v, 4, causal=True, kernel="triton"),
+                               window_attention(q, k, v, 4, causal=True, kernel="recompute"), **TOL)
 
 
 @interpreted
@@ -264,18 +270,18 @@ def test_a_forward_kernel_that_fails_to_compile_falls_back_with_one_warning(kern
     monkeypatch.setattr(window_triton, "_fwd", _Uncompilable())
     attn = _layer("causal")
     ref = copy.deepcopy(attn)
-    ref.backend = "recompute"
+    ref.kernels = "recompute"
     x = torch.randn(2, 11, 16, requires_grad=True)
     q = torch.zeros(1, 2, 11, 8)
     assert triton_runs(q)
     with pytest.warns(RuntimeWarning, match=r"Triton kernel window_fwd could not be compiled .*OutOfResources"):
         y = attn(x)
-    assert attn.mode == "recompute" and not triton_runs(q) and "window_fwd" in no_failures.failures()
+    assert attn.kernels_used == "recompute" and not triton_runs(q) and "window_fwd" in no_failures.failures()
     torch.testing.assert_close(y, ref(x), **TOL)
     with warnings.catch_warnings():
         warnings.simplefilter("error")                  # warned once: later calls are silent
         torch.testing.assert_close(attn(x), y, rtol=0, atol=0)
-    assert attn.kernels(q) == ("recompute", "recompute")
+    assert _pair(attn.choose_kernels(q)) == ("recompute", "recompute")
 
 
 @interpreted
@@ -419,7 +425,7 @@ CONFIGS = [("causal", {}, 11), ("causal", {}, 3), ("causal", {"context_dissectio
 
 
 def _layer(pattern: str, **opts) -> torch.nn.Module:
-    attn = build_attention("lavo", 16, 2, pattern, num_bases=4, window_size=4, backend="triton", **opts)
+    attn = build_attention("lavo", 16, 2, pattern, num_bases=4, window_size=4, kernels="triton", **opts)
     with torch.no_grad():
         for p in attn.parameters():
             if not p.any():
@@ -434,7 +440,7 @@ def test_layer_triton_equals_recompute_in_float64(kernels, pattern, opts, T):
     the input gradients and every parameter gradient, padded (T = 11 with w = 4; T = 3 < w)."""
     attn = _layer(pattern, **opts)
     ref = copy.deepcopy(attn).double()
-    ref.backend = "recompute"
+    ref.kernels = "recompute"
     B = 2
     x = torch.randn(B, T, 16, requires_grad=True)
     mask = torch.rand(B, T) > 0.3
@@ -449,9 +455,9 @@ def test_layer_triton_equals_recompute_in_float64(kernels, pattern, opts, T):
     x2 = x.detach().double().requires_grad_()
     g = torch.randn(B, T, 16)
     y = attn(x, mask, **kw)
-    assert attn.mode == "triton"
+    assert attn.kernels_used == "triton"
     y2 = ref(x2, mask, **kw2)
-    assert ref.mode == "recompute"
+    assert ref.kernels_used == "recompute"
     grads = torch.autograd.grad((y * g).sum(), inputs + list(attn.parameters()), materialize_grads=True)
     inputs2 = [x2] + ([kw2["context"]] if kw2 else [])
     grads2 = torch.autograd.grad((y2 * g.double()).sum(), inputs2 + list(ref.parameters()), materialize_grads=True)
@@ -472,7 +478,7 @@ def test_streaming_on_triton_equals_the_full_call(kernels):
     for a, b in ((0, 5), (5, 6), (6, 11), (11, 12), (12, 13), (13, 14)):
         y_t, state = attn(x[:, a:b], state=state, return_state=True)
         ys.append(y_t)
-    assert attn.mode == "triton" and state.keys.shape[2] == 3
+    assert attn.kernels_used == "triton" and state.keys.shape[2] == 3
     streamed = torch.cat(ys, 1)
     torch.testing.assert_close(streamed, y, **TOL)
     for a, b in zip(torch.autograd.grad((streamed * g).sum(), [x, *attn.parameters()]), full):
@@ -482,15 +488,15 @@ def test_streaming_on_triton_equals_the_full_call(kernels):
 @interpreted
 def test_kernel_choice_and_mode(kernels, monkeypatch):
     q = torch.randn(1, 2, 512, 8)
-    assert build_attention("lavo", 16, 2, "causal").kernels(q) == ("recompute", "recompute")  # auto on CPU
-    attn = build_attention("lavo", 16, 2, "causal", backend="triton", dropout=0.1)
-    assert attn.kernels(q) == ("triton", "triton") and attn.mode == "triton"             # dropout in training
+    assert _pair(build_attention("lavo", 16, 2, "causal").choose_kernels(q)) == ("recompute", "recompute")  # CPU
+    attn = build_attention("lavo", 16, 2, "causal", kernels="triton", dropout=0.1)
+    assert _pair(attn.choose_kernels(q)) == ("triton", "triton") and attn.kernels_used == "triton"  # with dropout
     attn.eval()
-    assert attn.kernels(q) == ("triton", "triton") and attn.mode == "triton"
-    assert attn.kernels(q.double()) == ("recompute", "recompute")                          # fp64: the fallback
+    assert _pair(attn.choose_kernels(q)) == ("triton", "triton") and attn.kernels_used == "triton"
+    assert _pair(attn.choose_kernels(q.double())) == ("recompute", "recompute")          # fp64: the fallback
     monkeypatch.setenv("LAVO_ZOO_TRITON", "0")
-    assert attn.kernels(q) == ("recompute", "recompute") and attn.mode == "recompute"
-    assert build_attention("lavo", 16, 2, "causal").mode == "recompute"                    # before any call
+    assert _pair(attn.choose_kernels(q)) == ("recompute", "recompute") and attn.kernels_used == "recompute"
+    assert build_attention("lavo", 16, 2, "causal").kernels_used == "recompute"            # before any call
 
 
 @interpreted
@@ -508,7 +514,7 @@ def test_decoding_in_one_kernel_equals_the_full_call_and_the_torch_step(kernels,
     monkeypatch.setattr(lavo_triton, "decode_step_triton", lambda *a, **k: steps.append(1) or kernel_step(*a, **k))
     attn = _layer("causal", **opts)
     ref = copy.deepcopy(attn)
-    ref.backend = "recompute"
+    ref.kernels = "recompute"
     x = torch.randn(2, 9, 16)
     with torch.no_grad():
         full = attn(x)
@@ -519,7 +525,7 @@ def test_decoding_in_one_kernel_equals_the_full_call_and_the_torch_step(kernels,
             y, state = attn(x[:, t:t + 1], state=state, return_state=True)
             _, ref_state = ref(x[:, t:t + 1], state=ref_state, return_state=True)
             ys.append(y)
-    assert attn.mode == "triton" and state.position == 9 and state.keys.shape[2] == 3 and len(steps) == 8
+    assert attn.kernels_used == "triton" and state.position == 9 and state.keys.shape[2] == 3 and len(steps) == 8
     torch.testing.assert_close(torch.cat(ys, 1), full[:, 1:], **TOL)
     for name in ("keys", "values", "sum_complete", "sum_partial"):
         torch.testing.assert_close(getattr(state, name), getattr(ref_state, name), **TOL, msg=name)

@@ -3,6 +3,7 @@ name, a pattern and options serves build_attention and the config specs alike, a
 mechanism through its entry point."""
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,13 +26,25 @@ def test_the_package_re_exports_the_registry():
         assert getattr(lavo_zoo.attention, name) is getattr(registry, name), name
 
 
-def test_every_scanned_module_is_a_mechanism_and_every_built_in_is_scanned():
-    """The folder scan imports mechanisms only (not base, common, spec, registry, ops), each registering one."""
-    scanned = set(ATTENTIONS._builtin_modules)
-    assert not {f"lavo_zoo.attention.{m}" for m in ("base", "common", "spec", "registry", "ops")} & scanned
-    builtin = [e.name for e in ATTENTIONS if e.source == "builtin"]
-    homes = {registry.attention_class(n).__module__ for n in builtin}
-    assert {m for m in scanned if any(h == m or h.startswith(m + ".") for h in homes)} == scanned
+def test_the_built_in_mechanisms_are_the_listed_ones_each_from_its_module():
+    """The registry's built-ins are exactly BUILTIN_MECHANISMS, each registered by the module listed for it, and
+    only listed modules are imported as mechanisms (no helper: base, common, spec, registry, ops)."""
+    listed = registry.BUILTIN_MECHANISMS
+    assert {e.name for e in ATTENTIONS if e.source == "builtin"} == set(listed)
+    for name, module in listed.items():
+        home = registry.attention_class(name).__module__
+        assert home == f"lavo_zoo.attention.{module}" or home.startswith(f"lavo_zoo.attention.{module}."), name
+    assert set(ATTENTIONS._builtin_modules) == {f"lavo_zoo.attention.{m}" for m in listed.values()}
+    assert not {"base", "common", "spec", "registry", "ops"} & set(listed.values())
+
+
+def test_every_module_that_registers_a_mechanism_is_listed():
+    """A mechanism file that decorates a class with register_attention but is missing from the list would never be
+    imported: every such module or package of zoo/attention is listed."""
+    folder = Path(lavo_zoo.attention.__file__).parent
+    registering = {path.relative_to(folder).parts[0].removesuffix(".py") for path in folder.rglob("*.py")
+                   if "@register_attention(" in path.read_text() and path.name != "registry.py"}
+    assert registering == set(registry.BUILTIN_MECHANISMS.values())
 
 
 # (name, pattern, options, the config key suffix a spec's error names, the message every caller gives)

@@ -103,6 +103,22 @@ def test_other_launch_errors_are_not_compile_failures(monkeypatch, error):
     assert triton_utils.failures() == {}
 
 
+def test_a_library_kernel_launched_under_the_guard_falls_back_the_same_way(monkeypatch):
+    """A library's Triton kernel (fla's) launched under ``compiling``: a compile failure warns, is recorded (the
+    Triton kernels are off in the dispatch) and raises KernelUnavailable; another error propagates unmarked."""
+    from lavo_zoo.attention.ops import dispatch
+
+    monkeypatch.setattr(triton_utils, "_failures", {})
+    with pytest.raises(ValueError, match="bad head dim"), triton_utils.compiling("fla_chunk"):
+        raise ValueError("bad head dim")
+    assert triton_utils.failures() == {}
+    with pytest.warns(RuntimeWarning, match="the Triton kernel fla_chunk could not be compiled"), \
+            pytest.raises(triton_utils.KernelUnavailable), triton_utils.compiling("fla_chunk"):
+        raise OutOfResources(300_000, 232_448, "shared memory")
+    assert list(triton_utils.failures()) == ["fla_chunk"]
+    assert not dispatch.triton_runs(torch.zeros(1, 1, 4, 8))
+
+
 def test_band_tiles_skip_exactly():
     """A program of `block` rows scans its band of block + span rows in tiles of band_tile(): less than one tile
     more than the band (a 16-key causal window: 80 keys per 64 queries, not the 128 of 64-key tiles)."""

@@ -30,7 +30,7 @@ def test_window_function_gradcheck(device, causal, prefix, masked):
 
     def f(q, k, v, bias, pk, pv):  # padded query rows are garbage by contract: zero them
         return window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=mask,
-                                prefix=(pk, pv) if prefix else None, backend="recompute", chunk=4) * rows
+                                prefix=(pk, pv) if prefix else None, kernel="recompute", chunk=4) * rows
     assert torch.autograd.gradcheck(f, (q, k, v, bias, pk, pv))
 
 
@@ -48,8 +48,8 @@ def test_window_function_chunks_with_only_real_keys_skip_masking_and_stay_exact(
     rows = mask[:, None, :, None].to(F64)
     g = torch.randn(B, H, T, d, dtype=F64)
     outs = []
-    for backend in ("recompute", "autograd"):
-        y = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=mask, backend=backend, chunk=chunk) * rows
+    for kernel in ("recompute", "autograd"):
+        y = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=mask, kernel=kernel, chunk=chunk) * rows
         outs.append((y, torch.autograd.grad((y * g).sum(), (q, k, v, bias))))
     torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-10, atol=1e-12)
     for a, b in zip(outs[0][1], outs[1][1]):
@@ -78,9 +78,9 @@ def test_window_function_with_query_blocks_smaller_than_the_window(monkeypatch, 
     rows = torch.ones(B, 1, T, 1, dtype=F64, device=device) if mask is None else mask[:, None, :, None].to(F64)
     g = torch.randn(B, H, T, d, dtype=F64, device=device) * rows
     results = []
-    for backend in ("recompute", "autograd"):
+    for kernel in ("recompute", "autograd"):
         out = window_attention(q, k, v, w, causal=causal, bias=bias, key_mask=mask,
-                               prefix=(pk, pv) if prefix else None, backend=backend, chunk=2 * block + 1)
+                               prefix=(pk, pv) if prefix else None, kernel=kernel, chunk=2 * block + 1)
         leaves = (q, k, v, bias) + ((pk, pv) if prefix else ())
         results.append((out * rows, torch.autograd.grad((out * g).sum(), leaves)))
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-9, atol=1e-10)

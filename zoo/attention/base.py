@@ -63,6 +63,7 @@ class StreamingState:
     tensor field; other fields are kept) and returns a new state."""
 
     def reorder(self, index: torch.Tensor) -> Any:
+        """A new state with the batch re-indexed by ``index`` [B'] (:func:`reorder_batch` of every field)."""
         return _reorder_fields(self, index)
 
 
@@ -108,6 +109,16 @@ class Attention(nn.Module):
     reads_queries: ClassVar[bool] = True
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
+        """What every mechanism's constructor passes on first (its own options follow).
+
+        Args:
+            embed_dim: D, the model width; inputs are [B, T, D].
+            num_heads: H (D must divide by H: head dim d = D / H).
+            pattern: causal, noncausal or cross; one of the class's ``patterns``.
+
+        Raises:
+            ValueError: an unknown or unsupported pattern, or a width that does not divide into the heads.
+        """
         super().__init__()
         if pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got '{pattern}'")

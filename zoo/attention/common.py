@@ -108,6 +108,8 @@ class ProjectedAttention(Attention):
     """Multi-head attention with the standard projections W_q, W_k, W_v, W_o (each D x D)."""
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", bias: bool = True) -> None:
+        """The contract's arguments (:class:`~lavo_zoo.attention.base.Attention`) and ``bias``: biases in the four
+        projections."""
         super().__init__(embed_dim, num_heads, pattern)
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

@@ -59,6 +59,16 @@ class CosFormerAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", max_length: int = 32768,
                  chunk_size: int = 64, eps: float = 1e-6, bias: bool = True) -> None:
+        """cosFormer; the re-weighting horizon M is the module docstring's.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            max_length: the causal horizon M (positions past it are refused; build with a larger one for longer
+                sequences).
+            chunk_size: tokens per chunk of the causal prefix sums.
+            eps: the smallest normaliser (a query that sees no weight reads zeros, not NaN).
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if max_length <= 0 or chunk_size <= 0:
             raise ValueError(f"max_length ({max_length}) and chunk_size ({chunk_size}) must be positive")

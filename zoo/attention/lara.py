@@ -35,6 +35,13 @@ class LARAAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
                  bias: bool = True) -> None:
+        """LARA.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            num_landmarks: C, the segment-mean proposals (at most the sequence length is used).
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if num_landmarks <= 0:
             raise ValueError(f"num_landmarks must be positive, got {num_landmarks}")

@@ -23,7 +23,15 @@ class LocalAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", window_size: int = 16,
                  relative_bias: bool = False, dropout: float = 0.0, bias: bool = True) -> None:
-        """Causal: keys [t-w+1, t]; noncausal: [t-w+1, t+w-1]. ``relative_bias`` adds a learned [H, 2w-1] bias."""
+        """Exact sliding-window attention.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            window_size: w: causal keys [t-w+1, t], noncausal [t-w+1, t+w-1].
+            relative_bias: add a learned [H, 2w-1] bias on the scores by relative position.
+            dropout: attention dropout on the probabilities, in training.
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")

@@ -34,6 +34,15 @@ class LongShortAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", window_size: int = 16,
                  num_landmarks: int = 64, segment_rank: int = 1, bias: bool = True) -> None:
+        """Transformer-LS.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            window_size: w, the segment length of the short-term window.
+            num_landmarks: r, the keys the dynamic projection makes of the whole sequence (noncausal).
+            segment_rank: the keys each w-token segment is projected to (causal).
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if window_size <= 0 or num_landmarks <= 0 or segment_rank <= 0:
             raise ValueError("window_size, num_landmarks and segment_rank must be positive")

@@ -52,6 +52,12 @@ class MeanAttention(Attention):
     description = "mean of the visible values, no scores (the weakest sensible attention: a control for studies)"
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", bias: bool = True) -> None:
+        """The mean control.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            bias: biases in the value and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

@@ -46,6 +46,14 @@ class NystromAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
                  pinv_iterations: int = 6, bias: bool = True) -> None:
+        """Nystromformer.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            num_landmarks: C, the segment-mean landmarks (with C >= T the attention is exact).
+            pinv_iterations: the iterations of the paper's pseudo-inverse; 0: the exact one.
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if num_landmarks <= 0:
             raise ValueError(f"num_landmarks must be positive, got {num_landmarks}")

@@ -61,6 +61,14 @@ class PerformerAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_features: int = 64,
                  chunk_size: int = 64, bias: bool = True) -> None:
+        """Performer FAVOR+.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            num_features: m, the positive orthogonal random features per head.
+            chunk_size: tokens per chunk of the causal prefix sums.
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if num_features <= 0 or chunk_size <= 0:
             raise ValueError(f"num_features ({num_features}) and chunk_size ({chunk_size}) must be positive")

@@ -71,6 +71,13 @@ class ProbSparseAttention(Attention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", factor: int = 5,
                  eval_seed: int = 0) -> None:
+        """ProbSparse attention.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            factor: c, Informer's sampling factor: c ceil(ln L) sampled keys and active queries.
+            eval_seed: the seed of the key sample in eval mode (a fixed function of the inputs there).
+        """
         super().__init__(embed_dim, num_heads, pattern)
         if factor < 1:
             raise ValueError(f"probsparse factor must be >= 1, got {factor}")

@@ -2,17 +2,16 @@
 a pattern and option names that every caller uses (:func:`build_attention`, :class:`~lavo_zoo.attention.spec.
 AttentionSpec` when a config is read, ``lavo-zoo compare`` before a study starts).
 
-Every module or package beside this one (except ``base``, ``common``, ``spec``, ``registry``, ``ops`` and
-``_private`` ones) is a mechanism, imported on first use of the registry; third-party packages add mechanisms
-through the ``lavo_zoo.plugins.attentions`` entry-point group.
+The built-in mechanisms are listed by name in :data:`BUILTIN_MECHANISMS` (as timm's ``models/__init__.py`` lists
+its models), each with the module beside this one that registers it, imported on first use of the registry: a new
+mechanism is one line there, and a helper module can never become one. Third-party packages add mechanisms through
+the ``lavo_zoo.plugins.attentions`` entry-point group.
 """
 from __future__ import annotations
 
 import inspect
-import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lavo_zoo.attention.base import PATTERNS, Attention
@@ -20,21 +19,28 @@ from lavo_zoo.errors import ConfigError, OptionError, UsageError, did_you_mean
 from lavo_zoo.registry import Registry
 
 _PACKAGE = __name__.rpartition(".")[0]  # lavo_zoo.attention
-_NOT_MECHANISMS = ("base", "common", "spec", "registry", "ops")
 # the constructor arguments every attention takes; the others are its options
 _CONTRACT_ARGUMENTS = ("self", "embed_dim", "num_heads", "pattern")
 
+# The built-in mechanisms: registry name -> the module (or package) of lavo_zoo.attention that registers it.
+BUILTIN_MECHANISMS = {
+    "abc": "abc_attention",
+    "cosformer": "cosformer",
+    "lara": "lara",
+    "lavo": "lavo",
+    "local": "local",
+    "longshort": "longshort",
+    "mean": "mean",
+    "nystromformer": "nystromformer",
+    "performer": "performer",
+    "probsparse": "probsparse",
+    "s4d": "s4d",
+    "sdpa": "sdpa",
+    "vanilla": "vanilla",
+}
 
-def _is_mechanism_module(name: str) -> bool:
-    """Modules named base, common, spec, registry, ops (shared kernels) or _private are not mechanisms."""
-    return name not in _NOT_MECHANISMS and not name.startswith("_")
-
-
-ATTENTIONS = Registry(
-    "attention", "lavo_zoo.plugins.attentions",
-    builtin_modules=tuple(f"{_PACKAGE}.{m.name}" for m in pkgutil.iter_modules([str(Path(__file__).parent)])
-                          if _is_mechanism_module(m.name)),
-)
+ATTENTIONS = Registry("attention", "lavo_zoo.plugins.attentions",
+                      builtin_modules=tuple(f"{_PACKAGE}.{m}" for m in dict.fromkeys(BUILTIN_MECHANISMS.values())))
 
 
 def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]]:

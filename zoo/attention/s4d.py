@@ -47,6 +47,14 @@ class S4DAttention(Attention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", state_size: int = 64,
                  dt_min: float = 1e-3, dt_max: float = 1e-1, bias: bool = True) -> None:
+        """S4D.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            state_size: N, the SSM state per channel (even: N/2 complex conjugate pairs).
+            dt_min, dt_max: the range of the log-uniform initial step dt.
+            bias: a bias in the output projection.
+        """
         super().__init__(embed_dim, num_heads, pattern)
         if state_size < 2 or state_size % 2:
             raise ValueError(f"state_size must be an even number >= 2 (complex conjugate pairs), got {state_size}")

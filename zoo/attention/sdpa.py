@@ -34,7 +34,15 @@ class SDPAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", rope: bool = False,
                  rope_base: float = 10000.0, dropout: float = 0.0, bias: bool = True) -> None:
-        """``rope=True`` rotates queries and keys by their positions (self-attention only)."""
+        """Full softmax attention.
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            rope: rotate queries and keys by their positions (rotary embedding; self-attention, even head dim).
+            rope_base: the rotary embedding's base (the wavelengths' scale).
+            dropout: attention dropout on the probabilities, in training.
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")

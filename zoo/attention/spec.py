@@ -28,25 +28,49 @@ SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross":
 
 @dataclass
 class AttentionSpec:
-    """One attention mechanism from the registry (``lavo-zoo list attentions``) and its constructor options."""
+    """One attention mechanism from the registry (``lavo-zoo list attentions``) and its constructor options.
+
+    Args:
+        name: a registry name.
+        options: the mechanism's constructor options (``{"num_bases": 32}``), checked against it by :meth:`check`
+            and, for their values, when built.
+    """
 
     name: str = "sdpa"
     options: dict[str, Any] = field(default_factory=dict)
 
     def build(self, embed_dim: int, num_heads: int, pattern: str) -> Attention:
-        """The :class:`~lavo_zoo.attention.Attention` module for ``pattern``."""
+        """The :class:`~lavo_zoo.attention.Attention` module for ``pattern`` (:func:`build_attention`).
+
+        Args:
+            embed_dim, num_heads: the site's width D and heads H.
+            pattern: causal, noncausal or cross.
+        """
         return build_attention(self.name, embed_dim, num_heads, pattern, **self.options)
 
     def check(self, pattern: str, site: str) -> None:
         """Raise :class:`ConfigError` (naming ``site``, the config key) unless the mechanism exists, supports
         ``pattern`` and takes every option given (:func:`~lavo_zoo.attention.registry.check_attention`). Option
-        values are checked when the attention is built."""
+        values are checked when the attention is built.
+
+        Args:
+            pattern: the site's pattern.
+            site: the config key the spec was read from (``model.attention``), for the messages.
+        """
         check_attention(self.name, pattern, self.options, key=site)
 
     # ----------------------------------------------------------------------------- config (de)serialisation
     @classmethod
     def from_config(cls, value: Any, key: str, source: str) -> AttentionSpec:
-        """From the flat YAML form (``{name: lavo, num_bases: 32}``) or a bare name (``lavo``)."""
+        """From the flat YAML form (``{name: lavo, num_bases: 32}``) or a bare name (``lavo``).
+
+        Args:
+            value: the YAML value (or a spec, returned as it is).
+            key, source: the config key and file it came from, for the messages.
+
+        Raises:
+            ConfigError: neither a name nor a mapping with a ``name``.
+        """
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
@@ -90,7 +114,13 @@ class AttentionSpec:
 @dataclass
 class SiteAttention:
     """The attention of each site of an encoder-decoder model; each is checked against its pattern in
-    :data:`SITE_PATTERNS` when the config is read."""
+    :data:`SITE_PATTERNS` when the config is read.
+
+    Args:
+        encoder_self: the encoder's self-attention (noncausal).
+        decoder_self: the decoder's self-attention (causal).
+        cross: the decoder's attention over the encoder's output (cross).
+    """
 
     encoder_self: AttentionSpec = field(default_factory=AttentionSpec)
     decoder_self: AttentionSpec = field(default_factory=AttentionSpec)
@@ -101,15 +131,27 @@ class SiteAttention:
         return getattr(self, site).build(embed_dim, num_heads, SITE_PATTERNS[site])
 
     def with_former_defaults(self) -> None:
+        """Each site's :meth:`AttentionSpec.with_former_defaults` (a checkpoint's config saved before a default
+        changed)."""
         for site in SITE_PATTERNS:
             getattr(self, site).with_former_defaults()
 
     def check(self, key: str = "model.attention") -> None:
+        """Each site's :meth:`AttentionSpec.check` against its pattern; ``key``: the config key of the mapping."""
         for site, pattern in SITE_PATTERNS.items():
             getattr(self, site).check(pattern, f"{key}.{site}")
 
     @classmethod
     def from_config(cls, value: Any, key: str, source: str) -> SiteAttention:
+        """From the YAML mapping of sites to attentions (each as :meth:`AttentionSpec.from_config` reads it), checked.
+
+        Args:
+            value: the mapping (sites left out keep the default, sdpa).
+            key, source: the config key and file it came from, for the messages.
+
+        Raises:
+            ConfigError: not a mapping, an unknown site, or a site's attention refused by :meth:`check`.
+        """
         if isinstance(value, cls):
             return value
         if not isinstance(value, dict):
@@ -127,4 +169,5 @@ class SiteAttention:
         return spec
 
     def to_config(self) -> dict[str, Any]:
+        """The YAML form: every site's :meth:`AttentionSpec.to_config`."""
         return {site: getattr(self, site).to_config() for site in SITE_PATTERNS}

@@ -57,6 +57,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from lavo_zoo.attention import build_attention
+    from lavo_zoo.attention.ops.dispatch import kernels_used
 
     torch.manual_seed(0)
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
@@ -69,7 +70,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     record = time_runs(run, spec["warmup"], spec["repeats"], device)
     median = statistics.median(record["times_s"])
     per = DECODE_STEPS if spec["mode"] == "decode" else 1  # decode: time per token
-    kernels = {"kernels": attn.mode} if isinstance(getattr(attn, "mode", None), str) else {}  # LAVO: which path ran
+    used = kernels_used(attn)  # LAVO: which kernels ran
+    kernels = {"kernels": used} if used is not None else {}
     return {"time_s": median / per, **record, **extra, "tokens_per_s": tokens / median,
             "threads": torch.get_num_threads(), **kernels}
 

@@ -61,11 +61,10 @@ def measure(config: str, length: int, repeats: int, device: Any, overrides: tupl
 
 
 def _kernels(model: Any) -> str | None:
-    """The kernels the model's first attention with a ``mode`` (LAVO) ran last, else None."""
-    for module in model.modules():
-        if isinstance(getattr(module, "mode", None), str):
-            return module.mode
-    return None
+    """The kernels the model's first attention with kernels (LAVO) ran last, else None."""
+    from lavo_zoo.attention.ops.dispatch import kernels_used
+
+    return next((used for used in map(kernels_used, model.modules()) if used is not None), None)
 
 
 @click.command("lm", epilog="""\b

@@ -37,7 +37,16 @@ def _weights(checkpoint: Path) -> dict[str, torch.Tensor]:
 
 
 def check_trains(config: str, tmp_path: Path, overrides: list[str] = ()) -> None:
-    """Two optimiser steps on the built-in data: finite losses, a complete checkpoint, and the weights moved."""
+    """Two optimiser steps on the built-in data: finite losses, a complete checkpoint, and the weights moved.
+
+    Args:
+        config: the recipe's small config (``my_domain/tiny``, or a path to one).
+        tmp_path: a fresh, empty folder for the runs (pytest's ``tmp_path``).
+        overrides: ``key=value`` overrides applied to the config (e.g. a smaller model).
+
+    Raises:
+        AssertionError: naming the config and what broke.
+    """
     import json
 
     last = _train(config, tmp_path / "run", list(overrides))
@@ -51,7 +60,16 @@ def check_trains(config: str, tmp_path: Path, overrides: list[str] = ()) -> None
 
 
 def check_resumes_exactly(config: str, tmp_path: Path, overrides: list[str] = ()) -> None:
-    """A run stopped after step 1 and resumed (``--resume auto``) ends bit-identical to an uninterrupted one."""
+    """A run stopped after step 1 and resumed (``--resume auto``) ends bit-identical to an uninterrupted one.
+
+    Args:
+        config: the recipe's small config (``my_domain/tiny``, or a path to one).
+        tmp_path: a fresh, empty folder for the runs (pytest's ``tmp_path``).
+        overrides: ``key=value`` overrides applied to the config (e.g. a smaller model).
+
+    Raises:
+        AssertionError: naming the config and what broke.
+    """
     straight = _weights(_train(config, tmp_path / "straight", list(overrides)))
     _train(config, tmp_path / "stopped", list(overrides) + ["train.max_steps=1"])
     resumed = _weights(_train(config, tmp_path / "stopped", list(overrides), resume="auto"))
@@ -63,7 +81,21 @@ def check_resumes_exactly(config: str, tmp_path: Path, overrides: list[str] = ()
 def check_evaluates(config: str, tmp_path: Path, overrides: list[str] = (), split: str = "test",
                     max_batches: int | None = None) -> dict:
     """``eval`` of a trained checkpoint gives the results JSON: finite metrics, each with its direction
-    (``max_batches`` limits the evaluation, as ``lavo-zoo eval --max-batches`` does)."""
+    (``max_batches`` limits the evaluation, as ``lavo-zoo eval --max-batches`` does).
+
+    Args:
+        config: the recipe's small config (``my_domain/tiny``, or a path to one).
+        tmp_path: a fresh, empty folder for the runs (pytest's ``tmp_path``).
+        overrides: ``key=value`` overrides applied to the config (e.g. a smaller model).
+        split: the split ``eval`` scores.
+        max_batches: at most this many evaluation batches (None: the whole split).
+
+    Returns:
+        The results JSON, as a dict.
+
+    Raises:
+        AssertionError: naming the config and what broke.
+    """
     from lavo_zoo.engine.evaluate import evaluate_checkpoint
 
     last = _train(config, tmp_path / "run", list(overrides))
@@ -80,7 +112,16 @@ def check_evaluates(config: str, tmp_path: Path, overrides: list[str] = (), spli
 
 
 def check_refuses_missing_data(config: str, tmp_path: Path, overrides: list[str] = ()) -> None:
-    """``data.path`` pointing nowhere is a clear error that names the path, raised before any training."""
+    """``data.path`` pointing nowhere is a clear error that names the path, raised before any training.
+
+    Args:
+        config: the recipe's small config (``my_domain/tiny``, or a path to one).
+        tmp_path: a fresh, empty folder for the runs (pytest's ``tmp_path``).
+        overrides: ``key=value`` overrides applied to the config (e.g. a smaller model).
+
+    Raises:
+        AssertionError: naming the config and what broke.
+    """
     from lavo_zoo.engine.configs import resolve_config
 
     missing = tmp_path / "no-such-dataset"
@@ -95,7 +136,13 @@ def check_refuses_missing_data(config: str, tmp_path: Path, overrides: list[str]
 
 def recipe_checks(config: str, overrides: list[str] = (), max_eval_batches: int | None = None
                   ) -> list[Callable[[Path], None]]:
-    """Every recipe contract check for ``config`` as callables taking a fresh temporary folder (ids via ``repr``)."""
+    """Every recipe contract check for ``config`` as callables taking a fresh temporary folder (ids via ``repr``).
+
+    Args:
+        config: the recipe's small config (``my_domain/tiny``, or a path to one).
+        overrides: ``key=value`` overrides applied to the config (e.g. a smaller model).
+        max_eval_batches: at most this many evaluation batches in :func:`check_evaluates` (None: the whole split).
+    """
     out = []
     for fn in (check_trains, check_resumes_exactly, check_evaluates, check_refuses_missing_data):
         extra = {"max_batches": max_eval_batches} if fn is check_evaluates else {}

@@ -4,7 +4,7 @@ the size its state object's fields give by hand (KV cache, window, LAVO's sums, 
 import pytest
 import torch
 
-from lavo_zoo.attention import AttentionSpec, tensor_bytes
+from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.recipes.recall.model import ModelConfig, RecallModel, state_bytes
 
 D, H, T, V = 16, 2, 24, 20
@@ -56,8 +56,3 @@ FLOAT = 4  # bytes of a float32
 def test_state_bytes_are_what_the_state_objects_hold(attention, per_layer, grows):
     assert state_bytes(_model(attention, layers=2), T) == (2 * per_layer, grows)
 
-
-def test_tensor_bytes_walks_nested_containers():
-    t = torch.zeros(3, 4, dtype=torch.float16)
-    assert tensor_bytes({"a": [t, (t, 7)], "b": None}) == 2 * t.numel() * 2  # the same tensor twice; the int counts 0
-    assert tensor_bytes(torch.zeros(2, dtype=torch.complex64)) == 16

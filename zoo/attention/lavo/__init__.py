@@ -3,17 +3,18 @@
 As flash-linear-attention lays out a mechanism (``fla/layers/<op>.py`` beside stateless ``fla/ops/<op>/``):
 
 - ``layer.py``: :class:`LavoAttention` (registered ``lavo``): projections, parameters, its streaming state
-  (:class:`LavoState`) and cross-attention cache, and the one kernel choice per call;
+  (:class:`LavoState`) and cross-attention cache, and its ``kernels`` option;
 - ``ops.py``: the stateless op, pure functions of tensors: the memory rows (context dissection's per-window sums and
   their prefix, the running mean, one mean per sequence), the read with its options, the joining of the branches,
-  with the streaming state in and out;
+  with the streaming state in and out; the read's and the decoding step's kernels as the dispatch sees them, and
+  LAVO's whole set (``LAVO_KERNELS``: the window's, the read's, the step's);
 - ``read.py``: the read's PyTorch kernels (``recompute``: a backward that recomputes; ``autograd``);
 - ``triton.py``: the read's Triton kernels (CUDA; forward and backward);
 - ``naive.py``: the slow, per-position forms of the op and of the layer that the tests compare with.
 
 The local branch is the shared sliding-window op, :mod:`lavo_zoo.attention.ops.window` (its Triton kernels:
-``ops/window/triton.py``); :func:`lavo_zoo.attention.ops.dispatch.choose_kernels` picks both branches' kernels
-(:meth:`LavoAttention.kernels`), ``LavoAttention.mode`` reports the last call's.
+``ops/window/triton.py``); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses the kernels of a call once,
+and ``LavoAttention.kernels_used`` reports the last call's.
 """
 from lavo_zoo.attention.lavo.layer import LavoAttention, LavoCrossCache, LavoState
 

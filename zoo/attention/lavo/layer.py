@@ -8,8 +8,9 @@ before the query's window; output local + global (causal default; the paper's 0.
 "Which reading makes the memory count"). Costs O((w + r) T d) time and O(T d) memory; the causal state (last w-1
 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
 
-The layer holds the projections, the parameters (bases, EPE, read temperature, gain), the streaming state and the
-one kernel choice per call (:meth:`LavoAttention.kernels`, recorded for :attr:`LavoAttention.mode`). The math is
+The layer holds the projections, the parameters (bases, EPE, read temperature, gain), the streaming state and its
+``kernels`` option: the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`, :data:`.ops.LAVO_KERNELS`) chooses the
+kernels once per call and reports what ran (:attr:`LavoAttention.kernels_used`). The math is
 stateless, beside it: the local branch is the shared window op (:mod:`lavo_zoo.attention.ops.window`), the memory
 (its rows, the read, the joining of the branches) the op of :mod:`lavo_zoo.attention.lavo.ops`, whose read kernels
 (``read.py``, ``triton.py``) save only q, the memory rows and the bases and recompute in backward.
@@ -27,9 +28,9 @@ from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo import ops
-from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, MEMORY_NORMS, MemoryState
-from lavo_zoo.attention.ops.dispatch import BACKENDS, Kernels, choose_kernels, triton_runs
-from lavo_zoo.attention.ops.window import CHUNK, flex, last_positions, window_attention, window_attention_step
+from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORY_NORMS, MemoryState
+from lavo_zoo.attention.ops.dispatch import Choice, Chosen, HasKernels
+from lavo_zoo.attention.ops.window import CHUNK, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
 CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
@@ -65,12 +66,98 @@ class LavoCrossCache(StreamingState):
     memory: torch.Tensor  # [B, H, 1, d] mean over the real source tokens (compute dtype)
 
 
+@dataclass(frozen=True)
+class LavoOptions:
+    """A LAVO layer's options with the pattern's defaults filled in, checked in one place (:meth:`resolve`; the
+    meaning of each: :class:`LavoAttention`'s Args)."""
+
+    num_bases: int
+    window_size: int
+    context_dissection: bool
+    position_encoding: bool
+    memory_source: str
+    bases_trainable: bool
+    empty_memory: str
+    global_read: bool
+    combine: str
+    read_gain: float
+    read_temperature: float
+    memory_norm: str
+    bases_decay: bool
+    dropout: float
+    bias: bool
+    kernels: str
+
+    @classmethod
+    def resolve(cls, pattern: str, embed_dim: int, num_heads: int, **given: Any) -> LavoOptions:
+        """The options of a layer of this pattern and shape.
+
+        Args:
+            pattern: causal, noncausal or cross (the defaults and some checks depend on it).
+            embed_dim, num_heads: the layer's width and heads (the head dim bounds ``num_bases``).
+            **given: every option of :class:`LavoAttention`, None where the pattern's default applies.
+
+        Returns:
+            The options, no None left.
+
+        Raises:
+            ValueError: a value the layer cannot take, or two options that contradict each other; the message
+                names the option and what it may be.
+        """
+        o = dict(given)
+        d = embed_dim // num_heads
+        if o["num_bases"] is None:
+            o["num_bases"] = min(64, d)
+        r = o["num_bases"]
+        if not 1 <= r <= d:
+            raise ValueError(f"num_bases ({r}) must be between 1 and the head dim {d} (embed_dim {embed_dim} / "
+                             f"num_heads {num_heads}): each head's {r} bases are orthonormal vectors in R^{d}")
+        if o["window_size"] < 1:
+            raise ValueError(f"window_size must be >= 1, got {o['window_size']}")
+        if o["memory_source"] is None:
+            o["memory_source"] = "local_out" if o["context_dissection"] and pattern != "cross" else "value"
+        _one_of("memory_source", o["memory_source"], MEMORY_SOURCES)
+        if pattern == "cross" and o["memory_source"] == "local_out":
+            raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
+        _one_of("empty_memory", o["empty_memory"], EMPTY_MEMORY)
+        if o["combine"] is None:  # causal: 'half' halves the local branch at the first window boundary (docs/lavo.md)
+            o["combine"] = "sum" if pattern == "causal" else "half"
+        combine = _one_of("combine", o["combine"], COMBINES)
+        if combine != "half" and o["empty_memory"] != "local":
+            raise ValueError(f"empty_memory='{o['empty_memory']}' only applies to combine='half' (with '{combine}' "
+                             "the global branch adds nothing where the memory is empty)")
+        if combine == "half" and o["read_gain"] != 1.0:
+            raise ValueError(f"read_gain ({o['read_gain']}) applies to combine='sum' or 'gain'; 'half' is 0.5 "
+                             "(local + global)")
+        if o["read_temperature"] is None:
+            o["read_temperature"] = CAUSAL_TEMPERATURE if pattern == "causal" else 0.0
+        if o["read_temperature"] < 0:
+            raise ValueError(f"read_temperature must be positive (0: none), got {o['read_temperature']}")
+        if o["memory_norm"] is None:
+            o["memory_norm"] = "rms" if pattern == "causal" else "mean"
+        _one_of("memory_norm", o["memory_norm"], MEMORY_NORMS)
+        if pattern == "cross" and not o["global_read"]:
+            raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
+        if not 0.0 <= o["dropout"] < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {o['dropout']}")
+        LAVO_KERNELS.check(o["kernels"])
+        return cls(**o)
+
+
+def _one_of(option: str, value: str, choices: tuple[str, ...]) -> str:
+    """``value``, or the ValueError naming ``option`` and its choices."""
+    if value not in choices:
+        raise ValueError(f"{option} must be one of {', '.join(choices)}, got '{value}'")
+    return value
+
+
 @register_attention("lavo")
-class LavoAttention(Attention):
+class LavoAttention(HasKernels, Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
 
     patterns = PATTERNS
     streaming = True
+    kernel_set = LAVO_KERNELS
     eval_options = ("global_read",)
     # the reading before the causal defaults changed (docs/lavo.md): configs saved earlier keep it
     former_defaults: ClassVar[dict[str, Any]] = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
@@ -80,92 +167,82 @@ class LavoAttention(Attention):
                  memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
                  global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
                  read_temperature: float | None = None, memory_norm: str | None = None, bases_decay: bool = True,
-                 dropout: float = 0.0, bias: bool = True, backend: str = "auto") -> None:
-        """``num_bases`` defaults to min(64, head_dim); ``memory_source`` to 'local_out' with context dissection
-        and 'value' without it and in cross attention. Cross attention has no local branch, hence no EPE. In
-        noncausal attention the memory is the mean over all real tokens either way (``context_dissection`` only
-        picks the default source). ``dropout`` applies to both branches' attention probabilities in training.
-        ``backend`` picks the kernels (see :meth:`kernels`); 'auto' is right everywhere, the others are for tests
-        and benchmarks.
+                 dropout: float = 0.0, bias: bool = True, kernels: str = "auto") -> None:
+        """A LAVO layer; the options are checked by :meth:`LavoOptions.resolve`. None: the pattern's default (the
+        reading of the memory: the measured one in causal attention, the paper's otherwise; docs/lavo.md, "Flags").
 
-        The reading of the memory (docs/lavo.md, "Flags"; None: the pattern's default, the measured reading in
-        causal attention, the paper's otherwise): ``global_read=False`` drops the global branch (a local window with
-        the EPE bias, the control that prices the memory); ``combine`` (causal 'sum', else 'half') joins the
-        branches as the paper's 0.5 (local + global) ('half'), local + ``read_gain`` x global ('sum') or local +
-        g_h x global with a learned per-head gain g_h initialised at ``read_gain`` ('gain'); ``read_temperature``
-        (causal 16, else 0 = off) learns a per-head factor on q before the read, initialised at that value (the slot
-        logits are the only place q enters it); ``memory_norm`` (causal 'rms', else 'mean') reads m / rms(m)
-        instead of the mean m; ``bases_decay=False`` exempts trainable bases from weight decay."""
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            num_bases: r, the orthonormal bases per head (1 <= r <= head dim); None: min(64, head dim).
+            window_size: w, the keys of the local window (2w - 1 noncausal) and the length of context dissection's
+                windows.
+            context_dissection: causal: the memory of the complete windows before the query's window (True) or the
+                running mean of every token up to the query (False, paper eq. 4). Noncausal attention reads the
+                mean of every real token either way (this only picks the default ``memory_source``).
+            position_encoding: the embedded position encoding, a learned [H, 2w - 1] bias on the local window's
+                scores (none in cross attention, which has no local branch).
+            memory_source: what the memory averages: 'local_out' (the local branch's output), 'value' or 'input';
+                None: 'local_out' with context dissection, else (and in cross attention) 'value'.
+            bases_trainable: learn the bases (initialised orthonormal) or keep them fixed (a buffer).
+            empty_memory: combine 'half' only: where the memory is still empty, the local branch alone ('local') or
+                halved ('half').
+            global_read: False drops the global branch (the local window with the EPE bias: the control that prices
+                the memory); an eval option (a trained checkpoint may be scored without it).
+            combine: how the branches join: 'half' (the paper's 0.5 (local + global)), 'sum' (local + ``read_gain``
+                x global) or 'gain' (local + g_h x global, g_h learned per head from ``read_gain``); None: causal
+                'sum', else 'half'.
+            read_gain: combine 'sum': the global branch's factor; 'gain': the learned gain's initial value.
+            read_temperature: the initial value of a learned per-head factor on q before the read (the slot logits
+                are the only place q enters it); 0: none; None: causal 16, else 0.
+            memory_norm: read the mean m ('mean') or m / rms(m) ('rms'); None: causal 'rms', else 'mean'.
+            bases_decay: False exempts trainable bases from weight decay.
+            dropout: attention dropout on both branches' probabilities, in training.
+            bias: biases in the q, k, v and output projections.
+            kernels: 'auto' (right everywhere) or one kernel's name for both branches ('recompute', 'autograd',
+                'flex', 'triton': tests and benchmarks); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`)
+                chooses per call.
+
+        Raises:
+            ValueError: an option value the layer cannot take (the message names it and what it may be).
+        """
         super().__init__(embed_dim, num_heads, pattern)
-        d = self.head_dim
-        r = min(64, d) if num_bases is None else num_bases
-        if not 1 <= r <= d:
-            raise ValueError(f"num_bases ({r}) must be between 1 and the head dim {d} (embed_dim {embed_dim} / "
-                             f"num_heads {num_heads}): each head's {r} bases are orthonormal vectors in R^{d}")
-        if window_size < 1:
-            raise ValueError(f"window_size must be >= 1, got {window_size}")
-        if memory_source is None:
-            memory_source = "local_out" if context_dissection and pattern != "cross" else "value"
-        if memory_source not in MEMORY_SOURCES:
-            raise ValueError(f"memory_source must be one of {', '.join(MEMORY_SOURCES)}, got '{memory_source}'")
-        if pattern == "cross" and memory_source == "local_out":
-            raise ValueError("cross attention has no local branch: memory_source must be 'value' or 'input'")
-        if empty_memory not in EMPTY_MEMORY:
-            raise ValueError(f"empty_memory must be one of {', '.join(EMPTY_MEMORY)}, got '{empty_memory}'")
-        if combine is None:  # causal: 'half' halves the local branch at the first window boundary (docs/lavo.md)
-            combine = "sum" if pattern == "causal" else "half"
-        if combine not in COMBINES:
-            raise ValueError(f"combine must be one of {', '.join(COMBINES)}, got '{combine}'")
-        if combine != "half" and empty_memory != "local":
-            raise ValueError(f"empty_memory='{empty_memory}' only applies to combine='half' (with '{combine}' the "
-                             "global branch adds nothing where the memory is empty)")
-        if combine == "half" and read_gain != 1.0:
-            raise ValueError(f"read_gain ({read_gain}) applies to combine='sum' or 'gain'; 'half' is 0.5 (local + "
-                             "global)")
-        if read_temperature is None:
-            read_temperature = CAUSAL_TEMPERATURE if pattern == "causal" else 0.0
-        if read_temperature < 0:
-            raise ValueError(f"read_temperature must be positive (0: none), got {read_temperature}")
-        if memory_norm is None:
-            memory_norm = "rms" if pattern == "causal" else "mean"
-        if memory_norm not in MEMORY_NORMS:
-            raise ValueError(f"memory_norm must be one of {', '.join(MEMORY_NORMS)}, got '{memory_norm}'")
-        if pattern == "cross" and not global_read:
-            raise ValueError("cross attention is the global read alone: global_read=False would leave nothing")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
-        self.backend = backend
+        o = LavoOptions.resolve(
+            pattern, embed_dim, num_heads, num_bases=num_bases, window_size=window_size,
+            context_dissection=context_dissection, position_encoding=position_encoding, memory_source=memory_source,
+            bases_trainable=bases_trainable, empty_memory=empty_memory, global_read=global_read, combine=combine,
+            read_gain=read_gain, read_temperature=read_temperature, memory_norm=memory_norm, bases_decay=bases_decay,
+            dropout=dropout, bias=bias, kernels=kernels)
+        self.kernels = o.kernels
         # queries per recomputed chunk; None: CHUNK for the window, read_chunk() for the memory read (tests set it
         # small to cross chunk boundaries)
         self.chunk_size: int | None = None
-        self.num_bases, self.window_size, self.dropout = r, window_size, dropout
-        self.context_dissection, self.memory_source, self.empty_memory = context_dissection, memory_source, empty_memory
-        self.global_read, self.combine, self.memory_norm = global_read, combine, memory_norm
-        self.read_gain = read_gain  # combine 'sum': the global branch's constant factor; 'gain': its initial value
+        self.num_bases, self.window_size, self.dropout = o.num_bases, o.window_size, o.dropout
+        self.context_dissection, self.memory_source, self.empty_memory = (o.context_dissection, o.memory_source,
+                                                                          o.empty_memory)
+        self.global_read, self.combine, self.memory_norm = o.global_read, o.combine, o.memory_norm
+        self.read_gain = o.read_gain  # combine 'sum': the global branch's constant factor; 'gain': its initial value
         self.has_local = pattern != "cross"
         D = embed_dim
-        self.q_proj = nn.Linear(D, D, bias=bias)
-        self.k_proj = nn.Linear(D, D, bias=bias) if self.has_local else None
-        self.v_proj = nn.Linear(D, D, bias=bias) if self.has_local or memory_source == "value" else None
-        self.out_proj = nn.Linear(D, D, bias=bias)
-        bases = torch.empty(num_heads, r, d)
+        self.q_proj = nn.Linear(D, D, bias=o.bias)
+        self.k_proj = nn.Linear(D, D, bias=o.bias) if self.has_local else None
+        self.v_proj = nn.Linear(D, D, bias=o.bias) if self.has_local or o.memory_source == "value" else None
+        self.out_proj = nn.Linear(D, D, bias=o.bias)
+        bases = torch.empty(num_heads, o.num_bases, self.head_dim)
         for h in range(num_heads):  # per head: orthogonal_ on the 3-D tensor would orthogonalise the wrong axes
             nn.init.orthogonal_(bases[h])
-        if bases_trainable:
+        if o.bases_trainable:
             self.bases = nn.Parameter(bases)                       # [H, r, d]
-            self.bases.no_weight_decay = not bases_decay           # honoured by lavo_zoo.engine.optim
+            self.bases.no_weight_decay = not o.bases_decay         # honoured by lavo_zoo.engine.optim
         else:
             self.register_buffer("bases", bases)
-        self.epe = nn.Parameter(torch.zeros(num_heads, 2 * window_size - 1)) if position_encoding and self.has_local \
-            else None                                               # [H, 2w-1]
+        self.epe = nn.Parameter(torch.zeros(num_heads, 2 * o.window_size - 1)) \
+            if o.position_encoding and self.has_local else None    # [H, 2w-1]
         # log of the learned per-head factor on q before the read ('read_temp' in older checkpoints)
-        self.log_read_temperature = None if read_temperature == 0 else \
-            nn.Parameter(torch.full((num_heads,), math.log(read_temperature)))                 # [H]
+        self.log_read_temperature = None if o.read_temperature == 0 else \
+            nn.Parameter(torch.full((num_heads,), math.log(o.read_temperature)))               # [H]
         # combine 'gain': the learned per-head gain of the global branch ('read_gain' in older checkpoints)
-        self.learned_gain = nn.Parameter(torch.full((num_heads,), float(read_gain))) \
-            if combine == "gain" and self.has_local else None                                   # [H]
+        self.learned_gain = nn.Parameter(torch.full((num_heads,), float(o.read_gain))) \
+            if o.combine == "gain" and self.has_local else None                                 # [H]
         self.register_load_state_dict_pre_hook(_load_renamed_parameters)
 
     @property
@@ -181,38 +258,6 @@ class LavoAttention(Attention):
                 f"read_temperature={self.log_read_temperature is not None}, "
                 f"memory_norm={self.memory_norm}")
 
-    # ------------------------------------------------------------------------------------------------ kernels
-    def kernels(self, q: torch.Tensor) -> Kernels:
-        """The kernels of a call on queries q [B, H, T, d]: this layer's ``backend``, ``dropout`` and training mode
-        handed to the one kernel choice, :func:`lavo_zoo.attention.ops.dispatch.choose_kernels`, whose docstring has
-        the rules: ('flex', 'recompute') on CUDA (('triton', 'triton') with ``LAVO_ZOO_TRITON=1`` or
-        ``backend='triton'``), ('recompute', 'recompute') on CPU (save q, k, v, the memory rows and the bases;
-        recompute in backward) and on CUDA with attention dropout in training (flex has no dropout; the Triton and
-        recompute kernels regenerate the mask in backward). Pure: a forward call records the pair it used, for
-        :attr:`mode`.
-
-        Args:
-            q: the call's queries (device, dtype and length decide).
-
-        Returns:
-            :class:`~lavo_zoo.attention.ops.dispatch.Kernels` (window, read): the local branch's and the read's.
-        """
-        return choose_kernels(q, self.backend, dropout=self.dropout, training=self.training)
-
-    @property
-    def mode(self) -> str:
-        """The kernels of the last call ('triton', 'flex+recompute', 'recompute', 'autograd'; local+read when they
-        differ); before any call, those a long sequence on the parameters' device and dtype would get."""
-        local, read = getattr(self, "_last_kernels", None) or self.kernels(
-            self.q_proj.weight.new_empty(1, self.num_heads, flex.MIN_QUERIES, self.head_dim))
-        return local if local == read else f"{local}+{read}"
-
-    def _after_fallback(self, q: torch.Tensor, kernels: Kernels) -> None:
-        """Where a Triton kernel could not be compiled during the call (it then ran on the fallback, and the Triton
-        kernels are off for the process), record the kernels the call ended on for :attr:`mode`."""
-        if "triton" in kernels and not triton_runs(q):
-            self._last_kernels = self.kernels(q)
-
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
@@ -220,7 +265,7 @@ class LavoAttention(Attention):
         """The global branch's factor: the learned per-head gain [H] ('gain'), else the constant ``read_gain``."""
         return self.learned_gain if self.learned_gain is not None else self.read_gain
 
-    def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str, offset: int = 0, group: int = 1
+    def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str | Chosen, offset: int = 0, group: int = 1
               ) -> torch.Tensor:
         """Read the orthogonal memory with this layer's bases and reading options (:func:`.ops.read`): q [B, H, T, d],
         mem [B, H, n, d] mean features (query t reads row (offset + t) // group; n == 1: every query the one row)
@@ -247,13 +292,12 @@ class LavoAttention(Attention):
             y = x.new_empty(B, 0, D)
             return (y, state) if return_state else y
         q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
-        kernels = self._last_kernels = self.kernels(q)                               # the one choice, recorded
+        run = self.start_kernels(q)                                                  # the one choice, recorded
         new_state = None
         if self.pattern == "cross":
-            out = self._read(q, self.cross_memory(context, context_mask), kernels.read)  # [B, H, T, d]
+            out = self._read(q, self.cross_memory(context, context_mask), run.read)  # [B, H, T, d]
         else:
-            out, new_state = self._self(x, q, padding_mask, state, return_state, kernels)
-        self._after_fallback(q, kernels)
+            out, new_state = self._self(x, q, padding_mask, state, return_state, run)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
         y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
@@ -279,27 +323,25 @@ class LavoAttention(Attention):
         if not isinstance(cache, LavoCrossCache) or cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
             raise TypeError("cache must be the LavoCrossCache that this attention's cross_cache() returned")
         q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
-        kernels = self._last_kernels = self.kernels(q)                                   # the one choice, recorded
-        out = self._read(q, cache.memory, kernels.read)                                  # [B, H, t, d]
-        self._after_fallback(q, kernels)
+        out = self._read(q, cache.memory, self.start_kernels(q).read)                    # [B, H, t, d]
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
     # --------------------------------------------------------------------------------------------- self-attention
     def _self(self, x: torch.Tensor, q: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None,
-              return_state: bool, kernels: Kernels) -> tuple[torch.Tensor, LavoState | None]:
-        """Causal and noncausal self-attention: local window branch plus memory. Returns [B, H, T, d] and the new
-        streaming state (when asked for)."""
+              return_state: bool, run: Choice) -> tuple[torch.Tensor, LavoState | None]:
+        """Causal and noncausal self-attention: local window branch plus memory, on the call's kernels ``run``.
+        Returns [B, H, T, d] and the new streaming state (when asked for)."""
         B, T, _ = x.shape
         w = self.window_size
         if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
-                kernels.window != "autograd" and not (self.dropout and self.training):  # the step has no dropout
-            return self._decode_one(x, q, state, kernels.read)
+                not (self.dropout and self.training):  # the step has no dropout
+            return self._decode_one(x, q, state, run)
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
         local = window_attention(q, k, v, w, causal=self.pattern == "causal", bias=self.epe,
                                  key_mask=padding_mask, prefix=prefix, dropout=self.dropout, training=self.training,
-                                 backend=kernels.window, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
+                                 kernel=run.window, chunk=self.chunk_size or CHUNK)  # [B, H, T, d]
         position = (state.position if state is not None else 0) + T
         if not self.global_read:  # the local window with the EPE bias alone; the state's sums stay zero
             if not return_state:
@@ -312,52 +354,40 @@ class LavoAttention(Attention):
             q, local, self._features(x, v, local), self.bases, w, padding_mask=padding_mask,
             causal=self.pattern == "causal", context_dissection=self.context_dissection, combine=self.combine,
             gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
-            memory_norm=self.memory_norm, kernel=kernels.read, chunk=self.chunk_size, dropout=self.dropout,
+            memory_norm=self.memory_norm, kernel=run.read, chunk=self.chunk_size, dropout=self.dropout,
             training=self.training, initial_state=initial, output_final_state=return_state and self.pattern == "causal",
-            inplace=kernels.window == kernels.read == "recompute")  # fresh outputs: combine may overwrite them
+            inplace=run.window.fresh and run.read.fresh)  # fresh outputs: combine may overwrite them
         if final is None:
             return out, None
         return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), final.sum_complete,
                               final.sum_partial, final.position)
 
-    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, read_kernel: str
+    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, run: Choice
                     ) -> tuple[torch.Tensor, LavoState]:
         """One causal token after ``state`` (context dissection, no padding): the output and state of the chunked
-        path in a handful of small operations, since a decoding step's cost is all fixed overhead. x [B, 1, D],
-        q [B, H, 1, d] -> ([B, H, 1, d] in the compute dtype, the new state)."""
+        path in a handful of small operations, since a decoding step's cost is all fixed overhead; the fused step
+        kernel where the call's kernels have one (``run.step``). x [B, 1, D], q [B, H, 1, d] -> ([B, H, 1, d] in the
+        compute dtype, the new state)."""
         w = self.window_size
         k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
-        if read_kernel == "triton" and self.global_read and state.position > 0 and not torch.is_grad_enabled():
-            stepped = self._decode_one_triton(x, q, k, v, state)                    # one kernel, no graph to record
+        memory = MemoryState(state.sum_complete, state.sum_partial, state.position)
+        reading = {"log_temperature": self.log_read_temperature, "memory_norm": self.memory_norm,
+                   "combine": self.combine, "gain": self._gain(), "empty_memory": self.empty_memory}
+        if self.global_read and run.step.kernel is not None:
+            feat = None if self.memory_source == "local_out" else \
+                (v if self.memory_source == "value" else self._heads(x))
+            stepped = run.step(q, k, v, state.keys, state.values, memory, self.bases, w, bias=self.epe, feat=feat,
+                               **reading)                                           # None: composed below
             if stepped is not None:
-                return stepped
+                out, keys, values, memory = stepped
+                return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
         local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)  # [B, H, 1, d]
         keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
         if not self.global_read:  # the local window alone; the state's sums stay zero
             return local, LavoState(keys, values, state.sum_complete, state.sum_partial, state.position + 1)
-        out, memory = ops.memory_step(
-            q, local, self._features(x, v, local), self.bases, w,
-            MemoryState(state.sum_complete, state.sum_partial, state.position), combine=self.combine,
-            gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
-            memory_norm=self.memory_norm, kernel=read_kernel, chunk=self.chunk_size)
+        out, memory = ops.memory_step(q, local, self._features(x, v, local), self.bases, w, memory, kernel=run.read,
+                                      chunk=self.chunk_size, **reading)
         return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
-
-    def _decode_one_triton(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           state: LavoState) -> tuple[torch.Tensor, LavoState] | None:
-        """:meth:`_decode_one` as one Triton kernel (the window step, the read, the joining and the new state), or
-        None where the kernel cannot be compiled on this device (warned once; the caller runs the torch ops)."""
-        from lavo_zoo.attention.lavo import triton as lavo_triton
-        from lavo_zoo.attention.ops import triton_utils
-
-        feat = None if self.memory_source == "local_out" else (v if self.memory_source == "value" else self._heads(x))
-        try:
-            out, keys, values, complete, partial = lavo_triton.decode_step_triton(
-                q, k, v, state.keys, state.values, state.sum_complete, state.sum_partial, state.position, self.bases,
-                self.window_size, bias=self.epe, feat=feat, log_temperature=self.log_read_temperature,
-                memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory)
-        except triton_utils.KernelUnavailable:
-            return None
-        return out, LavoState(keys, values, complete, partial, state.position + 1)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

@@ -8,8 +8,8 @@ builds the memory rows the queries read, reads them through the orthogonal bases
   complete windows before it, from the per-window sums of :func:`window_sums` and their prefix sum),
   :func:`running_memory` (causal without: token t reads the running mean of features 0..t), :func:`mean_memory`
   (noncausal and cross attention: one mean per sequence);
-- :func:`read`: the reading's options (temperature on q, rms-normalised memory), then the read kernel by name
-  (``read.py``: 'recompute', 'autograd'; ``triton.py``: 'triton');
+- :func:`read`: the rms-normalised memory, then the read kernel (:data:`READ`: :func:`recompute_read`,
+  :func:`autograd_read` over ``read.py``, :func:`triton_read` over ``triton.py``; each applies the temperature on q);
 - :func:`combine_branches`: local + global as ``combine`` says;
 - :func:`memory_branch`: all of the above for a chunk of self-attention, with the streaming state in and out
   (:class:`MemoryState`, flash-linear-attention's initial_state / output_final_state convention);
@@ -23,14 +23,16 @@ accumulates in fp32 without a cast copy.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
+from lavo_zoo.attention.ops.dispatch import Chosen, Kernel, KernelSet, Op, triton_auto, triton_runs
 from lavo_zoo.attention.ops.dropout import new_seed
+from lavo_zoo.attention.ops.window import WINDOW
 
 COMBINES = ("half", "sum", "gain")
 EMPTY_MEMORY = ("local", "half")
@@ -123,18 +125,89 @@ def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState 
     return cum / count.clamp(min=1)[..., None], (cum[:, :, -1], torch.zeros_like(prev))
 
 
-def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = "recompute", *, offset: int = 0,
-         group: int = 1, log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+# -------------------------------------------------------------------------------------------- the read kernels
+# Each: q [B, H, T, d] reads mem [B, H, n, d] (query t: row (offset + t) // group; n == 1: the one row) through
+# bases [H, r, d], q scaled by exp(log_temperature) per head; with ``local``, local + gain * read. ``dropout`` p is
+# already 0 outside training; ``chunk`` and ``inplace`` are the recompute kernel's (the others ignore them).
+def recompute_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1, *,
+                   log_temperature: torch.Tensor | None = None, dropout: float = 0.0, chunk: int | None = None,
+                   local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0, inplace: bool = False
+                   ) -> torch.Tensor:
+    """The read that recomputes in backward (:func:`.read.read_memory`): [B, H, T, d] in the compute dtype, a fresh
+    tensor; ``inplace``: local may be overwritten (a fresh output of the recompute window)."""
+    glob = read_memory(_tempered(q, log_temperature), mem, bases, offset, group, chunk, dropout,
+                       new_seed() if dropout else 0)
+    return glob if local is None else combine_branches(local, glob, None, combine="sum", gain=gain, inplace=inplace)
+
+
+def autograd_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1, *,
+                  log_temperature: torch.Tensor | None = None, dropout: float = 0.0, chunk: int | None = None,
+                  local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0, inplace: bool = False
+                  ) -> torch.Tensor:
+    """The read left to autograd (:func:`.read.read_memory_autograd`, keeps the [T, r] probabilities)."""
+    glob = read_memory_autograd(_tempered(q, log_temperature), mem, bases, offset, group, dropout, dropout > 0)
+    return glob if local is None else combine_branches(local, glob, None, combine="sum", gain=gain)
+
+
+def triton_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1, *,
+                log_temperature: torch.Tensor | None = None, dropout: float = 0.0, chunk: int | None = None,
+                local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0, inplace: bool = False
+                ) -> torch.Tensor:
+    """The Triton read (:func:`.triton.read_memory_triton`; temperature and the joining inside the kernel): [B, H, T,
+    d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled."""
+    from lavo_zoo.attention.lavo import triton as lavo_triton
+
+    return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=dropout,
+                                          seed=new_seed() if dropout else 0, log_temperature=log_temperature,
+                                          local=local, gain=gain)
+
+
+def _tempered(q: torch.Tensor, log_temperature: torch.Tensor | None) -> torch.Tensor:
+    """q scaled by the per-head read temperature exp(t_h) (log_temperature [H]), or q itself."""
+    return q if log_temperature is None else q * log_temperature.exp().to(q.dtype)[:, None, None]
+
+
+def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                memory: MemoryState, bases: torch.Tensor, window: int, **reading: Any
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, MemoryState]:
+    """One causal token after a state, in one Triton kernel (:func:`.triton.decode_step_triton`, whose arguments
+    ``reading`` holds): the output [B, H, 1, d], the new last keys and values, the new :class:`MemoryState`."""
+    from lavo_zoo.attention.lavo import triton as lavo_triton
+
+    out, keys, values, complete, partial = lavo_triton.decode_step_triton(
+        q, k, v, keys, values, memory.sum_complete, memory.sum_partial, memory.position, bases, window, **reading)
+    return out, keys, values, MemoryState(complete, partial, memory.position + 1)
+
+
+def _step_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                  memory: MemoryState, *args: Any, **kwargs: Any) -> bool:
+    """The fused step covers a token after the first (a memory to read) with no autograd graph to record."""
+    return memory.position > 0 and not torch.is_grad_enabled()
+
+
+RECOMPUTE_READ = Kernel("recompute", recompute_read, fresh=True)
+AUTOGRAD_READ = Kernel("autograd", autograd_read)
+TRITON_READ = Kernel("triton", triton_read, runs=triton_runs, auto=triton_auto, compiled=True)
+READ = Op("memory read", (RECOMPUTE_READ, AUTOGRAD_READ, TRITON_READ), fallback=RECOMPUTE_READ)
+# a shortcut: where it does not run, the layer composes the step from the window's and the read's
+STEP = Op("decoding step", (Kernel("triton", triton_step, runs=triton_runs, auto=triton_auto, dropout=False,
+                                   compiled=True, applies=_step_applies),), fallback=None)
+LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP)
+
+
+def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str | Chosen = "recompute", *,
+         offset: int = 0, group: int = 1, log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
          chunk: int | None = None, dropout: float = 0.0, training: bool = False, local: torch.Tensor | None = None,
-         gain: float | torch.Tensor = 1.0) -> torch.Tensor:
+         gain: float | torch.Tensor = 1.0, inplace: bool = False) -> torch.Tensor:
     """Read the orthogonal memory (docs/lavo.md, "Reading the orthogonal memory").
 
     Args:
         q: [B, H, T, d] queries.
         mem: [B, H, n, d] mean features; query t reads row (offset + t) // group (n == 1: every query the one row).
         bases: [H, r, d] orthonormal rows per head.
-        kernel: 'recompute', 'autograd' or 'triton' (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`
-            picks it); 'triton' that cannot be compiled on this device (warned once) runs 'recompute'.
+        kernel: a kernel of :data:`READ` by name ('recompute', 'autograd', 'triton'), or the one a layer chose
+            (its :class:`~lavo_zoo.attention.ops.dispatch.Choice`'s ``read``); the dispatch falls back where it
+            cannot run.
         log_temperature: [H], the log of a per-head factor on q before the read (the slot logits are the only place
             q enters it), or None. The Triton kernels apply it inside.
         memory_norm: 'mean' reads mem as it is, 'rms' reads m / rms(m) per row (zero rows stay zero).
@@ -144,33 +217,16 @@ def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str = 
         local, gain: with ``local`` [B, H, T, d], return local + gain * read (``combine`` 'sum', or 'gain' with a
             per-head [H] gain): the Triton kernels join the branches inside, the others by
             :func:`combine_branches`.
+        inplace: with ``local``, the recompute kernel may overwrite local (a fresh output of the recompute window).
 
     Returns:
         [B, H, T, d]: in the compute dtype, or in q's dtype from the Triton kernels.
     """
+    run = READ.bind(kernel)
     if memory_norm == "rms":
         mem = mem * torch.rsqrt(mem.square().mean(-1, keepdim=True) + RMS_EPS)   # [B, H, n, d]; zero rows stay 0
-    p = dropout if training else 0.0
-    if kernel == "triton":
-        from lavo_zoo.attention.lavo import triton as lavo_triton
-        from lavo_zoo.attention.ops import triton_utils
-        if not triton_utils.failures():  # else a Triton kernel failed earlier in this call (the window's)
-            try:
-                return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=p,
-                                                      seed=new_seed() if p else 0, log_temperature=log_temperature,
-                                                      local=local, gain=gain)
-            except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once)
-                pass
-        kernel = "recompute"
-    if log_temperature is not None:
-        q = q * log_temperature.exp().to(q.dtype)[:, None, None]                   # [H, 1, 1] per head
-    if kernel == "autograd":
-        glob = read_memory_autograd(q, mem, bases, offset, group, dropout, training)
-    elif kernel == "recompute":
-        glob = read_memory(q, mem, bases, offset, group, chunk, p, new_seed() if p else 0)
-    else:
-        raise ValueError(f"the memory read has the kernels 'recompute', 'autograd' and 'triton', got '{kernel}'")
-    return glob if local is None else combine_branches(local, glob, None, combine="sum", gain=gain)
+    return run(q, mem, bases, offset, group, log_temperature=log_temperature, dropout=dropout if training else 0.0,
+               chunk=chunk, local=local, gain=gain, inplace=inplace)
 
 
 def combine_branches(local: torch.Tensor, glob: torch.Tensor, empty: torch.Tensor | None, *, combine: str = "half",
@@ -208,7 +264,8 @@ def combine_branches(local: torch.Tensor, glob: torch.Tensor, empty: torch.Tenso
 def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bases: torch.Tensor, window: int, *,
                   padding_mask: torch.Tensor | None = None, causal: bool = True, context_dissection: bool = True,
                   combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local",
-                  log_temperature: torch.Tensor | None = None, memory_norm: str = "mean", kernel: str = "recompute",
+                  log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+                  kernel: str | Chosen = "recompute",
                   chunk: int | None = None, dropout: float = 0.0, training: bool = False,
                   initial_state: MemoryState | None = None, output_final_state: bool = False,
                   inplace: bool = False) -> tuple[torch.Tensor, MemoryState | None]:
@@ -228,8 +285,8 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
         log_temperature, memory_norm, kernel, chunk, dropout, training: :func:`read`.
         initial_state: causal streaming: the state after the previous chunk, or None.
         output_final_state: causal: return the state after this chunk (fresh tensors), else None.
-        inplace: :func:`combine_branches` (only where local and the read's output are fresh outputs of the
-            recompute kernels).
+        inplace: :func:`combine_branches` (only where local and the read's output are fresh outputs: the ``fresh``
+            kernels of the window and the read).
 
     Returns:
         [B, H, T, d] in the compute dtype, and the :class:`MemoryState` after the chunk (or None).
@@ -242,14 +299,15 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
         feats = feats * padding_mask[:, None, :, None].to(feats.dtype)          # zero at padded positions
     reading = {"log_temperature": log_temperature, "memory_norm": memory_norm, "chunk": chunk, "dropout": dropout,
                "training": training}
-    if kernel == "triton" and combine != "half":  # the read kernel joins the branches itself (an empty memory reads 0)
-        reading.update(local=local, gain=gain)
+    joined = combine != "half"  # the read joins local + gain x read itself (an empty memory reads exactly 0)
+    if joined:
+        reading.update(local=local, gain=gain, inplace=inplace)
     joining = {"combine": combine, "gain": gain, "empty_memory": empty_memory, "inplace": inplace}
     if not causal:
         mem = mean_memory(feats, valid)                                          # [B, H, 1, d]
         del feats
         glob = read(q, mem, bases, kernel, **reading)
-        return (glob if "local" in reading else combine_branches(local, glob, None, **joining)), None
+        return (glob if joined else combine_branches(local, glob, None, **joining)), None
     if context_dissection:
         mem, empty, sums = dissected_memory(feats, valid, window, initial_state)
         position = initial_state.position if initial_state is not None else 0
@@ -259,7 +317,7 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
         empty = None
         glob = read(q, mem, bases, kernel, **reading)
     del mem
-    out = glob if "local" in reading else combine_branches(local, glob, empty, **joining)
+    out = glob if joined else combine_branches(local, glob, empty, **joining)
     if not output_final_state:
         return out, None
     position = (initial_state.position if initial_state is not None else 0) + T
@@ -269,7 +327,7 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
 def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases: torch.Tensor, window: int,
                 state: MemoryState, *, combine: str = "sum", gain: float | torch.Tensor = 1.0,
                 empty_memory: str = "local", log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
-                kernel: str = "recompute", chunk: int | None = None) -> tuple[torch.Tensor, MemoryState]:
+                kernel: str | Chosen = "recompute", chunk: int | None = None) -> tuple[torch.Tensor, MemoryState]:
     """One causal token after ``state`` with context dissection, no padding (a decoding step): what
     :func:`memory_branch` gives for a one-token chunk, in a handful of small operations.
 

@@ -1,4 +1,4 @@
-"""Triton kernels of LAVO's orthogonal-memory read (backend ``triton`` of the read; docs/lavo.md, "Kernels").
+"""Triton kernels of LAVO's orthogonal-memory read (the read's ``triton`` kernel; docs/lavo.md, "Kernels").
 
 The same computation as :func:`lavo_zoo.attention.lavo.read.read_memory`: query t of head h reads memory row
 m = mem[(offset + t) // group] (the one row when mem has one), through the bases B [r, d] of its head:
@@ -291,7 +291,7 @@ def read_memory_triton(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, 
         local: [B, H, T, d] or None: return local + gain * read, joined inside the kernel (LAVO's 'sum' and 'gain').
         gain: the read's factor with ``local``: a number, or a per-head [H] tensor (learned).
 
-    Raises :class:`~lavo_zoo.attention.ops.triton_utils.KernelUnavailable` where the forward kernel cannot be
+    Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where the forward kernel cannot be
     compiled on this device."""
     per_head = gain if isinstance(gain, torch.Tensor) else None
     shared = 1.0 if per_head is not None else float(gain)

@@ -1,11 +1,21 @@
 """Kernels shared by several mechanisms (flash-linear-attention's ``ops/<op>/``), one package per op, each with its
 dense or loop reference in its ``naive.py``, and what their kernels share.
 
+- :mod:`~lavo_zoo.attention.ops.dispatch`: the one kernel choice for every mechanism with kernels: where each kernel
+  runs, the fallback when one cannot run, the report of what ran (its docstring says how a mechanism plugs in).
 - :mod:`~lavo_zoo.attention.ops.window`: exact sliding-window softmax attention (``local`` and LAVO's local branch).
-- :mod:`~lavo_zoo.attention.ops.dispatch`: the one kernel choice ('triton', 'flex', 'recompute', 'autograd') for the
-  window and LAVO's memory read.
 - :mod:`~lavo_zoo.attention.ops.triton_utils`: what the Triton kernels share (where they run, tiles, precision).
+- :mod:`~lavo_zoo.attention.ops.dropout`: attention dropout inside the kernels (the call's seed, the masks).
 - :mod:`~lavo_zoo.attention.ops.naive`: the loop pieces that the mechanisms' slow references (``naive``) share.
 
 LAVO's own op (its memory, read kernels and naive forms) lives in its package, :mod:`lavo_zoo.attention.lavo`.
+
+:class:`KernelUnavailable` is here, beneath every kernel module and the dispatch, so that a kernel can raise it and
+the dispatch catch it without either importing the other.
 """
+
+
+class KernelUnavailable(RuntimeError):
+    """A kernel compiled at run time (Triton, torch.compile) could not be built on this device, now or earlier in
+    this process (it warned once and is off for the process): the dispatch reruns the call on the op's fallback."""
+

@@ -11,11 +11,14 @@ import torch
 
 
 def heads(m, t: torch.Tensor) -> torch.Tensor:
+    """t [B, T, D] split into module m's heads: [B, H, T, d]."""
     B, T, _ = t.shape
     return t.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)  # [B, H, T, d]
 
 
-def qkv(m, x, context):
+def qkv(m, x: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Module m's queries from x [B, T, D], keys and values from context [B, S, D] (cross) or x: [B, H, T or S, d]
+    each."""
     src = x if context is None else context
     return heads(m, m.q_proj(x)), heads(m, m.k_proj(src)), heads(m, m.v_proj(src))
 
@@ -32,6 +35,7 @@ def merge(m, o: torch.Tensor, padding_mask: torch.Tensor | None = None, dtype: t
 
 
 def ones(B: int, T: int) -> torch.Tensor:
+    """A [B, T] mask with every token real."""
     return torch.ones(B, T, dtype=torch.bool)
 
 
@@ -46,6 +50,7 @@ def allowed_keys(m, t: int, S: int, key_mask_b: torch.Tensor) -> list[int]:
 
 
 def segments(T: int, C: int) -> list[list[int]]:
+    """The positions 0..T-1 split into min(C, T) contiguous segments as even as they come (t goes to t C // T)."""
     C = min(C, T)
     return [[t for t in range(T) if t * C // T == c] for c in range(C)]
 

@@ -6,9 +6,10 @@ launch itself with its compile-failure fallback, and the dropout mask.
   up to 2^31 - 1, where CUDA's y and z axes stop at 65,535), and its offsets are 64-bit (row indices are int64
   before they multiply a stride, so T x D >= 2^31 does not overflow). A kernel that fails to compile on this device
   (Triton's CompilationError, OutOfResources, a ptxas error) is marked failed for the process with one warning
-  naming it and the reason, and :class:`KernelUnavailable` is raised: the caller reruns the call (or a backward pass
-  its gradients) on the PyTorch kernels, and :func:`lavo_zoo.attention.ops.dispatch.triton_runs` says no from then
-  on (:func:`failures`).
+  naming it and the reason, and :class:`~lavo_zoo.attention.ops.KernelUnavailable` is raised: the dispatch reruns
+  the call on the op's fallback (a backward pass computes its gradients on the PyTorch kernels itself), and
+  :func:`lavo_zoo.attention.ops.dispatch.triton_runs` says no from then on (:func:`failures`). A library's Triton
+  kernel (fla's) gets the same by launching under :func:`compiling`.
 - Tiles (:func:`band_tile`, :func:`autotuned`): a program of ``block`` queries walks its band of ``block + span``
   keys in tiles sized so that the keys it scans exceed the band by less than one tile (a 16-key window: 80 keys per
   64 queries, not 128); on a GPU the block size and warps are autotuned per kernel (``triton.autotune`` over a few
@@ -25,14 +26,18 @@ interpreter on CPU tensors (what the tests do); otherwise they need CUDA tensors
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 
 import torch
 import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources, PTXASError
+
+from lavo_zoo.attention.ops import KernelUnavailable
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by @triton.jit at decoration, i.e. at import
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # fp64 stays on the PyTorch kernels
@@ -113,10 +118,6 @@ GRID_LIMIT = 2**31 - 1  # programs on a CUDA grid's x axis (its y and z axes sto
 _failures: dict[str, str] = {}  # kernel name -> why it could not be compiled, in this process
 
 
-class KernelUnavailable(RuntimeError):
-    """A Triton kernel could not be compiled on this device (now or earlier in this process): run the fallback."""
-
-
 def failures() -> dict[str, str]:
     """The Triton kernels that failed to compile in this process, with the reason (empty: none)."""
     return dict(_failures)
@@ -139,32 +140,52 @@ def _compile_failure(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and not isinstance(e, torch.OutOfMemoryError) and "ptxas" in str(e).lower()
 
 
-def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwargs) -> None:
-    """``kernel[programs](*args, **kwargs)``, or :class:`KernelUnavailable` where the kernel cannot be compiled here:
-    the first failure warns once (naming ``name`` and the reason) and records it (:func:`failures`), which turns the
-    Triton kernels off for the process in the choice of kernels; a later launch of that kernel raises at once.
-    ``programs``: the grid, or a function of the meta-parameters (an autotuned kernel's block size) that gives it.
-    ``config``: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
-    tuning."""
+@contextlib.contextmanager
+def compiling(name: str) -> Iterator[None]:
+    """Run the launch of the Triton kernel ``name`` (the project's own through :func:`launch`, or a library's, e.g.
+    fla's, in an op's kernel function) so that a failure to compile it on this device warns once (naming it and the
+    reason), is recorded (:func:`failures`: the Triton kernels are then off for the process in the dispatch) and
+    raises :class:`~lavo_zoo.attention.ops.KernelUnavailable`, on which the dispatch reruns the call on the op's
+    fallback; a later launch of that kernel raises at once. Other errors (a bug in the call, a full device)
+    propagate unchanged.
+
+    Args:
+        name: the kernel's name in the warning and in :func:`failures`.
+    """
     if name in _failures:
         raise KernelUnavailable(f"{name}: {_failures[name]}")
+    try:
+        yield
+    except Exception as e:
+        if not _compile_failure(e):
+            raise
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        _failures[name] = reason
+        warnings.warn(f"the Triton kernel {name} could not be compiled on this device ({reason}); the Triton "
+                      "kernels are off for the rest of this process and the call runs on the PyTorch kernels "
+                      "(set LAVO_ZOO_TRITON=0 to skip the attempt)", RuntimeWarning, stacklevel=4)
+        raise KernelUnavailable(f"{name}: {reason}") from e
+
+
+def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwargs) -> None:
+    """``kernel[programs](*args, **kwargs)`` under :func:`compiling` (``name``: the kernel's name there).
+
+    Args:
+        name: the kernel's name in the warning and in :func:`failures`.
+        kernel: a ``@triton.jit`` (or autotuned) kernel.
+        programs: the grid, or a function of the meta-parameters (an autotuned kernel's block size) that gives it.
+        *args, **kwargs: the kernel's arguments.
+        config: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
+            tuning.
+    """
     if config is not None:
         if isinstance(kernel, triton.runtime.Autotuner):
             kernel = kernel.fn
         kwargs = {**kwargs, **config}
         if callable(programs):
             programs = programs(config)
-    try:
+    with compiling(name):
         kernel[programs](*args, **kwargs)
-    except Exception as e:
-        if not _compile_failure(e):
-            raise
-        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
-        _failures[name] = reason
-        warnings.warn(f"the Triton kernel {name} could not be compiled on this device ({reason}); LAVO's Triton "
-                      "kernels are off for the rest of this process and the call runs on the PyTorch kernels "
-                      "(set LAVO_ZOO_TRITON=0 to skip the attempt)", RuntimeWarning, stacklevel=3)
-        raise KernelUnavailable(f"{name}: {reason}") from e
 
 
 # ------------------------------------------------------------------------------------------------- dropout

@@ -3,32 +3,93 @@
 Window of query t: causal keys s in [t-w+1, t]; noncausal keys s in [t-w+1, t+w-1]. The optional relative bias
 ``bias[h, s - t + w - 1]`` (shape [H, 2w-1]) is LAVO's embedded position encoding.
 
-:func:`window_attention` is the one entry; its ``backend`` ('auto' or a kernel name) is resolved by the kernel choice,
-:func:`lavo_zoo.attention.ops.dispatch.choose_kernels` (where each kernel runs, and the fallbacks), then runs:
-- ``recompute``: :class:`~lavo_zoo.attention.ops.window.blocked.WindowAttentionFunction` (``blocked.py``), which
-  saves only its inputs and recomputes each chunk's scores in backward (attention dropout included: each chunk's
-  mask is regenerated from the call's seed). The default on CPU, for short CUDA chunks and with dropout in training.
-- ``autograd``: :func:`~lavo_zoo.attention.ops.window.blocked.window_autograd`, the same blocked computation left to
-  autograd (torch's own dropout); only when requested.
-- ``flex``: the fused CUDA kernel of ``flex.py``; 'auto' takes it on CUDA without dropout in training. If it cannot
-  be compiled on the device, the call runs ``recompute`` instead.
-- ``triton``: the Triton kernels of ``triton.py`` (forward and backward, streaming prefix and dropout included);
-  taken when requested (LAVO's layer, and its 'auto' with ``LAVO_ZOO_TRITON=1``); requested where they do not run,
-  or if they cannot be compiled on the device (warned once), the call runs ``recompute``.
-:func:`window_attention_step` is one query's window (a decoding step); ``naive.py`` holds the dense masked O(T^2)
-reference the tests compare with.
+:func:`window_attention` is the one entry. Its kernels, one signature (q, k, v, window, causal, bias, key_mask,
+prefix, dropout, chunk), declared for the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`, which chooses among
+them and falls back) as :data:`WINDOW`:
+
+- ``recompute`` (:func:`recompute_window`): the autograd Function of ``blocked.py``, which saves only its inputs and
+  recomputes each chunk's scores in backward (attention dropout included: each chunk's mask is regenerated from the
+  call's seed). Every device and dtype: the fallback.
+- ``autograd`` (:func:`autograd_window`): the same blocked computation left to autograd (torch's own dropout); only
+  when requested.
+- ``flex`` (:func:`flex_window`): the fused kernel of ``flex.py`` (no dropout); 'auto' takes it on CUDA for chunks
+  of at least ``flex.MIN_QUERIES`` queries.
+- ``triton`` (:func:`triton_window`): the Triton kernels of ``triton.py`` (forward and backward, streaming prefix
+  and dropout included), where the dispatch's Triton rule lets 'auto' take them (LAVO's layer) or on request.
+
+:data:`WINDOW_KERNELS` is the window alone, as :func:`window_attention`'s 'auto' and the ``local`` mechanism choose
+it: Triton on request only. :func:`window_attention_step` is one query's window (a decoding step); ``naive.py``
+holds the dense masked O(T^2) reference the tests compare with.
 """
 from __future__ import annotations
 
 import torch
 
 from lavo_zoo.attention.common import compute_dtype
-from lavo_zoo.attention.ops.dispatch import BACKENDS, FALLBACK, choose_kernels
+from lavo_zoo.attention.ops import dispatch
+from lavo_zoo.attention.ops.dispatch import AUTO, Chosen, Kernel, KernelSet, Op
 from lavo_zoo.attention.ops.dropout import new_seed
 from lavo_zoo.attention.ops.window import flex
 from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
 
+Prefix = tuple[torch.Tensor, torch.Tensor]
 
+
+# ------------------------------------------------------------------------------------------------- the kernels
+# Each: q, k, v [B, H, T, d]; prefix (keys, values) [B, H, P, d] or None; dropout p already 0 outside training.
+def recompute_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
+                     bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                     prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
+    """The blocked window that recomputes in backward: [B, H, T, d] in :func:`compute_dtype`, a fresh tensor."""
+    past_k, past_v = prefix if prefix is not None else (None, None)
+    return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk, dropout,
+                                         new_seed() if dropout else 0)
+
+
+def autograd_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
+                    bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                    prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
+    """The blocked window left to autograd (keeps the [T, 2w] probabilities): [B, H, T, d] in the compute dtype."""
+    keys, values = ([prefix[0], k], [prefix[1], v]) if prefix is not None else ([k], [v])
+    P = 0 if prefix is None else prefix[0].shape[2]
+    return window_autograd(q, keys, values, window, causal, bias, key_mask, P, dropout, dropout > 0)
+
+
+def flex_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
+                bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
+    """flex_attention's fused window (no dropout: the dispatch does not take it then): [B, H, T, d] in the compute
+    dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled (warned once)."""
+    fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
+    out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
+    return out.to(compute_dtype(q.dtype))
+
+
+def triton_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
+                  bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
+                  prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
+    """The Triton window kernels: [B, H, T, d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.
+    KernelUnavailable` where a kernel cannot be compiled on this device (warned once)."""
+    from lavo_zoo.attention.ops.window import triton as window_triton
+
+    return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
+                                                 prefix=prefix, dropout=dropout, seed=new_seed() if dropout else 0)
+
+
+def _flex_auto(q: torch.Tensor) -> bool:
+    return dispatch.on_cuda(q) and flex.enabled(q)
+
+
+RECOMPUTE = Kernel("recompute", recompute_window, fresh=True)
+AUTOGRAD = Kernel("autograd", autograd_window)
+FLEX = Kernel("flex", flex_window, runs=flex.usable, auto=_flex_auto, dropout=False, min_queries=flex.MIN_QUERIES,
+              compiled=True)
+TRITON = Kernel("triton", triton_window, runs=dispatch.triton_runs, auto=dispatch.triton_auto, compiled=True)
+WINDOW = Op("window", (TRITON, FLEX, RECOMPUTE, AUTOGRAD), fallback=RECOMPUTE)
+WINDOW_KERNELS = KernelSet("window", window=WINDOW.without_auto("triton"))
+
+
+# ------------------------------------------------------------------------------------------------- the entry
 def last_positions(prefix: torch.Tensor | None, t: torch.Tensor, window: int) -> torch.Tensor:
     """The last min(w-1, P+T) time steps of cat(prefix, t) as a fresh small tensor: the streaming ring of keys or
     values (prefix [B, H, P, d] or None, t [B, H, T, d])."""
@@ -39,9 +100,8 @@ def last_positions(prefix: torch.Tensor | None, t: torch.Tensor, window: int) ->
 
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                      bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
-                     prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
-                     dropout: float = 0.0, training: bool = False, backend: str = "auto",
-                     chunk: int = CHUNK) -> torch.Tensor:
+                     prefix: Prefix | None = None, dropout: float = 0.0, training: bool = False,
+                     kernel: str | Chosen = AUTO, chunk: int = CHUNK) -> torch.Tensor:
     """Exact sliding-window attention.
 
     Args:
@@ -53,42 +113,20 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
         prefix: (keys, values) [B, H, P, d], P < w: the previous chunk's last keys and values (causal streaming; no
             key_mask then), sitting before position 0.
         dropout, training: attention dropout on the probabilities (in training only).
-        backend: 'auto' or a kernel name, resolved by :func:`~lavo_zoo.attention.ops.dispatch.choose_kernels`
-            (whose 'auto' here keeps flex_attention on CUDA, never Triton); callers that chose already (LAVO's layer)
-            pass the kernel's name.
+        kernel: 'auto' or a kernel name, chosen from :data:`WINDOW_KERNELS`; or a kernel a layer chose already
+            (its :class:`~lavo_zoo.attention.ops.dispatch.Choice`'s ``window``).
         chunk: queries per recomputed chunk of the ``recompute`` kernel.
 
     Returns:
-        [B, H, T, d] in :func:`compute_dtype`. A query whose window holds no real key (only possible for padded
-        queries) gets finite garbage, never NaN.
+        [B, H, T, d] in :func:`compute_dtype` (in q's dtype from the Triton kernels). A query whose window holds no
+        real key (only possible for padded queries) gets finite garbage, never NaN.
     """
-    ct = compute_dtype(q.dtype)
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("window_attention: a key prefix needs causal=True and no key_mask")
-    kernel = choose_kernels(q, backend, dropout=dropout, training=training, auto_triton=False).window
-    p = dropout if training else 0.0
-    if kernel == "triton":
-        from lavo_zoo.attention.ops import triton_utils
-        from lavo_zoo.attention.ops.window import triton as window_triton
-        try:
-            return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias,
-                                                         key_mask=key_mask, prefix=prefix, dropout=p,
-                                                         seed=new_seed() if p else 0)
-        except triton_utils.KernelUnavailable:  # cannot be compiled on this device (warned once): recompute below
-            kernel = FALLBACK
-    if kernel == "flex":
-        fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
-        out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
-        if out is not None:  # None: the kernel cannot be compiled on this device (warned once); recompute below
-            return out.to(ct)
-        kernel = FALLBACK
-    past_k, past_v = prefix if prefix is not None else (None, None)
-    if kernel == "recompute":
-        return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk, p,
-                                             new_seed() if p else 0)
-    P = 0 if past_k is None else past_k.shape[2]
-    return window_autograd(q, [p for p in (past_k, k) if p is not None], [p for p in (past_v, v) if p is not None],
-                           window, causal, bias, key_mask, P, dropout, training)
+    run = kernel if isinstance(kernel, Chosen) else \
+        WINDOW_KERNELS.choose(q, kernel, dropout=dropout, training=training).window
+    return run(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask, prefix=prefix,
+               dropout=dropout if training else 0.0, chunk=chunk)
 
 
 def window_attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *,
@@ -115,4 +153,4 @@ def window_attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
     return scores.softmax(-1) @ values                                           # [B, H, 1, d]
 
 
-__all__ = ["BACKENDS", "CHUNK", "last_positions", "window_attention", "window_attention_step"]
+__all__ = ["CHUNK", "WINDOW", "WINDOW_KERNELS", "last_positions", "window_attention", "window_attention_step"]

@@ -2,10 +2,10 @@
 against the keys of blocks j-1 and j (causal) or j-1, j and j+1 (noncausal). No T x T tensor and no gather of a
 T x w x d tensor; scores and softmax in fp32 (or the input's wider dtype).
 
-- :class:`WindowAttentionFunction` (backend ``recompute``): chunks of ``chunk`` queries; saves only q, k, v (and the
+- :class:`WindowAttentionFunction` (the ``recompute`` kernel): chunks of ``chunk`` queries; saves only q, k, v (and the
   bias, mask, prefix) for backward and recomputes each chunk's scores there, like FlashAttention. No [T, 2w] scores
   and no 2w-key blocks survive the forward pass.
-- :func:`window_autograd` (backend ``autograd``): the same blocked computation on the whole sequence, differentiated
+- :func:`window_autograd` (the ``autograd`` kernel): the same blocked computation on the whole sequence, differentiated
   by autograd (it keeps the [T, 2w] probabilities and the key/value blocks); with an explicit dropout mask it is the
   reference the tests compare the kernels' dropout with.
 

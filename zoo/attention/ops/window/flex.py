@@ -1,7 +1,7 @@
 """CUDA fused sliding window: ``flex_attention`` with a banded block mask and a ``score_mod`` for the relative
-bias. The kernel choice (:func:`lavo_zoo.attention.ops.dispatch.choose_kernels`) takes it on CUDA for chunks of at
-least ``MIN_QUERIES`` queries without attention dropout in training (LAVO's default there, and the ``local``
-mechanism's); ``LAVO_ZOO_FLEX=0`` turns it off (blocked path everywhere).
+bias, the window op's ``flex`` kernel (``ops/window/__init__.py``). 'auto' takes it on CUDA for chunks of at least
+``MIN_QUERIES`` queries (:func:`enabled`) without attention dropout in training (LAVO's default there, and the
+``local`` mechanism's); ``LAVO_ZOO_FLEX=0`` turns that off (the blocked path everywhere).
 
 Variable lengths: flex_attention is compiled with dynamic shapes, so a new length reuses the compiled kernel
 (compiled with static shapes it would recompile for every length and, past torch's recompile limit of 8, run its
@@ -12,7 +12,8 @@ The block mask is built from block indices (:func:`band_block_mask`): the band o
 three 128-key blocks per 128-query block, so the mask is built from O(T / 128) numbers. (``create_block_mask``
 evaluates ``mask_mod`` on the whole T x T grid: 10 GB at 32K tokens, measured on an H100.) If the kernel cannot be
 compiled on this device (e.g. its shared memory is too small for a tile configuration), the fused path is switched
-off for the process with one warning and the blocked path is used.
+off for the process with one warning and :class:`~lavo_zoo.attention.ops.KernelUnavailable`, and the dispatch runs
+the blocked path.
 """
 from __future__ import annotations
 
@@ -23,19 +24,24 @@ import warnings
 
 import torch
 
+from lavo_zoo.attention.ops import KernelUnavailable
+
 MIN_QUERIES = 256  # shorter chunks (decoding) stay on the blocked path
 BLOCK = 128  # flex_attention's sparse block size (queries and keys)
 COMPILE_BACKEND = "inductor"  # torch.compile's backend (the tests count compilations with a stand-in)
 _failure: str | None = None  # why the fused kernel is off in this process, once it failed to compile
 
 
-def enabled(q: torch.Tensor) -> bool:
-    """Whether the fused path can run for queries q [B, H, T, d]: a CUDA tensor, at least ``MIN_QUERIES`` queries,
-    ``LAVO_ZOO_FLEX`` not 0, and the kernel did not fail to compile in this process. (It has no attention dropout:
-    the kernel choice does not take it in training with dropout.)"""
-    from lavo_zoo.attention.ops.dispatch import on_cuda
+def usable(q: torch.Tensor) -> bool:
+    """Whether the kernel can run: it did not fail to compile in this process."""
+    return _failure is None
 
-    return on_cuda(q) and q.shape[2] >= MIN_QUERIES and _failure is None and os.environ.get("LAVO_ZOO_FLEX", "1") != "0"
+
+def enabled(q: torch.Tensor) -> bool:
+    """Whether 'auto' may take the kernel for queries q [B, H, T, d] on a CUDA device (the dispatch asks for the
+    device): at least ``MIN_QUERIES`` queries, ``LAVO_ZOO_FLEX`` not 0, and :func:`usable`. (It has no attention
+    dropout: the dispatch does not take it in training with dropout.)"""
+    return q.shape[2] >= MIN_QUERIES and usable(q) and os.environ.get("LAVO_ZOO_FLEX", "1") != "0"
 
 
 @functools.cache
@@ -69,10 +75,11 @@ def band_block_mask(q_len: int, kv_len: int, window: int, *, causal: bool, mask_
 
 def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                           bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
-                          compiled: bool = True, block: int = BLOCK) -> torch.Tensor | None:
+                          compiled: bool = True, block: int = BLOCK) -> torch.Tensor:
     """Same contract as ``window_attention`` (q [B, H, Tq, d], k/v [B, H, P+Tq, d]); returns [B, H, Tq, d] in q's
-    dtype (softmax in fp32 inside the kernel). Rows with no real key give zeros. Returns None (after one warning,
-    and from then on :func:`enabled` is False) when the compiled kernel cannot be built here."""
+    dtype (softmax in fp32 inside the kernel). Rows with no real key give zeros. Raises
+    :class:`~lavo_zoo.attention.ops.KernelUnavailable` (after one warning, and from then on :func:`usable` is False)
+    when the compiled kernel cannot be built here."""
     global _failure
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -94,7 +101,7 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
         warnings.warn(f"LAVO's fused flex_attention window kernel could not be compiled on this device ({_failure}); "
                       "using the blocked window path for the rest of this process (set LAVO_ZOO_FLEX=0 to skip the "
                       "attempt)", RuntimeWarning, stacklevel=2)
-        return None
+        raise KernelUnavailable(f"flex_attention window: {_failure}") from e
 
 
 def _band_mods(w: int, causal: bool, key_mask: torch.Tensor | None, bias: torch.Tensor | None):

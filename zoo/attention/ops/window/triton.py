@@ -1,4 +1,4 @@
-"""Triton kernels of the sliding window (backend ``triton`` of :func:`lavo_zoo.attention.ops.window.window_attention`).
+"""Triton kernels of the sliding window (the ``triton`` kernel of :mod:`lavo_zoo.attention.ops.window`).
 
 Same contract as the blocked ``recompute`` kernel: query t attends to the keys [t-w+1, t] (causal) or
 [t-w+1, t+w-1] (noncausal) that are real (``key_mask``), with the relative bias ``bias[h, s - t + w - 1]`` (LAVO's
@@ -30,7 +30,7 @@ dP = (dO V^T) Z, and delta = rowsum(dO * O) still equals rowsum(P dP).
 
 Every kernel runs on a one-axis grid (batch x heads x blocks) with 64-bit offsets, through
 :func:`~lavo_zoo.attention.ops.triton_utils.launch`: a kernel that cannot be compiled on the device raises
-:class:`~lavo_zoo.attention.ops.triton_utils.KernelUnavailable` (forward: the caller reruns on the recompute
+:class:`~lavo_zoo.attention.ops.KernelUnavailable` (forward: the dispatch reruns the call on the recompute
 kernel; backward: :class:`WindowTritonFunction` computes the gradients with the PyTorch kernels, the same mask
 included).
 
@@ -394,7 +394,7 @@ def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w
     ``seed`` (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, 2w - 1]). ``block_m`` rows
     per program and ``block_n`` tile extent, powers of two >= 16 (tests use 16), or None: autotuned on a GPU (64 or
     128 rows, the tile that scans the band exactly), fixed in Triton's interpreter. Raises
-    :class:`~lavo_zoo.attention.ops.triton_utils.KernelUnavailable` where the forward kernel cannot be compiled on
+    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where the forward kernel cannot be compiled on
     this device."""
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")

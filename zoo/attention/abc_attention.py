@@ -48,6 +48,14 @@ class ABCAttention(ProjectedAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_slots: int = 64,
                  chunk_size: int = 64, bias: bool = True) -> None:
+        """ABC with learned slot control (ABC_MLP).
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            num_slots: n, the memory slots per head.
+            chunk_size: tokens per chunk of the exact causal computation (a C x C term inside each chunk).
+            bias: biases in the q, k, v and output projections.
+        """
         super().__init__(embed_dim, num_heads, pattern, bias)
         if num_slots <= 0 or chunk_size <= 0:
             raise ValueError(f"num_slots ({num_slots}) and chunk_size ({chunk_size}) must be positive")
