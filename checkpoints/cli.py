@@ -12,6 +12,7 @@ from typing import Any
 import click
 import yaml
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive, pack_checkpoint, read_card
 from lavo_zoo.checkpoints.download import fetch, folder_lock
@@ -20,7 +21,7 @@ from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.checkpoints.transformers_format import FORMATS
 from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.errors import CheckpointError, UsageError
-from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option, write_file
+from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option
 
 cache_dir_option = click.option(
     "--cache-dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,

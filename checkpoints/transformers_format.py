@@ -9,11 +9,10 @@ lavo-zoo checkpoint instead.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from lavo_zoo.atomic import swap_folder, temporary_folder
 from lavo_zoo.errors import CheckpointError, UsageError
 
 HF_CONFIG = "config.json"
@@ -69,17 +68,10 @@ def export_transformers(checkpoint: Path, out: Path, *, name: str | None, licens
     scored = load_results(results, meta) if results is not None else None
     card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored,
                       transformers_use=plugin.card_use())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    tmp = temporary_folder(out)
     try:
         plugin.export_folder(checkpoint.resolve(), tmp, card)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+        swap_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return sorted(p for p in out.iterdir() if p.is_file())

@@ -18,12 +18,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, input_path
 from lavo_zoo.formats.multinews import clean_summary
 from lavo_zoo.formats.text import json_rows, read_lines
-from lavo_zoo.options import write_file
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 

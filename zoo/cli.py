@@ -21,8 +21,9 @@ from typing import Any
 
 import click
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import UsageError, ZooError, os_error_message
-from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option, write_file
+from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",

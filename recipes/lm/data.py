@@ -19,17 +19,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveInt
 from lavo_zoo.errors import DataError
 from lavo_zoo.nn.tokenizers import Tokenizer
@@ -129,11 +129,10 @@ def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path, skip_bad_file
     total = sum(f.stat().st_size for f in files)
     log.info("tokenizing %d books (%.1f MB) of %s with %s into %s", len(files), total / 1e6, files[0].parent,
              tokenizer.name, path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    skipped = []
-    try:
-        with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, disable=None, file=sys.stderr,
-                                          desc=f"tokenizing {files[0].parent.name}") as bar:
+    def fill(out: BinaryIO) -> None:
+        skipped = []
+        with tqdm(total=total, unit="B", unit_scale=True, disable=None, file=sys.stderr,
+                  desc=f"tokenizing {files[0].parent.name}") as bar:
             for f in files:
                 try:
                     text = read_book(f)
@@ -148,10 +147,9 @@ def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path, skip_bad_file
         if len(skipped) == len(files):
             raise DataError(f"every book of {files[0].parent} is not text; the first: {skipped[0]}")
         if skipped:  # written before the tokens, so that a cache hit always repeats the warning
-            path.with_suffix(".skipped.json").write_text(json.dumps(skipped, indent=1))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+            put_file(path.with_suffix(".skipped.json"), json.dumps(skipped, indent=1))
+
+    put_file(path, fill)
     log.info("tokenized %s: %d tokens", files[0].parent.name, path.stat().st_size // dtype.itemsize)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import zlib
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveFloat
 from lavo_zoo.errors import DataError
 from lavo_zoo.formats.text import read_lines
@@ -177,10 +177,8 @@ def _compute(utts: list[Utterance], cfg: DataConfig, path: Path) -> None:
     if not ids:
         raise DataError(f"every clip of {utts[0].wav.parent} is longer than data.max_duration={cfg.max_duration} s")
     offsets = np.cumsum([0] + [f.shape[0] for f in frames])
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, ids=np.array(ids), texts=np.array(texts), frames=np.concatenate(frames), offsets=offsets,
-             skipped=skipped)
-    os.replace(tmp, path)
+    put_file(path, lambda f: np.savez(f, ids=np.array(ids), texts=np.array(texts), frames=np.concatenate(frames),
+                                      offsets=offsets, skipped=skipped))
 
 
 def feature_stats(cfg: DataConfig, root: Path, cache: Path) -> tuple[np.ndarray, np.ndarray]:

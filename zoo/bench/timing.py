@@ -103,7 +103,7 @@ def parse_ints(text: str, option: str) -> list[int]:
 
 def write_json(path: Any, data: Any) -> None:
     """A benchmark's JSON (with its machine record inside ``data``), atomically."""
-    from lavo_zoo.options import write_file
+    from lavo_zoo.atomic import write_file
 
     write_file(path, json.dumps(data, indent=2) + "\n", overwrite=True, option="--json")
 

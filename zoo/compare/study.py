@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup, study_efficiency
 from lavo_zoo.compare.records import CELL_FILE, CellRecord, attention_label
 from lavo_zoo.errors import UsageError, did_you_mean
@@ -210,9 +211,7 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
             record = CellRecord(attention=cell.attention, seed=cell.seed, site=site, config=config,
                                 overrides=cell_overrides_,
                                 **run_cell(recipe, cell_cfg, cell_dir, device, split, max_batches))
-            tmp = done.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record.to_json(), indent=2) + "\n")
-            tmp.rename(done)  # atomic: a cell is either finished or not
+            put_file(done, json.dumps(record.to_json(), indent=2) + "\n")  # atomic: a cell is finished or not
         records.append(CellRecord.from_json(json.loads(done.read_text())))
     if efficiency is not None:
         setups: dict[str, dict[str, Any] | None] = {}

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import ZooError
-from lavo_zoo.options import write_file
 
 
 class MetricsLog:

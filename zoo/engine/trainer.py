@@ -14,7 +14,6 @@ import dataclasses
 import math
 import random
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from lavo_zoo.atomic import remove_leftovers, write_file
 from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.checkpoint_io import (
     CONFIG,
@@ -56,7 +56,7 @@ from lavo_zoo.engine.run_dir import (
     run_total,
 )
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
-from lavo_zoo.options import check_folder_writable, write_file
+from lavo_zoo.options import check_folder_writable
 
 
 def seed_everything(seed: int) -> None:
@@ -155,21 +155,8 @@ class Trainer:
     def _recover_interrupted_save(self) -> None:
         """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back; the
         temporary file of config.yaml or metrics.jsonl). The run directory is locked: no other writer is at work."""
-        for p in self.out.glob(".*.tmp") if self.out.is_dir() else []:
-            if p.is_file() and not p.is_symlink():
-                p.unlink()
-        if not self.ckpt_root.is_dir():
-            return
-        for p in self.ckpt_root.glob(".old-*"):
-            final = self.ckpt_root / p.name[len(".old-"):].rsplit("-", 1)[0]
-            if final.exists():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.rename(final)
-        for p in self.ckpt_root.glob(".tmp-*"):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
-        for p in self.ckpt_root.glob(".last-*"):
-            p.unlink()
+        remove_leftovers(self.out)
+        remove_leftovers(self.ckpt_root)
 
     def _check_same_run(self, path: Path) -> None:
         """Refuse a resume whose model/data differ; remember the changeable settings that did change."""
