@@ -20,6 +20,7 @@ from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.checkpoints.transformers_format import FORMATS
 from lavo_zoo.engine.checkpoint_io import read_meta
+from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.errors import CheckpointError, UsageError
 from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option
 
@@ -36,14 +37,6 @@ format_option = click.option(
 results_option = click.option(
     "--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
     help="Results JSON of `lavo-zoo eval CKPT --out` to report: the entry's metrics, the model card's results.")
-
-
-def human_size(n: float) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
-        n, i = n / 1024, i + 1
-    return f"{n:.0f} B" if i == 0 else f"{n:.1f} {units[i]}"
 
 
 # ------------------------------------------------------------------------------------------------------- download
@@ -97,7 +90,7 @@ def cache_ls(pattern: str | None, cache_dir: Path | None, as_json: bool) -> None
     click.echo(f"cache {cache_mod.cache_root(cache_dir)}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     for r in rows:
         unpacked = ", unpacked" if r["unpacked"] else ""
-        click.echo(f"  {r['key']:<40} {r['state']:<8} {human_size(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "
+        click.echo(f"  {r['key']:<40} {r['state']:<8} {format_bytes(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "
                    f"{r['name'] or r['source']}{unpacked}")
 
 
@@ -178,7 +171,7 @@ def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
         if key == "card":
             continue
         if key == "size":
-            value = f"{value} ({human_size(value)})"
+            value = f"{value} ({format_bytes(value)})"
         elif key == "metrics":
             value = ", ".join(f"{k}={v}" for k, v in _flatten(value).items()) or "-"
         elif key == "cached":
@@ -257,7 +250,7 @@ def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, na
                                  overwrite=overwrite)
     write_file(card_file, card, overwrite)
     click.echo(f"wrote {out} and its model card {card_file} (also inside the archive as {CARD})\n"
-               f"sha256 {entry['sha256']}\nsize   {entry['size']} ({human_size(entry['size'])})\n\n"
+               f"sha256 {entry['sha256']}\nsize   {entry['size']} ({format_bytes(entry['size'])})\n\n"
                "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
     click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
 
@@ -270,7 +263,7 @@ def _export_hf(checkpoint: Path, out: Path, name: str | None, license_: str, res
                                    overwrite=overwrite)
     click.echo(f"wrote the transformers folder {out} (model card: {out / CARD}):")
     for file in files:
-        click.echo(f"  {file.name:<28} {human_size(file.stat().st_size):>10}")
+        click.echo(f"  {file.name:<28} {format_bytes(file.stat().st_size):>10}")
     click.echo(f"\nload it with:\n  import lavo_zoo\n  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
                f'  model = AutoModelForCausalLM.from_pretrained("{out}")\n'
                f'  tokenizer = AutoTokenizer.from_pretrained("{out}")')
@@ -417,7 +410,7 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
         entry, text = export_release(checkpoint, archive, name=name, source=None, license_=license_,
                                      description=description, results=results)
         card.write_text(text, encoding="utf-8")
-        click.echo(f"uploading {filename} ({human_size(entry['size'])}) and its model card to hf://{repo_id}@{branch}"
+        click.echo(f"uploading {filename} ({format_bytes(entry['size'])}) and its model card to hf://{repo_id}@{branch}"
                    " ...", err=True)
         commit = upload(api, repo_id, branch, {filename: archive, CARD: card},
                         message or f"lavo-zoo push {entry['name']}", private=private)
@@ -443,7 +436,7 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
         folder = Path(tmp) / "model"
         files = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)
         size = sum(f.stat().st_size for f in files)
-        click.echo(f"uploading the transformers folder ({len(files)} files, {human_size(size)}) to "
+        click.echo(f"uploading the transformers folder ({len(files)} files, {format_bytes(size)}) to "
                    f"hf://{repo_id}@{branch} ...", err=True)
         commit = upload(api, repo_id, branch, {f.name: f for f in files}, message or f"lavo-zoo push {name} (hf)",
                         private=private)

@@ -14,7 +14,8 @@ import torch
 from lavo_zoo import limits
 from lavo_zoo.engine.predictor import Predictor, as_batch
 from lavo_zoo.errors import DataError, InputError, UsageError
-from lavo_zoo.recipes.time_series.data import check_dates, infer_step, numeric_values, read_table, time_features
+from lavo_zoo.formats.numeric import numeric_columns
+from lavo_zoo.recipes.time_series.data import check_dates, infer_step, read_table, time_features
 
 Date = str | pd.Timestamp | datetime.datetime | datetime.date | np.datetime64
 DATE = "a date (a str, pandas Timestamp, datetime or numpy datetime64)"
@@ -188,7 +189,7 @@ class Forecaster(Predictor):
         table = self.read(data)
         columns, mean, std = self._stats()
         d = self.cfg.data
-        values = numeric_values(table, columns, source)  # [N, C] in the data's units
+        values = numeric_columns(table, columns, source)  # [N, C] in the data's units
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = ((values - mean) / std).astype(np.float32)  # [N, C]
         if not np.isfinite(scaled).all():

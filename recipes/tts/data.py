@@ -15,8 +15,6 @@ the Python documentation that ships with the interpreter) into the same layout, 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import zlib
@@ -30,6 +28,7 @@ from torch.utils.data import Dataset
 
 from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveFloat
+from lavo_zoo.data.cache import cached_file, file_stats
 from lavo_zoo.errors import DataError
 from lavo_zoo.formats.text import read_lines
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav
@@ -129,13 +128,6 @@ class SplitFeatures:
         return self.frames[self.offsets[i]:self.offsets[i + 1]]
 
 
-def _key(utts: list[Utterance], cfg: DataConfig) -> str:
-    stats = [(u.id, u.text, (s := u.wav.stat()).st_size, s.st_mtime_ns) for u in utts]
-    payload = json.dumps({"format": CACHE_FORMAT, "features": asdict(cfg.features()), "max": cfg.max_duration,
-                          "utts": stats})
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
 def split_features(cfg: DataConfig, split: str, root: Path, cache: Path) -> SplitFeatures:
     """The features of ``split`` of the LJSpeech-layout folder ``root``, from the feature cache under ``cache`` (the
     recipe's cache folder), computing (and caching) them first when the files or settings changed."""
@@ -143,14 +135,10 @@ def split_features(cfg: DataConfig, split: str, root: Path, cache: Path) -> Spli
     utts = split_utterances(read_metadata(root), split)
     if cfg.max_utterances:
         utts = utts[:cfg.max_utterances]
-    folder = Path(cache) / "features" / f"{root.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
-    path = folder / f"{split}-{_key(utts, cfg)}.npz"
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        _compute(utts, cfg, path)
-        for stale in folder.glob(f"{split}-*.npz"):
-            if stale != path:
-                stale.unlink(missing_ok=True)
+    payload = {"format": CACHE_FORMAT, "features": asdict(cfg.features()), "max": cfg.max_duration,
+               "utts": [(u.id, u.text, *file_stats(u.wav)) for u in utts]}
+    path = cached_file(Path(cache) / "features", root, f"{split}-", payload, ".npz",
+                       lambda path: _compute(utts, cfg, path))
     with np.load(path, allow_pickle=False) as z:
         return SplitFeatures([str(x) for x in z["ids"]], [str(x) for x in z["texts"]], z["frames"], z["offsets"],
                              int(z["skipped"]))

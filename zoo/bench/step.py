@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import resource
-import time
 from typing import Any
 
 import click
+
+from lavo_zoo.bench.timing import time_runs
 
 
 def chamfer_speed(pairs: int) -> dict[str, float]:
@@ -22,16 +23,21 @@ def chamfer_speed(pairs: int) -> dict[str, float]:
 
     out = {}
     for kind in ("near", "unrelated"):
-        times = []
+        clouds = []
         for i in range(pairs):
             gt = torch.from_numpy(make_shape("chair", 16384, seed=i))
             pred = (torch.from_numpy(make_shape("chair", 16384, seed=i + 100)) if kind == "unrelated"
                     else gt[torch.randperm(16384)] + 0.005 * torch.randn(16384, 3))
-            start = time.perf_counter()
-            score_clouds(pred, gt)
-            times.append(time.perf_counter() - start)
-        out[f"{kind}_s_per_pair"] = sorted(times)[len(times) // 2]
+            clouds.append((pred, gt))
+        out[f"{kind}_s_per_pair"] = _median_seconds_each(score_clouds, clouds)
     return out
+
+
+def _median_seconds_each(score: Any, pairs: list[tuple[Any, Any]]) -> float:
+    """The median time of ``score(pred, gt)`` over ``pairs``, each scored once."""
+    left = iter(pairs)
+    times = time_runs(lambda: score(*next(left)), 0, len(pairs), "cpu", memory=False)["times_s"]
+    return sorted(times)[len(times) // 2]
 
 
 def step_time(spec: dict[str, Any]) -> dict[str, float]:
@@ -49,15 +55,15 @@ def step_time(spec: dict[str, Any]) -> dict[str, float]:
     ds = recipe.build_dataset(cfg, "train")
     batch = recipe.collate([ds[i % len(ds)] for i in range(cfg.train.batch_size)])
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
-    times = []
-    for _ in range(steps + 1):
-        start = time.perf_counter()
+
+    def train_step() -> None:
         loss, _ = recipe.training_loss(model, batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        times.append(time.perf_counter() - start)
-    return {"s_per_step": sorted(times[1:])[steps // 2], "peak_rss_mib": resource.getrusage(
+
+    times = time_runs(train_step, 1, steps, "cpu", memory=False)["times_s"]  # the process's own peak RSS below
+    return {"s_per_step": sorted(times)[steps // 2], "peak_rss_mib": resource.getrusage(
         resource.RUSAGE_SELF).ru_maxrss / 1024, "params": sum(p.numel() for p in model.parameters()),
         "threads": torch.get_num_threads()}
 

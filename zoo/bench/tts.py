@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, write_json
+from lavo_zoo.bench.timing import parse_ints, time_runs, write_json
 from lavo_zoo.options import device_option, json_records_option
 
 SENTENCE = ("Printing, in the only sense with which we are at present concerned, differs from most if not from all "
@@ -58,14 +58,18 @@ def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: s
     model.decode_step = timed  # the real loop (recipes.tts.infer.synthesize), timed step by step
     synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)  # warm-up
     r = cfg.frames_per_step
-    per_frame, total = {n: float("inf") for n in at}, float("inf")
-    for _ in range(repeats):  # the fastest of the repeats: robust to other jobs on a shared machine
+    per_frame = {n: float("inf") for n in at}
+    lengths = None
+
+    def run() -> None:
+        nonlocal lengths
         times.clear()
-        start = time.perf_counter()
         _, lengths, _ = synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)
-        total = min(total, time.perf_counter() - start)
         for n in at:
             per_frame[n] = min(per_frame[n], statistics.median(times[max(0, n // r - 25):n // r]) / r)
+
+    # the fastest of the repeats: robust to other jobs on a shared machine
+    total = min(time_runs(run, 0, repeats, device, memory=False)["times_s"])
     audio_s = int(lengths[0]) * 256 / 22_050
     return {"per_frame_ms": {n: 1e3 * t for n, t in per_frame.items()}, "frames_per_s": int(lengths[0]) / total,
             "rtf": total / audio_s, "frames": int(lengths[0])}
