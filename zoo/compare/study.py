@@ -23,7 +23,8 @@ import click
 
 from lavo_zoo.atomic import put_file
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup, study_efficiency
-from lavo_zoo.compare.records import CELL_FILE, CellRecord, attention_label
+from lavo_zoo.compare.records import attention_label
+from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
 from lavo_zoo.errors import UsageError, did_you_mean
 
 
@@ -91,9 +92,9 @@ def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any
     """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
     keeps the config's attention, ``key`` None) and seed."""
     if key is None:
-        return [f"train.seed={cell.seed}"]
+        return [f"{SEED_KEY}={cell.seed}"]
     extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
-    return [f"{key}.name={cell.attention}", *extra, f"train.seed={cell.seed}"]
+    return [f"{key}.name={cell.attention}", *extra, f"{SEED_KEY}={cell.seed}"]
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
