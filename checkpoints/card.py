@@ -208,7 +208,7 @@ def _summary(name: str, meta: dict[str, Any], recipe: Any, task_name: str, datas
             + (f" ({description})" if description else "")
             + f" for {task_name.lower()}, trained on {dataset} for {meta.get('step', '?')} optimiser steps{size}. "
             "lavo-zoo is the reference implementation of LAVO linear attention (orthogonal memory, context "
-            "dissection, embedded position encoding) with its baselines and a six-domain model zoo.")
+            "dissection, embedded position encoding) with its baselines and a seven-domain model zoo.")
 
 
 def _model_section(sites: list[tuple[str, str, dict[str, Any]]]) -> str:

@@ -131,7 +131,7 @@ Examples:
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(package_name="lavo-zoo")
 def cli(debug: bool) -> None:
-    """lavo-zoo: LAVO attention, its baselines, and six domain recipes to train, evaluate and compare them."""
+    """lavo-zoo: LAVO attention, its baselines, and seven domain recipes to train, evaluate and compare them."""
 
 
 # ---------------------------------------------------------------------------------------------------------- list

@@ -137,6 +137,21 @@ def test_card_of_an_encoder_decoder_lists_every_site_and_without_results_has_no_
     assert "trained on built-in stdlib" in body and get_recipe("summarization").limits in body
 
 
+def test_a_card_names_only_the_data_the_checkpoint_was_trained_on(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A recipe's description names no dataset (the paper's is not the one every checkpoint was trained on): the
+    card of a model trained on the built-in corpus says so and names no other corpus."""
+    datasets = ("PG-19", "LJSpeech", "Multi-News", "PCN", "ETT", "Weather")
+    for name in ("lm", "lra", "point_cloud", "recall", "summarization", "time_series", "tts"):
+        assert not any(d in get_recipe(name).description for d in datasets), name
+    checkpoint = release_checkpoint(tmp_path / "best", LM_CONFIG.replace("  path: /data/pg19/\n", ""))
+    code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "lm.tar.gz"))
+    assert code == 0, err
+    _, body = split_card(read_card(tmp_path / "lm.tar.gz"))
+    summary = body.split("\n\n")[1]
+    assert "trained on built-in stdlib" in summary and "PG-19" not in summary and "pg19" not in summary
+
+
 def test_unknown_licence_and_missing_provenance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     checkpoint = make_checkpoint(tmp_path / "old")  # written before meta.json recorded command, machine and seed
     out = tmp_path / "old.tar.gz"
