@@ -16,9 +16,9 @@ from lavo_zoo.atomic import write_file
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive, pack_checkpoint, read_card
 from lavo_zoo.checkpoints.download import fetch, folder_lock
+from lavo_zoo.checkpoints.hf_format import FORMATS
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
-from lavo_zoo.checkpoints.transformers_format import FORMATS
 from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.errors import CheckpointError, UsageError
@@ -257,9 +257,9 @@ def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, na
 
 def _export_hf(checkpoint: Path, out: Path, name: str | None, license_: str, results: Path | None,
                overwrite: bool) -> None:
-    from lavo_zoo.checkpoints.transformers_format import export_transformers
+    from lavo_zoo.checkpoints.hf_format import export_hf
 
-    files = export_transformers(checkpoint, out, name=name, license_=license_, results=results,
+    files = export_hf(checkpoint, out, name=name, license_=license_, results=results,
                                    overwrite=overwrite)
     click.echo(f"wrote the transformers folder {out} (model card: {out / CARD}):")
     for file in files:
@@ -425,8 +425,8 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
 def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, license_: str, results: Path | None,
              private: bool, message: str | None, cache_dir: Path | None) -> None:
     from lavo_zoo.checkpoints.cache import sha256_file
+    from lavo_zoo.checkpoints.hf_format import export_hf
     from lavo_zoo.checkpoints.push import hub_api, upload, verify
-    from lavo_zoo.checkpoints.transformers_format import export_transformers
 
     if name is not None and not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
@@ -434,7 +434,7 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
     name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
     with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
         folder = Path(tmp) / "model"
-        files = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)
+        files = export_hf(checkpoint, folder, name=name, license_=license_, results=results)
         size = sum(f.stat().st_size for f in files)
         click.echo(f"uploading the transformers folder ({len(files)} files, {format_bytes(size)}) to "
                    f"hf://{repo_id}@{branch} ...", err=True)

@@ -21,8 +21,8 @@ from lavo_zoo.checkpoints.cache import (
     write_json_atomic,
 )
 from lavo_zoo.checkpoints.download import fetch, folder_lock
+from lavo_zoo.checkpoints.hf_format import hf_recipe, import_hf_folder
 from lavo_zoo.checkpoints.index import load_index
-from lavo_zoo.checkpoints.transformers_format import import_transformers_folder, transformers_recipe
 from lavo_zoo.engine.checkpoint_io import tree_hashes
 from lavo_zoo.errors import CheckpointError, UsageError, os_error_message
 
@@ -77,9 +77,9 @@ def open_checkpoint(ref: str) -> Iterator[Path]:
     temporary directory; a local .tar.gz/.zip unpacked safely into a temporary directory (both removed afterwards);
     an index name, URL or hf:// reference through the verified download cache."""
     path = Path(ref)
-    if path.is_dir() and transformers_recipe(path) is not None:
+    if path.is_dir() and hf_recipe(path) is not None:
         with tempfile.TemporaryDirectory(prefix="lavo-zoo-ckpt-") as tmp:
-            yield import_transformers_folder(path, Path(tmp))
+            yield import_hf_folder(path, Path(tmp))
     elif path.is_dir():
         yield path
     elif path.is_file() and is_archive(path):

@@ -221,11 +221,6 @@ class Accuracy(Evaluator):
             out[f"accuracy@{name}"] = correct / examples
         return out
 
-    def is_higher_better(self, metric: str) -> bool:
-        if metric == "accuracy" or metric.startswith("accuracy@"):
-            return True
-        raise KeyError(f"Accuracy does not declare a direction for metric '{metric}'")
-
     def details(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.groups:

@@ -22,7 +22,7 @@ import torch
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
-from lavo_zoo.nn.precision import no_autocast
+from lavo_zoo.nn.full_precision import no_autocast
 
 MSD_OFFSET = 1e-6
 

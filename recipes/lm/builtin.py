@@ -7,7 +7,8 @@ import platform
 import sys
 from pathlib import Path
 
-from lavo_zoo.data.stdlib import hash_split, stdlib_files
+from lavo_zoo.data.split import hash_split
+from lavo_zoo.data.stdlib import stdlib_files
 from lavo_zoo.engine.builtin_data import BuiltinData
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.recipes.lm.data import CACHE_FORMAT, DataConfig

@@ -15,7 +15,8 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from lavo_zoo.data.stdlib import hash_split, stdlib_files, stdlib_root
+from lavo_zoo.data.split import hash_split
+from lavo_zoo.data.stdlib import stdlib_files, stdlib_root
 from lavo_zoo.engine.builtin_data import BuiltinData
 from lavo_zoo.recipes.summarization.data import SPLIT_FILES, DataConfig, Example, write_multinews
 

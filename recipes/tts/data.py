@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from torch.utils.data import Dataset
 from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveFloat
 from lavo_zoo.data.cache import cached_file, file_stats
+from lavo_zoo.data.split import hash_split
 from lavo_zoo.errors import DataError
 from lavo_zoo.formats.text import read_lines
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav
@@ -92,18 +92,18 @@ def read_metadata(root: Path) -> list[Utterance]:
     return rows
 
 
-def split_of(uid: str, lj_style: bool) -> str:
-    """The split of utterance ``uid``: FastSpeech's for LJSpeech ids, else a crc32 hash split."""
+def utterance_split(uid: str, lj_style: bool) -> str:
+    """The split of utterance ``uid``: FastSpeech's for LJSpeech ids, else a crc32 hash split (90 / 5 / 5)."""
     if lj_style:
         return FASTSPEECH_SPLIT.get(uid[:5], "train")
-    return {0: "validation", 1: "test"}.get(zlib.crc32(uid.encode()) % 20, "train")
+    return hash_split(uid)
 
 
 def split_utterances(rows: list[Utterance], split: str) -> list[Utterance]:
     if split not in SPLITS:
         raise DataError(f"unknown split '{split}'; LJSpeech has {', '.join(SPLITS)}")
     lj_style = all(LJ_ID.fullmatch(r.id) for r in rows)
-    chosen = sorted((r for r in rows if split_of(r.id, lj_style) == split), key=lambda r: r.id)
+    chosen = sorted((r for r in rows if utterance_split(r.id, lj_style) == split), key=lambda r: r.id)
     if not chosen:
         raise DataError(f"split '{split}' of {rows[0].wav.parent.parent} is empty "
                         f"({'FastSpeech split by id prefix' if lj_style else 'hash split of the ids'})")

@@ -10,7 +10,8 @@ import string
 import zlib
 from pathlib import Path
 
-from lavo_zoo.data.stdlib import hash_split, stdlib_files, stdlib_root
+from lavo_zoo.data.split import hash_split
+from lavo_zoo.data.stdlib import stdlib_files, stdlib_root
 from lavo_zoo.recipes.lm.builtin import write_stdlib_corpus
 from lavo_zoo.recipes.lra.data import stdlib as lra
 from lavo_zoo.recipes.summarization.builtin import builtin_split, stdlib_sources
@@ -72,5 +73,5 @@ def test_lra_files_leave_out_tests_demos_and_hidden_folders():
             expected |= {p for p in walked if p.is_file() and not p.name.startswith("test_")}
         assert lra.stdlib_files(*names) == sorted(expected) and expected, names
     textwrap = root / "textwrap.py"
-    assert lra.split_of(textwrap) == _sha_rule("textwrap.py", (0.8, 0.1))
-    assert lra.split_of(textwrap, (0.8, 0.0)) == _sha_rule("textwrap.py", (0.8, 0.0))
+    assert lra.stdlib_split(textwrap) == _sha_rule("textwrap.py", (0.8, 0.1))
+    assert lra.stdlib_split(textwrap, (0.8, 0.0)) == _sha_rule("textwrap.py", (0.8, 0.0))

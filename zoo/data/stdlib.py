@@ -4,21 +4,16 @@ stand-ins), so that every command works offline.
 
 One implementation, each recipe's choice a parameter of it: which files (:func:`stdlib_files`: the whole tree or its
 top level, the folders and files left out) and the split of each document, fixed by a hash of its name
-(:func:`hash_split`: which hash, which shares). A recipe's choices are part of the cache key of its generated data
-(through the generator's version), so they are never changed silently.
+(:func:`lavo_zoo.data.split.hash_split`: which hash, which shares). A recipe's choices decide its generated data
+(and so the figures measured on it): they are never changed silently.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sysconfig
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
-
-SPLITS_90_5_5 = (("validation", 0.05), ("test", 0.05), ("train", 0.90))  # 20 buckets of crc32: 1, 1 and 18
 
 
 @lru_cache(maxsize=1)
@@ -59,30 +54,3 @@ def stdlib_files(*names: str, recursive: bool = True, skip_folders: frozenset[st
             if path.is_file() and not skip_folders.intersection(rel.parts[:-1]) and not skip(rel):
                 files.add(path)
     return sorted(files)
-
-
-def hash_split(name: str, shares: Sequence[tuple[str, float]] = SPLITS_90_5_5,
-               digest: Literal["crc32", "sha256"] = "crc32") -> str:
-    """The split of the document ``name``, fixed by a hash of it (the same on every machine and run).
-
-    The hash gives a number u in [0, 1); the split is the first of ``shares`` whose cumulative share passes it.
-
-    Args:
-        name: what identifies the document (a module's name, a path relative to the standard library).
-        shares: (split, share) in order, the shares summing to 1.
-        digest: ``crc32``: u = (crc32 mod 20) / 20, shares in steps of 5%; ``sha256``: u from the digest's first
-            32 bits.
-
-    Returns:
-        The split's name.
-    """
-    if digest == "crc32":
-        u = (zlib.crc32(name.encode()) % 20) / 20
-    else:
-        u = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) / 2**32
-    passed = 0.0
-    for split, share in shares:
-        passed += share
-        if u < passed:
-            return split
-    return shares[-1][0]

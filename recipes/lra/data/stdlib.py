@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lavo_zoo.data.stdlib import hash_split, stdlib_root
+from lavo_zoo.data.split import hash_split
 from lavo_zoo.data.stdlib import stdlib_files as _stdlib_files
+from lavo_zoo.data.stdlib import stdlib_root
 
 SKIP_PARTS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__", "lib2to3", "turtledemo"}
 
@@ -20,7 +21,7 @@ def _skipped(rel: Path) -> bool:
     return rel.name.startswith("test_") or any(part.startswith(".") for part in rel.parts[:-1])
 
 
-def split_of(path: Path, fractions: tuple[float, float] = (0.8, 0.1)) -> str:
+def stdlib_split(path: Path, fractions: tuple[float, float] = (0.8, 0.1)) -> str:
     """A file's split, fixed by a hash of its stdlib-relative name: train / validation / test (80/10/10)."""
     shares = (("train", fractions[0]), ("validation", fractions[1]), ("test", 1 - fractions[0] - fractions[1]))
     return hash_split(str(path.relative_to(stdlib_root())), shares, digest="sha256")

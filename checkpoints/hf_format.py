@@ -19,7 +19,7 @@ HF_CONFIG = "config.json"
 FORMATS = ("archive", "hf")
 
 
-def transformers_recipe(path: Path) -> str | None:
+def hf_recipe(path: Path) -> str | None:
     """The recipe of a transformers folder ``path`` written from a lavo-zoo model (its config.json's
     ``lavo_zoo.recipe``), or None for anything else (a lavo-zoo checkpoint directory, another model)."""
     path = Path(path)
@@ -33,18 +33,18 @@ def transformers_recipe(path: Path) -> str | None:
     return recipe if isinstance(recipe, str) and recipe else None
 
 
-def import_transformers_folder(folder: Path, out: Path) -> Path:
+def import_hf_folder(folder: Path, out: Path) -> Path:
     """The checkpoint directory (written under ``out``) of transformers folder ``folder``."""
     from lavo_zoo.hf import get_plugin
 
-    recipe = transformers_recipe(folder)
+    recipe = hf_recipe(folder)
     if recipe is None:
         raise CheckpointError(f"{folder} is not a transformers folder of a lavo-zoo model ({HF_CONFIG} names no "
                               "lavo_zoo.recipe)")
     return get_plugin(recipe).import_folder(Path(folder), Path(out))
 
 
-def export_transformers(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
+def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
                         overwrite: bool = False) -> list[Path]:
     """Write checkpoint directory ``checkpoint`` as the transformers folder ``out`` with its model card (README.md);
     returns the files written. ``out`` is written beside itself and renamed into place when complete; an
