@@ -160,14 +160,6 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
     return "\n\n".join(parts) + "\n"
 
 
-def split_card(text: str) -> tuple[dict[str, Any], str]:
-    """(front matter, body) of a model card."""
-    match = re.match(r"^---\n(.*?\n)---\n(.*)$", text, re.DOTALL)
-    if match is None:
-        return {}, text
-    return yaml.safe_load(match.group(1)) or {}, match.group(2)
-
-
 def attention_sites(attention: Any) -> list[tuple[str, str, dict[str, Any]]]:
     """(site, mechanism, options set) of a config's ``model.attention``: a bare name, ``{name, options...}`` or a
     mapping of sites (encoder-decoder models) to either."""

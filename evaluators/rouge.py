@@ -13,7 +13,7 @@ non-alphanumeric split, Porter stemming of tokens longer than 3 characters) is t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
@@ -169,10 +169,3 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
         hypotheses.append(row["hypothesis"])
         references.append(row["reference"])
     return hypotheses, references
-
-
-def score_summaries(hypotheses: Iterable[str], references: Iterable[str]) -> dict[str, float]:
-    """Averaged ROUGE F1 x 100 of paired summaries (see :class:`Rouge`)."""
-    evaluator = Rouge()
-    evaluator.update(list(hypotheses), list(references))
-    return evaluator.compute()

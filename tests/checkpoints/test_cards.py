@@ -14,12 +14,12 @@ import yaml
 
 from lavo_zoo.checkpoints.archive import read_card
 from lavo_zoo.checkpoints.cache import RECORD, entry_dir, write_json_atomic
-from lavo_zoo.checkpoints.card import attention_sites, split_card
+from lavo_zoo.checkpoints.card import attention_sites
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import get_recipe
 from lavo_zoo.errors import CheckpointError
-from tests.checkpoints.helpers import make_checkpoint, sha256
+from tests.checkpoints.helpers import make_checkpoint, sha256, split_card
 
 LM_CONFIG = """recipe: lm
 model:

@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lavo_zoo.checkpoints.card import split_card
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.checkpoints.push import parse_repo
 from lavo_zoo.cli import main
 from lavo_zoo.errors import UsageError
-from tests.checkpoints.helpers import FileServer, sha256
+from tests.checkpoints.helpers import FileServer, sha256, split_card
 
 TOKEN = "hf_test_token_0123456789"
 
