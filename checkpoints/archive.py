@@ -27,6 +27,7 @@ CARD = "README.md"  # the model card every exported archive carries (lavo_zoo.ch
 
 
 def is_archive(path: Path) -> bool:
+    """Whether ``path`` names a checkpoint archive (.tar.gz, .tgz, .zip)."""
     return path.name.lower().endswith(TAR_SUFFIXES + ZIP_SUFFIXES)
 
 

@@ -103,6 +103,7 @@ class CacheEntry:
 
     @property
     def key(self) -> str:
+        """The entry's folder name (slug and hash of its source)."""
         return self.folder.name
 
     @property
@@ -113,15 +114,18 @@ class CacheEntry:
 
     @property
     def unpacked(self) -> Path | None:
+        """The unpacked checkpoint folder, or None."""
         return self.folder / UNPACKED if (self.folder / UNPACKED).is_dir() else None
 
     @property
     def state(self) -> str:
+        """``complete`` (verified file), ``partial`` (a transfer to resume) or ``empty``."""
         if self.file is not None:
             return "complete"
         return "partial" if any(self.folder.glob(f"*{PART_SUFFIX}")) else "empty"
 
     def size_on_disk(self) -> int:
+        """Bytes of every file in the entry's folder."""
         return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file() and not p.is_symlink())
 
     def matches(self, pattern: str) -> bool:
@@ -130,6 +134,7 @@ class CacheEntry:
                                                                self.record.get("source")) if v)
 
     def summary(self) -> dict[str, Any]:
+        """What ``cache ls`` shows of the entry (key, name, source, state, sha256, size, unpacked, path)."""
         return {"key": self.key, "name": self.record.get("name") or "", "source": self.record.get("source", ""),
                 "state": self.state, "sha256": self.record.get("sha256", ""), "size": self.size_on_disk(),
                 "unpacked": self.unpacked is not None, "path": str(self.file or self.folder)}

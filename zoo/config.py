@@ -62,6 +62,7 @@ class Range:
         return None
 
     def describe(self) -> str:
+        """The bounds as text (``>= 1 and < 10``), for messages."""
         parts = [f"{op} {int(b) if float(b).is_integer() else f'{b:g}'}"
                  for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<")) if b is not None]
         return " and ".join(parts)
@@ -407,7 +408,23 @@ def _set(node: dict[str, Any], keys: list[str], value: Any, text: str) -> None:
 
 # ------------------------------------------------------------------------------------------------------ validation
 def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: str = "") -> Any:
-    """An instance of dataclass ``cls`` from ``data``; unknown keys and wrong types raise :class:`ConfigError`."""
+    """An instance of the dataclass ``cls`` from the mapping ``data``, every key and value checked: a section given
+    in part keeps the field's own defaults for the rest (merged as :func:`merge` merges), a type with its own YAML
+    form reads its value (``from_config``), numbers are checked against their ``Range``.
+
+    Args:
+        cls: the schema, a dataclass (a recipe's ``config_class``, or one of its sections).
+        data: the mapping (a loaded and merged config).
+        source: the file or text ``data`` comes from, for messages.
+        prefix: the key path of ``data`` (``model.``), for messages.
+
+    Returns:
+        The validated instance of ``cls``.
+
+    Raises:
+        ConfigError: an unknown key (with the closest valid one), a value of the wrong type or out of range, or a
+            section's own check failing (an attention that cannot do its pattern), naming the key and ``source``.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping, got {_show(data)}")
     hints = typing.get_type_hints(cls, include_extras=True)

@@ -64,6 +64,7 @@ def _features_for(freq: str) -> tuple[str, ...]:
 
 
 def num_time_features(freq: str) -> int:
+    """How many time features a date of frequency ``freq`` gives (:func:`time_features`)."""
     return len(_features_for(freq))
 
 
@@ -193,6 +194,8 @@ class PreparedSeries:
 
 
 def resolve_split(cfg: DataConfig) -> str:
+    """The border rule of ``cfg`` (``data.split``); ``auto``: ETT's hourly or minute borders for an ETTh* / ETTm* file,
+    else the 70/10/20 ratio."""
     if cfg.split != "auto":
         return cfg.split
     name = Path(cfg.path).name.lower() if cfg.path else ""

@@ -51,6 +51,7 @@ class DataConfig:
     cache_dir: str | None = None  # features and built-in corpus (default: $LAVO_ZOO_CACHE/tts or the user cache)
 
     def features(self) -> FeatureSettings:
+        """The log-mel feature settings (fairseq's, fixed)."""
         return FeatureSettings()
 
 
@@ -100,6 +101,8 @@ def utterance_split(uid: str, lj_style: bool) -> str:
 
 
 def split_utterances(rows: list[Utterance], split: str) -> list[Utterance]:
+    """The utterances of ``split``, sorted by id (:func:`utterance_split`); an unknown or empty split is a
+    :class:`DataError`."""
     if split not in SPLITS:
         raise DataError(f"unknown split '{split}'; LJSpeech has {', '.join(SPLITS)}")
     lj_style = all(LJ_ID.fullmatch(r.id) for r in rows)
@@ -125,6 +128,7 @@ class SplitFeatures:
         return len(self.ids)
 
     def item(self, i: int) -> np.ndarray:
+        """The log-mel frames [T, n_mels] of utterance ``i``."""
         return self.frames[self.offsets[i]:self.offsets[i + 1]]
 
 
@@ -205,5 +209,7 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_dataset(cfg: DataConfig, split: str, root: Path, cache: Path, synthesis: Any = None) -> TTSDataset:
+    """The dataset of ``split`` of the LJSpeech-layout folder ``root``: features from the cache under ``cache``
+    (computed on first use), normalised by the train split's statistics."""
     mean, std = feature_stats(cfg, root, cache)
     return TTSDataset(split_features(cfg, split, root, cache), text_encoder(cfg.text), mean, std, synthesis)

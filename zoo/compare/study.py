@@ -37,6 +37,7 @@ class Cell:
 
     @property
     def name(self) -> str:
+        """The cell's folder name, ``<attention>-seed<seed>``."""
         return f"{self.attention}-seed{self.seed}"
 
 

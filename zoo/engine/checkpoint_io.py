@@ -43,6 +43,7 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The sha256 of the file ``path`` as hex digits, read ``chunk`` bytes at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):

@@ -43,6 +43,8 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
+        """Take the lock, writing this process's pid into it; returns the lock. A held lock is a :class:`UsageError`
+        naming the holder's pid, a folder where no lock can be made a :class:`ZooError` saying why."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not on Linux / macOS
@@ -184,6 +186,7 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def resumable(key: str) -> bool:
+    """Whether a resumed run may change the setting ``key`` (a dotted config key)."""
     return key in RESUMABLE or key.startswith(RESUMABLE_SECTIONS)
 
 

@@ -61,6 +61,7 @@ from lavo_zoo.options import check_folder_writable
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's random generators with ``seed``."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -78,6 +79,7 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
+    """Restore the random generators' states that :func:`capture_rng` captured (CUDA's where available)."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     n = state["numpy"]
@@ -130,9 +132,25 @@ class Trainer:
     def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
                  resume: str | None = None, command: str | None = None,
                  step_observer: StepObserver | None = None) -> None:
-        """``command``: the command line that runs this training, recorded in every checkpoint's meta.json (for
-        model cards); by default the process's own when it is ``lavo-zoo``. ``step_observer`` is told when each
-        optimiser step starts and ends (validation and checkpoints are outside)."""
+        """A trainer for one run; :meth:`fit` trains. The config is resolved here (:meth:`Recipe.resolve`: the sizes
+        that come from the data), so config.yaml and every checkpoint hold the complete config.
+
+        Args:
+            recipe: the recipe whose model, data and loss are trained.
+            cfg: the recipe's validated config (``resolve_config``); its ``train:`` section sets the run.
+            out_dir: the run folder (config.yaml, metrics.jsonl, checkpoints/); an earlier run in it is refused
+                unless ``resume`` continues it.
+            device: ``cpu``, ``cuda`` or ``cuda:N`` (default: CUDA when available); under ``torchrun`` each process
+                takes its own GPU.
+            resume: ``auto`` (the newest checkpoint of ``out_dir``, or a fresh start when there is none), a
+                checkpoint folder, or None (a fresh run).
+            command: the command line that runs this training, recorded in every checkpoint's meta.json (for model
+                cards); by default the process's own when it is ``lavo-zoo``.
+            step_observer: told when each optimiser step starts and ends (validation and checkpoints are outside).
+
+        Raises:
+            UsageError: a batch size or gradient accumulation below 1, or a device this machine does not have.
+        """
         # data-derived model sizes, resolved once here so config.yaml and every checkpoint hold them
         self.recipe, self.cfg, self.tc, self.out = recipe, recipe.resolve(cfg), cfg.train, Path(out_dir)
         self.ckpt_root = self.out / "checkpoints"

@@ -21,6 +21,8 @@ FILES = {"train": "new_aan_pairs.train.tsv", "validation": "new_aan_pairs.eval.t
 
 
 def load_split(root: Path, split: str, max_length: int) -> list[Example]:
+    """The document pairs of ``split`` from the release's tab-separated file under ``root``, each text byte-encoded to
+    ``max_length``; a malformed line is a :class:`DataError` naming it."""
     path = require_file(root / FILES[split], f"the Retrieval {split} split")
     examples = []
     with path.open(encoding="utf-8", newline="\n") as f:
