@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from lavo_zoo.atomic import write_atomic
 from lavo_zoo.errors import CheckpointError
-from lavo_zoo.options import CHECKPOINT_FILES, write_atomic
+from lavo_zoo.options import CHECKPOINT_FILES
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ZIP_SUFFIXES = (".zip",)
@@ -26,6 +27,7 @@ CARD = "README.md"  # the model card every exported archive carries (lavo_zoo.ch
 
 
 def is_archive(path: Path) -> bool:
+    """Whether ``path`` names a checkpoint archive (.tar.gz, .tgz, .zip)."""
     return path.name.lower().endswith(TAR_SUFFIXES + ZIP_SUFFIXES)
 
 

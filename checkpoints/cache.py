@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.engine.checkpoint_io import sha256_file, tree_hashes
 from lavo_zoo.engine.env import cache_root
 
@@ -62,16 +63,16 @@ def lock_path(folder: Path) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file next to ``path`` and rename it into place; a failure (a full disk) leaves
-    ``path`` as it was and no temporary file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    """Write ``data`` as JSON to ``path`` atomically (:func:`lavo_zoo.atomic.put_file`): a failure (a full disk)
+    leaves ``path`` as it was and no temporary file, and raises the ``OSError``."""
+
+    def fill(f: BinaryIO) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8")
+        json.dump(data, text, indent=2)
+        text.write("\n")
+        text.detach()  # flushes; f stays open for put_file
+
+    put_file(path, fill)
 
 
 def unpacked_problem(folder: Path, archive_sha256: str | None) -> str | None:
@@ -102,6 +103,7 @@ class CacheEntry:
 
     @property
     def key(self) -> str:
+        """The entry's folder name (slug and hash of its source)."""
         return self.folder.name
 
     @property
@@ -112,15 +114,18 @@ class CacheEntry:
 
     @property
     def unpacked(self) -> Path | None:
+        """The unpacked checkpoint folder, or None."""
         return self.folder / UNPACKED if (self.folder / UNPACKED).is_dir() else None
 
     @property
     def state(self) -> str:
+        """``complete`` (verified file), ``partial`` (a transfer to resume) or ``empty``."""
         if self.file is not None:
             return "complete"
         return "partial" if any(self.folder.glob(f"*{PART_SUFFIX}")) else "empty"
 
     def size_on_disk(self) -> int:
+        """Bytes of every file in the entry's folder."""
         return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file() and not p.is_symlink())
 
     def matches(self, pattern: str) -> bool:
@@ -129,6 +134,7 @@ class CacheEntry:
                                                                self.record.get("source")) if v)
 
     def summary(self) -> dict[str, Any]:
+        """What ``cache ls`` shows of the entry (key, name, source, state, sha256, size, unpacked, path)."""
         return {"key": self.key, "name": self.record.get("name") or "", "source": self.record.get("source", ""),
                 "state": self.state, "sha256": self.record.get("sha256", ""), "size": self.size_on_disk(),
                 "unpacked": self.unpacked is not None, "path": str(self.file or self.folder)}

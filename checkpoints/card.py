@@ -160,14 +160,6 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
     return "\n\n".join(parts) + "\n"
 
 
-def split_card(text: str) -> tuple[dict[str, Any], str]:
-    """(front matter, body) of a model card."""
-    match = re.match(r"^---\n(.*?\n)---\n(.*)$", text, re.DOTALL)
-    if match is None:
-        return {}, text
-    return yaml.safe_load(match.group(1)) or {}, match.group(2)
-
-
 def attention_sites(attention: Any) -> list[tuple[str, str, dict[str, Any]]]:
     """(site, mechanism, options set) of a config's ``model.attention``: a bare name, ``{name, options...}`` or a
     mapping of sites (encoder-decoder models) to either."""
@@ -208,7 +200,7 @@ def _summary(name: str, meta: dict[str, Any], recipe: Any, task_name: str, datas
             + (f" ({description})" if description else "")
             + f" for {task_name.lower()}, trained on {dataset} for {meta.get('step', '?')} optimiser steps{size}. "
             "lavo-zoo is the reference implementation of LAVO linear attention (orthogonal memory, context "
-            "dissection, embedded position encoding) with its baselines and a six-domain model zoo.")
+            "dissection, embedded position encoding) with its baselines and a seven-domain model zoo.")
 
 
 def _model_section(sites: list[tuple[str, str, dict[str, Any]]]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import tempfile
 from pathlib import Path
@@ -12,15 +11,18 @@ from typing import Any
 import click
 import yaml
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.checkpoints import cache as cache_mod
-from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive, pack_checkpoint, read_card
+from lavo_zoo.checkpoints.archive import CARD, is_archive, read_card
 from lavo_zoo.checkpoints.download import fetch, folder_lock
+from lavo_zoo.checkpoints.hf_format import FORMATS
 from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
+from lavo_zoo.checkpoints.release import card_path, check_release_name, export_release
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
-from lavo_zoo.checkpoints.transformers_format import FORMATS
 from lavo_zoo.engine.checkpoint_io import read_meta
+from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.errors import CheckpointError, UsageError
-from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option, write_file
+from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option
 
 cache_dir_option = click.option(
     "--cache-dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
@@ -35,14 +37,6 @@ format_option = click.option(
 results_option = click.option(
     "--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
     help="Results JSON of `lavo-zoo eval CKPT --out` to report: the entry's metrics, the model card's results.")
-
-
-def human_size(n: float) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
-        n, i = n / 1024, i + 1
-    return f"{n:.0f} B" if i == 0 else f"{n:.1f} {units[i]}"
 
 
 # ------------------------------------------------------------------------------------------------------- download
@@ -96,7 +90,7 @@ def cache_ls(pattern: str | None, cache_dir: Path | None, as_json: bool) -> None
     click.echo(f"cache {cache_mod.cache_root(cache_dir)}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     for r in rows:
         unpacked = ", unpacked" if r["unpacked"] else ""
-        click.echo(f"  {r['key']:<40} {r['state']:<8} {human_size(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "
+        click.echo(f"  {r['key']:<40} {r['state']:<8} {format_bytes(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "
                    f"{r['name'] or r['source']}{unpacked}")
 
 
@@ -177,7 +171,7 @@ def info(name: str, cache_dir: Path | None, as_json: bool) -> None:
         if key == "card":
             continue
         if key == "size":
-            value = f"{value} ({human_size(value)})"
+            value = f"{value} ({format_bytes(value)})"
         elif key == "metrics":
             value = ", ".join(f"{k}={v}" for k, v in _flatten(value).items()) or "-"
         elif key == "cached":
@@ -256,20 +250,20 @@ def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, na
                                  overwrite=overwrite)
     write_file(card_file, card, overwrite)
     click.echo(f"wrote {out} and its model card {card_file} (also inside the archive as {CARD})\n"
-               f"sha256 {entry['sha256']}\nsize   {entry['size']} ({human_size(entry['size'])})\n\n"
+               f"sha256 {entry['sha256']}\nsize   {entry['size']} ({format_bytes(entry['size'])})\n\n"
                "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
     click.echo(yaml.safe_dump([entry], sort_keys=False, width=120).rstrip())
 
 
 def _export_hf(checkpoint: Path, out: Path, name: str | None, license_: str, results: Path | None,
                overwrite: bool) -> None:
-    from lavo_zoo.checkpoints.transformers_format import export_transformers
+    from lavo_zoo.checkpoints.hf_format import export_hf
 
-    files = export_transformers(checkpoint, out, name=name, license_=license_, results=results,
+    files = export_hf(checkpoint, out, name=name, license_=license_, results=results,
                                    overwrite=overwrite)
     click.echo(f"wrote the transformers folder {out} (model card: {out / CARD}):")
     for file in files:
-        click.echo(f"  {file.name:<28} {human_size(file.stat().st_size):>10}")
+        click.echo(f"  {file.name:<28} {format_bytes(file.stat().st_size):>10}")
     click.echo(f"\nload it with:\n  import lavo_zoo\n  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
                f'  model = AutoModelForCausalLM.from_pretrained("{out}")\n'
                f'  tokenizer = AutoTokenizer.from_pretrained("{out}")')
@@ -281,85 +275,6 @@ def _refuse_archive_options(command: str, **given: Any) -> None:
     if used:
         raise UsageError(f"{' '.join(used)}: only for archives; `{command} --format hf` writes a transformers folder "
                          "(drop them, or export an archive)")
-
-
-def card_path(archive: Path) -> Path:
-    """Where the model card of ``archive`` goes beside it: ``<archive stem>.README.md``."""
-    return archive.with_name(f"{archive.name.removesuffix('.tar.gz').removesuffix('.tgz')}.{CARD}")
-
-
-def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str | None, license_: str,
-                   description: str, results: Path | None, with_train_state: bool = False, overwrite: bool = True
-                   ) -> tuple[dict[str, Any], str]:
-    """Pack ``checkpoint`` as ``out`` with its model card inside; (the index entry, the card's text). ``name``
-    defaults to ``<recipe>/<OUT stem>@v1``; ``results``: an ``eval`` results JSON of exactly these weights."""
-    from lavo_zoo.checkpoints.card import build_card, load_results
-
-    meta = check_checkpoint_dir(checkpoint.resolve())
-    recipe = str(meta.get("recipe") or "unknown")
-    name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
-    check_release_name(name, recipe)
-    scored = load_results(results, meta) if results is not None else None
-    metrics, command = _release_metrics(meta, scored, name)
-    card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored)
-    left_out = pack_checkpoint(checkpoint.resolve(), out, with_train_state, extra={CARD: card}, overwrite=overwrite)
-    if left_out:
-        click.echo(f"note: left out of the archive, as not a checkpoint's files: {', '.join(left_out)}", err=True)
-    digest, size = cache_mod.sha256_file(out), out.stat().st_size
-    entry = {"name": name, "recipe": recipe, "config": name.split("@")[0],
-             "source": source or f"<publish {out.name}, then put its https:// or hf:// address here>",
-             "sha256": digest, "size": size, "license": license_,
-             **({"description": description} if description else {}), "metrics": metrics, "command": command}
-    return entry, card
-
-
-def check_release_name(name: str, recipe: str) -> None:
-    """Refuse an index name that is malformed or names another domain than the checkpoint's recipe."""
-    if not NAME_RE.match(name):
-        raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
-    if name.split("/")[0] != recipe:
-        raise UsageError(f"--name {name} names the domain '{name.split('/')[0]}', but this is a '{recipe}' checkpoint; "
-                         f"give --name {recipe}/<config>@<tag>")
-
-
-def _release_metrics(meta: dict[str, Any], results: dict[str, Any] | None, name: str) -> tuple[dict[str, Any], str]:
-    """(metrics, command): from an eval results JSON when given (every metric checked by ``load_results``), else
-    what training recorded in meta.json (its non-finite values left out, saying so)."""
-    if results is None:
-        logged = _numbers_only(meta.get("metrics") or {})
-        finite, dropped = _finite_only(logged)
-        if dropped:
-            click.echo(f"note: left out of the entry the metrics training logged as non-finite: {', '.join(dropped)}",
-                       err=True)
-        return finite, f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test"
-    metrics = {k: v["value"] for k, v in results["metrics"].items()}
-    return metrics, f"lavo-zoo eval {name} --split {results['split']}"
-
-
-def _numbers_only(tree: Any) -> dict[str, Any]:
-    """The numeric leaves of a nested mapping (anything else dropped)."""
-    if not isinstance(tree, dict):
-        return {}
-    kept = {str(k): (_numbers_only(v) if isinstance(v, dict) else v) for k, v in tree.items()
-            if isinstance(v, dict) or (isinstance(v, (int, float)) and not isinstance(v, bool))}
-    return {k: v for k, v in kept.items() if v != {}}
-
-
-def _finite_only(tree: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
-    """(the finite leaves of a nested mapping of numbers, the names of the others)."""
-    kept: dict[str, Any] = {}
-    dropped: list[str] = []
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            inner, gone = _finite_only(value, f"{prefix}{key}/")
-            dropped += gone
-            if inner:
-                kept[key] = inner
-        elif math.isfinite(value):
-            kept[key] = value
-        else:
-            dropped.append(f"{prefix}{key}={value}")
-    return kept, dropped
 
 
 # ----------------------------------------------------------------------------------------------------------- push
@@ -416,7 +331,7 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
         entry, text = export_release(checkpoint, archive, name=name, source=None, license_=license_,
                                      description=description, results=results)
         card.write_text(text, encoding="utf-8")
-        click.echo(f"uploading {filename} ({human_size(entry['size'])}) and its model card to hf://{repo_id}@{branch}"
+        click.echo(f"uploading {filename} ({format_bytes(entry['size'])}) and its model card to hf://{repo_id}@{branch}"
                    " ...", err=True)
         commit = upload(api, repo_id, branch, {filename: archive, CARD: card},
                         message or f"lavo-zoo push {entry['name']}", private=private)
@@ -431,8 +346,8 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
 def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, license_: str, results: Path | None,
              private: bool, message: str | None, cache_dir: Path | None) -> None:
     from lavo_zoo.checkpoints.cache import sha256_file
+    from lavo_zoo.checkpoints.hf_format import export_hf
     from lavo_zoo.checkpoints.push import hub_api, upload, verify
-    from lavo_zoo.checkpoints.transformers_format import export_transformers
 
     if name is not None and not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
@@ -440,9 +355,9 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
     name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
     with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
         folder = Path(tmp) / "model"
-        files = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)
+        files = export_hf(checkpoint, folder, name=name, license_=license_, results=results)
         size = sum(f.stat().st_size for f in files)
-        click.echo(f"uploading the transformers folder ({len(files)} files, {human_size(size)}) to "
+        click.echo(f"uploading the transformers folder ({len(files)} files, {format_bytes(size)}) to "
                    f"hf://{repo_id}@{branch} ...", err=True)
         commit = upload(api, repo_id, branch, {f.name: f for f in files}, message or f"lavo-zoo push {name} (hf)",
                         private=private)

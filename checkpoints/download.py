@@ -24,6 +24,7 @@ import requests
 import urllib3
 from tqdm import tqdm
 
+from lavo_zoo.atomic import move_into_place
 from lavo_zoo.checkpoints.cache import (
     PART_SUFFIX,
     RECORD,
@@ -107,7 +108,7 @@ def _download_into(folder: Path, source: str, sha256: str | None, name: str | No
         "size": part.stat().st_size, "downloaded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     shutil.rmtree(folder / UNPACKED, ignore_errors=True)  # unpacked from the file being replaced
     (folder / UNPACKED_MANIFEST).unlink(missing_ok=True)
-    os.replace(part, target)
+    move_into_place(part, target)
     return target
 
 
@@ -305,5 +306,5 @@ def _hf_download(ref: str, part: Path) -> None:
                                      **({"endpoint": endpoint} if endpoint else {}))
     except Exception as e:
         raise CheckpointError(f"cannot download {ref} from the Hugging Face Hub: {e}") from e
-    os.replace(downloaded, part)
+    move_into_place(Path(downloaded), part)
     shutil.rmtree(scratch, ignore_errors=True)

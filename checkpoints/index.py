@@ -39,6 +39,7 @@ class IndexEntry:
     description: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as the index's YAML holds it."""
         return asdict(self)
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo.atomic import swap_folder, temporary_folder
 from lavo_zoo.checkpoints.archive import check_checkpoint_dir, find_checkpoint_dir, is_archive, safe_extract
 from lavo_zoo.checkpoints.cache import (
     UNPACKED,
@@ -21,8 +21,8 @@ from lavo_zoo.checkpoints.cache import (
     write_json_atomic,
 )
 from lavo_zoo.checkpoints.download import fetch, folder_lock
+from lavo_zoo.checkpoints.hf_format import hf_recipe, import_hf_folder
 from lavo_zoo.checkpoints.index import load_index
-from lavo_zoo.checkpoints.transformers_format import import_transformers_folder, transformers_recipe
 from lavo_zoo.engine.checkpoint_io import tree_hashes
 from lavo_zoo.errors import CheckpointError, UsageError, os_error_message
 
@@ -77,9 +77,9 @@ def open_checkpoint(ref: str) -> Iterator[Path]:
     temporary directory; a local .tar.gz/.zip unpacked safely into a temporary directory (both removed afterwards);
     an index name, URL or hf:// reference through the verified download cache."""
     path = Path(ref)
-    if path.is_dir() and transformers_recipe(path) is not None:
+    if path.is_dir() and hf_recipe(path) is not None:
         with tempfile.TemporaryDirectory(prefix="lavo-zoo-ckpt-") as tmp:
-            yield import_transformers_folder(path, Path(tmp))
+            yield import_hf_folder(path, Path(tmp))
     elif path.is_dir():
         yield path
     elif path.is_file() and is_archive(path):
@@ -123,22 +123,20 @@ def unpack_checkpoint(archive: Path, label: str, recipe: str | None = None) -> P
 
 def _unpack(archive: Path, folder: Path, archive_sha256: str | None) -> None:
     """Unpack ``archive`` into ``folder/checkpoint`` through a temporary folder, recording what it holds."""
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".unpack-"))
-    old = folder / f".old-{UNPACKED}-{os.getpid()}"
+    tmp: Path | None = None
     try:
+        tmp = temporary_folder(folder / UNPACKED)
         safe_extract(archive, tmp)
         check_checkpoint_dir(find_checkpoint_dir(tmp))
         (folder / UNPACKED_MANIFEST).unlink(missing_ok=True)
-        if (folder / UNPACKED).exists():
-            os.replace(folder / UNPACKED, old)
-        os.replace(tmp, folder / UNPACKED)
+        swap_folder(tmp, folder / UNPACKED)
         write_json_atomic(folder / UNPACKED_MANIFEST, {"archive_sha256": archive_sha256,
                                                         "files": tree_hashes(folder / UNPACKED)})
     except OSError as e:
         raise CheckpointError(f"could not unpack {archive} in the cache: {os_error_message(e)}") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _checked_sha256(value: str, where: str) -> str:

@@ -39,8 +39,8 @@ def check_finite(values: Any, path: Path, unit: str = "row") -> None:
 class Evaluator(ABC):
     """Accumulates predictions against targets over a split and computes named metrics.
 
-    ``higher_is_better`` maps every metric name that :meth:`compute` returns to its direction; a subclass whose
-    metric names depend on its options (e.g. ``ppl@2048``) overrides :meth:`is_higher_better` instead.
+    ``higher_is_better`` maps every metric that :meth:`compute` returns to its direction; a metric of a group or a
+    setting, ``<metric>@<group>`` (``accuracy@dist:9-16``, ``ppl@2048``, ``cd_l1@chair``), has its metric's.
     ``num_samples`` counts what was scored (examples, windows, tokens: the evaluator says which in its docstring).
     """
 
@@ -93,15 +93,16 @@ class Evaluator(ABC):
             ``{metric name: value}``; every name has a direction (:attr:`higher_is_better`).
         """
 
-    def is_higher_better(self, metric: str) -> bool:
-        """Whether a higher value of ``metric`` is better.
+    def _higher_is_better(self, metric: str) -> bool:
+        """:attr:`higher_is_better` of ``metric``, or of ``<metric>`` for ``<metric>@<group>``.
 
         Raises:
             KeyError: the evaluator declares no direction for ``metric``.
         """
-        if metric not in self.higher_is_better:
+        name = metric if metric in self.higher_is_better else metric.split("@", 1)[0]
+        if name not in self.higher_is_better:
             raise KeyError(f"{type(self).__name__} does not declare a direction for metric '{metric}'")
-        return self.higher_is_better[metric]
+        return self.higher_is_better[name]
 
     # the names save_outputs gives its files: ``<results stem><suffix>`` beside the results file, which
     # ``lavo-zoo eval --out`` refuses to replace, before any work, without --overwrite
@@ -123,4 +124,5 @@ class Evaluator(ABC):
         Returns:
             ``{"name": {"value": float, "higher_is_better": bool}}``, as in the results JSON of docs/architecture.md.
         """
-        return {k: {"value": float(v), "higher_is_better": self.is_higher_better(k)} for k, v in self.compute().items()}
+        return {k: {"value": float(v), "higher_is_better": self._higher_is_better(k)}
+                for k, v in self.compute().items()}

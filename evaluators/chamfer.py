@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -103,6 +103,7 @@ class ChamferEvaluator(Evaluator):
     the predictions); clouds without one are grouped as ``all``.
     """
 
+    higher_is_better: ClassVar[dict[str, bool]] = {"cd_l1": False, "cd_l2": False, "fscore": True}
     files = ("--pred: a predicted cloud (.pcd) or a folder of them; --ref: the ground-truth cloud, or a folder with "
              "the same relative paths (a file's category is its first folder: 03001627/m1.pcd is in 03001627)")
 
@@ -167,8 +168,3 @@ class ChamferEvaluator(Evaluator):
             out.update({f"{k}@{c}": row[k] for c, row in table.items() for k in METRICS})
         return out
 
-    def is_higher_better(self, metric: str) -> bool:
-        base = metric.split("@", 1)[0]
-        if base not in METRICS:
-            raise KeyError(f"ChamferEvaluator does not declare a direction for metric '{metric}'")
-        return base == "fscore"

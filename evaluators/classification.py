@@ -11,6 +11,7 @@ import torch
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
+from lavo_zoo.formats.numeric import is_real, read_npy
 from lavo_zoo.formats.text import read_lines
 
 # the confusion matrix is C x C: class ids beyond this are refused rather than allocated
@@ -35,12 +36,8 @@ def read_class_ids(path: Path, option: str = "--pred"):
 
     path = input_path(path, option)
     if path.suffix == ".npy":
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise DataError(f"{path}: not a readable .npy array ({e})") from None
-        if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or
-                                       np.issubdtype(array.dtype, np.floating)):
+        array = read_npy(path, option)
+        if not is_real(array):
             raise DataError(f"{path}: expected integer class ids [N] or real scores [N, C], got {array.dtype} values")
         if array.ndim in (1, 2):
             check_finite(array, path)
@@ -223,11 +220,6 @@ class Accuracy(Evaluator):
             correct, examples = self.groups[name]
             out[f"accuracy@{name}"] = correct / examples
         return out
-
-    def is_higher_better(self, metric: str) -> bool:
-        if metric == "accuracy" or metric.startswith("accuracy@"):
-            return True
-        raise KeyError(f"Accuracy does not declare a direction for metric '{metric}'")
 
     def details(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

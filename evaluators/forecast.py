@@ -12,6 +12,7 @@ import torch
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
+from lavo_zoo.formats.numeric import is_real, numeric_columns, read_npy
 
 
 @dataclass
@@ -43,36 +44,63 @@ def read_forecast_file(path: Path, option: str = "--pred") -> ForecastFile:
     columns and an optional 'date' column; anything else is refused naming the file (and the line): another file
     type, a CSV without a header (``numpy.savetxt``'s layout), an unnamed column (an index written by pandas), a
     repeated column name, a missing, non-numeric or non-finite value, an unreadable date."""
-    import csv
-    import io
-
-    import numpy as np
-    import pandas as pd
-
     path = input_path(path, option)
     if path.suffix == ".npy":
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise DataError(f"{option} {path} is not a readable .npy array: {e}") from None
-        if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or
-                                       np.issubdtype(array.dtype, np.floating)):
-            raise DataError(f"{option} {path} holds {array.dtype} values; forecasts and truths are real numbers")
-        if array.ndim == 0 or array.size == 0:
-            held = "a single number (a 0-d array)" if array.ndim == 0 else f"no values (shape {list(array.shape)})"
-            raise DataError(f"{option} {path} holds {held}; give an array [N, ...] with one row per sample")
-        array = array.astype(np.float64)
-        check_finite(array.reshape(len(array), -1), path, "sample")
-        return ForecastFile(path, array)
+        return _read_npy(path, option)
     if path.suffix not in (".csv", "") and path.is_file():
         raise UsageError(f"{option} {path}: score forecast reads .npy arrays and .csv tables, not {path.suffix} "
                          "files (a CSV needs a header line of column names and commas between values)")
+    return _read_csv(path, option)
+
+
+def _read_npy(path: Path, option: str) -> ForecastFile:
+    """A forecast .npy file: real numbers [N, ...], at least one."""
+    import numpy as np
+
+    array = read_npy(path, option)
+    if not is_real(array):
+        raise DataError(f"{option} {path} holds {array.dtype} values; forecasts and truths are real numbers")
+    if array.ndim == 0 or array.size == 0:
+        held = "a single number (a 0-d array)" if array.ndim == 0 else f"no values (shape {list(array.shape)})"
+        raise DataError(f"{option} {path} holds {held}; give an array [N, ...] with one row per sample")
+    array = array.astype(np.float64)
+    check_finite(array.reshape(len(array), -1), path, "sample")
+    return ForecastFile(path, array)
+
+
+def _read_csv(path: Path, option: str) -> ForecastFile:
+    """A forecast CSV: a header line of names, numeric value columns, an optional 'date' column."""
+    import io
+
+    import pandas as pd
+
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         raise DataError(f"{option} {path} is not a UTF-8 CSV file") from None
     except OSError as e:
         raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+    header = _header(text, path, option)
+    try:
+        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except pd.errors.ParserError as e:
+        raise DataError(f"{option} {path} is not a readable CSV file: {e}") from None
+    table.columns = header
+    if len(table) == 0:
+        raise DataError(f"{option} {path} has a header but no rows")
+    date_columns = [c for c in header if c.lower() == "date"]
+    dates = _dates(table.pop(date_columns[0]), path, option) if date_columns else None
+    if table.shape[1] == 0:
+        raise DataError(f"{option} {path} has no value columns besides its dates")
+    columns = list(table.columns)
+    return ForecastFile(path, numeric_columns(table, columns, f"{option} {path}"), columns, dates)
+
+
+def _header(text: str, path: Path, option: str) -> list[str]:
+    """The column names of a CSV's first line; refused: none, numbers (no header), an unnamed or repeated one."""
+    import csv
+    import io
+
     first = next(csv.reader(io.StringIO(text)), None)
     if not first:
         raise DataError(f"{option} {path} is empty; a CSV needs a header line of column names and one row per step")
@@ -89,40 +117,23 @@ def read_forecast_file(path: Path, option: str = "--pred") -> ForecastFile:
     if repeated:
         raise DataError(f"{option} {path}: the column name '{repeated[0]}' appears more than once; name each column "
                         "once")
+    return header
+
+
+def _dates(raw: Any, path: Path, option: str) -> Any:
+    """A CSV's 'date' column as a pandas DatetimeIndex; an unreadable date is refused naming its line."""
+    import numpy as np
+    import pandas as pd
+
     try:
-        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    except pd.errors.ParserError as e:
-        raise DataError(f"{option} {path} is not a readable CSV file: {e}") from None
-    table.columns = header
-    if len(table) == 0:
-        raise DataError(f"{option} {path} has a header but no rows")
-    date_columns = [c for c in header if c.lower() == "date"]
-    dates = None
-    if date_columns:
-        raw = table.pop(date_columns[0])
-        try:
-            dates = pd.DatetimeIndex(pd.to_datetime(raw, errors="coerce"))
-        except ValueError:
-            raise DataError(f"{option} {path}: its dates are in several time zones; write every date in one time "
-                            "zone, or all in UTC") from None
-        if dates.isna().any():
-            row = int(np.flatnonzero(dates.isna())[0])
-            raise DataError(f"{option} {path}: the date {raw.iloc[row]!r} on line {row + 2} is not a date")
-    if table.shape[1] == 0:
-        raise DataError(f"{option} {path} has no value columns besides its dates")
-    values = table.apply(lambda column: pd.to_numeric(column.str.strip(), errors="coerce"))
-    bad = values.isna().to_numpy()
-    if bad.any():
-        row, col = map(int, np.argwhere(bad)[0])
-        raise DataError(f"{option} {path}: column '{table.columns[col]}' has a missing or non-numeric value "
-                        f"{table.iloc[row, col]!r} on line {row + 2}")
-    array = values.to_numpy(np.float64)
-    bad = ~np.isfinite(array)
-    if bad.any():
-        row, col = map(int, np.argwhere(bad)[0])
-        raise DataError(f"{option} {path}: column '{table.columns[col]}' has the non-finite value {array[row, col]} "
-                        f"on line {row + 2}; scores need finite values")
-    return ForecastFile(path, array, list(table.columns), dates)
+        dates = pd.DatetimeIndex(pd.to_datetime(raw, errors="coerce"))
+    except ValueError:
+        raise DataError(f"{option} {path}: its dates are in several time zones; write every date in one time "
+                        "zone, or all in UTC") from None
+    if dates.isna().any():
+        row = int(np.flatnonzero(dates.isna())[0])
+        raise DataError(f"{option} {path}: the date {raw.iloc[row]!r} on line {row + 2} is not a date")
+    return dates
 
 
 def align(pred: ForecastFile, ref: ForecastFile) -> tuple[Any, Any, dict[str, Any]]:

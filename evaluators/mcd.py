@@ -23,7 +23,7 @@ from lavo_zoo.dependencies import import_torchaudio
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
-from lavo_zoo.nn.precision import no_autocast
+from lavo_zoo.nn.full_precision import no_autocast
 
 MSD_OFFSET = 1e-6
 
@@ -109,6 +109,8 @@ class Distortion:
 
 
 def distortion(ref_feats: np.ndarray, syn_feats: np.ndarray) -> Distortion:
+    """The DTW alignment of two MFCC sequences: its total cost, both lengths, the path's length and its insertions and
+    deletions."""
     cost, path = dtw(frame_distances(ref_feats, syn_feats))
     return Distortion(cost, path.shape[0], path.shape[1], int(path.sum()), int((path.sum(1) - 1).sum()),
                       int((path.sum(0) - 1).sum()))

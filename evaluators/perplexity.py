@@ -48,6 +48,8 @@ class PerplexityTable(Evaluator):
     tokens any group scored.
     """
 
+    higher_is_better: ClassVar[dict[str, bool]] = {"ppl": False}
+
     def reset(self) -> None:
         self.groups: dict[str, Perplexity] = {}
         self.num_samples = 0
@@ -65,7 +67,3 @@ class PerplexityTable(Evaluator):
             raise ValueError("PerplexityTable.compute() called before any token was scored")
         return {f"ppl@{name}": group.compute()["ppl"] for name, group in self.groups.items()}
 
-    def is_higher_better(self, metric: str) -> bool:
-        if not metric.startswith("ppl@"):
-            raise KeyError(f"PerplexityTable does not declare a direction for metric '{metric}'")
-        return False

@@ -13,17 +13,17 @@ non-alphanumeric split, Porter stemming of tokens longer than 3 characters) is t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, input_path
 from lavo_zoo.formats.multinews import clean_summary
 from lavo_zoo.formats.text import json_rows, read_lines
-from lavo_zoo.options import write_file
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -169,10 +169,3 @@ def read_pairs(path: Path) -> tuple[list[str], list[str]]:
         hypotheses.append(row["hypothesis"])
         references.append(row["reference"])
     return hypotheses, references
-
-
-def score_summaries(hypotheses: Iterable[str], references: Iterable[str]) -> dict[str, float]:
-    """Averaged ROUGE F1 x 100 of paired summaries (see :class:`Rouge`)."""
-    evaluator = Rouge()
-    evaluator.update(list(hypotheses), list(references))
-    return evaluator.compute()

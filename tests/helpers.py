@@ -40,3 +40,12 @@ def run_command(command: click.Command, args: list[str], input: str | None = Non
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.output
+
+
+def score_summaries(hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """Averaged ROUGE F1 x 100 of paired summaries, through the rouge evaluator."""
+    from lavo_zoo.evaluators.rouge import Rouge
+
+    evaluator = Rouge()
+    evaluator.update(list(hypotheses), list(references))
+    return evaluator.compute()

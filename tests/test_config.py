@@ -191,3 +191,48 @@ def test_lm_block_size_range_is_in_the_schema():
         resolve_config("lm/tiny-lavo", ["data.block_size=0"])
     _, cfg = resolve_config(TOY, ["train.max_epochs=null"])
     assert cfg.train.max_epochs is None
+
+
+# ------------------------------------------------------------------------------ one merge rule for every path
+def test_extends_with_another_attention_name_drops_the_parents_options(tmp_path):
+    """`extends:` applies the rule `model.attention.name=...` applies: another mechanism starts from no options
+    (the parent's sdpa `rope` would be refused by lavo), the same mechanism keeps them."""
+    from lavo_zoo.attention import AttentionSpec, SiteAttention
+
+    (tmp_path / "lavo.yaml").write_text("extends: lm/tiny-sdpa-rope\nmodel:\n  attention: {name: lavo}\n")
+    _, by_extends = resolve_config(tmp_path / "lavo.yaml")
+    _, by_override = resolve_config("lm/tiny-sdpa-rope", ["model.attention.name=lavo"])
+    assert by_extends.model.attention == by_override.model.attention == AttentionSpec("lavo")
+    (tmp_path / "same.yaml").write_text("extends: lm/tiny-sdpa-rope\nmodel:\n  attention: {name: sdpa, bias: false}\n")
+    _, same = resolve_config(tmp_path / "same.yaml")
+    assert same.model.attention == AttentionSpec("sdpa", {"rope": True, "bias": False})
+    (tmp_path / "more.yaml").write_text("extends: lm/tiny-sdpa-rope\nmodel:\n  attention: {bias: false}\n")
+    assert resolve_config(tmp_path / "more.yaml")[1].model.attention == same.model.attention  # no name: merged
+    (tmp_path / "cross.yaml").write_text("extends: time_series/etth1-sdpa\nmodel:\n  attention:\n"
+                                         "    cross: {name: lavo, num_bases: 8}\n")
+    _, cfg = resolve_config(tmp_path / "cross.yaml")
+    assert isinstance(cfg.model.attention, SiteAttention)
+    assert cfg.model.attention.cross == AttentionSpec("lavo", {"num_bases": 8})  # the parent's dropout 0.05 dropped
+    assert cfg.model.attention.encoder_self == AttentionSpec("probsparse", {"factor": 5})  # other sites inherited
+
+
+def test_the_attention_merge_rule_is_the_one_every_path_calls():
+    """merge_attention on its own, and through the three paths (extends:, a section over a default, an override)
+    against it."""
+    from lavo_zoo.attention.spec import merge_attention
+    from lavo_zoo.config import merge
+
+    def plain(base, over):
+        return {**base, **over}
+
+    assert merge_attention({"name": "sdpa", "rope": True}, {"name": "lavo"}, plain) == {"name": "lavo"}
+    assert merge_attention({"name": "sdpa", "rope": True}, {"bias": False}, plain) == {
+        "name": "sdpa", "rope": True, "bias": False}
+    assert merge_attention("sdpa", {"rope": True}, plain) == {"name": "sdpa", "rope": True}  # a bare name
+    assert merge_attention({"name": "lavo", "num_bases": 8}, "lavo", plain) == "lavo"  # a bare name replaces
+    from lavo_zoo.recipes.lm.recipe import LMConfig
+
+    base, over = {"model": {"attention": {"name": "sdpa", "rope": True}}}, {"model": {"attention": {"name": "lavo"}}}
+    assert merge(base, over, schema=LMConfig) == {"model": {"attention": {"name": "lavo"}}}
+    assert merge(base, over) == {"model": {"attention": {"name": "lavo", "rope": True}}}  # no schema: key by key
+    assert apply_overrides(base, ["model.attention.name=lavo"], LMConfig) == over

@@ -21,8 +21,9 @@ from typing import Any
 
 import click
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import UsageError, ZooError, os_error_message
-from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option, write_file
+from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
@@ -130,7 +131,7 @@ Examples:
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(package_name="lavo-zoo")
 def cli(debug: bool) -> None:
-    """lavo-zoo: LAVO attention, its baselines, and six domain recipes to train, evaluate and compare them."""
+    """lavo-zoo: LAVO attention, its baselines, and seven domain recipes to train, evaluate and compare them."""
 
 
 # ---------------------------------------------------------------------------------------------------------- list

@@ -10,7 +10,13 @@ A recipe's schema is a dataclass subclass of :class:`RunConfig`; every section i
 
 A YAML file may start from another config with ``extends: <domain>/<name>`` (or a path relative to the file); its
 own keys are merged over the parent's, mappings recursively, and ``key: !delete`` removes an inherited key (the
-schema's default applies again; on the command line: ``key.sub=!delete``). A mapping may not repeat a key.
+schema's default applies again; on the command line: ``key.sub=!delete``). A mapping may not repeat a key. A section
+type with its own YAML form may set its own merge rule (``merge_config``: the attention's drops the options of a
+mechanism a new ``name`` replaces), which holds for ``extends:``, a partial section over a default and overrides.
+
+Loading runs one way: the caller resolves names (:mod:`lavo_zoo.engine.configs` knows the named configs), then
+:func:`read_layers` reads the file and those it extends, :func:`merge_layers` and :func:`apply_overrides` merge them
+under the schema, and :func:`from_dict` validates.
 
 Numeric ranges are part of the schema: annotate a field ``Annotated[int, Range(ge=1)]`` (or use the aliases
 ``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``, ``Probability``) and a value outside
@@ -20,11 +26,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -55,6 +62,7 @@ class Range:
         return None
 
     def describe(self) -> str:
+        """The bounds as text (``>= 1 and < 10``), for messages."""
         parts = [f"{op} {int(b) if float(b).is_integer() else f'{b:g}'}"
                  for b, op in ((self.ge, ">="), (self.gt, ">"), (self.le, "<="), (self.lt, "<")) if b is not None]
         return " and ".join(parts)
@@ -157,15 +165,59 @@ class RunConfig:
 
 
 # --------------------------------------------------------------------------------------------------------- loading
-NamedConfig = Callable[[str], "Path | None"]  # "<domain>/<name>" -> its file, or None
+Layer = tuple[Path, dict[str, Any]]  # one config file and its mapping, ``extends:`` taken out
 
 
-def load_yaml(path: Path, named: NamedConfig = lambda name: None,
-              known: Callable[[], list[str]] = list) -> dict[str, Any]:
-    """A YAML mapping from ``path`` with ``extends:`` and ``!delete`` resolved. ``extends: <parent>`` is a path
-    relative to the file or a named config, which ``named`` finds (the recipe registry's lookup,
-    :func:`lavo_zoo.engine.configs.named_config`); ``known`` lists the names for did-you-mean hints."""
-    return _without_deletes(_load_yaml(path, (), named, known), str(path))
+def load_yaml(path: Path, named: Mapping[str, Path] | None = None, schema: type | None = None) -> dict[str, Any]:
+    """A YAML config as one mapping: the file, every file it extends merged under it (:func:`read_layers`,
+    :func:`merge_layers`) and ``!delete`` resolved.
+
+    Args:
+        path: the YAML file.
+        named: the named configs ``extends:`` may name (``<domain>/<name>`` -> file; what
+            :func:`lavo_zoo.engine.configs.named_configs` finds); without it ``extends:`` takes paths only.
+        schema: the config's dataclass (a recipe's ``config_class``), whose types decide how a section given again
+            merges (see :func:`merge`); without it every mapping merges key by key.
+
+    Returns:
+        The merged mapping (validated by :func:`from_dict`, not here).
+
+    Raises:
+        ConfigError: a file is missing, not UTF-8, not YAML or not a mapping; ``extends:`` names no config or runs in
+            a cycle; ``!delete`` deletes nothing it inherits.
+    """
+    return merge_layers(read_layers(path, named), schema)
+
+
+def read_layers(path: Path, named: Mapping[str, Path] | None = None) -> list[Layer]:
+    """The file ``path`` and every file it extends, the furthest parent first, each read once and none merged
+    yet. ``extends: <parent>`` is a path relative to the file, else one of ``named`` (``<domain>/<name>`` -> file)."""
+    named = named or {}
+    layers: list[Layer] = []
+    path = Path(path).resolve()
+    while True:
+        if path in (p for p, _ in layers):
+            chain = [p for p, _ in reversed(layers)] + [path]
+            raise ConfigError(f"config {chain[0]} extends itself (cycle: {' -> '.join(map(str, chain))})")
+        data = _read_yaml(path)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must be a mapping of keys to values, got {type(data).__name__}")
+        parent = data.pop("extends", None)
+        layers.append((path, data))
+        if parent is None:
+            return layers[::-1]
+        path = _parent_path(path, parent, named).resolve()
+
+
+def merge_layers(layers: list[Layer], schema: type | None = None) -> dict[str, Any]:
+    """The mappings of ``layers`` (:func:`read_layers`: the furthest parent first) merged, each over the ones
+    before it (:func:`merge`), with a ``!delete`` that had nothing to delete refused."""
+    data = layers[0][1]
+    for path, layer in layers[1:]:
+        data = merge(data, layer, source=str(path), schema=schema)
+    return _without_deletes(data, str(layers[-1][0]))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -181,24 +233,7 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"config {path} is not valid YAML: {e}") from None
 
 
-def _load_yaml(path: Path, seen: tuple[Path, ...], named: NamedConfig, known: Callable[[], list[str]]
-               ) -> dict[str, Any]:
-    path = path.resolve()
-    if path in seen:
-        raise ConfigError(f"config {path} extends itself (cycle: {' -> '.join(map(str, seen + (path,)))})")
-    data = _read_yaml(path)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping of keys to values, got {type(data).__name__}")
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    return merge(_load_yaml(_parent_path(path, parent, named, known), seen + (path,), named, known), data,
-                 source=str(path))
-
-
-def _parent_path(child: Path, parent: Any, named: NamedConfig, known: Callable[[], list[str]]) -> Path:
+def _parent_path(child: Path, parent: Any, named: Mapping[str, Path]) -> Path:
     """The file that ``extends: <parent>`` in ``child`` names: a path relative to ``child``, else a named config."""
     if not isinstance(parent, str) or not parent:
         raise ConfigError(f"config {child}: 'extends:' must be a config name or path, got {_show(parent)}")
@@ -207,28 +242,88 @@ def _parent_path(child: Path, parent: Any, named: NamedConfig, known: Callable[[
         return relative
     if relative.is_dir():
         raise ConfigError(f"config {child}: 'extends: {parent}' is the directory {relative}, not a config file")
-    builtin = named(parent) if "/" in parent else None
+    builtin = named.get(parent) if "/" in parent else None
     if builtin is not None:
         return builtin
     where = f"the built-in config {parent}" if "/" in parent else "a built-in config (those are named <domain>/<name>)"
     raise ConfigError(f"config {child}: 'extends: {parent}' names no config; looked for the file {relative} "
-                      f"and {where}{did_you_mean(parent, known())}")
+                      f"and {where}{did_you_mean(parent, list(named))}")
 
 
-def merge(base: dict[str, Any], over: dict[str, Any], source: str = "config", prefix: str = "") -> dict[str, Any]:
-    """``over`` merged onto ``base``; nested mappings merge, everything else replaces; ``!delete`` removes a key."""
+def recipe_name(layers: list[Layer], overrides: list[str] = ()) -> str | None:
+    """The recipe a config names (``recipe:``): its last ``recipe=`` override, else the last layer that sets it."""
+    for text in reversed(list(overrides)):
+        keys, value = parse_override(text)
+        if keys == ["recipe"]:
+            return None if value is DELETE or value in (None, "") else str(value)
+    for _, data in reversed(layers):
+        if "recipe" in data:
+            return None if data["recipe"] is DELETE or not data["recipe"] else str(data["recipe"])
+    return None
+
+
+def merge(base: dict[str, Any], over: dict[str, Any], source: str = "config", prefix: str = "",
+          schema: type | None = None) -> dict[str, Any]:
+    """``over`` merged onto ``base``: nested mappings merge, everything else replaces, ``!delete`` removes a key.
+
+    A section whose type in ``schema`` has its own YAML form decides how it merges: a type with a
+    ``merge_config(base, over, merge)`` static method (:class:`~lavo_zoo.attention.AttentionSpec`: another
+    mechanism's name replaces the section whole) is given the two values and the merge of two mappings.
+
+    Args:
+        base: what is inherited (a parent config, a field's default).
+        over: what is given over it.
+        source: the file or text ``over`` comes from, for messages.
+        prefix: the key path of ``base`` and ``over`` (``model.``), for messages.
+        schema: the dataclass ``base`` and ``over`` are a mapping of, or None for a key-by-key merge.
+
+    Returns:
+        A new mapping; ``base`` and ``over`` are not changed.
+
+    Raises:
+        ConfigError: ``over`` deletes a key that ``base`` does not have.
+    """
     out = dict(base)
     for key, value in over.items():
+        tp = _field_type(schema, key)
+        rule = getattr(tp, "merge_config", None)
         if value is DELETE:
             if key not in out:
                 raise ConfigError(f"{source} deletes '{prefix}{key}' with !delete, but it inherits no such key"
                                   f"{did_you_mean(str(key), map(str, out))}")
             del out[key]
+        elif rule is not None and key in out:
+            out[key] = rule(out[key], value, _merge_of(source, f"{prefix}{key}."))
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value, source, f"{prefix}{key}.")
+            out[key] = merge(out[key], value, source, f"{prefix}{key}.", tp if dataclasses.is_dataclass(tp) else None)
         else:
             out[key] = value
     return out
+
+
+def _merge_of(source: str, prefix: str) -> Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]:
+    """The key-by-key merge a section's own ``merge_config`` calls for two mappings."""
+    return lambda base, over: merge(base, over, source, prefix)
+
+
+@functools.cache
+def _field_types(schema: type) -> dict[str, Any]:
+    return typing.get_type_hints(schema, include_extras=True)
+
+
+def _field_type(schema: type | None, key: Any) -> Any:
+    """The type of field ``key`` of the dataclass ``schema`` (``Annotated`` and ``| None`` taken off), or None."""
+    if schema is None or not dataclasses.is_dataclass(schema) or not isinstance(key, str):
+        return None
+    tp = _field_types(schema).get(key)
+    while True:
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin is Annotated:
+            tp = args[0]
+        elif origin in (typing.Union, types.UnionType) and len([a for a in args if a is not type(None)]) == 1:
+            tp = next(a for a in args if a is not type(None))
+        else:
+            return tp
 
 
 def _without_deletes(data: dict[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
@@ -256,40 +351,80 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A deep copy of ``data`` with each ``key.sub=value`` override applied (sections are created as needed).
+def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type | None = None) -> dict[str, Any]:
+    """A deep copy of ``data`` with each ``key.sub=value`` override applied in order (sections are created as
+    needed; ``key=!delete`` removes a key).
 
-    Overriding the ``name`` of a section that has one (an attention spec, ``model.attention.name=sdpa``) with a
-    different value switches the mechanism: the section's other keys (the old mechanism's options) are dropped, and
-    overrides after it add the new one's (``model.attention.name=performer model.attention.num_features=32``).
+    Args:
+        data: the config's mapping.
+        overrides: ``key.sub=value`` texts (:func:`parse_override`).
+        schema: the config's dataclass: a section whose type has its own merge rule (``merge_config``, see
+            :func:`merge`) takes an override as it takes a config written over it. The attention's
+            (:class:`~lavo_zoo.attention.AttentionSpec`): ``model.attention.name=sdpa`` switches the mechanism and
+            drops the previous one's options, and overrides after it add the new one's
+            (``model.attention.name=performer model.attention.num_features=32``).
+
+    Returns:
+        The new mapping (validated by :func:`from_dict`, not here).
+
+    Raises:
+        ConfigError: a malformed override, a key below a value, a ``!delete`` of a key that is not there.
     """
     out = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
-        node = out
-        for k in keys[:-1]:
-            if isinstance(node.get(k), str) and keys[-1] != k:  # a bare attention name: {name: ...} from here on
-                node[k] = {"name": node[k]}
+        node, tp = out, schema
+        for depth, k in enumerate(keys):
+            tp = _field_type(tp, k)
+            rule = getattr(tp, "merge_config", None)
+            last = depth == len(keys) - 1
+            if rule is not None and k in node and not (last and value is DELETE):  # merged by the section's rule
+                over = value
+                for sub in reversed(keys[depth + 1:]):
+                    over = {sub: over}
+                node[k] = rule(node[k], over, _merge_of(f"override '{text}'", ".".join(keys[:depth + 1]) + "."))
+                break
+            if last:
+                _set(node, keys, value, text)
+                break
             if not isinstance(node.get(k), dict):
                 node[k] = {} if node.get(k) is None else node[k]
                 if not isinstance(node[k], dict):
                     raise ConfigError(f"override '{text}': '{k}' is a value, not a section")
             node = node[k]
-        if value is DELETE:
-            if keys[-1] not in node:
-                raise ConfigError(f"override '{text}': there is no key '{'.'.join(keys)}' to delete"
-                                  f"{did_you_mean(keys[-1], map(str, node))}")
-            del node[keys[-1]]
-        else:
-            if keys[-1] == "name" and node.get("name") not in (None, value):
-                node.clear()  # a different mechanism: the previous one's options do not apply to it
-            node[keys[-1]] = value
     return out
+
+
+def _set(node: dict[str, Any], keys: list[str], value: Any, text: str) -> None:
+    """Set (or, for ``!delete``, remove) the last of ``keys`` in its section ``node``."""
+    if value is DELETE:
+        if keys[-1] not in node:
+            raise ConfigError(f"override '{text}': there is no key '{'.'.join(keys)}' to delete"
+                              f"{did_you_mean(keys[-1], map(str, node))}")
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
 
 
 # ------------------------------------------------------------------------------------------------------ validation
 def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: str = "") -> Any:
-    """An instance of dataclass ``cls`` from ``data``; unknown keys and wrong types raise :class:`ConfigError`."""
+    """An instance of the dataclass ``cls`` from the mapping ``data``, every key and value checked: a section given
+    in part keeps the field's own defaults for the rest (merged as :func:`merge` merges), a type with its own YAML
+    form reads its value (``from_config``), numbers are checked against their ``Range``.
+
+    Args:
+        cls: the schema, a dataclass (a recipe's ``config_class``, or one of its sections).
+        data: the mapping (a loaded and merged config).
+        source: the file or text ``data`` comes from, for messages.
+        prefix: the key path of ``data`` (``model.``), for messages.
+
+    Returns:
+        The validated instance of ``cls``.
+
+    Raises:
+        ConfigError: an unknown key (with the closest valid one), a value of the wrong type or out of range, or a
+            section's own check failing (an attention that cannot do its pattern), naming the key and ``source``.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping, got {_show(data)}")
     hints = typing.get_type_hints(cls, include_extras=True)
@@ -302,8 +437,8 @@ def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: s
             raise ConfigError(f"unknown config key '{prefix}{key}' in {source}{did_you_mean(prefix + str(key), full)}; "
                               f"valid keys here: {', '.join(full)}")
         default = _field_default(fields[key])
-        if isinstance(value, dict) and dataclasses.is_dataclass(default):
-            value = _over_default(to_dict(default), value)  # a partial section keeps the field's own defaults
+        if isinstance(value, dict) and dataclasses.is_dataclass(default):  # a partial section keeps the field's own
+            value = merge({key: to_dict(default)}, {key: value}, source, prefix, cls)[key]  # defaults, as extends:
         kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}", source)
     try:
         return cls(**kwargs)
@@ -315,16 +450,6 @@ def _field_default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return None if f.default is dataclasses.MISSING else f.default
-
-
-def _over_default(default: Any, value: Any) -> Any:
-    """``value`` merged over a field's default (as :func:`merge`), except that a mapping naming a different
-    mechanism (``name:``) than the default replaces it: the default's options belong to the default mechanism."""
-    if not (isinstance(default, dict) and isinstance(value, dict)):
-        return value
-    if "name" in value and "name" in default and value["name"] != default["name"]:
-        return value
-    return {**default, **{k: _over_default(default.get(k), v) for k, v in value.items()}}
 
 
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:

@@ -1,21 +1,22 @@
 """What every command shares: its click options (one spelling, one default and one help text each, used by the
-core's commands and the recipes' ``cli.py``) and the rule for files it writes: a user's file is never replaced
-without ``--overwrite``, and no command leaves a partial file under a final name (a write goes to a temporary file
-that is linked into place only when complete, so two commands racing for one name cannot both win).
+core's commands and the recipes' ``cli.py``) and the checks before it writes: a user's file is never replaced
+without ``--overwrite``, nor a checkpoint's own file or one of the command's inputs, and a folder that cannot be
+written is refused before the work. How the file is then written (a temporary file linked into place only when
+complete, so two commands racing for one name cannot both win) is :mod:`lavo_zoo.atomic`.
 
 Torch-free, so that ``lavo-zoo --help`` stays fast.
 """
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from lavo_zoo.errors import UsageError, ZooError, os_error_message
+from lavo_zoo.atomic import write_file
+from lavo_zoo.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 # a checkpoint's own files (lavo_zoo.engine.checkpoint_io), which no command's output may replace
@@ -105,59 +106,6 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: str = "--out") -> Path:
-    """Write ``data`` to ``path`` atomically (:func:`write_atomic`)."""
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    return write_atomic(path, lambda f: f.write(payload), overwrite, option)
-
-
-def write_atomic(path: Path, fill: Callable[[BinaryIO], Any], overwrite: bool = False, option: str = "--out") -> Path:
-    """Write ``path`` atomically: ``fill(f)`` writes the content into a temporary file beside it, which is then
-    linked into place if the name is still free (or replaces it with ``overwrite``). A full or read-only disk or a
-    race leaves ``path`` as it was and no temporary file behind; the error names ``path`` and the reason."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            fill(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                link_new(tmp, path)
-            except FileExistsError:
-                raise UsageError(f"{option} {path} was created by someone else while this command ran; it was not "
-                                 f"replaced. Give another {option}, or add --overwrite.") from None
-    except OSError as e:
-        e.filename, e.filename2 = str(path), None
-        raise ZooError(os_error_message(e, "could not write") + "; nothing was written there") from None
-    finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # the folder cannot be read or written: nothing was created in it
-            pass
-    return path
-
-
-def link_new(tmp: Path, path: Path) -> None:
-    """Give the complete file ``tmp`` the name ``path`` only if no file has it (FileExistsError otherwise), so that
-    of two commands writing one name, one wins and the other is told. A hard link where the file system has them; on
-    one without (FAT, some network shares) the name is claimed with O_EXCL, then replaced by ``tmp``."""
-    try:
-        os.link(tmp, path)
-        return
-    except FileExistsError:
-        raise
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK, errno.EXDEV):
-            raise
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-    os.replace(tmp, path)
-
-
 def figure_formats() -> list[str]:
     """The file formats matplotlib writes (png, pdf, svg, ...), by suffix."""
     from matplotlib.backend_bases import FigureCanvasBase
@@ -178,7 +126,8 @@ def check_figure_path(path: Path, option: str = "--out") -> Path:
 
 
 def save_figure(fig: Any, path: Path, overwrite: bool = True, option: str = "--out", **savefig: Any) -> Path:
-    """Write a matplotlib figure to ``path`` in the format its suffix names, atomically (:func:`write_file`)."""
+    """Write a matplotlib figure to ``path`` in the format its suffix names (refused before drawing if none),
+    atomically (:func:`lavo_zoo.atomic.write_file`)."""
     import io
 
     path = check_figure_path(path, option)

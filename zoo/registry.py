@@ -29,6 +29,7 @@ class Entry:
     source: str = "builtin"
 
     def load(self) -> Any:
+        """The registered object, its module imported on first use (an entry point's target is ``module:attr``)."""
         if isinstance(self.target, str):
             module_name, _, attr = self.target.partition(":")
             obj: Any = importlib.import_module(module_name)
@@ -75,11 +76,14 @@ class Registry:
                 self._entries[ep.name] = Entry(ep.name, ep.value, {}, source=source)
 
     def names(self, pattern: str | None = None) -> list[str]:
+        """Every registered name, sorted, or those matching the glob ``pattern``."""
         self._discover()
         names = sorted(self._entries)
         return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]
 
     def entry(self, name: str) -> Entry:
+        """The entry of ``name`` (not loaded); an unknown name is a :class:`UsageError` with the closest and every known
+        name."""
         self._discover()
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "none"
@@ -87,6 +91,7 @@ class Registry:
         return self._entries[name]
 
     def get(self, name: str) -> Any:
+        """The object registered as ``name``, loaded (:meth:`entry`, :meth:`Entry.load`)."""
         return self.entry(name).load()
 
     def __contains__(self, name: str) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import platform
 import sys
-import sysconfig
-import zlib
 from pathlib import Path
 
+from lavo_zoo.data.split import hash_split
+from lavo_zoo.data.stdlib import stdlib_files
 from lavo_zoo.engine.builtin_data import BuiltinData
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.recipes.lm.data import CACHE_FORMAT, DataConfig
@@ -32,15 +32,14 @@ def write_stdlib_corpus(out: Path, max_books: int | None = None) -> Path:
     ``out``; returns ``out``. The split of each module is fixed by a hash of its name (about 90% train, 5%
     validation, 5% test); ``max_books`` keeps the first that many modules (by name), for a smaller corpus.
     """
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
     version = "{}.{}.{}".format(*sys.version_info[:3])
     out = Path(out)
     for split in SPLITS:
         (out / split).mkdir(parents=True, exist_ok=True)
     rows = []
-    for source in sorted(stdlib.glob("*.py"))[:max_books]:
+    for source in stdlib_files(recursive=False)[:max_books]:  # the top level's modules, every one
         book_id = source.stem
-        split = {0: "validation", 1: "test"}.get(zlib.crc32(book_id.encode()) % 20, "train")
+        split = hash_split(book_id)
         title = f"The {book_id} module of the Python {version} standard library"
         text = source.read_text(encoding="utf-8", errors="replace")
         (out / split / f"{book_id}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")

@@ -16,21 +16,22 @@ from the Python standard library's module sources, so every command works offlin
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveInt
+from lavo_zoo.data.cache import cached_file, file_stats
+from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.errors import DataError
 from lavo_zoo.nn.tokenizers import Tokenizer
 
@@ -79,13 +80,6 @@ def read_book(path: Path) -> str:
     return text
 
 
-def _fingerprint(files: list[Path], tokenizer: Tokenizer, skip_bad_files: bool) -> str:
-    stats = [(f.name, (s := f.stat()).st_size, s.st_mtime_ns) for f in files]
-    payload = json.dumps({"format": CACHE_FORMAT, "tokenizer": tokenizer.name, "vocab": tokenizer.vocab_size,
-                          "dtype": token_dtype(tokenizer.vocab_size).str, "files": stats, "skip": skip_bad_files})
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
 def token_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned integer type that holds every id."""
     return np.dtype(np.uint8 if vocab_size <= 1 << 8 else np.uint16 if vocab_size <= 1 << 16 else np.uint32)
@@ -101,17 +95,12 @@ def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path, s
     """
     root = Path(root).resolve()
     files = split_files(root, split)
-    root_hash = hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    folder = Path(cache_dir) / f"{root.name}-{root_hash}"
-    stem = f"{split}-{tokenizer.name}-"
-    path = folder / f"{stem}{_fingerprint(files, tokenizer, skip_bad_files)}.bin"
+    payload = {"format": CACHE_FORMAT, "tokenizer": tokenizer.name, "vocab": tokenizer.vocab_size,
+               "dtype": token_dtype(tokenizer.vocab_size).str, "files": [(f.name, *file_stats(f)) for f in files],
+               "skip": skip_bad_files}
+    path = cached_file(cache_dir, root, f"{split}-{tokenizer.name}-", payload, ".bin",
+                       lambda path: _tokenize(files, tokenizer, path, skip_bad_files))
     skipped_file = path.with_suffix(".skipped.json")
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        _tokenize(files, tokenizer, path, skip_bad_files)
-        for stale in folder.glob(f"{stem}*"):
-            if stale.name.split(".")[0] != path.stem:
-                stale.unlink(missing_ok=True)
     if skipped_file.is_file():
         skipped = json.loads(skipped_file.read_text())
         log.warning("skipped %d of %d books of %s that are not text (data.skip_bad_files=true): %s", len(skipped),
@@ -127,13 +116,12 @@ def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path, skip_bad_file
     the reasons for the books left out go to ``<path stem>.skipped.json``."""
     dtype = token_dtype(tokenizer.vocab_size)
     total = sum(f.stat().st_size for f in files)
-    log.info("tokenizing %d books (%.1f MB) of %s with %s into %s", len(files), total / 1e6, files[0].parent,
+    log.info("tokenizing %d books (%s) of %s with %s into %s", len(files), format_bytes(total), files[0].parent,
              tokenizer.name, path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    skipped = []
-    try:
-        with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, disable=None, file=sys.stderr,
-                                          desc=f"tokenizing {files[0].parent.name}") as bar:
+    def fill(out: BinaryIO) -> None:
+        skipped = []
+        with tqdm(total=total, unit="B", unit_scale=True, disable=None, file=sys.stderr,
+                  desc=f"tokenizing {files[0].parent.name}") as bar:
             for f in files:
                 try:
                     text = read_book(f)
@@ -148,10 +136,9 @@ def _tokenize(files: list[Path], tokenizer: Tokenizer, path: Path, skip_bad_file
         if len(skipped) == len(files):
             raise DataError(f"every book of {files[0].parent} is not text; the first: {skipped[0]}")
         if skipped:  # written before the tokens, so that a cache hit always repeats the warning
-            path.with_suffix(".skipped.json").write_text(json.dumps(skipped, indent=1))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+            put_file(path.with_suffix(".skipped.json"), json.dumps(skipped, indent=1))
+
+    put_file(path, fill)
     log.info("tokenized %s: %d tokens", files[0].parent.name, path.stat().st_size // dtype.itemsize)
 
 

@@ -86,6 +86,7 @@ class LanguageModel(Predictor):
     # decoding states are measured after this many tokens and twice as many: a state that keeps every past token
     # (a KV cache) grows between them, one of bounded size (LAVO, a local window up to this size) does not
     PROBE_TOKENS = 1024
+    _state_growth: tuple[float, int] | None = None  # (bytes per token, bytes at twice PROBE_TOKENS), on first use
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -132,20 +133,25 @@ class LanguageModel(Predictor):
         return out[0] if single else out
 
     @torch.no_grad()
-    def _check_state_fits(self, tokens: int) -> None:
-        """Refuse a generation whose decoding state would outgrow memory after ``tokens`` tokens: the state's growth
-        per token is measured (once) between two probe lengths, so a bounded state is never refused."""
+    def memory_estimate(self, tokens: int) -> int:
+        """Estimated bytes of the decoding state after ``tokens`` tokens: its size at two probe lengths, measured
+        once, and its growth per token between them (none for a bounded state)."""
         probe = self.PROBE_TOKENS
-        if tokens <= 2 * probe:
-            return
-        if not hasattr(self, "_state_growth"):
+        if self._state_growth is None:
             sizes = []
             for length in (probe, 2 * probe):
                 dummy = torch.zeros(1, length, dtype=torch.long, device=self.device)
                 sizes.append(tensor_bytes(self.model(dummy, return_state=True)[1]))
             self._state_growth = (max(sizes[1] - sizes[0], 0) / probe, sizes[1])
         per_token, base = self._state_growth
-        self.check_fits(base + per_token * (tokens - 2 * probe),
+        return int(base + per_token * max(tokens - 2 * probe, 0))
+
+    def _check_state_fits(self, tokens: int) -> None:
+        """Refuse a generation whose decoding state would outgrow memory after ``tokens`` tokens; a bounded state is
+        never refused (nor measured for a short one)."""
+        if tokens <= 2 * self.PROBE_TOKENS:
+            return
+        self.check_fits(self.memory_estimate(tokens),
                         f"generating up to {tokens:,} tokens (the prompt and max_new_tokens) with the carried state",
                         "lower max_new_tokens (this attention's state grows with every token)")
 

@@ -1,7 +1,8 @@
 """The paper's GPT-2 decoder: fairseq ``transformer_lm_gpt`` with any attention from the registry.
 
 Pre-LayerNorm blocks with a final LayerNorm, GELU FFN, token embeddings scaled by sqrt(D), tied input/output
-embeddings, sinusoidal positions unless the attention encodes position itself (LAVO's EPE, rotary). Sizes come from
+embeddings, sinusoidal positions unless the attention encodes position itself (LAVO's EPE, rotary): the trunk
+:class:`~lavo_zoo.nn.transformer.TiedDecoderLM`, shared with the ``recall`` recipe. Sizes come from
 :class:`ModelConfig`; the defaults are GPT-2 small (12 x 768, 12 heads, FFN 3072).
 
 The LM head never materialises all T x V logits: with targets the model returns per-token NLL computed by
@@ -12,18 +13,15 @@ recurrent state, or the softmax attentions' KV cache) and the position offset ac
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-from torch import nn
 
 from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.losses import chunked_cross_entropy
-from lavo_zoo.nn.position import sinusoidal_positions
-from lavo_zoo.nn.transformer import PreLNDecoderBlock
+from lavo_zoo.nn.transformer import DecoderState, TiedDecoderLM
 
 
 @dataclass
@@ -44,48 +42,18 @@ class ModelConfig:
         self.attention.check("causal", "model.attention")
 
 
-@dataclass
-class LMState:
-    """Streaming state: tokens consumed so far (the next position) and each layer's attention state."""
-
-    offset: int
-    layers: list[Any]
-
-
-class TransformerLM(nn.Module):
-    """Token embedding (x sqrt(D), + sinusoidal positions) -> num_layers pre-LN blocks -> LayerNorm -> tied head."""
+class TransformerLM(TiedDecoderLM):
+    """Token embedding (x sqrt(D), + sinusoidal positions) -> num_layers pre-LN blocks -> LayerNorm -> tied head
+    (:class:`~lavo_zoo.nn.transformer.TiedDecoderLM`, whose ``features`` and ``logits`` it adds the loss to)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        if cfg.vocab_size < 1:
-            raise ValueError("model.vocab_size is unset: resolve the config first (LMRecipe.resolve(cfg))")
-        vocab_size = cfg.vocab_size
-        self.cfg = cfg
-        self.embed_scale = math.sqrt(cfg.embed_dim)
-        self.embed_tokens = nn.Embedding(vocab_size, cfg.embed_dim)  # also the output projection (tied)
-        self.blocks = nn.ModuleList(
-            PreLNDecoderBlock(cfg.attention.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
-            for _ in range(cfg.num_layers))
-        self.ln_f = nn.LayerNorm(cfg.embed_dim)
-        self.dropout = nn.Dropout(cfg.dropout)
-        encodes = any(b.attn.encodes_position for b in self.blocks)
-        self.use_positions = cfg.positions == "sinusoidal" or (cfg.positions == "auto" and not encodes)
-        self.streaming = all(b.attn.streaming for b in self.blocks)  # can carry LMState across chunks
-        self.reset_parameters()
+        super().__init__(cfg, embed_dropout=cfg.dropout)
 
-    def reset_parameters(self) -> None:
-        """fairseq's init for the embeddings (normal, std D^-0.5) and FFN (Xavier-uniform, zero bias)."""
-        nn.init.normal_(self.embed_tokens.weight, std=self.cfg.embed_dim ** -0.5)
-        for block in self.blocks:
-            for fc in (block.ffn.fc1, block.ffn.fc2):
-                nn.init.xavier_uniform_(fc.weight)
-                nn.init.zeros_(fc.bias)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, state: LMState | None = None,
-                return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, LMState]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, state: DecoderState | None = None,
+                return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, DecoderState]:
         """idx [B, T] -> NLL [B, T] (fp32) with ``targets`` [B, T], else the last position's logits [B, V].
 
-        With ``return_state`` also returns the :class:`LMState` after these tokens; pass it back as ``state`` to
+        With ``return_state`` also returns the :class:`DecoderState` after these tokens; pass it back as ``state`` to
         continue the sequence (requires a streaming attention).
         """
         h, new_state = self.features(idx, state=state, return_state=return_state)  # [B, T, D]
@@ -95,27 +63,3 @@ class TransformerLM(nn.Module):
         else:
             out = self.logits(h[:, -1])  # [B, V]
         return (out, new_state) if return_state else out
-
-    def features(self, idx: torch.Tensor, *, state: LMState | None = None, return_state: bool = False
-                 ) -> tuple[torch.Tensor, LMState | None]:
-        """idx [B, T] -> (the final LayerNorm's output h [B, T, D], the :class:`LMState` after these tokens when
-        ``return_state`` or ``state`` is given, else None). ``logits(h)`` gives every position's logits."""
-        T = idx.shape[1]
-        offset = state.offset if state is not None else 0
-        x = self.embed_tokens(idx) * self.embed_scale  # [B, T, D]
-        if self.use_positions:
-            x = x + sinusoidal_positions(T, self.cfg.embed_dim, offset, x.dtype, x.device)  # [T, D] broadcast
-        x = self.dropout(x)
-        streaming = return_state or state is not None
-        new_layers = []
-        for i, block in enumerate(self.blocks):
-            if streaming:
-                x, layer_state = block(x, state=state.layers[i] if state else None, return_state=True)
-                new_layers.append(layer_state)
-            else:
-                x = block(x)
-        return self.ln_f(x), (LMState(offset + T, new_layers) if streaming else None)
-
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """h [..., D] -> logits [..., V] through the tied output projection."""
-        return h @ self.embed_tokens.weight.t()

@@ -51,7 +51,7 @@ class LMConfig(RunConfig):
 
 @register_recipe("lm")
 class LMRecipe(Recipe):
-    description = "GPT-2 decoder on PG-19: perplexity at and beyond the training length, streaming, generation"
+    description = "GPT-2 decoder language model: perplexity at and beyond the training length, streaming, generation"
     config_class = LMConfig
     tiny_config = "lm/tiny-lavo"
     evaluator = "perplexity_table"  # ppl@<length> (and ppl@stream, ppl@ctx:<lo>-<hi> with eval.stream)

@@ -43,6 +43,8 @@ class BuiltinTasks(BuiltinData):
 
 
 def builtin_lengths(cfg: DataConfig) -> tuple[int, int]:
+    """(shortest, longest) built-in input of ``cfg``'s task: the config's ``builtin_min_length`` /
+    ``builtin_max_length``, else the task's default."""
     lo, hi = {"listops": (500, 2000), "text": (1000, 4000), "retrieval": (1000, 4000)}.get(cfg.task, (0, 0))
     return cfg.builtin_min_length or lo, cfg.builtin_max_length or hi
 

@@ -64,6 +64,15 @@ class Classifier(Predictor):
     """A trained LRA classifier: ``classify`` (class ids) and ``scores`` (class probabilities) of raw inputs of its
     task: ListOps expressions (str), texts (str or bytes), Retrieval pairs of texts, or images (Image, Pathfinder)."""
 
+    def memory_estimate(self, inputs: int) -> int:
+        """Estimated bytes of classifying ``inputs`` inputs at once: per input the widest activations (the
+        feed-forward layer's and the attention's projections) over its tokens (a Retrieval pair's two texts), twice
+        (the forward's and what it keeps)."""
+        m = self.cfg.model
+        per_input = self.cfg.data.length() * (2 if self.cfg.data.task == "retrieval" else 1) * (
+            m.ffn_dim + 4 * m.embed_dim) * 4
+        return inputs * per_input * 2
+
     def tokens(self, item: Any) -> tuple[np.ndarray, ...]:
         """The token sequence(s) of one input, as the task's release data is tokenized.
 
@@ -115,9 +124,7 @@ class Classifier(Predictor):
         task = self.cfg.data.task
         items, single = as_batch(inputs, lambda v: is_input(v, task), "inputs", ITEMS[task])
         batch_size = limits.BATCH_SIZE.check(batch_size)
-        m = self.cfg.model
-        per_input = self.cfg.data.length() * (2 if task == "retrieval" else 1) * (m.ffn_dim + 4 * m.embed_dim) * 4
-        self.check_fits(min(batch_size, len(items)) * per_input * 2,
+        self.check_fits(self.memory_estimate(min(batch_size, len(items))),
                         f"classifying batches of {min(batch_size, len(items))} inputs", "lower batch_size")
         out = []
         for start in range(0, len(items), batch_size):

@@ -156,6 +156,7 @@ def render_partial(points: np.ndarray, direction: np.ndarray, resolution: int = 
 
 
 def builtin_splits(train: int) -> dict[str, int]:
+    """Shapes per split of the built-in data for ``train`` training shapes."""
     return {"train": train, "val": max(1, train // 4), "test": max(2, train // 2)}
 
 

@@ -33,13 +33,13 @@ class Completer(Predictor):
     """A trained PoinTr: ``complete`` turns partial clouds into dense ones (``lavo_zoo.load`` returns it for a
     ``point_cloud`` checkpoint)."""
 
-    def memory_per_cloud(self) -> int:
-        """Estimated bytes of one cloud's forward pass: the grouper's edge features over the input points and the
-        folding of the dense points, the largest activations of PoinTr."""
+    def memory_estimate(self, clouds: int) -> int:
+        """Estimated bytes of completing ``clouds`` clouds at once: per cloud the grouper's edge features over the
+        input points and the folding of the dense points, the largest activations of PoinTr."""
         m = self.cfg.model
         grouper = self.cfg.data.input_points * m.grouper_k * 256 * 4  # [N, k, C] edge features, C <= 256
         folding = m.num_pred * (m.global_dim + m.fold_hidden + m.embed_dim) * 4 * 2
-        return grouper + folding
+        return clouds * (grouper + folding)
 
     @torch.no_grad()
     def complete(self, points: np.ndarray | list[np.ndarray], seed: int = 0, batch_size: int = 8
@@ -72,7 +72,7 @@ class Completer(Predictor):
                 raise InputError(f"cloud {i}: its coordinates reach {np.abs(cloud).max():.3g}, beyond float32; "
                                  "normalise the cloud as PCN's (about [-1, 1])")
         if clouds:
-            self.check_fits(min(batch_size, len(clouds)) * self.memory_per_cloud(),
+            self.check_fits(self.memory_estimate(min(batch_size, len(clouds))),
                             f"completing batches of {min(batch_size, len(clouds))} clouds", "lower batch_size")
         rng = np.random.default_rng(seed)
         sampled = [random_sample_points(c.astype(np.float32), self.cfg.data.input_points, rng) for c in clouds]

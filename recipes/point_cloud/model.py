@@ -48,9 +48,12 @@ class PoinTrSiteAttention(SiteAttention):
     so mechanisms without a causal form (lara, nystromformer) can sit there too."""
 
     def build(self, site: str, embed_dim: int, num_heads: int) -> Attention:
+        """The attention module of ``site`` with that site's pattern (:data:`POINTR_SITE_PATTERNS`)."""
         return getattr(self, site).build(embed_dim, num_heads, POINTR_SITE_PATTERNS[site])
 
     def check(self, key: str = "model.attention") -> None:
+        """Raise :class:`ConfigError` (naming ``key.<site>``) unless each site's mechanism supports its pattern and
+        options."""
         for site, pattern in POINTR_SITE_PATTERNS.items():
             getattr(self, site).check(pattern, f"{key}.{site}")
 

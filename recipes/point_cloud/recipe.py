@@ -40,7 +40,7 @@ class PointCloudConfig(RunConfig):
 class PointCloudRecipe(Recipe):
     """PoinTr point-cloud completion; batches are dicts of partial, partial_mask, gt, category, model_id."""
 
-    description = "PoinTr point-cloud completion on PCN / built-in shapes (CD-L1, CD-L2, F-Score@1%)"
+    description = "PoinTr point-cloud completion (CD-L1, CD-L2, F-Score@1%)"
     config_class = PointCloudConfig
     tiny_config = "point_cloud/tiny-lavo"
     evaluator = "chamfer"

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option, write_file
+from lavo_zoo.atomic import write_file
+from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
 
 
 @click.command("answer", epilog="""\b

@@ -13,17 +13,14 @@ cannot stream keeps its whole input), summed over the tensors of the state objec
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from torch import nn
 
 from lavo_zoo.attention import AttentionSpec, tensor_bytes
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
-from lavo_zoo.nn.position import sinusoidal_positions
-from lavo_zoo.nn.transformer import PreLNDecoderBlock
+from lavo_zoo.nn.transformer import TiedDecoderLM
 
 
 @dataclass
@@ -44,45 +41,23 @@ class ModelConfig:
         self.attention.check("causal", "model.attention")
 
 
-class RecallModel(nn.Module):
-    """Tokens [B, T] -> logits at the selected positions (see the module docstring)."""
+class RecallModel(TiedDecoderLM):
+    """Tokens [B, T] -> logits at the selected positions (see the module docstring); the trunk is
+    :class:`~lavo_zoo.nn.transformer.TiedDecoderLM`, with dropout ``embed_dropout`` on the embeddings."""
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        if cfg.vocab_size < 1:
-            raise ValueError("model.vocab_size is unset: resolve the config first (RecallRecipe.resolve(cfg))")
-        self.cfg = cfg
-        self.embed_scale = math.sqrt(cfg.embed_dim)
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)  # also the output projection (tied)
-        self.blocks = nn.ModuleList(
-            PreLNDecoderBlock(cfg.attention.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
-            for _ in range(cfg.num_layers))
-        self.ln_f = nn.LayerNorm(cfg.embed_dim)
-        self.embed_dropout = nn.Dropout(cfg.embed_dropout)
-        encodes = any(b.attn.encodes_position for b in self.blocks)
-        self.use_positions = cfg.positions == "sinusoidal" or (cfg.positions == "auto" and not encodes)
-        nn.init.normal_(self.embed_tokens.weight, std=cfg.embed_dim ** -0.5)
-        for block in self.blocks:
-            for fc in (block.ffn.fc1, block.ffn.fc2):
-                nn.init.xavier_uniform_(fc.weight)
-                nn.init.zeros_(fc.bias)
+        super().__init__(cfg, embed_dropout=cfg.embed_dropout)
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] -> the final hidden states [B, T, D] (after the last LayerNorm)."""
-        x = self.embed_tokens(tokens) * self.embed_scale  # [B, T, D]
-        if self.use_positions:
-            x = x + sinusoidal_positions(tokens.shape[1], self.cfg.embed_dim, 0, x.dtype, x.device)  # [T, D]
-        x = self.embed_dropout(x)
-        for block in self.blocks:
-            x = block(x)
-        return self.ln_f(x)
+        return self.features(tokens)[0]
 
     def forward(self, tokens: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, T] -> logits [N, V] at the N positions where ``select`` [B, T] (bool) is True, in row-major
         order; without ``select``, logits [B, V] at the last position."""
         h = self.hidden(tokens)  # [B, T, D]
         h = h[select] if select is not None else h[:, -1]  # [N, D] or [B, D]
-        return h @ self.embed_tokens.weight.t()
+        return self.logits(h)
 
 
 @torch.no_grad()

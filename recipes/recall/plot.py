@@ -10,36 +10,19 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from lavo_zoo.engine.records import CELL_FILE, CellRecord
 from lavo_zoo.errors import UsageError
 
-CELL_FILE = "cell.json"  # what `lavo-zoo compare` writes into each finished cell folder
 
-
-def _setting(overrides: list[str]) -> tuple[str, str]:
-    """(attention name, its setting) from a compare cell's overrides: the attention options it was given and any
-    other override but the seed, shortened (``model.attention.num_bases=16`` -> ``num_bases=16``)."""
-    name, options = "", []
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key == "model.attention.name":
-            name = value
-        elif key.startswith("model.attention."):
-            options.append(f"{key.rsplit('.', 1)[-1]}={value}")
-        elif key != "train.seed":
-            options.append(item)
-    return name, " ".join(options)
-
-
-def collect_cells(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every finished compare cell under ``paths`` (study folders or cell folders): its record plus ``folder``."""
+def collect_cells(paths: list[Path]) -> list[tuple[CellRecord, Path]]:
+    """Every finished compare cell under ``paths`` (study folders or cell folders): its record and its folder."""
     cells = []
     for path in paths:
         if not Path(path).exists():
             raise UsageError(f"{path} does not exist; give the --out folders of `lavo-zoo compare` studies")
         files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob(CELL_FILE))
         for file in files:
-            record = json.loads(file.read_text())
-            cells.append({**record, "folder": file.parent})
+            cells.append((CellRecord.from_json(json.loads(file.read_text()), str(file)), file.parent))
     if not cells:
         raise UsageError(f"no finished compare cell ({CELL_FILE}) under {', '.join(map(str, paths))}")
     return cells
@@ -65,19 +48,19 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
     """One row per (attention, setting): state bytes, whether they grow, the seeds, and mean / std of every
     accuracy metric over them; sorted by attention, then state size."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for cell in collect_cells(paths):
-        name, setting = _setting(cell.get("overrides") or [])
-        groups.setdefault((name or str(cell.get("attention")), setting), []).append(cell)
+    groups: dict[tuple[str, str], list[tuple[CellRecord, Path]]] = {}
+    for record, folder in collect_cells(paths):
+        groups.setdefault((str(record.attention), " ".join(record.options())), []).append((record, folder))
     rows = []
     for (name, setting), cells in groups.items():
-        size, grows, seq_len = measure_state(cells[0]["folder"])
-        metrics = sorted({m for c in cells for m in c["metrics"]},
+        size, grows, seq_len = measure_state(cells[0][1])
+        records = [record for record, _ in cells]
+        metrics = sorted({m for r in records for m in r.metrics},
                          key=lambda m: (m != "accuracy", not m.startswith("accuracy@dist:"),
                                         int(m.split(":")[1].split("-")[0]) if m.startswith("accuracy@dist:") else 0, m))
         rows.append({"attention": name, "setting": setting, "state_bytes": size, "grows": grows, "seq_len": seq_len,
-                     "seeds": sorted(c.get("seed") for c in cells),
-                     "metrics": {m: _mean_std([c["metrics"][m]["value"] for c in cells if m in c["metrics"]])
+                     "seeds": sorted(r.seed for r in records),
+                     "metrics": {m: _mean_std([r.metrics[m]["value"] for r in records if m in r.metrics])
                                  for m in metrics}})
     return sorted(rows, key=lambda r: (r["attention"], r["state_bytes"], r["setting"]))
 

@@ -12,10 +12,11 @@ import ast
 import logging
 import platform
 import sysconfig
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from lavo_zoo.data.split import hash_split
+from lavo_zoo.data.stdlib import stdlib_files, stdlib_root
 from lavo_zoo.engine.builtin_data import BuiltinData
 from lavo_zoo.recipes.summarization.data import SPLIT_FILES, DataConfig, Example, write_multinews
 
@@ -138,23 +139,27 @@ def module_examples(name: str, text: str) -> list[Example]:
     return [Example(example_id, [source(n) for n in nodes], summary) for example_id, summary, nodes in found]
 
 
-def stdlib_sources(stdlib: Path | None = None) -> list[tuple[str, Path]]:
+SKIP_FOLDERS = {"site-packages", "dist-packages", "idle_test", "lib2to3", "__pycache__"}
+
+
+def stdlib_sources() -> list[tuple[str, Path]]:
     """(dotted module name, file) of every standard-library module outside tests and site-packages, sorted."""
-    stdlib = stdlib or Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "dist-packages", "idle_test", "lib2to3", "__pycache__"}
+    root = stdlib_root()
     out = []
-    for path in sorted(stdlib.rglob("*.py")):
-        parts = path.relative_to(stdlib).with_suffix("").parts
-        if any(p in skip or p.startswith("test") for p in parts):
-            continue
+    for path in stdlib_files(skip_folders=SKIP_FOLDERS, skip=_skipped):
+        parts = path.relative_to(root).with_suffix("").parts
         out.append((".".join(p for p in parts if p != "__init__") or "__init__", path))
     return out
+
+
+def _skipped(rel: Path) -> bool:
+    return any(part.startswith("test") for part in rel.with_suffix("").parts)
 
 
 def builtin_split(module: str) -> str:
     """The split of every example of ``module``, fixed by a hash of its name: ~90% train, 5% validation, 5% test
     (whole modules, so that no module's code is in two splits)."""
-    return {0: "validation", 1: "test"}.get(zlib.crc32(module.encode()) % 20, "train")
+    return hash_split(module)
 
 
 def stdlib_examples(sources: list[tuple[str, Path]] | None = None) -> dict[str, list[Example]]:

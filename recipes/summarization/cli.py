@@ -62,7 +62,7 @@ def summarize(checkpoint: str, input_file: Path | None, per_line: bool, out: Pat
     if out is None:
         click.echo(text, nl=False)
     else:
-        from lavo_zoo.options import write_file
+        from lavo_zoo.atomic import write_file
 
         write_file(out, text, overwrite)
         click.echo(f"wrote {out} ({len(summaries)} summaries)")

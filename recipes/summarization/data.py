@@ -189,6 +189,7 @@ class Vocabulary:
         self.specials = {self.bos, self.eos, self.pad, self.sep}
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of ``text``."""
         return self.tokenizer.encode(text)
 
     def encode_source(self, articles: list[str]) -> list[int]:

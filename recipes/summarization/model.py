@@ -111,6 +111,7 @@ class SummarizationTransformer(nn.Module):
         return self.encoder(self.embed_source(source), source_mask)
 
     def init_cache(self, memory: torch.Tensor, source_mask: torch.Tensor) -> DecoderCache:
+        """The decoder's cache for ``memory`` [B, S, D] of the sources (cross-attention caches computed once)."""
         return self.decoder.init_cache(memory, source_mask)
 
     def decode_step(self, tokens: torch.Tensor, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:

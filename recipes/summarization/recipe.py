@@ -56,7 +56,7 @@ class SummarizationConfig(RunConfig):
 
 @register_recipe("summarization")
 class SummarizationRecipe(Recipe):
-    description = "6+6 Transformer on Multi-News: any attention per site, greedy/beam decoding, ROUGE"
+    description = "6+6 Transformer summariser: any attention per site, greedy/beam decoding, ROUGE"
     config_class = SummarizationConfig
     tiny_config = "summarization/tiny-lavo-noncausal"
     evaluator = "rouge"

@@ -30,9 +30,9 @@ def forecast(checkpoint: str, csv_file: Path, at: str | None, out: Path | None, 
     (a run or checkpoint directory, an archive, an index name, a URL or an hf:// reference). The scaler, columns
     and time step of the training data come from the checkpoint; the forecast is in the CSV's units, its dates
     continue the CSV's at its frequency."""
+    from lavo_zoo.atomic import write_file
     from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.evaluators.base import input_path
-    from lavo_zoo.options import write_file
     from lavo_zoo.recipes.time_series.infer import forecast_csv
 
     if out is not None:

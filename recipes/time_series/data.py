@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
 from lavo_zoo.engine.recipe import SPLITS
 from lavo_zoo.errors import ConfigError, DataError, did_you_mean
+from lavo_zoo.formats.numeric import numeric_columns
 
 log = logging.getLogger(__name__)
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
@@ -63,6 +64,7 @@ def _features_for(freq: str) -> tuple[str, ...]:
 
 
 def num_time_features(freq: str) -> int:
+    """How many time features a date of frequency ``freq`` gives (:func:`time_features`)."""
     return len(_features_for(freq))
 
 
@@ -151,23 +153,6 @@ def series_step(dates: pd.Series) -> str:
     return pd.tseries.frequencies.to_offset(usual).freqstr
 
 
-def numeric_values(table: pd.DataFrame, columns: list[str], source: str) -> np.ndarray:
-    """[N, C] float64 values of ``columns``; refuses a missing, non-numeric or non-finite value naming its line."""
-    values = table[columns].apply(pd.to_numeric, errors="coerce")
-    bad = values.isna().to_numpy()
-    if bad.any():
-        row, col = map(int, np.argwhere(bad)[0])
-        raise DataError(f"{source}: column '{columns[col]}' has a missing or non-numeric value "
-                        f"{table[columns[col]].iloc[row]!r} on line {row + 2}")
-    raw = values.to_numpy(np.float64)
-    infinite = ~np.isfinite(raw)
-    if infinite.any():
-        row, col = map(int, np.argwhere(infinite)[0])
-        raise DataError(f"{source}: column '{columns[col]}' has the non-finite value "
-                        f"{table[columns[col]].iloc[row]!r} on line {row + 2}; every value must be a finite number")
-    return raw
-
-
 def model_columns(table: pd.DataFrame, cfg: DataConfig, source: str) -> list[str]:
     """The value columns in Informer's order (others, then the target) for the feature mode."""
     columns = [str(c) for c in table.columns if c != "date"]
@@ -209,6 +194,8 @@ class PreparedSeries:
 
 
 def resolve_split(cfg: DataConfig) -> str:
+    """The border rule of ``cfg`` (``data.split``); ``auto``: ETT's hourly or minute borders for an ETTh* / ETTm* file,
+    else the 70/10/20 ratio."""
     if cfg.split != "auto":
         return cfg.split
     name = Path(cfg.path).name.lower() if cfg.path else ""
@@ -228,7 +215,7 @@ def prepare(cfg: DataConfig, path: Path) -> PreparedSeries:
     source = str(path) if cfg.path else "the built-in data"
     table = read_table(Path(path))
     columns = model_columns(table, cfg, source)
-    raw = numeric_values(table, columns, source)  # [N, C]
+    raw = numeric_columns(table, columns, source)  # [N, C]
     borders = split_borders(len(table), resolve_split(cfg), cfg.seq_len)
     window = cfg.seq_len + cfg.pred_len
     for name, (b1, b2) in borders.items():

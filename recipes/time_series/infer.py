@@ -14,7 +14,8 @@ import torch
 from lavo_zoo import limits
 from lavo_zoo.engine.predictor import Predictor, as_batch
 from lavo_zoo.errors import DataError, InputError, UsageError
-from lavo_zoo.recipes.time_series.data import check_dates, infer_step, numeric_values, read_table, time_features
+from lavo_zoo.formats.numeric import numeric_columns
+from lavo_zoo.recipes.time_series.data import check_dates, infer_step, read_table, time_features
 
 Date = str | pd.Timestamp | datetime.datetime | datetime.date | np.datetime64
 DATE = "a date (a str, pandas Timestamp, datetime or numpy datetime64)"
@@ -152,11 +153,11 @@ class Forecaster(Predictor):
                                 "gap (e.g. interpolate) or forecast from an earlier --at")
         raise DataError(f"{source}: the rows the forecast reads are not at the training step {trained_words}")
 
-    def memory_per_window(self) -> int:
-        """Estimated bytes of one forecast window's forward pass: the widest activations (the feed-forward layer's
-        and the attention's projections) over the encoder's and the decoder's lengths."""
+    def memory_estimate(self, windows: int) -> int:
+        """Estimated bytes of forecasting ``windows`` windows at once: per window the widest activations (the
+        feed-forward layer's and the attention's projections) over the encoder's and the decoder's lengths."""
         m, d = self.cfg.model, self.cfg.data
-        return (d.seq_len + d.label_len + d.pred_len) * (m.ffn_dim + 4 * m.embed_dim) * 4
+        return windows * (d.seq_len + d.label_len + d.pred_len) * (m.ffn_dim + 4 * m.embed_dim) * 4
 
     @torch.no_grad()
     def forecast(self, data: pd.DataFrame | str | Path, at: Date | list[Date] | None = None, batch_size: int = 32
@@ -188,7 +189,7 @@ class Forecaster(Predictor):
         table = self.read(data)
         columns, mean, std = self._stats()
         d = self.cfg.data
-        values = numeric_values(table, columns, source)  # [N, C] in the data's units
+        values = numeric_columns(table, columns, source)  # [N, C] in the data's units
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = ((values - mean) / std).astype(np.float32)  # [N, C]
         if not np.isfinite(scaled).all():
@@ -198,7 +199,7 @@ class Forecaster(Predictor):
                             f"about {mean[col]:.4g} +- {std[col]:.4g})")
         origins = [self._origin_row(table, date, source) for date in dates]
         if origins:
-            self.check_fits(min(batch_size, len(origins)) * self.memory_per_window(),
+            self.check_fits(self.memory_estimate(min(batch_size, len(origins))),
                             f"forecasting batches of {min(batch_size, len(origins))} windows", "lower batch_size")
         windows = []
         for end in origins:  # the history is rows (end - seq_len, end]

@@ -37,7 +37,7 @@ class TimeSeriesConfig(RunConfig):
 class TimeSeriesRecipe(Recipe):
     """Informer forecasting (ETT, Weather, custom CSV); batches are dicts of x, x_mark, y, y_mark."""
 
-    description = "Informer forecasting on ETT / Weather / CSV (MSE, MAE on standardised values)"
+    description = "Informer forecasting of CSV series (MSE, MAE on standardised values)"
     config_class = TimeSeriesConfig
     tiny_config = "time_series/tiny-lavo"
     evaluator = "forecast"

@@ -19,9 +19,9 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.dependencies import import_torchaudio
 from lavo_zoo.errors import DataError
-from lavo_zoo.options import write_file
 
 
 @dataclass(frozen=True)

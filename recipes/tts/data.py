@@ -15,12 +15,8 @@ the Python documentation that ships with the interpreter) into the same layout, 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 import re
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +25,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveFloat
+from lavo_zoo.data.cache import cached_file, file_stats
+from lavo_zoo.data.split import hash_split
 from lavo_zoo.errors import DataError
 from lavo_zoo.formats.text import read_lines
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav
@@ -52,6 +51,7 @@ class DataConfig:
     cache_dir: str | None = None  # features and built-in corpus (default: $LAVO_ZOO_CACHE/tts or the user cache)
 
     def features(self) -> FeatureSettings:
+        """The log-mel feature settings (fairseq's, fixed)."""
         return FeatureSettings()
 
 
@@ -93,18 +93,20 @@ def read_metadata(root: Path) -> list[Utterance]:
     return rows
 
 
-def split_of(uid: str, lj_style: bool) -> str:
-    """The split of utterance ``uid``: FastSpeech's for LJSpeech ids, else a crc32 hash split."""
+def utterance_split(uid: str, lj_style: bool) -> str:
+    """The split of utterance ``uid``: FastSpeech's for LJSpeech ids, else a crc32 hash split (90 / 5 / 5)."""
     if lj_style:
         return FASTSPEECH_SPLIT.get(uid[:5], "train")
-    return {0: "validation", 1: "test"}.get(zlib.crc32(uid.encode()) % 20, "train")
+    return hash_split(uid)
 
 
 def split_utterances(rows: list[Utterance], split: str) -> list[Utterance]:
+    """The utterances of ``split``, sorted by id (:func:`utterance_split`); an unknown or empty split is a
+    :class:`DataError`."""
     if split not in SPLITS:
         raise DataError(f"unknown split '{split}'; LJSpeech has {', '.join(SPLITS)}")
     lj_style = all(LJ_ID.fullmatch(r.id) for r in rows)
-    chosen = sorted((r for r in rows if split_of(r.id, lj_style) == split), key=lambda r: r.id)
+    chosen = sorted((r for r in rows if utterance_split(r.id, lj_style) == split), key=lambda r: r.id)
     if not chosen:
         raise DataError(f"split '{split}' of {rows[0].wav.parent.parent} is empty "
                         f"({'FastSpeech split by id prefix' if lj_style else 'hash split of the ids'})")
@@ -126,14 +128,8 @@ class SplitFeatures:
         return len(self.ids)
 
     def item(self, i: int) -> np.ndarray:
+        """The log-mel frames [T, n_mels] of utterance ``i``."""
         return self.frames[self.offsets[i]:self.offsets[i + 1]]
-
-
-def _key(utts: list[Utterance], cfg: DataConfig) -> str:
-    stats = [(u.id, u.text, (s := u.wav.stat()).st_size, s.st_mtime_ns) for u in utts]
-    payload = json.dumps({"format": CACHE_FORMAT, "features": asdict(cfg.features()), "max": cfg.max_duration,
-                          "utts": stats})
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def split_features(cfg: DataConfig, split: str, root: Path, cache: Path) -> SplitFeatures:
@@ -143,14 +139,10 @@ def split_features(cfg: DataConfig, split: str, root: Path, cache: Path) -> Spli
     utts = split_utterances(read_metadata(root), split)
     if cfg.max_utterances:
         utts = utts[:cfg.max_utterances]
-    folder = Path(cache) / "features" / f"{root.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
-    path = folder / f"{split}-{_key(utts, cfg)}.npz"
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        _compute(utts, cfg, path)
-        for stale in folder.glob(f"{split}-*.npz"):
-            if stale != path:
-                stale.unlink(missing_ok=True)
+    payload = {"format": CACHE_FORMAT, "features": asdict(cfg.features()), "max": cfg.max_duration,
+               "utts": [(u.id, u.text, *file_stats(u.wav)) for u in utts]}
+    path = cached_file(Path(cache) / "features", root, f"{split}-", payload, ".npz",
+                       lambda path: _compute(utts, cfg, path))
     with np.load(path, allow_pickle=False) as z:
         return SplitFeatures([str(x) for x in z["ids"]], [str(x) for x in z["texts"]], z["frames"], z["offsets"],
                              int(z["skipped"]))
@@ -177,10 +169,8 @@ def _compute(utts: list[Utterance], cfg: DataConfig, path: Path) -> None:
     if not ids:
         raise DataError(f"every clip of {utts[0].wav.parent} is longer than data.max_duration={cfg.max_duration} s")
     offsets = np.cumsum([0] + [f.shape[0] for f in frames])
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, ids=np.array(ids), texts=np.array(texts), frames=np.concatenate(frames), offsets=offsets,
-             skipped=skipped)
-    os.replace(tmp, path)
+    put_file(path, lambda f: np.savez(f, ids=np.array(ids), texts=np.array(texts), frames=np.concatenate(frames),
+                                      offsets=offsets, skipped=skipped))
 
 
 def feature_stats(cfg: DataConfig, root: Path, cache: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -219,5 +209,7 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_dataset(cfg: DataConfig, split: str, root: Path, cache: Path, synthesis: Any = None) -> TTSDataset:
+    """The dataset of ``split`` of the LJSpeech-layout folder ``root``: features from the cache under ``cache``
+    (computed on first use), normalised by the train split's statistics."""
     mean, std = feature_stats(cfg, root, cache)
     return TTSDataset(split_features(cfg, split, root, cache), text_encoder(cfg.text), mean, std, synthesis)

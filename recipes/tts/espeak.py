@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lavo_zoo.atomic import replace_link
 from lavo_zoo.errors import ZooError
 
 SAMPLE_RATE = 22_050
@@ -44,10 +45,7 @@ def short_data_path(data_path: Path) -> Path:
     tag = hashlib.sha256(str(data_path).encode()).hexdigest()[:10]
     link = Path(tempfile.gettempdir()) / f"espeak-{os.getuid() if hasattr(os, 'getuid') else 0}-{tag}"
     if not link.is_symlink():
-        tmp = link.with_name(f"{link.name}.{os.getpid()}")
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(data_path, target_is_directory=True)
-        os.replace(tmp, link)
+        replace_link(link, data_path)
     if len(str(link)) > MAX_DATA_PATH:
         raise ESpeakError(f"the temporary folder {tempfile.gettempdir()} is too long a path for espeak-ng's data "
                           f"(limit {MAX_DATA_PATH} characters); set TMPDIR to a short folder such as /tmp")

@@ -67,7 +67,7 @@ class TTSRecipe(Recipe):
     """Transformer-TTS; batches are dicts of tokens, token_lengths, mel, mel_lengths, ids, texts and the
     :class:`Synthesis` settings."""
 
-    description = "Transformer-TTS on LJSpeech: log-mel frames, stop token, Griffin-Lim; MCD / MSD"
+    description = "Transformer-TTS: log-mel frames, stop token, Griffin-Lim; MCD / MSD"
     config_class = TTSConfig
     evaluator = "mcd"
     tiny_config = "tts/tiny-lavo-causal"
@@ -94,8 +94,11 @@ class TTSRecipe(Recipe):
         return self.data_path(data).resolve()
 
     def build_model(self, cfg: TTSConfig) -> TransformerTTS:
+        """The network of ``cfg.model``, never reading data: its vocabulary size and feature statistics come from
+        :meth:`resolve` (before training) or a checkpoint's config."""
         if not cfg.model.vocab_size or not cfg.model.feature_mean:
-            self.resolve(cfg)
+            raise ValueError("model.vocab_size and model.feature_mean are unset: resolve the config first "
+                             "(TTSRecipe.resolve(cfg), which reads the train split's feature statistics)")
         if cfg.data.text and text_encoder(cfg.data.text).vocab_size != cfg.model.vocab_size:
             raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} does not match data.text={cfg.data.text} "
                               f"({text_encoder(cfg.data.text).vocab_size} symbols)")

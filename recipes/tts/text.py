@@ -87,6 +87,7 @@ class TextEncoder:
 
     @property
     def vocab_size(self) -> int:
+        """Symbols, padding and end of sentence included."""
         return len(self.symbols)
 
     def symbols_of(self, text: str) -> str:
@@ -98,12 +99,15 @@ class TextEncoder:
         return re.sub(r" +", " ", espeak().phonemize(text)).strip()
 
     def encode(self, text: str) -> list[int]:
+        """The symbol ids of ``text``, end of sentence last (unknown symbols as ``UNK``)."""
         return [self.index.get(c, UNK) for c in self.symbols_of(text)] + [EOS]
 
     def decode(self, ids: list[int]) -> str:
+        """The text of ``ids`` (padding and end of sentence dropped)."""
         return "".join(self.symbols[i] for i in ids if i not in (PAD, EOS))
 
 
 @lru_cache(maxsize=2)
 def text_encoder(front_end: str = "chars") -> TextEncoder:
+    """The text front end ``front_end`` (``chars`` | ``phonemes``), made once."""
     return TextEncoder(front_end)

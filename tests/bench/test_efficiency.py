@@ -3,9 +3,13 @@ a known crossing within the tolerance with a bounded number of measurements, eac
 the start, no win, a non-monotone curve, ties and failed measurements as documented."""
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from itertools import pairwise
+
 import pytest
 
-from lavo_zoo.bench.efficiency import beats, efficiency_search, max_bisections, next_length
+from lavo_zoo.bench.efficiency import DEFAULT_STEP, beats, efficiency_search, next_length
 
 SWEEP = [256, 1024, 4096, 16384]
 
@@ -22,6 +26,18 @@ class Curves:
         self.calls.append(n)
         (t, tb), (m, mb) = self.time(n), self.memory(n)
         return {"attention": {"time_s": t, "peak_memory_bytes": m}, "baseline": {"time_s": tb, "peak_memory_bytes": mb}}
+
+
+def max_bisections(lengths: Iterable[int], tolerance: float, step: int = DEFAULT_STEP) -> int:
+    """An upper bound on the lengths one criterion's bisection measures for a sweep of ``lengths``: each midpoint
+    halves the bracket's log-ratio, and a bracket [lo, hi] inside the sweep's interval (L, H) is done once
+    hi / lo <= 1 + max(tolerance, step / H); one more for rounding to the step grid."""
+    ordered = sorted(set(lengths))
+    worst = 0
+    for lo, hi in pairwise(ordered):
+        halvings = math.log2(math.log(hi / lo) / math.log1p(max(tolerance, step / hi)))
+        worst = max(worst, math.ceil(max(0.0, halvings)) + 1)
+    return worst
 
 
 def linear_vs_quadratic(crossing: float):

@@ -209,3 +209,11 @@ def make_checkpoint(path: Path, with_train_state: bool = True) -> Path:
     if with_train_state:
         (path / "train_state.pt").write_bytes(b"optimizer state")
     return path
+
+
+def split_card(text: str) -> tuple[dict, str]:
+    """(front matter, body) of a model card."""
+    match = re.match(r"^---\n(.*?\n)---\n(.*)$", text, re.DOTALL)
+    if match is None:
+        return {}, text
+    return yaml.safe_load(match.group(1)) or {}, match.group(2)

@@ -14,12 +14,12 @@ import yaml
 
 from lavo_zoo.checkpoints.archive import read_card
 from lavo_zoo.checkpoints.cache import RECORD, entry_dir, write_json_atomic
-from lavo_zoo.checkpoints.card import attention_sites, split_card
+from lavo_zoo.checkpoints.card import attention_sites
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
 from lavo_zoo.engine.recipe import get_recipe
 from lavo_zoo.errors import CheckpointError
-from tests.checkpoints.helpers import make_checkpoint, sha256
+from tests.checkpoints.helpers import make_checkpoint, sha256, split_card
 
 LM_CONFIG = """recipe: lm
 model:
@@ -135,6 +135,21 @@ def test_card_of_an_encoder_decoder_lists_every_site_and_without_results_has_no_
     for site in ("encoder_self", "decoder_self", "cross"):
         assert f"| `model.attention.{site}` |" in body
     assert "trained on built-in stdlib" in body and get_recipe("summarization").limits in body
+
+
+def test_a_card_names_only_the_data_the_checkpoint_was_trained_on(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A recipe's description names no dataset (the paper's is not the one every checkpoint was trained on): the
+    card of a model trained on the built-in corpus says so and names no other corpus."""
+    datasets = ("PG-19", "LJSpeech", "Multi-News", "PCN", "ETT", "Weather")
+    for name in ("lm", "lra", "point_cloud", "recall", "summarization", "time_series", "tts"):
+        assert not any(d in get_recipe(name).description for d in datasets), name
+    checkpoint = release_checkpoint(tmp_path / "best", LM_CONFIG.replace("  path: /data/pg19/\n", ""))
+    code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "lm.tar.gz"))
+    assert code == 0, err
+    _, body = split_card(read_card(tmp_path / "lm.tar.gz"))
+    summary = body.split("\n\n")[1]
+    assert "trained on built-in stdlib" in summary and "PG-19" not in summary and "pg19" not in summary
 
 
 def test_unknown_licence_and_missing_provenance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

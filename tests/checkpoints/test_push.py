@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lavo_zoo.checkpoints.card import split_card
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.checkpoints.push import parse_repo
 from lavo_zoo.cli import main
 from lavo_zoo.errors import UsageError
-from tests.checkpoints.helpers import FileServer, sha256
+from tests.checkpoints.helpers import FileServer, sha256, split_card
 
 TOKEN = "hf_test_token_0123456789"
 
@@ -189,7 +188,7 @@ def test_push_in_a_subprocess_reads_hf_endpoint_at_import(hub: FileServer, check
 def test_push_format_hf_uploads_the_transformers_folder_and_verifies_every_file(
         hub: FileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("transformers")
-    from tests.checkpoints.test_transformers_format import FOLDER_FILES, lm_checkpoint
+    from tests.checkpoints.test_hf_format import FOLDER_FILES, lm_checkpoint
 
     ckpt = lm_checkpoint(tmp_path / "run")
     code, out, err = run(capsys, "push", str(ckpt), "hf://org/tiny-hf", "--format", "hf", "--name", "lm/tiny@v1")

@@ -86,8 +86,8 @@ def test_results_are_written_whole_and_never_over_a_file_that_appeared_meanwhile
     import errno
     import os
 
+    from lavo_zoo.atomic import write_file
     from lavo_zoo.errors import UsageError, ZooError
-    from lavo_zoo.options import write_file
 
     target = tmp_path / "results.json"
 

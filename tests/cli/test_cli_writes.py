@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import lavo_zoo.atomic
 import lavo_zoo.engine.configs
 import lavo_zoo.options
 from lavo_zoo.cli import main
@@ -129,7 +130,7 @@ def test_writes_work_on_a_file_system_without_hard_links(tmp_path, monkeypatch, 
     assert main(["data", "time_series", "--out", str(tmp_path / "d"), "--size", "50"]) == 0
     assert (tmp_path / "d" / "ETTh1.csv").read_text().startswith("date,")
     assert main(["data", "time_series", "--out", str(tmp_path / "d"), "--size", "50"]) == 2
-    lavo_zoo.options.write_file(tmp_path / "r.json", "{}")
+    lavo_zoo.atomic.write_file(tmp_path / "r.json", "{}")
     assert (tmp_path / "r.json").read_text() == "{}" and leftovers(tmp_path) == []
 
 

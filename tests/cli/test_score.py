@@ -16,13 +16,13 @@ import torch
 from lavo_zoo.cli import main
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.evaluators.chamfer import score_clouds
-from lavo_zoo.evaluators.rouge import score_summaries
 from lavo_zoo.formats.pcd import write_pcd
 from tests.recipes.tts.helpers import tone
 
 ROUGE_PAIRS = [json.loads(line) for line in
                (Path(__file__).resolve().parents[1] / "evaluators" / "fixtures" / "rouge_pairs.jsonl")
                .read_text().splitlines()]
+from tests.helpers import score_summaries
 
 
 def _score(*args: str) -> tuple[int, dict | None]:

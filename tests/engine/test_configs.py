@@ -1,15 +1,22 @@
 """Named configs (zoo/engine/configs.py): every built-in config validates; a missing file, an unknown name or recipe
 and a directory given as the config are refused, naming what was wrong."""
+from pathlib import Path
+
 import pytest
 
 from lavo_zoo.cli import main
 from lavo_zoo.engine.configs import config_from_dict, find_config, resolve_config
 from lavo_zoo.errors import ConfigError, UsageError
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_every_builtin_config_validates():
     from lavo_zoo.engine.configs import available_configs
-    for name in available_configs():
+    files = {f"{p.parent.parent.name}/{p.stem}" for p in REPO.glob("recipes/*/configs/*.yaml")}
+    names = available_configs()
+    assert len(files) > 7 and files <= set(names)  # every built-in config file is found by its name
+    for name in names:
         recipe, cfg = resolve_config(name)
         assert cfg.recipe == recipe.name, name
 

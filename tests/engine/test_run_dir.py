@@ -176,3 +176,19 @@ def test_a_run_directory_is_held_by_one_process_and_a_killed_holder_frees_it(tmp
     lock = RunLock(out).acquire()  # the killed holder's lock went with it
     lock.release()
     assert run_cli("train", TOY, "--out", str(out), "--max-steps", "1", "--resume", "auto").returncode == 0
+
+
+def test_recovery_puts_back_a_step_swapped_out_and_removes_temporary_files(tmp_path):
+    from lavo_zoo.engine.run_dir import recover_run_dir
+
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / ".old-step-4-123").mkdir(parents=True)  # killed between the two renames of a re-save of step-4
+    (checkpoints / ".old-step-4-123" / "meta.json").write_text("{}")
+    (checkpoints / ".tmp-step-4-123").mkdir()  # ... whose new copy was never moved in
+    (checkpoints / ".last.123.tmp").symlink_to("step-4")
+    (tmp_path / ".metrics.jsonl.123.tmp").write_text("{}")
+    (tmp_path / "config.yaml").write_text("recipe: toy\n")
+    recover_run_dir(tmp_path)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4"]
+    assert (checkpoints / "step-4" / "meta.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "config.yaml"]

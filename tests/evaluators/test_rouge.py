@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from lavo_zoo.evaluators import EVALUATORS, build_evaluator
-from lavo_zoo.evaluators.rouge import Rouge, rouge_f1, score_summaries, split_sentences
+from lavo_zoo.evaluators.rouge import Rouge, rouge_f1, split_sentences
+from tests.helpers import score_summaries
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -11,11 +11,13 @@ YAML is flat: the mapping's ``name`` picks the mechanism, every other key is one
         decoder_self: {name: probsparse, factor: 5}
         cross: {name: lavo, num_bases: 16}
 
-A bare string (``attention: sdpa``) is a spec without options. On the command line ``model.attention.name=sdpa``
-switches the mechanism and drops the previous one's options (see :func:`lavo_zoo.config.apply_overrides`).
+A bare string (``attention: sdpa``) is a spec without options. Naming another mechanism drops the previous one's
+options, the same way in ``extends:``, in a config over a recipe's default and on the command line
+(``model.attention.name=sdpa``): :func:`merge_attention`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,32 @@ from lavo_zoo.attention.registry import ATTENTIONS, attention_class, build_atten
 from lavo_zoo.errors import ConfigError, did_you_mean
 
 SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
+
+
+def merge_attention(base: Any, over: Any, merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]) -> Any:
+    """The YAML form of an attention ``over`` written over ``base`` (by ``extends:``, by a config over a recipe's
+    default, by a command-line override): the one rule, which :mod:`lavo_zoo.config` applies to every
+    :class:`AttentionSpec` section.
+
+    Naming another mechanism (a different ``name:``, or a bare name) replaces ``base`` whole, since its options
+    belong to the old mechanism; a mapping without ``name:``, or with the same one, merges into ``base`` (a bare
+    name there counts as ``{name: ...}``) through ``merge`` (the generic merge of two mappings, ``!delete``
+    included), so the options stay.
+
+    Args:
+        base: the inherited form: a mapping ``{name: ..., option: ...}`` or a bare name.
+        over: the form given over it.
+        merge: merges two mappings, key by key.
+
+    Returns:
+        The merged form.
+    """
+    if not isinstance(over, dict):
+        return over
+    base = {"name": base} if isinstance(base, str) else base
+    if not isinstance(base, dict) or over.get("name", base.get("name")) != base.get("name"):
+        return over
+    return merge(base, over)
 
 
 @dataclass
@@ -38,6 +66,7 @@ class AttentionSpec:
 
     name: str = "sdpa"
     options: dict[str, Any] = field(default_factory=dict)
+    merge_config = staticmethod(merge_attention)  # how a config given over another merges this section
 
     def build(self, embed_dim: int, num_heads: int, pattern: str) -> Attention:
         """The :class:`~lavo_zoo.attention.Attention` module for ``pattern`` (:func:`build_attention`).

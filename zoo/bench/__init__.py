@@ -30,7 +30,7 @@ SUBCOMMANDS = {
     "tts": ("lavo_zoo.bench.tts:tts_cmd", "Text-to-speech synthesis time per frame, LAVO against softmax."),
     "decode": ("lavo_zoo.bench.decode:decode_cmd", "One cached encoder-decoder decoding step against prefix/source."),
     "lra": ("lavo_zoo.bench.lra:lra_cmd", "LRA efficiency table: steps/s and peak memory relative to softmax."),
-    "chamfer": ("lavo_zoo.bench.step:chamfer_cmd", "Seconds per Chamfer / F-score of two 16,384-point clouds."),
+    "chamfer": ("lavo_zoo.bench.chamfer:chamfer_cmd", "Seconds per Chamfer / F-score of two 16,384-point clouds."),
     "step": ("lavo_zoo.bench.step:step_cmd", "Seconds per training step and peak memory of a config."),
     "report": ("lavo_zoo.bench.report:report_cmd", "The tables of benchmarks/RESULTS.md from benchmark JSON."),
 }

@@ -13,13 +13,12 @@ constant-size self state and an [H, d] cross memory); sdpa's reads its whole KV 
 from __future__ import annotations
 
 import statistics
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, write_json
+from lavo_zoo.bench.timing import parse_ints, time_runs, write_json
 from lavo_zoo.options import device_option, json_records_option
 
 if TYPE_CHECKING:
@@ -64,18 +63,9 @@ def time_steps(decoder: TransformerDecoder, cache: DecoderCache, steps: int, war
     import torch
 
     p = next(decoder.parameters())
-    sync = torch.cuda.synchronize if p.device.type == "cuda" else (lambda: None)
     x = torch.randn(cache.batch_size, 1, decoder.embed_dim, device=p.device, dtype=p.dtype)
-    times = []
     with torch.no_grad():
-        for i in range(warmup + steps):
-            sync()
-            start = time.perf_counter()
-            decoder.step(x, cache)
-            sync()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    return times
+        return time_runs(lambda: decoder.step(x, cache), warmup, steps, p.device, memory=False)["times_s"]
 
 
 @click.command("decode", epilog="""\b

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from itertools import pairwise
 from typing import Any
 
 BASELINE = "sdpa"
@@ -62,18 +61,6 @@ def next_length(lo: int, hi: int, tolerance: float, step: int = DEFAULT_STEP) ->
     mid = math.sqrt(lo * hi) / step
     inside = [m * step for m in (math.floor(mid), math.ceil(mid)) if lo < m * step < hi]
     return min(inside, key=lambda n: abs(n - mid * step)) if inside else None
-
-
-def max_bisections(lengths: Iterable[int], tolerance: float, step: int = DEFAULT_STEP) -> int:
-    """An upper bound on the lengths one criterion's bisection measures for a sweep of ``lengths``: each midpoint
-    halves the bracket's log-ratio, and a bracket [lo, hi] inside the sweep's interval (L, H) is done once
-    hi / lo <= 1 + max(tolerance, step / H); one more for rounding to the step grid."""
-    ordered = sorted(set(lengths))
-    worst = 0
-    for lo, hi in pairwise(ordered):
-        halvings = math.log2(math.log(hi / lo) / math.log1p(max(tolerance, step / hi)))
-        worst = max(worst, math.ceil(max(0.0, halvings)) + 1)
-    return worst
 
 
 def _text(result: dict[str, Any]) -> str:

@@ -24,6 +24,8 @@ OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA set
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """One record of ``lavo-zoo bench lra``: the LRA Text model with ``spec``'s attention at its length (a fresh process
+    runs it): training steps/s and peak memory."""
     import torch
 
     from lavo_zoo.attention import AttentionSpec
@@ -50,6 +52,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def noncausal_attentions() -> list[str]:
+    """Every registered mechanism with the noncausal pattern, softmax (``sdpa``, the reference) first."""
     from lavo_zoo.attention import list_attentions
 
     names = [a.name for a in list_attentions() if "noncausal" in a.patterns]

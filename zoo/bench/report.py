@@ -22,6 +22,8 @@ def _short_long(path: Path) -> tuple[dict, dict]:
 
 
 def goal_table(folder: Path) -> None:
+    """Print the goals table of benchmarks/RESULTS.md (measurement, ratio, goal, the figures behind it) from the
+    benchmark JSON in ``folder``."""
     mib = 2**20
     rows = []
     r = _records(folder / "fwdbwd_16k.json")

@@ -1,37 +1,15 @@
-"""``lavo-zoo bench chamfer``: seconds per Chamfer / F-score of two 16,384-point clouds (the point-cloud metric's
-speed); ``lavo-zoo bench step``: seconds per training step and peak resident memory of any recipe config, in a
-fresh process so that the peak belongs to that one model.
+"""``lavo-zoo bench step``: seconds per training step and peak resident memory of any recipe config, in a fresh
+process so that the peak belongs to that one model.
 """
 from __future__ import annotations
 
 import json
 import resource
-import time
 from typing import Any
 
 import click
 
-
-def chamfer_speed(pairs: int) -> dict[str, float]:
-    """Seconds per scored pair of 16,384-point clouds: a built-in shape against a noisy resample of itself (a
-    prediction near its ground truth) and against an unrelated shape."""
-    import torch
-
-    from lavo_zoo.evaluators.chamfer import score_clouds
-    from lavo_zoo.recipes.point_cloud.builtin import make_shape
-
-    out = {}
-    for kind in ("near", "unrelated"):
-        times = []
-        for i in range(pairs):
-            gt = torch.from_numpy(make_shape("chair", 16384, seed=i))
-            pred = (torch.from_numpy(make_shape("chair", 16384, seed=i + 100)) if kind == "unrelated"
-                    else gt[torch.randperm(16384)] + 0.005 * torch.randn(16384, 3))
-            start = time.perf_counter()
-            score_clouds(pred, gt)
-            times.append(time.perf_counter() - start)
-        out[f"{kind}_s_per_pair"] = sorted(times)[len(times) // 2]
-    return out
+from lavo_zoo.bench.timing import time_runs
 
 
 def step_time(spec: dict[str, Any]) -> dict[str, float]:
@@ -49,28 +27,17 @@ def step_time(spec: dict[str, Any]) -> dict[str, float]:
     ds = recipe.build_dataset(cfg, "train")
     batch = recipe.collate([ds[i % len(ds)] for i in range(cfg.train.batch_size)])
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
-    times = []
-    for _ in range(steps + 1):
-        start = time.perf_counter()
+
+    def train_step() -> None:
         loss, _ = recipe.training_loss(model, batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        times.append(time.perf_counter() - start)
-    return {"s_per_step": sorted(times[1:])[steps // 2], "peak_rss_mib": resource.getrusage(
+
+    times = time_runs(train_step, 1, steps, "cpu", memory=False)["times_s"]  # the process's own peak RSS below
+    return {"s_per_step": sorted(times)[steps // 2], "peak_rss_mib": resource.getrusage(
         resource.RUSAGE_SELF).ru_maxrss / 1024, "params": sum(p.numel() for p in model.parameters()),
         "threads": torch.get_num_threads()}
-
-
-@click.command("chamfer", epilog="""\b
-Examples:
-  OMP_NUM_THREADS=1 lavo-zoo bench chamfer --pairs 3""")
-@click.option("--pairs", type=click.IntRange(min=1), default=3, show_default=True, help="Pairs per kind (median).")
-def chamfer_cmd(pairs: int) -> None:
-    """Seconds per scored pair of 16,384-point clouds (CD-L1, CD-L2, F-score), near and unrelated clouds."""
-    import torch
-
-    click.echo(json.dumps({"threads": torch.get_num_threads(), **chamfer_speed(pairs)}))
 
 
 @click.command("step", epilog="""\b

@@ -11,7 +11,6 @@ then ``--decode-steps`` greedy steps through ``decode_step``; summary tokens per
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -59,18 +58,21 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         seconds = sorted(result["times_s"])[len(result["times_s"]) // 2]
         return {**result, "source_tokens_per_s": spec["length"] / seconds}
     model.eval()
-    with torch.no_grad():
-        start = time.perf_counter()
-        cache = model.init_cache(model.encode(source, mask), mask)
-        encode_s = time.perf_counter() - start
-        token = torch.full((1, 1), recipe.resolve(cfg).model.never_generate[0], device=device)  # BOS
-        start = time.perf_counter()
+    state: dict[str, Any] = {}
+
+    def encode() -> None:
+        state["cache"] = model.init_cache(model.encode(source, mask), mask)
+
+    def decode() -> None:
+        token, cache = torch.full((1, 1), bos, device=device), state["cache"]
         for _ in range(spec["steps"]):
             logits, cache = model.decode_step(token, cache)
             token = logits.argmax(-1, keepdim=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        decode_s = time.perf_counter() - start
+
+    bos = recipe.resolve(cfg).model.never_generate[0]
+    with torch.no_grad():
+        encode_s = time_runs(encode, 0, 1, device, memory=False)["times_s"][0]
+        decode_s = time_runs(decode, 0, 1, device, memory=False)["times_s"][0]
     return {"encode_s": encode_s, "summary_tokens_per_s": spec["steps"] / decode_s}
 
 

@@ -7,6 +7,7 @@ function's JSON record on stdout (an exception becomes ``{"error": ...}``, so a 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -22,9 +23,21 @@ from lavo_zoo.engine.memory import PeakMemory
 MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # glibc: every large free returns
 
 
-def time_runs(run: Callable[[], None], warmup: int, repeats: int, device: Any) -> dict[str, Any]:
-    """Call ``run`` ``warmup`` times untimed, then time ``repeats`` calls; peak memory of the timed phase above its
-    start. Returns ``times_s``, ``peak_memory_bytes`` and ``memory_method``."""
+def time_runs(run: Callable[[], Any], warmup: int, repeats: int, device: Any, memory: bool = True
+              ) -> dict[str, Any]:
+    """Time ``run``: the one timing loop of every benchmark.
+
+    Args:
+        run: what is timed, called with no arguments (its result is ignored).
+        warmup: calls made first, untimed.
+        repeats: timed calls; CUDA is synchronised before each clock read.
+        device: where ``run`` computes (``cuda`` is synchronised).
+        memory: also measure the peak memory of the timed phase above its start (:class:`PeakMemory`, which on the
+            CPU resets the process's peak resident size); without it the record has ``times_s`` only.
+
+    Returns:
+        ``times_s`` (one per timed call), and with ``memory`` ``peak_memory_bytes`` and ``memory_method``.
+    """
     import torch
 
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
@@ -32,12 +45,14 @@ def time_runs(run: Callable[[], None], warmup: int, repeats: int, device: Any) -
         run()
     sync()
     times = []
-    with PeakMemory(torch.device(device)) as peak:
+    with PeakMemory(torch.device(device)) if memory else contextlib.nullcontext() as peak:
         for _ in range(repeats):
             start = time.perf_counter()
             run()
             sync()
             times.append(time.perf_counter() - start)
+    if not memory:
+        return {"times_s": times}
     return {"times_s": times, "peak_memory_bytes": peak.bytes, "memory_method": peak.method}
 
 
@@ -103,7 +118,7 @@ def parse_ints(text: str, option: str) -> list[int]:
 
 def write_json(path: Any, data: Any) -> None:
     """A benchmark's JSON (with its machine record inside ``data``), atomically."""
-    from lavo_zoo.options import write_file
+    from lavo_zoo.atomic import write_file
 
     write_file(path, json.dumps(data, indent=2) + "\n", overwrite=True, option="--json")
 

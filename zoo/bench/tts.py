@@ -1,11 +1,12 @@
 """``lavo-zoo bench tts``: synthesis speed with LAVO vs softmax decoder self-attention, side by side in one run.
 
-Builds Transformer-TTS at the paper's size (d 512, 8 heads, FFN 2048, 6 + 6 layers, 4 frames per step; random
-weights, the stop token disabled so that every run decodes exactly ``--frames`` frames) once per decoder
-self-attention (sdpa; lavo r=64, w=16), runs the recipe's own synthesis loop on one 150-character sentence, and
-times every decoder step. Prints per-frame time (median over the 25 steps ending at each ``--at`` frame; the
-fastest of ``--repeats`` decodes, against other jobs on a shared machine), overall
-frames/s and the real-time factor (synthesis seconds / seconds of audio at 22,050 Hz, hop 256; Griffin-Lim not
+Builds Transformer-TTS as a recipe config has it (``--size paper``: ``tts/ljspeech-sdpa`` and
+``tts/ljspeech-lavo-causal``, d 512, 8 heads, FFN 2048, 6 + 6 layers, 4 frames per step, LAVO r=64, w=16;
+``--size tiny``: ``tts/tiny-sdpa`` and ``tts/tiny-lavo-causal``; random weights, the stop token disabled so that
+every run decodes exactly ``--frames`` frames) once per decoder self-attention, runs the recipe's own synthesis
+loop on one 150-character sentence, and times every decoder step. Prints per-frame time (median over the 25 steps
+ending at each ``--at`` frame; the fastest of ``--repeats`` decodes, against other jobs on a shared machine),
+overall frames/s and the real-time factor (synthesis seconds / seconds of audio at 22,050 Hz, hop 256; Griffin-Lim not
 included). With LAVO a step's cost does not depend on the frames decoded so far; softmax attends to all of them.
 """
 from __future__ import annotations
@@ -16,32 +17,31 @@ from pathlib import Path
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, write_json
+from lavo_zoo.bench.timing import parse_ints, time_runs, write_json
 from lavo_zoo.options import device_option, json_records_option
 
 SENTENCE = ("Printing, in the only sense with which we are at present concerned, differs from most if not from all "
             "the arts and crafts represented.")[:150]
-DECODERS = {"sdpa": {"name": "sdpa"}, "lavo": {"name": "lavo", "num_bases": 64, "window_size": 16}}
+SIZES = {"paper": "ljspeech", "tiny": "tiny"}  # --size -> the prefix of the recipe's configs of that size
+DECODERS = {"sdpa": "sdpa", "lavo": "lavo-causal"}  # decoder self-attention -> the config's suffix
 
 
-def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: str, repeats: int = 1) -> dict:
-    """Per-frame time at each of ``at`` (ms), frames/s and real-time factor of one decoder self-attention."""
+def measure(decoder: str, frames: int, at: list[int], size: str, device: str, repeats: int = 1) -> dict:
+    """Per-frame time at each of ``at`` (ms), frames/s and real-time factor of the model of config
+    ``tts/<size>-<decoder>`` (:data:`SIZES`, :data:`DECODERS`)."""
     import torch
 
-    from lavo_zoo.attention import AttentionSpec, SiteAttention
+    from lavo_zoo.engine.configs import resolve_config
     from lavo_zoo.recipes.tts.infer import synthesize
-    from lavo_zoo.recipes.tts.model import ModelConfig, TransformerTTS
+    from lavo_zoo.recipes.tts.model import TransformerTTS
     from lavo_zoo.recipes.tts.text import text_encoder
 
-    if size == "tiny" and decoder_self["name"] == "lavo":  # tts/tiny-*'s LAVO (r = 16, w = 8)
-        decoder_self = {**decoder_self, "num_bases": 16, "window_size": 8}
-    spec = AttentionSpec.from_config(decoder_self, "decoder_self", "the benchmark")
-    cfg = ModelConfig(vocab_size=text_encoder("chars").vocab_size, attention=SiteAttention(decoder_self=spec))
-    if size == "tiny":  # tts/tiny-*'s size
-        cfg.embed_dim, cfg.num_heads, cfg.ffn_dim, cfg.encoder_layers, cfg.decoder_layers = 64, 2, 128, 2, 2
+    _, run = resolve_config(f"tts/{SIZES[size]}-{DECODERS[decoder]}")
+    cfg = run.model  # the weights are random: the sizes and attentions are the config's, no data is read
+    cfg.vocab_size = text_encoder(run.data.text).vocab_size
     torch.manual_seed(0)
     model = TransformerTTS(cfg).to(device).eval()
-    tokens = torch.tensor([text_encoder("chars").encode(SENTENCE)], device=device)
+    tokens = torch.tensor([text_encoder(run.data.text).encode(SENTENCE)], device=device)
     times: list[float] = []
     step = model.decode_step
 
@@ -58,14 +58,18 @@ def measure(decoder_self: dict, frames: int, at: list[int], size: str, device: s
     model.decode_step = timed  # the real loop (recipes.tts.infer.synthesize), timed step by step
     synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)  # warm-up
     r = cfg.frames_per_step
-    per_frame, total = {n: float("inf") for n in at}, float("inf")
-    for _ in range(repeats):  # the fastest of the repeats: robust to other jobs on a shared machine
+    per_frame = {n: float("inf") for n in at}
+    lengths = None
+
+    def run() -> None:
+        nonlocal lengths
         times.clear()
-        start = time.perf_counter()
         _, lengths, _ = synthesize(model, tokens, tokens != 0, max_frames=frames, threshold=2.0)
-        total = min(total, time.perf_counter() - start)
         for n in at:
             per_frame[n] = min(per_frame[n], statistics.median(times[max(0, n // r - 25):n // r]) / r)
+
+    # the fastest of the repeats: robust to other jobs on a shared machine
+    total = min(time_runs(run, 0, repeats, device, memory=False)["times_s"])
     audio_s = int(lengths[0]) * 256 / 22_050
     return {"per_frame_ms": {n: 1e3 * t for n, t in per_frame.items()}, "frames_per_s": int(lengths[0]) / total,
             "rtf": total / audio_s, "frames": int(lengths[0])}
@@ -94,8 +98,8 @@ def tts_cmd(frames: int, at: str, size: str, device: str | None, repeats: int, j
     click.echo(f"decoder self-attention | ms/frame at {' | at '.join(map(str, points))} | ratio | frames/s | RTF "
                f"({size} model, {device})")
     rows = []
-    for name, spec in DECODERS.items():
-        res = measure(spec, frames, points, size, device, repeats)
+    for name in DECODERS:
+        res = measure(name, frames, points, size, device, repeats)
         ms = [res["per_frame_ms"][n] for n in points]
         rows.append({"decoder_self": name, **res})
         click.echo(f"{name:<6} | " + " | ".join(f"{m:.2f}" for m in ms) + f" | {ms[-1] / ms[0]:.2f}x | "

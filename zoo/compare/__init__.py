@@ -4,7 +4,8 @@ the budget separates softmax from the ``mean`` control.
 
 - :mod:`~lavo_zoo.compare.study`: the cells (one training run and evaluation per attention and seed, kept, resumed,
   reused only with the same config) and the study that runs them;
-- :mod:`~lavo_zoo.compare.records`: one run as a typed :class:`CellRecord` (a cell's ``cell.json``) and its row label;
+- :mod:`~lavo_zoo.compare.records`: each run's row label (a run is a typed
+  :class:`~lavo_zoo.engine.records.CellRecord`, a cell's ``cell.json``);
 - :mod:`~lavo_zoo.compare.efficiency`: each row's efficiency lengths against softmax, measured by
   :mod:`lavo_zoo.bench` once per study and kept in ``OUT/efficiency/``;
 - :mod:`~lavo_zoo.compare.collect`: the records of results that already exist (``--collect``);
@@ -17,9 +18,9 @@ from __future__ import annotations
 from lavo_zoo.compare.collect import collect
 from lavo_zoo.compare.command import compare
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup
-from lavo_zoo.compare.records import CellRecord
 from lavo_zoo.compare.study import Cell, run_study
 from lavo_zoo.compare.table import MetricSummary, Row, separation, summarise, write_table
+from lavo_zoo.engine.records import CellRecord
 
 __all__ = ["Cell", "CellRecord", "Efficiency", "MetricSummary", "Row", "attention_setup", "collect", "compare",
            "run_study", "separation", "summarise", "write_table"]

@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from lavo_zoo.compare.efficiency import collect_efficiency
-from lavo_zoo.compare.records import CELL_FILE, CellRecord, attention_names, label_records
+from lavo_zoo.compare.records import attention_names, label_records
+from lavo_zoo.engine.records import CELL_FILE, CellRecord
 from lavo_zoo.errors import UsageError
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from lavo_zoo.atomic import put_file
+
 EFFICIENCY_DIR = "efficiency"
 EFFICIENCY_COLUMNS = {"time": "faster than softmax from", "memory": "smaller than softmax from"}
 
@@ -120,9 +122,7 @@ def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, de
             entry = {"key": key, "settings": data["settings"],
                      "results": [r for r in data["results"] if r["attention"] in (name, BASELINE)],
                      "efficiency_lengths": {name: data["efficiency_lengths"][name]}}
-            tmp = folder / f"{label}.json.tmp"
-            tmp.write_text(json.dumps(entry, indent=2) + "\n")
-            tmp.rename(folder / f"{label}.json")
+            put_file(folder / f"{label}.json", json.dumps(entry, indent=2) + "\n")
             found[label] = _found(entry)
     return found
 

@@ -21,8 +21,10 @@ from typing import Any
 
 import click
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup, study_efficiency
-from lavo_zoo.compare.records import CELL_FILE, CellRecord, attention_label
+from lavo_zoo.compare.records import attention_label
+from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
 from lavo_zoo.errors import UsageError, did_you_mean
 
 
@@ -35,6 +37,7 @@ class Cell:
 
     @property
     def name(self) -> str:
+        """The cell's folder name, ``<attention>-seed<seed>``."""
         return f"{self.attention}-seed{self.seed}"
 
 
@@ -90,9 +93,9 @@ def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any
     """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
     keeps the config's attention, ``key`` None) and seed."""
     if key is None:
-        return [f"train.seed={cell.seed}"]
+        return [f"{SEED_KEY}={cell.seed}"]
     extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
-    return [f"{key}.name={cell.attention}", *extra, f"train.seed={cell.seed}"]
+    return [f"{key}.name={cell.attention}", *extra, f"{SEED_KEY}={cell.seed}"]
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -210,9 +213,7 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
             record = CellRecord(attention=cell.attention, seed=cell.seed, site=site, config=config,
                                 overrides=cell_overrides_,
                                 **run_cell(recipe, cell_cfg, cell_dir, device, split, max_batches))
-            tmp = done.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record.to_json(), indent=2) + "\n")
-            tmp.rename(done)  # atomic: a cell is either finished or not
+            put_file(done, json.dumps(record.to_json(), indent=2) + "\n")  # atomic: a cell is finished or not
         records.append(CellRecord.from_json(json.loads(done.read_text())))
     if efficiency is not None:
         setups: dict[str, dict[str, Any] | None] = {}

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lavo_zoo.compare.efficiency import EFFICIENCY_COLUMNS, EFFICIENCY_DIR
-from lavo_zoo.compare.records import CellRecord, label_records
+from lavo_zoo.compare.records import label_records
+from lavo_zoo.engine.records import CellRecord
 
 
 class MetricSummary(NamedTuple):

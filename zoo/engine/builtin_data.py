@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lavo_zoo.atomic import NameTaken, move_into_place, swap_folder, temporary_folder
 from lavo_zoo.errors import UsageError, ZooError, did_you_mean, os_error_message, os_error_reason
-from lavo_zoo.options import check_folder_writable, link_new
+from lavo_zoo.options import check_folder_writable
 
 DATA_PATH_FILE = ".data_path"  # inside a built-in dataset's folder: the data.path relative to it ("." = the folder)
 
@@ -113,20 +113,19 @@ def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Calla
         root.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(root.parent / f".{root.name}.lock"):
             if not (root / DATA_PATH_FILE).is_file():  # nobody wrote it while this process waited
-                tmp = root.parent / f".{root.name}.{os.getpid()}.tmp"
+                tmp = None
                 try:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    tmp.mkdir(parents=True)
+                    tmp = temporary_folder(root)
                     made = Path(write(tmp))
                     (tmp / DATA_PATH_FILE).write_text(str(made.relative_to(tmp)))
-                    shutil.rmtree(root, ignore_errors=True)  # a folder of the previous layout, without the marker
-                    os.replace(tmp, root)
+                    swap_folder(tmp, root)  # replaces a folder of the previous layout, without the marker
                 except OSError as e:
                     raise ZooError(f"could not generate the built-in data in the cache {root.parent}: "
                                    f"{os_error_reason(e)}. Point LAVO_ZOO_CACHE (or data.cache_dir) at a writable "
                                    "folder with space, or give data.path") from None
                 finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+                    if tmp is not None:
+                        shutil.rmtree(tmp, ignore_errors=True)
     return root / (root / DATA_PATH_FILE).read_text()
 
 
@@ -141,10 +140,10 @@ def write_dataset(out: Path, write: Callable[[Path], Path], overwrite: bool = Fa
     out = Path(out)
     check_folder_writable(out)
     created = [p for p in (out, *out.parents) if not p.exists()]
-    tmp = out / f".lavo-zoo-data.{os.getpid()}.tmp"  # inside out: the files are renamed within one file system
+    tmp: Path | None = None
     moved: list[Path] = []
     try:
-        tmp.mkdir(parents=True)
+        tmp = temporary_folder(out / "lavo-zoo-data")  # inside out: the files are renamed within one file system
         made = write(tmp).relative_to(tmp)
         files = sorted(f.relative_to(tmp) for f in tmp.rglob("*") if f.is_file())
         taken = [f for f in files if (out / f).exists() or (out / f).is_symlink()]
@@ -152,13 +151,10 @@ def write_dataset(out: Path, write: Callable[[Path], Path], overwrite: bool = Fa
             raise _taken(out, taken)
         for f in files:
             (out / f).parent.mkdir(parents=True, exist_ok=True)
-            if overwrite:
-                os.replace(tmp / f, out / f)
-            else:
-                try:
-                    link_new(tmp / f, out / f)
-                except FileExistsError:  # written by another process meanwhile
-                    raise _taken(out, [f]) from None
+            try:
+                move_into_place(tmp / f, out / f, replace=overwrite)
+            except NameTaken:  # written by another process meanwhile
+                raise _taken(out, [f]) from None
             moved.append(out / f)
     except OSError as e:
         done = (f"; {len(moved)} of the files were written before that (e.g. {moved[0]})" if moved
@@ -166,7 +162,8 @@ def write_dataset(out: Path, write: Callable[[Path], Path], overwrite: bool = Fa
         e.filename = e.filename2 = None  # the temporary folder's files mean nothing to the user: name `out`
         raise ZooError(f"could not write the built-in data into {out}: {os_error_message(e)}{done}") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         for folder in created:  # refused or failed before any file landed: no empty folder is left behind
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()

@@ -7,9 +7,10 @@ the weights, the config that defines the model, the training state) and, for res
 (optimiser, scheduler, RNG, data position; ``torch.load(weights_only=True)``). Loading verifies every file meta.json
 lists, so an edited config is refused as surely as corrupt weights.
 
-Saves are atomic: everything is written into a temporary sibling directory, flushed, then renamed into place, and
-``last`` is a symlink swapped with ``os.replace``. A crash mid-save leaves the previous checkpoint intact. Loading
-refuses a missing, corrupt, truncated or mismatched checkpoint with a message naming the file and the reason.
+Saves are atomic (:mod:`lavo_zoo.atomic`): everything is written into a temporary sibling directory, flushed, then
+swapped into place, and ``last`` is a symlink replaced atomically. A crash mid-save leaves the previous checkpoint
+intact. Loading refuses a missing, corrupt, truncated or mismatched checkpoint with a message naming the file and
+the reason.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from safetensors.torch import load_model as load_safetensors_model
 from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
+from lavo_zoo.atomic import fsync_tree, replace_link, swap_folder, temporary_folder
 from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
@@ -41,6 +43,7 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The sha256 of the file ``path`` as hex digits, read ``chunk`` bytes at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -74,21 +77,6 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: Path) -> None:
-    for f in path.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    _fsync_dir(path)
-
-
 def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_name: str, *,
                     metrics: dict[str, float] | None = None, train_state: dict[str, Any] | None = None,
                     keep_last: int = 0, name: str | None = None, provenance: dict[str, Any] | None = None) -> Path:
@@ -99,12 +87,9 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
     the machine, the seed) goes into meta.json, where a model card reads it.
     """
     final = root / (name or f"step-{step}")
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    tmp: Path | None = None
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        tmp = temporary_folder(final)
         model = unwrap(model)
         save_safetensors_model(model, str(tmp / WEIGHTS))
         (tmp / CONFIG).write_text(config_yaml(cfg))
@@ -124,30 +109,19 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
         meta["files_sha256"] = {name: sha256_file(tmp / name) for name in (WEIGHTS, CONFIG, TRAIN_STATE)
                                 if (tmp / name).is_file()}
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)  # here (swap_folder flushes too), so that a failure to flush is a failed save
     except (OSError, SafetensorError, RuntimeError) as e:  # torch.save and safetensors report I/O failures as
         # RuntimeError / SafetensorError: a full disk, a quota, a folder made read-only. The previous checkpoint stays.
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not save checkpoint {final} (in {tmp}): {_save_failure(e, root)}; nothing was "
-                              "replaced, the previous checkpoints are intact. Free space (or make the folder "
-                              "writable) and continue with --resume auto") from None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not save checkpoint {final} (in {tmp or root}): {_save_failure(e, root)}; "
+                              "nothing was replaced, the previous checkpoints are intact. Free space (or make the "
+                              "folder writable) and continue with --resume auto") from None
     try:
-        if final.exists():  # re-saving (the end of a resumed run, a new best): swap without a gap
-            old = root / f".old-{final.name}-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, final)
+        swap_folder(tmp, final)  # re-saving (the end of a resumed run, a new best) swaps without a gap
         if name is not None:
-            _fsync_dir(root)
             return final
-        link_tmp = root / f".{LAST}-{os.getpid()}"
-        if link_tmp.is_symlink() or link_tmp.exists():
-            link_tmp.unlink()
-        os.symlink(final.name, link_tmp)
-        os.replace(link_tmp, root / LAST)
-        _fsync_dir(root)
+        replace_link(root / LAST, final.name)
     except OSError as e:  # --resume auto puts back a checkpoint swapped out and drops the temporary one
         raise CheckpointError(f"could not move checkpoint {final} into place: {_save_failure(e, root)}; the previous "
                               "checkpoints are intact. Continue with --resume auto once that is fixed") from None

@@ -6,7 +6,7 @@ stays free of any recipe.
 
     resolve_config("lm/tiny-lavo", ["train.max_steps=200"])   (recipe, validated config): what `train` runs
     config_from_dict(mapping)                                  the same from a loaded mapping (a checkpoint's)
-    find_config / named_config / available_configs            a config file, by name or path; every name
+    find_config / named_config / named_configs                 a config file, by name or path; every name
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.config import apply_overrides, from_dict, load_yaml
+from lavo_zoo.config import apply_overrides, from_dict, merge_layers, read_layers, recipe_name
 from lavo_zoo.engine.recipe import RECIPES, Recipe, get_recipe
 from lavo_zoo.errors import ConfigError, did_you_mean
 
@@ -42,9 +42,14 @@ def config_dirs() -> dict[str, Path]:
     return dirs
 
 
+def named_configs() -> dict[str, Path]:
+    """Every named config, ``<domain>/<name>`` -> its file, built-in and from plugin recipes."""
+    return {f"{domain}/{p.stem}": p for domain, folder in config_dirs().items() for p in sorted(folder.glob("*.yaml"))}
+
+
 def available_configs() -> list[str]:
     """Every named config, ``<domain>/<name>``, built-in and from plugin recipes."""
-    return sorted(f"{domain}/{p.stem}" for domain, folder in config_dirs().items() for p in folder.glob("*.yaml"))
+    return sorted(named_configs())
 
 
 def named_config(name: str) -> Path | None:
@@ -76,13 +81,12 @@ def find_config(name_or_path: str | Path) -> Path:
                       f"give a <domain>/<name> from `lavo-zoo list configs` or a path to a .yaml file")
 
 
-def load_config_file(path: Path) -> dict[str, Any]:
-    """The mapping of config file ``path``, ``extends:`` (a path or a named config) and ``!delete`` resolved."""
-    return load_yaml(path, named_config, available_configs)
-
-
 def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Recipe, Any]:
     """The recipe and validated config that ``lavo-zoo train NAME_OR_PATH KEY=VALUE...`` runs.
+
+    One way down: the file is found and every name its ``extends:`` chain gives resolved here, with the list of
+    named configs made once; :mod:`lavo_zoo.config` then reads the chain, and merges it and the overrides under
+    the recipe's schema, which validates the result.
 
     Args:
         name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
@@ -96,17 +100,30 @@ def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple
             the file).
     """
     path = find_config(name_or_path)
-    return config_from_dict(load_config_file(path), list(overrides), source=str(path))
+    layers = read_layers(path, named_configs())
+    recipe = _recipe(recipe_name(layers, list(overrides)), str(path), list(overrides))
+    return recipe, _validated(recipe, merge_layers(layers, recipe.config_class), list(overrides), str(path))
 
 
 def config_from_dict(data: dict[str, Any], overrides: list[str] = (), source: str = "config") -> tuple[Recipe, Any]:
     """(recipe, validated config) from an already loaded mapping (e.g. a checkpoint's config.yaml) plus ``key=value``
     overrides; ``source`` names it in error messages."""
-    data = apply_overrides(data, list(overrides))
-    if overrides:
-        source = f"{source} with overrides {' '.join(overrides)}"
-    name = data.get("recipe")
+    recipe = _recipe(recipe_name([(Path(source), data)], list(overrides)), source, list(overrides))
+    return recipe, _validated(recipe, data, list(overrides), source)
+
+
+def _recipe(name: str | None, source: str, overrides: list[str]) -> Recipe:
     if not name:
-        raise ConfigError(f"{source} has no 'recipe:' key naming the domain (e.g. recipe: lm)")
-    recipe = get_recipe(str(name))
-    return recipe, from_dict(recipe.config_class, data, source)
+        raise ConfigError(f"{_with_overrides(source, overrides)} has no 'recipe:' key naming the domain "
+                          "(e.g. recipe: lm)")
+    return get_recipe(name)
+
+
+def _validated(recipe: Recipe, data: dict[str, Any], overrides: list[str], source: str) -> Any:
+    """The recipe's config from ``data`` with ``overrides`` applied under its schema, validated."""
+    data = apply_overrides(data, overrides, recipe.config_class)
+    return from_dict(recipe.config_class, data, _with_overrides(source, overrides))
+
+
+def _with_overrides(source: str, overrides: list[str]) -> str:
+    return f"{source} with overrides {' '.join(overrides)}" if overrides else source

@@ -24,10 +24,12 @@ class DistInfo:
 
     @property
     def is_main(self) -> bool:
+        """Whether this process is rank 0, the one that writes files."""
         return self.rank == 0
 
     @property
     def enabled(self) -> bool:
+        """Whether more than one process trains (``torchrun``)."""
         return self.world_size > 1
 
 
@@ -48,6 +50,7 @@ def init_distributed(device: torch.device) -> DistInfo:
 
 
 def local_device(device: torch.device, info: DistInfo) -> torch.device:
+    """The device this process trains on: its own GPU under ``torchrun`` on CUDA, else ``device``."""
     return info.device if device.type == "cuda" and info.enabled else device
 
 
@@ -61,10 +64,12 @@ def mean_across(value: float, info: DistInfo) -> float:
 
 
 def barrier(info: DistInfo) -> None:
+    """Wait until every process gets here (nothing with one process)."""
     if info.enabled:
         dist.barrier()
 
 
 def shutdown(info: DistInfo) -> None:
+    """End the process group, if one was started."""
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

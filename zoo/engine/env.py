@@ -17,6 +17,7 @@ from lavo_zoo.errors import UsageError
 
 
 def versions() -> dict[str, str]:
+    """The versions a checkpoint records: lavo_zoo, torch, numpy, Python."""
     import numpy
 
     from lavo_zoo.version import __version__

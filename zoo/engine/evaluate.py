@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import NOT_REGULAR, load_model, tree_hashes
 from lavo_zoo.engine.env import pick_device, versions
 from lavo_zoo.errors import UsageError, ZooError
 from lavo_zoo.evaluators import EVALUATORS
-from lavo_zoo.options import check_figure_path, check_writable, write_file
+from lavo_zoo.options import check_figure_path, check_writable
 
 MANIFEST = "eval-manifest.json"  # in an evaluation's file folder: what it wrote there, {path: sha256}
 

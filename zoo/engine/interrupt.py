@@ -30,6 +30,7 @@ class Interrupts:
 
     @property
     def name(self) -> str:
+        """The name of the signal that asked to stop (``SIGINT``, ``SIGTERM``)."""
         return SIGNALS.get(self.requested, str(self.requested))
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

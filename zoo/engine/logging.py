@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import ZooError
-from lavo_zoo.options import write_file
 
 
 class MetricsLog:
@@ -45,6 +45,8 @@ class MetricsLog:
         write_file(self.path, "".join(line + "\n" for line in kept), overwrite=True)
 
     def log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` (one step or validation) as a JSON line (non-finite values as null) and to TensorBoard when
+        on; nothing on ranks other than 0."""
         if not self.enabled:
             return
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
@@ -57,6 +59,7 @@ class MetricsLog:
                     self.writer.add_scalar(f"{split}/{key}", value, record["step"])
 
     def close(self) -> None:
+        """Close the TensorBoard writer, if any."""
         if self.writer is not None:
             self.writer.close()
 
@@ -75,6 +78,8 @@ class Progress:
             self.bar = tqdm(total=total, initial=initial, desc=desc, file=self.stream, dynamic_ncols=True)
 
     def update(self, step: int, values: dict[str, float]) -> None:
+        """Show step ``step`` with ``values`` (loss, lr): on the bar, or as a line every ``every`` steps and at the
+        end."""
         if not self.enabled:
             return
         text = " ".join(f"{k}={v:.4g}" for k, v in values.items())
@@ -86,6 +91,7 @@ class Progress:
             print(f"step {step}/{self.total} {text} ({rate:.2f} steps/s)", file=self.stream, flush=True)
 
     def message(self, text: str) -> None:
+        """Print ``text`` on its own line (above the bar while one is shown)."""
         if not self.enabled:
             return
         if self.bar is not None:
@@ -94,6 +100,7 @@ class Progress:
             print(text, file=self.stream, flush=True)
 
     def close(self) -> None:
+        """Close the bar, if one is shown."""
         if self.bar is not None:
             self.bar.close()
 

@@ -53,6 +53,8 @@ def lr_factor(cfg: TrainConfig, steps_per_epoch: int) -> Callable[[int], float]:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig,
                     steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning-rate schedule of ``cfg`` (``schedule``, warm-up, decay; :func:`lr_factor`) as a LambdaLR stepped
+    once per optimiser step."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg, steps_per_epoch))
 
 

@@ -8,7 +8,8 @@ Every predictor holds to the same rules, with the helpers here: it takes one inp
 docstring says, and refuses anything else (:func:`as_batch`: a bare string where a list of strings is taken, a tuple,
 an array or a tensor walked element by element would be a wrong answer); it checks every option with the one check
 the command uses too (:mod:`lavo_zoo.limits`); it refuses a request whose estimated memory cannot fit before it
-starts (:meth:`Predictor.check_fits`); and it never returns a non-finite output (:meth:`Predictor.check_finite`).
+starts (its ``memory_estimate(<the request's sizes>)``, in bytes, given to :meth:`Predictor.check_fits`); and it
+never returns a non-finite output (:meth:`Predictor.check_finite`).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""A run directory's rules: one process at a time (:class:`RunLock`), what counts as an earlier run (never
-overwritten without ``--resume``), which settings a resumed run may change (applied and logged) and which it may
-not (refused with the diff), and which checkpoint is "good" after a non-finite loss.
+"""A run directory's rules: one process at a time (:class:`RunLock`), what a process killed mid-save left undone
+(:func:`recover_run_dir`), what counts as an earlier run (never overwritten without ``--resume``), which settings a
+resumed run may change (applied and logged) and which it may not (refused with the diff), and which checkpoint is
+"good" after a non-finite loss.
 """
 from __future__ import annotations
 
@@ -13,12 +14,22 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import safe_open
 
+from lavo_zoo.atomic import remove_leftovers
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
 from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "tensorboard", "checkpoints")
 LOCK_FILE = ".lock"  # in a run directory while a process trains into it; holds that process's pid
+
+
+def recover_run_dir(out: Path) -> None:
+    """Undo what a process killed mid-save left in the run directory ``out``: temporary checkpoint folders, a step
+    swapped out but not back (put back), the temporary file of config.yaml or metrics.jsonl
+    (:func:`lavo_zoo.atomic.remove_leftovers`). Call it holding the run's :class:`RunLock`: no other writer is at
+    work."""
+    remove_leftovers(out)
+    remove_leftovers(Path(out) / "checkpoints")
 
 
 class RunLock:
@@ -32,6 +43,8 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
+        """Take the lock, writing this process's pid into it; returns the lock. A held lock is a :class:`UsageError`
+        naming the holder's pid, a folder where no lock can be made a :class:`ZooError` saying why."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not on Linux / macOS
@@ -173,6 +186,7 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def resumable(key: str) -> bool:
+    """Whether a resumed run may change the setting ``key`` (a dotted config key)."""
     return key in RESUMABLE or key.startswith(RESUMABLE_SECTIONS)
 
 

@@ -14,10 +14,9 @@ import dataclasses
 import math
 import random
 import shlex
-import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.checkpoint_io import (
     CONFIG,
@@ -51,15 +51,17 @@ from lavo_zoo.engine.run_dir import (
     RunLock,
     check_run_length,
     last_good_checkpoint,
+    recover_run_dir,
     resume_changes,
     resume_source,
     run_total,
 )
 from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
-from lavo_zoo.options import check_folder_writable, write_file
+from lavo_zoo.options import check_folder_writable
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's random generators with ``seed``."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -77,6 +79,7 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
+    """Restore the random generators' states that :func:`capture_rng` captured (CUDA's where available)."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     n = state["numpy"]
@@ -109,6 +112,8 @@ class _Run:
     steps_per_epoch: int
     total: int  # the step this run ends at (train.max_steps, or fewer where train.max_epochs ends it first)
     state: TrainingState
+    progress: Progress  # the progress bar / log lines of the run
+    saved_step: int = 0  # the step of the newest checkpoint of this run (or of the one it resumed from)
 
 
 class StepObserver(Protocol):
@@ -127,9 +132,25 @@ class Trainer:
     def __init__(self, recipe: Recipe, cfg: Any, out_dir: Path, device: str | None = None,
                  resume: str | None = None, command: str | None = None,
                  step_observer: StepObserver | None = None) -> None:
-        """``command``: the command line that runs this training, recorded in every checkpoint's meta.json (for
-        model cards); by default the process's own when it is ``lavo-zoo``. ``step_observer`` is told when each
-        optimiser step starts and ends (validation and checkpoints are outside)."""
+        """A trainer for one run; :meth:`fit` trains. The config is resolved here (:meth:`Recipe.resolve`: the sizes
+        that come from the data), so config.yaml and every checkpoint hold the complete config.
+
+        Args:
+            recipe: the recipe whose model, data and loss are trained.
+            cfg: the recipe's validated config (``resolve_config``); its ``train:`` section sets the run.
+            out_dir: the run folder (config.yaml, metrics.jsonl, checkpoints/); an earlier run in it is refused
+                unless ``resume`` continues it.
+            device: ``cpu``, ``cuda`` or ``cuda:N`` (default: CUDA when available); under ``torchrun`` each process
+                takes its own GPU.
+            resume: ``auto`` (the newest checkpoint of ``out_dir``, or a fresh start when there is none), a
+                checkpoint folder, or None (a fresh run).
+            command: the command line that runs this training, recorded in every checkpoint's meta.json (for model
+                cards); by default the process's own when it is ``lavo-zoo``.
+            step_observer: told when each optimiser step starts and ends (validation and checkpoints are outside).
+
+        Raises:
+            UsageError: a batch size or gradient accumulation below 1, or a device this machine does not have.
+        """
         # data-derived model sizes, resolved once here so config.yaml and every checkpoint hold them
         self.recipe, self.cfg, self.tc, self.out = recipe, recipe.resolve(cfg), cfg.train, Path(out_dir)
         self.ckpt_root = self.out / "checkpoints"
@@ -152,25 +173,6 @@ class Trainer:
     def _resume_path(self) -> Path | None:
         return resume_source(self.out, self.resume)
 
-    def _recover_interrupted_save(self) -> None:
-        """Undo what a process killed mid-save left behind (temporary dirs; a step swapped out but not back; the
-        temporary file of config.yaml or metrics.jsonl). The run directory is locked: no other writer is at work."""
-        for p in self.out.glob(".*.tmp") if self.out.is_dir() else []:
-            if p.is_file() and not p.is_symlink():
-                p.unlink()
-        if not self.ckpt_root.is_dir():
-            return
-        for p in self.ckpt_root.glob(".old-*"):
-            final = self.ckpt_root / p.name[len(".old-"):].rsplit("-", 1)[0]
-            if final.exists():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.rename(final)
-        for p in self.ckpt_root.glob(".tmp-*"):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
-        for p in self.ckpt_root.glob(".last-*"):
-            p.unlink()
-
     def _check_same_run(self, path: Path) -> None:
         """Refuse a resume whose model/data differ; remember the changeable settings that did change."""
         self._resume_changes = resume_changes(read_config(path)[1], self.cfg, path)
@@ -191,14 +193,15 @@ class Trainer:
                 yield epoch, offset, batch
             epoch, offset = epoch + 1, 0
 
-    def _validation_loader(self) -> DataLoader | None:
+    def _validation_loader(self, say: Callable[[str], None]) -> DataLoader | None:
         if self._val_loader is None and not self._val_missing:
             try:
-                with phase("preparing the validation split", self.dist.is_main, self.progress.message):
+                with phase("preparing the validation split", self.dist.is_main, say):
                     ds = self.recipe.build_dataset(self.cfg, "validation")
             except DataError as e:
                 self._val_missing = True
-                self.progress.message(f"no validation split, periodic validation is off: {e}")
+                if self.dist.is_main:
+                    say(f"no validation split, periodic validation is off: {e}")
                 return None
             self._val_loader = DataLoader(ds, batch_size=self.recipe.eval_batch_size(self.cfg), shuffle=False,
                                           collate_fn=self.recipe.collate, num_workers=self.tc.num_workers)
@@ -208,9 +211,18 @@ class Trainer:
         return autocast(self.autocast_dtype, self.device)
 
     @torch.no_grad()
-    def validate(self, model: torch.nn.Module) -> dict[str, float]:
-        """Mean training loss and the evaluator's metrics over up to ``eval_batches`` validation batches."""
-        loader = self._validation_loader()
+    def validate(self, model: torch.nn.Module, say: Callable[[str], None] | None = None) -> dict[str, float]:
+        """Mean training loss and the evaluator's metrics over up to ``eval_batches`` validation batches.
+
+        Args:
+            model: the model to validate (put back in training mode after).
+            say: prints a line about preparing the split (default: to stderr; a run's progress while it trains).
+
+        Returns:
+            ``{"loss": mean loss, <metric>: value, ...}`` averaged across ranks; empty when there is no validation
+            split.
+        """
+        loader = self._validation_loader(say or (lambda line: print(line, file=sys.stderr, flush=True)))
         if loader is None:
             return {}
         limit = self.tc.eval_batches or None
@@ -254,9 +266,9 @@ class Trainer:
         run = self._set_up(resume_from)
         tc, state = self.tc, run.state
         if state.step >= run.total:  # a resumed run that already reached its end: nothing is trained or written
-            self.progress.message(f"nothing to train: {resume_from} is at step {state.step}, where this run ends "
-                                  f"({self._length()}); raise --max-steps (train.max_steps) to train further")
-            self.progress.close()
+            run.progress.message(f"nothing to train: {resume_from} is at step {state.step}, where this run ends "
+                                 f"({self._length()}); raise --max-steps (train.max_steps) to train further")
+            run.progress.close()
             return {}
         if self.dist.is_main:
             write_file(self.out / "config.yaml", config_yaml(self.cfg), overwrite=True)
@@ -273,7 +285,7 @@ class Trainer:
                 val_metrics = self._steps(run, stream, log, interrupts)
         finally:
             log.close()
-        self.progress.close()
+        run.progress.close()
         return val_metrics
 
     def _steps(self, run: _Run, stream: Iterator[Any], log: MetricsLog, interrupts: Interrupts) -> dict[str, float]:
@@ -295,40 +307,41 @@ class Trainer:
                 self.step_observer.step_ended(state.step)
             loss, extras, grad_norm = step_out
             window.append(loss)
-            self.progress.update(state.step, {"loss": loss, "lr": run.scheduler.get_last_lr()[0]})
+            run.progress.update(state.step, {"loss": loss, "lr": run.scheduler.get_last_lr()[0]})
             if state.step % tc.log_every == 0 or state.step == tc.max_steps:
                 self._log_train(log, run, window, extras, grad_norm, time.time() - t0)
                 window = []
             stop = False
             if self._validation_due(state.step, run.steps_per_epoch):
-                val_metrics = self.validate(run.model)
+                val_metrics = self.validate(run.model, run.progress.message)
                 stop = self._after_validation(log, run, val_metrics) if val_metrics else False
             if state.step % tc.save_every == 0 or state.step == tc.max_steps or stop:
-                self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
+                self._save(run, val_metrics)
             if stop:
                 break
-        if state.step != self._saved_step:  # the epochs ran out before max_steps
-            self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
+        if state.step != run.saved_step:  # the epochs ran out before max_steps
+            self._save(run, val_metrics)
         return val_metrics
 
     def _stop_interrupted(self, run: _Run, val_metrics: dict[str, float], interrupts: Interrupts) -> None:
         """Save the step reached (unless just saved) and stop with a message naming the command that continues."""
         state = run.state
-        if state.step != self._saved_step and state.step > 0:
-            self._save(run.model, run.optimizer, run.scheduler, state, val_metrics)
+        if state.step != run.saved_step and state.step > 0:
+            self._save(run, val_metrics)
         if state.step == 0:
             advice = "nothing was trained yet; run the same command again"
         else:
             advice = (f"saved {self.ckpt_root / f'step-{state.step}'}; continue with the same command and "
                       f"--resume auto (--out {self.out})")
-        self.progress.close()
+        run.progress.close()
         raise TrainingInterrupted(f"{interrupts.name}: training stopped at step {state.step} of {self.tc.max_steps}; "
                                   f"{advice}", interrupts.requested)
 
     def _prepare_run_dir(self) -> Path | None:
-        """Clean up after a crash mid-save (rank 0), then the checkpoint to resume from, if any."""
+        """Clean up after a crash mid-save (rank 0; the run directory is locked), then the checkpoint to resume from,
+        if any."""
         if self.dist.is_main:
-            self._recover_interrupted_save()
+            recover_run_dir(self.out)
         barrier(self.dist)
         resume_from = self._resume_path()
         barrier(self.dist)  # every rank checks the run directory before rank 0 writes config.yaml into it
@@ -350,27 +363,26 @@ class Trainer:
         optimizer = build_optimizer(model, tc)
         scheduler = build_scheduler(optimizer, tc, steps_per_epoch)
         state = TrainingState()
-        self._saved_step = 0
         total = run_total(tc, steps_per_epoch)
         if resume_from is not None:
             state = self._restore(resume_from, model, optimizer, scheduler)
-            self._saved_step = state.step
             check_run_length(state.step, total, tc, resume_from)
-        self.progress = Progress(total, state.step, self.dist.is_main, tc.log_every)
+        progress = Progress(total, state.step, self.dist.is_main, tc.log_every)
         if resume_from is not None:
-            self.progress.message(f"resumed from {resume_from} at step {state.step}")
+            progress.message(f"resumed from {resume_from} at step {state.step}")
             if self._resume_changes:
-                self.progress.message("changed on resume: " + "; ".join(
+                progress.message("changed on resume: " + "; ".join(
                     f"{k}: {c['from']!r} -> {c['to']!r}" for k, c in self._resume_changes.items()))
         elif self.resume == "auto":
-            self.progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
+            progress.message(f"--resume auto: no checkpoint in {self.ckpt_root}, starting from scratch")
         train_model: torch.nn.Module = model
         if self.dist.enabled:
             train_model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda"
                                                   else None)
         if tc.compile:
             train_model = torch.compile(train_model)
-        return _Run(model, train_model, optimizer, scheduler, train_ds, plan, steps_per_epoch, total, state)
+        return _Run(model, train_model, optimizer, scheduler, train_ds, plan, steps_per_epoch, total, state, progress,
+                    saved_step=state.step)
 
     def _length(self) -> str:
         return f"train.max_steps={self.tc.max_steps}" + (f", train.max_epochs={self.tc.max_epochs}"
@@ -454,8 +466,8 @@ class Trainer:
         """Log the validation, keep checkpoints/best on a new lowest loss; True when early stopping says stop."""
         state = run.state
         log.log({"step": state.step, "split": "validation", "epoch": state.epoch, **metrics})
-        self.progress.message(f"step {state.step} validation: " +
-                              " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        run.progress.message(f"step {state.step} validation: " +
+                             " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
         if metrics["loss"] < state.best_val_loss:
             state.best_val_loss, state.bad_evals = metrics["loss"], 0
             if self.tc.save_best and self.dist.is_main:
@@ -465,11 +477,12 @@ class Trainer:
         state.bad_evals += 1
         stop = 0 < self.tc.early_stopping_patience <= state.bad_evals
         if stop:
-            self.progress.message(f"early stopping: no better validation loss in {state.bad_evals} evaluations")
+            run.progress.message(f"early stopping: no better validation loss in {state.bad_evals} evaluations")
         return stop
 
-    def _save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, state: TrainingState,
-              metrics: dict[str, float]) -> None:
+    def _save(self, run: _Run, metrics: dict[str, float]) -> None:
+        """A resumable checkpoint of the step reached (rank 0 writes it, with every rank's RNG)."""
+        state = run.state
         rng = capture_rng()
         if self.dist.enabled:
             gathered: list[Any] = [None] * self.dist.world_size
@@ -477,10 +490,10 @@ class Trainer:
         else:
             gathered = [rng]
         if self.dist.is_main:
-            train_state = {**dataclasses.asdict(state), "optimizer": optimizer.state_dict(),
-                           "scheduler": scheduler.state_dict(), "rng": gathered, "world_size": self.dist.world_size}
-            path = save_checkpoint(self.ckpt_root, state.step, model, self.cfg, self.recipe.name, metrics=metrics,
+            train_state = {**dataclasses.asdict(state), "optimizer": run.optimizer.state_dict(),
+                           "scheduler": run.scheduler.state_dict(), "rng": gathered, "world_size": self.dist.world_size}
+            path = save_checkpoint(self.ckpt_root, state.step, run.model, self.cfg, self.recipe.name, metrics=metrics,
                                    train_state=train_state, keep_last=self.tc.keep_last, provenance=self.provenance)
-            self.progress.message(f"saved {path}")
-        self._saved_step = state.step
+            run.progress.message(f"saved {path}")
+        run.saved_step = state.step
         barrier(self.dist)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.errors import DataError
-from lavo_zoo.options import write_file
 
 ENCODINGS = ("ascii", "binary", "binary_compressed")
 _TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4", ("I", 8): "i8",

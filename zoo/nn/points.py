@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from lavo_zoo.nn.precision import full as _full
-from lavo_zoo.nn.precision import no_autocast as _no_autocast
+from lavo_zoo.nn.full_precision import full as _full
+from lavo_zoo.nn.full_precision import no_autocast as _no_autocast
 
 MAX_BLOCK = 1 << 24  # elements of one block of the pairwise distance matrix
 

@@ -41,15 +41,26 @@ from lavo_zoo.nn.transformer import check_has_real_token
 
 # ---------------------------------------------------------------------------------------------------- protocols
 class TokenModel(Protocol):
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any: ...
-    def init_cache(self, memory: Any, src_mask: torch.Tensor) -> Any: ...
-    def decode_step(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]: ...
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any:
+        """Sources [B, S] and their mask [B, S] (True = real token) -> the encoder's memory."""
+
+    def init_cache(self, memory: Any, src_mask: torch.Tensor) -> Any:
+        """The decoding cache of ``memory`` (cross-attention caches computed once per source)."""
+
+    def decode_step(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """The last tokens [B, 1] -> (logits [B, V] of the next token, the cache after them)."""
 
 
 class FrameModel(Protocol):
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any: ...
-    def init_cache(self, memory: Any, src_mask: torch.Tensor) -> Any: ...
-    def decode_step(self, previous: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor, Any]: ...
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any:
+        """Sources [B, S] and their mask [B, S] (True = real token) -> the encoder's memory."""
+
+    def init_cache(self, memory: Any, src_mask: torch.Tensor) -> Any:
+        """The decoding cache of ``memory`` (cross-attention caches computed once per source)."""
+
+    def decode_step(self, previous: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The last predicted group of frames [B, 1, F] (zeros at first) -> (the next group [B, F], the stop logits
+        [B], the cache after it)."""
 
 
 # ---------------------------------------------------------------------------------------------------- stop criteria

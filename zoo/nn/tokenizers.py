@@ -27,9 +27,11 @@ class Tokenizer:
     eod: int
 
     def encode(self, text: str) -> list[int]:
+        """The ids of ``text``."""
         raise NotImplementedError
 
     def decode(self, ids: list[int]) -> str:
+        """The text of ``ids``."""
         raise NotImplementedError
 
     def encode_document(self, text: str) -> np.ndarray:

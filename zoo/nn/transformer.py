@@ -35,6 +35,7 @@ position offset (for position embeddings); ``final_norm`` (default ``norm_first`
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from lavo_zoo.attention import ATTENTIONS, attention_info, build_attention, chec
 from lavo_zoo.attention.base import Attention, SourceCache, reorder_batch
 from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec
 from lavo_zoo.errors import ConfigError, InputError, OptionError, did_you_mean
+from lavo_zoo.nn.position import sinusoidal_positions
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 
@@ -318,3 +320,72 @@ class PreLNDecoderBlock(nn.Module):
         x = x + self.dropout(h)
         x = x + self.dropout(self.ffn(self.ln_ffn(x)))  # [B, T, D]
         return (x, state) if return_state else x
+
+
+@dataclass
+class DecoderState:
+    """A decoder-only model's streaming state: tokens consumed so far (the next position) and each layer's attention
+    state."""
+
+    offset: int
+    layers: list[Any]
+
+
+class TiedDecoderLM(nn.Module):
+    """The decoder-only trunk of the language models (``lm``'s GPT-2, ``recall``'s Zoology decoder): token
+    embeddings (x sqrt(D), + sinusoidal positions unless the attention encodes position itself) -> dropout ->
+    ``num_layers`` :class:`PreLNDecoderBlock` -> LayerNorm, and logits through the tied embeddings; fairseq's init.
+
+    ``cfg`` holds ``vocab_size``, ``embed_dim``, ``num_heads``, ``ffn_dim``, ``num_layers``, ``dropout`` (on the
+    residual branches), ``attention`` (an :class:`~lavo_zoo.attention.AttentionSpec`, built causal) and
+    ``positions`` (``auto`` | ``sinusoidal`` | ``none``); ``embed_dropout`` is the dropout on the embeddings.
+    """
+
+    def __init__(self, cfg: Any, embed_dropout: float) -> None:
+        super().__init__()
+        if cfg.vocab_size < 1:
+            raise ValueError("model.vocab_size is unset: resolve the config first (the recipe's resolve(cfg))")
+        self.cfg = cfg
+        self.embed_scale = math.sqrt(cfg.embed_dim)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)  # also the output projection (tied)
+        self.blocks = nn.ModuleList(
+            PreLNDecoderBlock(cfg.attention.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
+            for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.embed_dim)
+        self.dropout = nn.Dropout(embed_dropout)
+        encodes = any(b.attn.encodes_position for b in self.blocks)
+        self.use_positions = cfg.positions == "sinusoidal" or (cfg.positions == "auto" and not encodes)
+        self.streaming = all(b.attn.streaming for b in self.blocks)  # can carry a DecoderState across chunks
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """fairseq's init for the embeddings (normal, std D^-0.5) and FFN (Xavier-uniform, zero bias)."""
+        nn.init.normal_(self.embed_tokens.weight, std=self.cfg.embed_dim ** -0.5)
+        for block in self.blocks:
+            for fc in (block.ffn.fc1, block.ffn.fc2):
+                nn.init.xavier_uniform_(fc.weight)
+                nn.init.zeros_(fc.bias)
+
+    def features(self, idx: torch.Tensor, *, state: DecoderState | None = None, return_state: bool = False
+                 ) -> tuple[torch.Tensor, DecoderState | None]:
+        """idx [B, T] -> (the final LayerNorm's output h [B, T, D], the :class:`DecoderState` after these tokens
+        when ``return_state`` or ``state`` is given, else None). ``logits(h)`` gives every position's logits."""
+        T = idx.shape[1]
+        offset = state.offset if state is not None else 0
+        x = self.embed_tokens(idx) * self.embed_scale  # [B, T, D]
+        if self.use_positions:
+            x = x + sinusoidal_positions(T, self.cfg.embed_dim, offset, x.dtype, x.device)  # [T, D] broadcast
+        x = self.dropout(x)
+        streaming = return_state or state is not None
+        new_layers = []
+        for i, block in enumerate(self.blocks):
+            if streaming:
+                x, layer_state = block(x, state=state.layers[i] if state else None, return_state=True)
+                new_layers.append(layer_state)
+            else:
+                x = block(x)
+        return self.ln_f(x), (DecoderState(offset + T, new_layers) if streaming else None)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., D] -> logits [..., V] through the tied output projection."""
+        return h @ self.embed_tokens.weight.t()

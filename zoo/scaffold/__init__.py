@@ -40,6 +40,8 @@ def check_name(kind: str, name: str) -> None:
 
 
 def substitutions(kind: str, name: str) -> dict[str, str]:
+    """The placeholders of a ``kind`` template (``attention`` | ``recipe``) for the plugin ``name``: the package, the
+    class, the distribution and the command names."""
     camel = "".join(part.capitalize() for part in name.split("_"))
     suffix = "Attention" if kind == "attention" else "Recipe"
     return {"name": name, "pkg": name, "cls": camel + suffix, "camel": camel,

@@ -37,6 +37,7 @@ def transformers_version() -> tuple[int, int] | None:
 
 
 def supported() -> bool:
+    """Whether the installed transformers is a version the transformers form supports (:data:`SUPPORTED`)."""
     found = transformers_version()
     return found is not None and SUPPORTED[0] <= found < SUPPORTED[1]
 

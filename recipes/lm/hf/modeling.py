@@ -21,8 +21,9 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from lavo_zoo.attention.base import reorder_batch
+from lavo_zoo.nn.transformer import DecoderState
 from lavo_zoo.recipes.lm.hf.configuration import LavoZooLMConfig
-from lavo_zoo.recipes.lm.model import LMState, TransformerLM
+from lavo_zoo.recipes.lm.model import TransformerLM
 
 # the file an exported folder carries so that `trust_remote_code=True` finds the classes without `import lavo_zoo`
 SHIM = "lavo_zoo_lm.py"
@@ -75,11 +76,11 @@ class LavoZooLMCache(Cache):
         return f"LavoZooLMCache(offset={self.offset}, streaming={self.streaming}, layers={self.layers})"
 
     # the recipe's streaming state
-    def lm_state(self) -> LMState | None:
-        """The :class:`LMState` to continue from (None before the first token)."""
-        return LMState(self.offset, [layer.state for layer in self.layers]) if self.offset else None
+    def lm_state(self) -> DecoderState | None:
+        """The :class:`DecoderState` to continue from (None before the first token)."""
+        return DecoderState(self.offset, [layer.state for layer in self.layers]) if self.offset else None
 
-    def store(self, state: LMState) -> None:
+    def store(self, state: DecoderState) -> None:
         if len(state.layers) != len(self.layers):
             raise ValueError(f"state of {len(state.layers)} layers for a cache of {len(self.layers)}")
         self.offset = state.offset

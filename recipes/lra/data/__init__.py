@@ -67,9 +67,11 @@ class DataConfig:
     cache_dir: str | None = None  # folder for built-in data (default: $LAVO_ZOO_CACHE/lra/builtin or the user cache's)
 
     def info(self) -> TaskInfo:
+        """The task's fixed facts (:data:`TASK_INFO`: maximum length, vocabulary, classes, two documents or one)."""
         return TASK_INFO[self.task]
 
     def length(self) -> int:
+        """The input length: ``max_length``, else the task's."""
         return self.max_length or self.info().max_length
 
 

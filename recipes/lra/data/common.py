@@ -81,6 +81,7 @@ def check_label(value: str, num_classes: int, where: str) -> int:
 
 
 def require_file(path: Path, what: str) -> Path:
+    """``path`` if it is a file, else a :class:`DataError` naming it and ``what`` it should hold."""
     if not path.is_file():
         raise DataError(f"{path} does not exist ({what}); see the LRA README for the expected layout")
     return path

@@ -37,6 +37,7 @@ LABEL_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "
 
 
 def batches_root(root: Path) -> Path:
+    """The folder of the CIFAR-10 binary batches: ``root/cifar-10-batches-bin`` when present, else ``root``."""
     return root / "cifar-10-batches-bin" if (root / "cifar-10-batches-bin").is_dir() else root
 
 
@@ -63,6 +64,8 @@ def read_records(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_split(root: Path, split: str, max_length: int) -> list[Example]:
+    """The examples of ``split`` of the CIFAR-10 binary batches under ``root`` (validation: the last part of the
+    training batches), images as gray-level sequences of ``max_length``."""
     folder = batches_root(root)
     if split == "test":
         labels, pixels = read_records(folder / TEST_FILE)

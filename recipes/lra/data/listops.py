@@ -56,6 +56,7 @@ def generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int)
 
 
 def to_string(tree: Any) -> str:
+    """A ListOps expression tree in the release's bracketed text form."""
     if isinstance(tree, (str, int)):
         return str(tree)
     return f"( {to_string(tree[0])} {to_string(tree[1])} )"
@@ -100,6 +101,7 @@ def generate(num_samples: int, settings: ListOpsGenerator, seed: int) -> list[tu
 
 
 def write_split(path: Path, rows: list[tuple[str, int]]) -> None:
+    """Write ``rows`` (expression, answer) as the release's tab-separated file with its header."""
     with path.open("w", newline="") as f:
         writer = csv.writer(f, delimiter="\t")
         writer.writerow(["Source", "Target"])

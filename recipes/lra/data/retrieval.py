@@ -14,13 +14,15 @@ from pathlib import Path
 
 from lavo_zoo.errors import DataError
 from lavo_zoo.recipes.lra.data.common import Example, check_label, encode_bytes, require_file
-from lavo_zoo.recipes.lra.data.stdlib import split_of, stdlib_files, stdlib_root
+from lavo_zoo.recipes.lra.data.stdlib import stdlib_files, stdlib_root, stdlib_split
 
 NUM_CLASSES = 2
 FILES = {"train": "new_aan_pairs.train.tsv", "validation": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 
 
 def load_split(root: Path, split: str, max_length: int) -> list[Example]:
+    """The document pairs of ``split`` from the release's tab-separated file under ``root``, each text byte-encoded to
+    ``max_length``; a malformed line is a :class:`DataError` naming it."""
     path = require_file(root / FILES[split], f"the Retrieval {split} split")
     examples = []
     with path.open(encoding="utf-8", newline="\n") as f:
@@ -52,8 +54,8 @@ def write_dataset(out: Path, sizes: dict[str, int], seed: int, min_bytes: int = 
     by_split: dict[str, dict[str, str]] = {split: {} for split in sizes}
     for p in stdlib_files():
         text = _collapse(p.read_text(encoding="utf-8", errors="replace"))
-        if len(text) >= 2 * min_bytes and split_of(p) in by_split:
-            by_split[split_of(p)][str(p.relative_to(root))] = text
+        if len(text) >= 2 * min_bytes and stdlib_split(p) in by_split:
+            by_split[stdlib_split(p)][str(p.relative_to(root))] = text
     for split, n in sizes.items():
         texts = by_split[split]
         names = sorted(texts)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lavo_zoo.errors import DataError
 from lavo_zoo.recipes.lra.data.common import Example, encode_bytes
-from lavo_zoo.recipes.lra.data.stdlib import split_of, stdlib_files
+from lavo_zoo.recipes.lra.data.stdlib import stdlib_files, stdlib_split
 
 NUM_CLASSES = 2
 LABELS = {"neg": 0, "pos": 1}
@@ -83,7 +83,7 @@ def write_dataset(out: Path, sizes: dict[str, int], seed: int, min_bytes: int = 
     rng = random.Random(seed)
     for split in ("train", "test"):
         for sentiment, modules in TOPICS.items():
-            files = [p for p in stdlib_files(*modules) if split_of(p, (0.8, 0.0)) == split]
+            files = [p for p in stdlib_files(*modules) if stdlib_split(p, (0.8, 0.0)) == split]
             if not files:
                 raise DataError(f"no standard-library sources for the built-in Text task ({sentiment}, {split})")
             folder = out / "aclImdb" / split / sentiment

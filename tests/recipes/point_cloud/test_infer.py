@@ -77,7 +77,7 @@ def test_a_completion_that_is_not_finite_is_refused_naming_the_scan(completer: C
 def test_a_batch_that_cannot_fit_is_refused_before_it_starts(completer: Completer, monkeypatch) -> None:
     from lavo_zoo.engine import memory
 
-    monkeypatch.setattr(memory, "available_memory", lambda device: completer.memory_per_cloud() * 3)
+    monkeypatch.setattr(memory, "available_memory", lambda device: completer.memory_estimate(3))
     assert len(completer.complete([_scan()] * 4, batch_size=2)) == 4
     with pytest.raises(InputError, match="completing batches of 4 clouds needs about .* lower batch_size"):
         completer.complete([_scan()] * 4, batch_size=4)

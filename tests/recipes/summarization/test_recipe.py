@@ -8,12 +8,11 @@ from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.cli import main
 from lavo_zoo.engine.configs import available_configs, resolve_config
 from lavo_zoo.errors import ConfigError
-from lavo_zoo.evaluators.rouge import score_summaries
 from lavo_zoo.recipes.summarization.builtin import builtin_split, module_examples, stdlib_sources, write_stdlib_corpus
 from lavo_zoo.recipes.summarization.cli import summarize
 from lavo_zoo.recipes.summarization.data import load_split
 from lavo_zoo.recipes.summarization.infer import split_document
-from tests.helpers import run_command
+from tests.helpers import run_command, score_summaries
 from tests.recipes.summarization.helpers import SMALL
 
 CONFIGS = ["tiny-sdpa", "tiny-lavo-noncausal", "tiny-lavo-causal", "tiny-local-noncausal", "tiny-lavo-noncausal-noepe",

@@ -9,18 +9,17 @@ lavo-zoo checkpoint instead.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from lavo_zoo.atomic import swap_folder, temporary_folder
 from lavo_zoo.errors import CheckpointError, UsageError
 
 HF_CONFIG = "config.json"
 FORMATS = ("archive", "hf")
 
 
-def transformers_recipe(path: Path) -> str | None:
+def hf_recipe(path: Path) -> str | None:
     """The recipe of a transformers folder ``path`` written from a lavo-zoo model (its config.json's
     ``lavo_zoo.recipe``), or None for anything else (a lavo-zoo checkpoint directory, another model)."""
     path = Path(path)
@@ -34,18 +33,18 @@ def transformers_recipe(path: Path) -> str | None:
     return recipe if isinstance(recipe, str) and recipe else None
 
 
-def import_transformers_folder(folder: Path, out: Path) -> Path:
+def import_hf_folder(folder: Path, out: Path) -> Path:
     """The checkpoint directory (written under ``out``) of transformers folder ``folder``."""
     from lavo_zoo.hf import get_plugin
 
-    recipe = transformers_recipe(folder)
+    recipe = hf_recipe(folder)
     if recipe is None:
         raise CheckpointError(f"{folder} is not a transformers folder of a lavo-zoo model ({HF_CONFIG} names no "
                               "lavo_zoo.recipe)")
     return get_plugin(recipe).import_folder(Path(folder), Path(out))
 
 
-def export_transformers(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
+def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
                         overwrite: bool = False) -> list[Path]:
     """Write checkpoint directory ``checkpoint`` as the transformers folder ``out`` with its model card (README.md);
     returns the files written. ``out`` is written beside itself and renamed into place when complete; an
@@ -69,17 +68,10 @@ def export_transformers(checkpoint: Path, out: Path, *, name: str | None, licens
     scored = load_results(results, meta) if results is not None else None
     card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored,
                       transformers_use=plugin.card_use())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    tmp = temporary_folder(out)
     try:
         plugin.export_folder(checkpoint.resolve(), tmp, card)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+        swap_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return sorted(p for p in out.iterdir() if p.is_file())

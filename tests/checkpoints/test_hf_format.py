@@ -12,10 +12,9 @@ from safetensors.torch import load_file, save_file
 
 pytest.importorskip("transformers", reason="the hf extra (pip install -e '.[dev]') is not installed")
 
-from lavo_zoo.checkpoints.card import split_card
 from lavo_zoo.cli import main
 from lavo_zoo.engine.checkpoint_io import save_checkpoint
-from tests.checkpoints.helpers import make_checkpoint
+from tests.checkpoints.helpers import make_checkpoint, split_card
 from tests.recipes.lm.helpers import tiny_config
 
 FOLDER_FILES = ["README.md", "config.json", "generation_config.json", "lavo_zoo_lm.py", "model.safetensors",
