@@ -18,6 +18,11 @@ from lavo_zoo.config import apply_overrides, from_dict, load_yaml
 from lavo_zoo.engine.recipe import RECIPES, Recipe, get_recipe
 from lavo_zoo.errors import ConfigError, did_you_mean
 
+# A config's ``launcher:`` section says where ``lavo-zoo compare`` runs the study's cells (lavo_zoo.compare.launchers:
+# one machine, a Slurm cluster), not what a run trains: it is left out of the run's config (and so of config.yaml,
+# the checkpoints and the check that a kept cell was trained with the study's config).
+LAUNCHER_SECTION = "launcher"
+
 
 def recipe_module_dir(entry_name: str) -> Path | None:
     """The folder of recipe ``entry_name``'s module (``recipes/<domain>`` for a built-in one), found without
@@ -101,8 +106,8 @@ def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple
 
 def config_from_dict(data: dict[str, Any], overrides: list[str] = (), source: str = "config") -> tuple[Recipe, Any]:
     """(recipe, validated config) from an already loaded mapping (e.g. a checkpoint's config.yaml) plus ``key=value``
-    overrides; ``source`` names it in error messages."""
-    data = apply_overrides(data, list(overrides))
+    overrides; ``source`` names it in error messages. A ``launcher:`` section (:data:`LAUNCHER_SECTION`) is left out."""
+    data = apply_overrides({k: v for k, v in data.items() if k != LAUNCHER_SECTION}, list(overrides))
     if overrides:
         source = f"{source} with overrides {' '.join(overrides)}"
     name = data.get("recipe")

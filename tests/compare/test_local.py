@@ -1,0 +1,78 @@
+"""``--launcher local``: cells at once on this machine, each in a process of its own, with the same results as a
+serial study; a failed cell is reported with its log while the others go on, and the same command runs it again."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from lavo_zoo.compare.launchers import CellsFailed
+from lavo_zoo.compare.local import LocalLauncher, Slot, plan_slots
+from tests.compare.helpers import ROOT, small_study
+
+
+@pytest.fixture
+def cell_processes(monkeypatch):
+    """The cells' processes import the test recipe (tests.compare.helpers) from the repository."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+def test_a_local_study_equals_the_serial_one_cell_for_cell(study, tmp_path, cell_processes):
+    serial = small_study(study, tmp_path / "serial")
+    broken = tmp_path / "local" / "cells" / "local-seed1" / "checkpoints" / "best"
+    broken.mkdir(parents=True)  # a run that left only checkpoints/best cannot be resumed: this cell fails
+    with pytest.raises(CellsFailed) as failed:
+        small_study(study, tmp_path / "local", launcher=LocalLauncher(jobs=2, device="cpu"))
+    (failure,) = failed.value.failures
+    assert failure.cell == "local-seed1" and "exited with code 2" in failure.reason  # a usage error in the cell
+    assert "no checkpoint to continue from" in failure.tail and failure.log.name == "cell.log"
+    assert [(r.attention, r.seed) for r in failed.value.records] == [("sdpa", 1), ("sdpa", 2), ("local", 2)]
+
+    broken.rmdir()
+    kept = {p: p.read_text() for p in (tmp_path / "local" / "cells").glob("*/cell.json")}
+    local = small_study(study, tmp_path / "local", launcher=LocalLauncher(jobs=2, device="cpu"))
+    assert {p: p.read_text() for p in kept} == kept  # the finished cells were kept, the failed one ran again
+    assert [(r.attention, r.seed) for r in local] == [(r.attention, r.seed) for r in serial]
+    for a, b in zip(serial, local):  # the same weights, scored the same, whichever launcher ran the cell
+        assert b.metrics == a.metrics and b.checkpoint_sha256 == a.checkpoint_sha256, (a.attention, a.seed)
+        assert a.launch["launcher"] == "serial"
+        assert b.launch["launcher"] == "local" and b.launch["cells_at_once"] in (1, 2) and b.launch["threads"] >= 1
+    job = json.loads((tmp_path / "local" / "cells" / "sdpa-seed1" / "job.json").read_text())
+    assert job["cores"] and job["threads"] == len(job["cores"])  # the cell's process was given its cores
+
+
+def test_the_command_runs_cells_at_once_and_writes_the_table(study, tmp_path, cell_processes, capsys):
+    from lavo_zoo.cli import main
+
+    out = tmp_path / "cmp"
+    args = ["compare", str(study), "--attentions", "sdpa,local", "-o", "local.window_size=3", "--out", str(out),
+            "--device", "cpu", "--no-efficiency"]
+    assert main([*args, "--jobs", "2"]) == 2  # --jobs belongs to --launcher local
+    assert "--jobs is an option of --launcher local" in capsys.readouterr().err
+    assert main([*args, "--launcher", "local", "--jobs", "2", "--partition", "gpu"]) == 2
+    assert "--partition is an option of --launcher slurm" in capsys.readouterr().err
+    assert not (out / "cells").exists()
+
+    assert main([*args, "--launcher", "local", "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "2 cell(s) to train, 2 at once" in err
+    rows = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
+    assert set(rows) == {"sdpa", "local"} and all(row["seeds"] == "1" for row in rows.values())
+    assert "2 at once" in (out / "table.md").read_text()  # the step times' note says the cells shared the machine
+
+
+def test_slots_divide_the_gpus_and_the_cores():
+    cores = [0, 1, 2, 3, 4, 5, 6, 7]
+    assert plan_slots(2, 1, [], cores, cells=6) == [Slot((0, 1, 2, 3)), Slot((4, 5, 6, 7))]
+    assert plan_slots(None, 1, [], cores, cells=6) == [Slot((0, 1, 2, 3)), Slot((4, 5, 6, 7))]  # a cell per 4 cores
+    assert len(plan_slots(8, 1, [], cores, cells=3)) == 3  # never more slots than cells
+    assert plan_slots(3, 1, [], [0, 1], cells=3) == [Slot((0,)), Slot((1,)), Slot((0,))]  # more cells than cores
+    assert plan_slots(None, 1, ["0", "1"], cores, cells=9) == [Slot((0, 1, 2, 3), "0"), Slot((4, 5, 6, 7), "1")]
+    assert [s.gpu for s in plan_slots(None, 2, ["3", "5"], cores, cells=9)] == ["3", "3", "5", "5"]
+    assert plan_slots(None, 2, ["3", "5"], cores, cells=9)[1].describe() == "GPU 3, cores 2-3"
+    from lavo_zoo.errors import UsageError
+    with pytest.raises(UsageError, match=r"--jobs 3: .*2 GPU\(s\) are visible.*--cells-per-gpu 2"):
+        plan_slots(3, 1, ["0", "1"], cores, cells=9)
+    with pytest.raises(UsageError, match="--cells-per-gpu 2: the cells run on the CPU"):
+        plan_slots(None, 2, [], cores, cells=9)
