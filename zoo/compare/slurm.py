@@ -115,18 +115,23 @@ class SlurmQueue:
             raise UsageError("--launcher slurm needs Slurm's commands (sbatch, squeue), which this machine does not "
                              "have: run the command on the cluster's login node, or use --launcher local")
 
-    def executor(self, folder: Path, settings: LauncherSettings, name: str, dependency: list[str]) -> Any:
-        """A submitit executor for one job, with the study's sbatch options."""
-        import submitit
-
-        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
+    @staticmethod
+    def parameters(settings: LauncherSettings, name: str, dependency: list[str]) -> dict[str, Any]:
+        """submitit's ``SlurmExecutor`` parameters of one job: the study's sbatch options, requeueable."""
         s = settings
         extra = {"requeue": True, **{k.replace("_", "-"): v for k, v in s.slurm_options.items()}}
         options = {"job_name": name, "time": slurm_minutes(s.time), "partition": s.partition, "mem": s.mem,
                    "cpus_per_task": s.cpus_per_cell, "gpus_per_node": s.gpus_per_cell or None, "account": s.account,
                    "qos": s.qos, "constraint": s.constraint, "additional_parameters": extra,
                    "dependency": "afterany:" + ":".join(dependency) if dependency else None}
-        executor.update_parameters(**{k: v for k, v in options.items() if v is not None})
+        return {k: v for k, v in options.items() if v is not None}
+
+    def executor(self, folder: Path, settings: LauncherSettings, name: str, dependency: list[str]) -> Any:
+        """A submitit executor for one job (:meth:`parameters`)."""
+        import submitit
+
+        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
+        executor.update_parameters(**self.parameters(settings, name, dependency))
         return executor
 
     def states(self, job_ids: list[str]) -> dict[str, str]:
