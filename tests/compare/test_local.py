@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import threading
+import time
 
 import pytest
 
@@ -61,6 +65,36 @@ def test_a_failed_cell_is_reported_the_others_go_on_and_it_goes_again(study, tmp
     rows = {row["attention"]: row for row in csv.DictReader((out / "table.csv").open())}
     assert set(rows) == {"sdpa", "local"}
     assert "2 at once" in (out / "table.md").read_text()  # the step times' note: cells shared the machine
+
+
+def test_sigterm_stops_the_running_cells_at_a_step_and_the_same_command_continues(study, tmp_path, cell_processes,
+                                                                                    capsys):
+    from lavo_zoo.cli import main
+
+    out = tmp_path / "cmp"
+    args = ["compare", str(study), "--attentions", "sdpa", "--seeds", "1,2", "--out", str(out), "--device", "cpu",
+            "--no-efficiency", "--launcher", "local", "--jobs", "2", "train.max_steps=12", "model.step_sleep_s=0.2"]
+    cells = [out / "cells" / f"sdpa-seed{seed}" for seed in (1, 2)]
+    deadline = time.monotonic() + 120
+
+    def stop_once_both_train():
+        while not all((cell / "checkpoints" / "step-2").is_dir() for cell in cells):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler stops the study's process
+
+    threading.Thread(target=stop_once_both_train, daemon=True).start()
+    assert main(args) == 143
+    assert "SIGTERM: the study stopped; the running cells (sdpa-seed1, sdpa-seed2) saved their step" in \
+        capsys.readouterr().err
+    for cell in cells:  # each cell's process got one SIGTERM: it ended its step, saved it and stopped
+        assert "SIGTERM: training stopped at step" in (cell / "cell.log").read_text()
+        assert not (cell / "cell.json").exists()
+    assert main(args) == 0
+    for cell in cells:
+        log = (cell / "cell.log").read_text()
+        assert "resumed from" in log and (cell / "cell.json").is_file()
 
 
 def test_slots_divide_the_gpus_and_the_cores():

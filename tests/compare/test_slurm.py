@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -20,21 +19,7 @@ from lavo_zoo.compare.launchers import CellsFailed, LauncherSettings
 from lavo_zoo.compare.records import CellRecord
 from lavo_zoo.compare.slurm import LocalQueue, SlurmLauncher
 from tests.compare.helpers import ROOT, TINY_EFFICIENCY, small_study
-
-
-def cluster_missing() -> str | None:
-    """Why the Slurm tests cannot run here, or None."""
-    if shutil.which("sbatch") is None:
-        return "Slurm's sbatch is not installed (.ci/slurm-cluster install, then .ci/slurm-cluster start)"
-    try:
-        found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"sinfo does not answer: {e}"
-    states = found.stdout.split()
-    if found.returncode or not any(s.rstrip("*") in ("idle", "mixed", "allocated", "completing") for s in states):
-        return (f"no Slurm node is up (sinfo: {(found.stderr or found.stdout).strip() or 'nothing'}); start the "
-                "one-node cluster with .ci/slurm-cluster start")
-    return None
+from tests.helpers import slurm_missing
 
 
 @pytest.fixture
@@ -45,7 +30,7 @@ def jobs(monkeypatch):
 
 @pytest.fixture
 def slurm(jobs):
-    reason = cluster_missing()
+    reason = slurm_missing()
     if reason:
         pytest.skip(reason)
 

@@ -78,6 +78,22 @@ class FolderLock:
             return None
         return data if isinstance(data, dict) else None
 
+    def busy(self) -> str | None:
+        """Who holds the lock now (:func:`describe_holder`), or None when it is free (it is not kept)."""
+        try:
+            import fcntl  # noqa: F401
+        except ImportError:  # pragma: no cover - not on Linux / macOS: no locks
+            return None
+        if not self.path.exists():
+            return None
+        try:
+            if self._try():
+                self.__exit__(None, None, None)
+                return None
+        except OSError:
+            return None
+        return describe_holder(self.read_holder())
+
     def __enter__(self) -> Self:
         try:
             import fcntl  # noqa: F401

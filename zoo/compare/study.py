@@ -23,6 +23,7 @@ import click
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup
 from lavo_zoo.compare.jobs import CellJob, recipe_target
 from lavo_zoo.compare.launchers import CellsFailed, EfficiencyPlan, Launcher, Progress, SerialLauncher
+from lavo_zoo.compare.locks import CELL_LOCK, FolderLock
 from lavo_zoo.compare.records import CELL_FILE, CellRecord, attention_label
 from lavo_zoo.errors import UsageError, did_you_mean
 
@@ -117,6 +118,10 @@ def check_reusable(cell_dir: Path, resolved: dict[str, Any], rerun: bool) -> Non
     if not diff:
         return
     if rerun:
+        busy = FolderLock(cell_dir / CELL_LOCK).busy()
+        if busy:
+            raise UsageError(f"--rerun: {cell_dir} is being worked on by {busy}; wait for it to end, or stop it, "
+                             "before training the cell again")
         shutil.rmtree(cell_dir)
         return
     raise UsageError(f"{cell_dir} was trained with another config ({'; '.join(diff[:6])}"
