@@ -41,8 +41,8 @@ Examples:
   lavo-zoo compare lm/tiny-lavo --attentions lavo,performer -o lavo.num_bases=16 -o performer.num_features=32 \\
       --out runs/cmp train.lr=1e-3
   lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table
-  lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-lm --launcher local --jobs 2
-  lavo-zoo compare lm/pg19-lavo --attentions lavo,sdpa --seeds 1,2,3 --out /shared/runs/cmp --launcher slurm \\
+  lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-lm --launcher local  # one per GPU
+  lavo-zoo compare lm/pg19-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-pg19 --launcher slurm \\
       --partition gpu --gpus-per-cell 1 --cpus-per-cell 8 --time 12:00:00 --no-wait   # again later: collects""")
 @click.argument("config", required=False)
 @click.argument("overrides", nargs=-1)

@@ -268,6 +268,9 @@ def make_launcher(settings: LauncherSettings, device: str | None) -> Launcher:
     if settings.name == "slurm":
         from lavo_zoo.compare.slurm import SlurmLauncher
 
+        if device is not None and device.startswith("cuda") and not settings.gpus_per_cell:
+            raise UsageError(f"--device {device}: the cells' jobs get no GPU unless asked for; add --gpus-per-cell 1 "
+                             "(or launcher.gpus_per_cell in the config)")
         return SlurmLauncher(settings)
     return SerialLauncher()
 

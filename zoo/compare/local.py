@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,8 @@ class LocalLauncher:
                    + "; ".join(s.describe() for s in slots), err=True)
         failures: list[CellFailure] = []
         free, running = list(slots), {}
-        previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM,)}
+        main = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread
+        previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM,)} if main else {}
         try:
             while todo or running:
                 while todo and free:
