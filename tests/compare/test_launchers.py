@@ -65,9 +65,9 @@ def test_free_sbatch_options():
 
 def test_a_cells_sbatch_script_carries_the_studys_options(tmp_path):
     """What submitit writes for a cell's job from the settings (no cluster needed to write it)."""
-    from submitit.slurm.slurm import _make_sbatch_string
+    from lavo_zoo.compare.slurm import SlurmQueue, submitit
 
-    from lavo_zoo.compare.slurm import SlurmQueue
+    _make_sbatch_string = submitit().slurm.slurm._make_sbatch_string
 
     settings = LauncherSettings(name="slurm", partition="gpu", gpus_per_cell=2, cpus_per_cell=8, mem="64G",
                                 time="12:00:00", account="proj", qos="high", constraint="a100",

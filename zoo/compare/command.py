@@ -40,10 +40,10 @@ Examples:
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --out runs/cmp-lm --efficiency-lengths 512,2048,8192
   lavo-zoo compare lm/tiny-lavo --attentions lavo,performer -o lavo.num_bases=16 -o performer.num_features=32 \\
       --out runs/cmp train.lr=1e-3
-  lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-lm --launcher local  # one per GPU
   lavo-zoo compare lm/pg19-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-pg19 --launcher slurm \\
-      --partition gpu --gpus-per-cell 1 --cpus-per-cell 8 --time 12:00:00 --no-wait   # again later: collects""")
+      --partition gpu --gpus-per-cell 1 --cpus-per-cell 8 --time 12:00:00 --no-wait   # again later: collects
+  lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table""")
 @click.argument("config", required=False)
 @click.argument("overrides", nargs=-1)
 @click.option("--attentions", help="Comma-separated registry names, one table row each (lavo-zoo list attentions); "

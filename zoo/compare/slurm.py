@@ -53,13 +53,44 @@ from lavo_zoo.compare.records import CellRecord
 from lavo_zoo.errors import UsageError, ZooError
 from lavo_zoo.options import write_file
 
+SUBMITIT_LOGGING = "SUBMITIT_LOG_LEVEL"  # submitit reads it on import ("NOCONFIG": no logging set-up)
 JOB_DIR = "slurm"  # in a cell folder (and in OUT/efficiency/): submitit's files, the job's log, job.json
 RECORD = "job.json"
 POLL_S = 10.0  # between two looks at the queue while waiting
 VISIBLE_S = 15.0  # how long a cell record may take to show on a shared filesystem after its job completed
-# states of a job that will not run again (anything else is queued, running or about to run again)
-ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-         "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
+# states of a job that will not run again; anything else is queued, running or about to run again (PREEMPTED too, as
+# submitit counts it: a preempted job that is requeued passes through it; one that is not leaves the queue later)
+ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "REVOKED",
+         "SPECIAL_EXIT", "TIMEOUT"}
+
+
+def submitit() -> Any:
+    """The submitit module, imported without the logging set-up it does on import where this process has not imported
+    it yet: that set-up (``logging.config.dictConfig``) closes every logging handler the process already has (a host
+    application's, pytest's). The jobs' own processes import it as usual and log to their Slurm logs.
+
+    Raises:
+        UsageError: submitit is not installed.
+    """
+    import os
+    import sys
+
+    if "submitit" not in sys.modules:
+        previous = os.environ.get(SUBMITIT_LOGGING)
+        os.environ[SUBMITIT_LOGGING] = "NOCONFIG"
+        try:
+            import submitit as module
+        except ImportError:
+            raise UsageError("--launcher slurm submits the cells through submitit, which is not installed: "
+                             "pip install 'lavo-zoo[slurm]'") from None
+        finally:
+            if previous is None:
+                del os.environ[SUBMITIT_LOGGING]
+            else:
+                os.environ[SUBMITIT_LOGGING] = previous
+    import submitit as module
+
+    return module
 
 
 class SlurmCell:
@@ -80,9 +111,7 @@ class SlurmCell:
             raise SystemExit(e.exit_code) from None
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        import submitit
-
-        return submitit.helpers.DelayedSubmission(self)
+        return submitit().helpers.DelayedSubmission(self)
 
 
 class EfficiencyJob:
@@ -128,9 +157,7 @@ class SlurmQueue:
 
     def executor(self, folder: Path, settings: LauncherSettings, name: str, dependency: list[str]) -> Any:
         """A submitit executor for one job (:meth:`parameters`)."""
-        import submitit
-
-        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
+        executor = submitit().SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
         executor.update_parameters(**self.parameters(settings, name, dependency))
         return executor
 
@@ -166,9 +193,7 @@ class LocalQueue:
         pass
 
     def executor(self, folder: Path, settings: LauncherSettings, name: str, dependency: list[str]) -> Any:
-        import submitit
-
-        executor = submitit.LocalExecutor(folder=folder, max_num_timeout=settings.max_requeues)
+        executor = submitit().LocalExecutor(folder=folder, max_num_timeout=settings.max_requeues)
         executor.update_parameters(timeout_min=slurm_minutes(settings.time), gpus_per_node=settings.gpus_per_cell or 0)
         return executor
 
@@ -214,11 +239,7 @@ class SlurmLauncher:
     """``--launcher slurm``: see the module docstring."""
 
     def __init__(self, settings: LauncherSettings, queue: SlurmQueue | LocalQueue | None = None) -> None:
-        try:
-            import submitit  # noqa: F401
-        except ImportError:
-            raise UsageError("--launcher slurm submits the cells through submitit, which is not installed: "
-                             "pip install 'lavo-zoo[slurm]'") from None
+        submitit()
         self.queue = queue or SlurmQueue()
         self.queue.check()
         if settings.time is None:
@@ -277,9 +298,7 @@ class SlurmLauncher:
         return job_id
 
     def _failure(self, job: CellJob, job_id: str, state: str | None) -> CellFailure:
-        from submitit.core.utils import JobPaths
-
-        paths = JobPaths(Path(job.cell_dir) / JOB_DIR, job_id=job_id, task_id=0)
+        paths = submitit().core.utils.JobPaths(Path(job.cell_dir) / JOB_DIR, job_id=job_id, task_id=0)
         how = f"ended {state}" if state else self.queue.ended(job_id)
         logs = [p for p in (paths.stderr, paths.stdout) if p.is_file()]
         tail = next((t for t in (log_tail(p) for p in logs) if t), "")
