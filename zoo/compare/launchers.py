@@ -50,7 +50,8 @@ class LauncherSettings:
     gpus_per_cell: Annotated[int, Range(ge=0)] | None = None
     cpus_per_cell: Annotated[int, Range(ge=1)] | None = None
     mem: str | None = None  # sbatch --mem: 64G, 16000M
-    time: str | int | None = None  # sbatch --time: minutes, or [days-]hours:minutes:seconds
+    # sbatch --time: minutes, or "[days-]hours:minutes:seconds" (quoted in YAML, which reads 4:00:00 as seconds)
+    time: str | int | None = None
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None
@@ -183,7 +184,8 @@ class CellsFailed(ZooError):
 
     def __init__(self, failures: list[CellFailure], records: list[CellRecord]) -> None:
         self.failures, self.records = failures, records
-        super().__init__(f"{len(failures)} cell(s) did not finish (the table holds the {len(records)} that did):\n"
+        finished = f"the table holds the {len(records)} that did" if records else "none did"
+        super().__init__(f"{len(failures)} cell(s) did not finish ({finished}):\n"
                          + "\n".join(f.describe() for f in failures)
                          + "\nRun the same command again to run them again: each continues from its last "
                            "checkpoint, and the finished cells are kept")
