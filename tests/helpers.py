@@ -16,6 +16,24 @@ TOY = str(TESTS / "engine" / "data" / "toy.yaml")
 RUNNER = str(TESTS / "run_cli.py")
 
 
+def slurm_missing() -> str | None:
+    """Why a test cannot submit jobs to a Slurm cluster here (None: one answers, with a node up); CI starts a one-node
+    cluster on its machine with .ci/slurm-cluster."""
+    import shutil
+
+    if shutil.which("sbatch") is None:
+        return "Slurm's sbatch is not installed (.ci/slurm-cluster install, then .ci/slurm-cluster start)"
+    try:
+        found = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"sinfo does not answer: {e}"
+    states = [s.rstrip("*~#!%$@^-") for s in found.stdout.split()]
+    if found.returncode or not any(s in ("idle", "mixed", "allocated", "completing") for s in states):
+        return (f"no Slurm node is up (sinfo: {(found.stderr or found.stdout).strip() or 'nothing'}); start the "
+                "one-node cluster with .ci/slurm-cluster start")
+    return None
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, RUNNER, *args], capture_output=True, text=True, env=full_env,

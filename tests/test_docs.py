@@ -14,6 +14,9 @@ texts show validates.
   input; the commands that read what those runs would write (``eval``, ``generate``, ``compare --collect``, ...)
   are not run.
 - A Python block runs with ``exec`` in the same folder.
+- A block marked ``<!-- doc-test: slurm -->`` (studies submitted to a Slurm cluster) runs as written, shortened as
+  above, in a folder of its own, where a Slurm cluster answers (CI starts a one-node one: .ci/slurm-cluster); where
+  none does, its test skips, saying why.
 - A block that cannot run is marked in the Markdown, on the line before it: ``<!-- doc-test: skip: REASON -->``;
   the marks are counted here (:data:`SKIPPED`), so a new one is a deliberate change. A dry-run block over a real
   dataset the reader fetches names the command that writes a stand-in of its layout:
@@ -43,10 +46,10 @@ from lavo_zoo.engine.recipe import RECIPES, get_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "recipes").glob("*/README.md"))]
-MARK = re.compile(r"<!--\s*doc-test:\s*(skip|dry-run)\s*(?::\s*(.*?))?\s*-->")
+MARK = re.compile(r"<!--\s*doc-test:\s*(skip|dry-run|slurm)\s*(?::\s*(.*?))?\s*-->")
 SETUP = re.compile(r"setup:\s*(.*)")
 SHELL_START = re.compile(r"^\s*(?:\w+=\S+\s+)*(lavo-zoo|for|pip|pytest|torchrun|source|python3?|\.venv)\b")
-SKIPPED = 17  # blocks marked skip in all of DOCS; change it together with the marks
+SKIPPED = 18  # blocks marked skip in all of DOCS; change it together with the marks
 # programs a shell block may name besides lavo-zoo: recorded as not run (their blocks carry a skip mark)
 STAND_INS = "lavo-zoo pip pytest torchrun python python3 source"
 TRAIN_CAP = ["--max-steps", "2", "train.eval_every=2", "train.eval_batches=1", "train.save_every=2"]
@@ -61,7 +64,7 @@ class Block:
     line: int  # 1-based line of the block's first line
     kind: str  # "shell" or "python"
     text: str
-    mark: str | None  # "skip", "dry-run" or None
+    mark: str | None  # "skip", "dry-run", "slurm" or None
     reason: str = ""
 
     def __str__(self) -> str:
@@ -170,7 +173,7 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for block in blocks(doc):
-        if block.mark == "skip":
+        if block.mark in ("skip", "slurm"):
             continue
         if block.kind == "python":
             exec(compile(block.text, str(block), "exec"), {"__name__": "__main__"})  # noqa: S102 - our own docs
@@ -187,6 +190,33 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, monkeypatch: pytest.
     # the examples write under runs/ and data/ only, which .gitignore keeps out of a clone
     stray = sorted(p.name for p in tmp_path.iterdir() if p.name not in {"runs", "data", ".doc-test-commands.jsonl"})
     assert not stray, f"{doc.relative_to(ROOT)}: its examples write {stray} outside runs/ and data/"
+
+
+SLURM_BLOCKS = [b for doc in DOCS for b in blocks(doc) if b.mark == "slurm"]
+
+
+@pytest.mark.parametrize("block", SLURM_BLOCKS, ids=str)
+def test_documented_slurm_studies_run_on_a_cluster(block: Block, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.helpers import slurm_missing
+
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    from lavo_zoo.compare import slurm
+
+    monkeypatch.setattr(slurm, "POLL_S", 1.0)
+    commands = expand(block, tmp_path)
+    assert commands, f"{block} runs no lavo-zoo command"
+    for args in commands:
+        run_command(shortened(args, dry_run=False), block)
+    assert list(tmp_path.glob("runs/*/table.md")), f"{block}: no study wrote its table"
+
+
+def test_the_readme_shows_a_slurm_study() -> None:
+    assert any(b.file.name == "README.md" for b in SLURM_BLOCKS)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))

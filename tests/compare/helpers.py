@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ class SeqModelConfig:
     embed_dim: int = 8
     num_heads: int = 2
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
+    step_sleep_s: float = 0.0  # each training step sleeps this long: a cell that runs long enough to be stopped
 
 
 @dataclass
@@ -27,6 +29,7 @@ class SeqConfig(RunConfig):
     model: SeqModelConfig = field(default_factory=SeqModelConfig)
 
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the cells' processes import this module from it
 FIRST_STEP_BYTES = 256 * 2**20
 
 
@@ -48,8 +51,10 @@ class SeqRecipe(Recipe):
 
     def build_model(self, cfg):
         m = cfg.model
-        return nn.ModuleDict({"attn": m.attention.build(m.embed_dim, m.num_heads, "noncausal"),
-                              "head": nn.Linear(m.embed_dim, 1)})
+        model = nn.ModuleDict({"attn": m.attention.build(m.embed_dim, m.num_heads, "noncausal"),
+                               "head": nn.Linear(m.embed_dim, 1)})
+        model.step_sleep_s = m.step_sleep_s
+        return model
 
     def build_dataset(self, cfg, split):
         g = torch.Generator().manual_seed({"train": 0, "validation": 1, "test": 2}[split])
@@ -66,6 +71,7 @@ class SeqRecipe(Recipe):
         if type(self).calls == 1 and type(self).first_step_cost_s:
             time.sleep(type(self).first_step_cost_s)
             torch.ones(FIRST_STEP_BYTES // 4).sum()
+        time.sleep(model.step_sleep_s)
         x, y = batch
         return nn.functional.mse_loss(self._out(model, x), y), {}
 
@@ -74,9 +80,10 @@ class SeqRecipe(Recipe):
         return ((self._out(model, x) - y) ** 2).mean(1), None
 
 
-def small_study(config, out):
-    return run_study(str(config), ["sdpa", "local"], [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu",
-                     "test")
+def small_study(config, out, attentions=("sdpa", "local"), seeds=(1, 2), overrides=(), **kwargs):
+    options = {"local": {"window_size": 3}} if "local" in attentions else {}
+    return run_study(str(config), list(attentions), list(seeds), None, list(overrides), options, out, "cpu", "test",
+                     **kwargs)
 
 
 TINY_EFFICIENCY = Efficiency(lengths=(8, 64), repeats=1, warmup=0, isolate=False)  # in process: milliseconds

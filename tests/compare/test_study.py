@@ -107,3 +107,25 @@ def test_a_seed_or_an_attention_given_twice_is_refused(study, tmp_path, capsys):
     assert main(["compare", str(study), "--seeds", "2,1,2", "--out", str(tmp_path / "y"), "--device", "cpu"]) == 2
     assert "--seeds lists the seed 2 more than once" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before anything trained
+
+
+def test_a_cell_another_process_works_on_is_not_removed_by_rerun(study, tmp_path):
+    import subprocess
+    import sys
+
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=2"], {}, out, "cpu", "test")
+    cell = out / "cells" / "sdpa-seed1"
+    hold = ("import sys, time; from lavo_zoo.compare.locks import FolderLock; FolderLock(sys.argv[1]).__enter__(); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(cell / ".cell.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(UsageError, match=rf"--rerun: .*sdpa-seed1 is being worked on by pid {holder.pid} on"):
+            run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test", rerun=True)
+        assert (cell / "cell.json").is_file()  # nothing removed
+    finally:
+        holder.kill()
+        holder.wait()

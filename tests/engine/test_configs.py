@@ -35,3 +35,20 @@ def test_missing_files_unknown_names_and_recipes_are_refused(tmp_path):
         config_from_dict({"train": {}})
     with pytest.raises(UsageError, match="unknown recipe 'tyo'.*did you mean 'toy'"):
         config_from_dict({"recipe": "tyo"})
+
+
+def test_a_launcher_section_is_left_out_of_the_runs_config(tmp_path):
+    """A config's ``launcher:`` section says where `compare` runs the cells: `train` and the runs' config.yaml never
+    see it, so it cannot make a kept cell look trained otherwise; anything else unknown is still refused."""
+    from lavo_zoo.config import to_dict
+    from lavo_zoo.engine.configs import LAUNCHER_SECTION, config_section
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text("extends: time_series/tiny-lavo\nlauncher: {name: slurm, partition: gpu}\n")
+    _, cfg = resolve_config(str(path))
+    _, plain = resolve_config("time_series/tiny-lavo")
+    assert to_dict(cfg) == to_dict(plain)
+    assert config_section(path, LAUNCHER_SECTION) == {"name": "slurm", "partition": "gpu"}
+    path.write_text("extends: time_series/tiny-lavo\nlaunchers: {name: slurm}\n")
+    with pytest.raises(ConfigError, match="unknown config key 'launchers'"):
+        resolve_config(str(path))

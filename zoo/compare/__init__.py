@@ -4,6 +4,11 @@ the budget separates softmax from the ``mean`` control.
 
 - :mod:`~lavo_zoo.compare.study`: the cells (one training run and evaluation per attention and seed, kept, resumed,
   reused only with the same config) and the study that runs them;
+- :mod:`~lavo_zoo.compare.jobs`: one cell as a job (:class:`CellJob`) that every launcher runs the same way, under its
+  folder's lock (:mod:`~lavo_zoo.compare.locks`);
+- :mod:`~lavo_zoo.compare.launchers`: where the cells run (the settings: :class:`LauncherSettings`, the config's
+  ``launcher:`` section): one after another in this process, several at once on this machine
+  (:mod:`~lavo_zoo.compare.local`), or as Slurm jobs through submitit (:mod:`~lavo_zoo.compare.slurm`);
 - :mod:`~lavo_zoo.compare.records`: each run's row label (a run is a typed
   :class:`~lavo_zoo.engine.records.CellRecord`, a cell's ``cell.json``);
 - :mod:`~lavo_zoo.compare.efficiency`: each row's efficiency lengths against softmax, measured by
@@ -18,9 +23,11 @@ from __future__ import annotations
 from lavo_zoo.compare.collect import collect
 from lavo_zoo.compare.command import compare
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup
+from lavo_zoo.compare.jobs import CellJob
+from lavo_zoo.compare.launchers import CellsFailed, LauncherSettings
 from lavo_zoo.compare.study import Cell, run_study
 from lavo_zoo.compare.table import MetricSummary, Row, separation, summarise, write_table
 from lavo_zoo.engine.records import CellRecord
 
-__all__ = ["Cell", "CellRecord", "Efficiency", "MetricSummary", "Row", "attention_setup", "collect", "compare",
-           "run_study", "separation", "summarise", "write_table"]
+__all__ = ["Cell", "CellJob", "CellRecord", "CellsFailed", "Efficiency", "LauncherSettings", "MetricSummary", "Row",
+           "attention_setup", "collect", "compare", "run_study", "separation", "summarise", "write_table"]

@@ -1,5 +1,6 @@
-"""The ``lavo-zoo compare`` command: the study (:mod:`~lavo_zoo.compare.study`) or ``--collect``
-(:mod:`~lavo_zoo.compare.collect`), then the table (:mod:`~lavo_zoo.compare.table`)."""
+"""The ``lavo-zoo compare`` command: the study (:mod:`~lavo_zoo.compare.study`, its cells run by a launcher:
+:mod:`~lavo_zoo.compare.launchers`) or ``--collect`` (:mod:`~lavo_zoo.compare.collect`), then the table
+(:mod:`~lavo_zoo.compare.table`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,17 @@ import click
 
 from lavo_zoo.compare.collect import collect
 from lavo_zoo.compare.efficiency import Efficiency
+from lavo_zoo.compare.launchers import (
+    LAUNCHERS,
+    CellsFailed,
+    LauncherSettings,
+    launcher_settings,
+    make_launcher,
+    parse_slurm_options,
+)
 from lavo_zoo.compare.study import parse_options, run_study
 from lavo_zoo.compare.table import write_table
+from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
 
@@ -30,6 +40,9 @@ Examples:
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --out runs/cmp-lm --efficiency-lengths 512,2048,8192
   lavo-zoo compare lm/tiny-lavo --attentions lavo,performer -o lavo.num_bases=16 -o performer.num_features=32 \\
       --out runs/cmp train.lr=1e-3
+  lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-lm --launcher local  # one per GPU
+  lavo-zoo compare lm/pg19-lavo --attentions lavo,sdpa --seeds 1,2,3 --out runs/cmp-pg19 --launcher slurm \\
+      --partition gpu --gpus-per-cell 1 --cpus-per-cell 8 --time 12:00:00 --no-wait   # again later: collects
   lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table""")
 @click.argument("config", required=False)
 @click.argument("overrides", nargs=-1)
@@ -60,13 +73,42 @@ Examples:
               help="The lengths swept before the bisection (comma-separated).")
 @click.option("--dry-run", is_flag=True, help="Check every cell's config, the data and the models, print the plan "
                                               "and stop: nothing is trained or written.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
+              help="Where the cells run: serial (one after another in this process; the default), local (several at "
+                   "once on this machine, --jobs), slurm (one Slurm job per cell, through submitit). Also "
+                   "launcher.name in the config's launcher: section, as every option below.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="local: cells at once, each in its own process (default: one per GPU, or one per 4 CPU cores); "
+                   "on the CPU the cores are divided among them.")
+@click.option("--cells-per-gpu", type=click.IntRange(min=1), default=None, help="local: cells that share one GPU.")
+@click.option("--partition", default=None, help="slurm: the partition of the cells' jobs.")
+@click.option("--gpus-per-cell", type=click.IntRange(min=0), default=None, help="slurm: GPUs of each cell's job.")
+@click.option("--cpus-per-cell", type=click.IntRange(min=1), default=None,
+              help="slurm: CPUs of each cell's job (and its torch threads).")
+@click.option("--mem", default=None, help="slurm: memory of each cell's job, as sbatch --mem takes it (64G).")
+@click.option("--time", "time_limit", default=None,
+              help="slurm: time limit of each cell's job (minutes, HH:MM:SS or D-HH:MM:SS); a job stopped at its "
+                   "limit or preempted is requeued and continues from the cell's last checkpoint.")
+@click.option("--account", default=None, help="slurm: the account the jobs are charged to.")
+@click.option("--qos", default=None, help="slurm: the jobs' quality of service.")
+@click.option("--constraint", default=None, help="slurm: the nodes' features the jobs need (sbatch --constraint).")
+@click.option("--slurm-option", "slurm_options", multiple=True, metavar="KEY=VALUE",
+              help="slurm: any other sbatch option (repeatable), e.g. mail-type=END, or KEY alone for a flag.")
+@click.option("--wait/--no-wait", default=None,
+              help="slurm: wait for the cells, writing the table as they finish (default), or submit and return; "
+                   "the same command later collects the finished cells and waits for (or reports) the others.")
 def compare(config: str | None, overrides: tuple[str, ...], attentions: str | None, site: str | None, seeds: str,
             options: tuple[str, ...], out: Path, split: str, device: str | None, max_steps: int | None,
             max_batches: int | None, rerun: bool, collect_paths: bool, efficiency: bool,
-            efficiency_lengths: str, dry_run: bool) -> None:
+            efficiency_lengths: str, dry_run: bool, launcher: str | None, jobs: int | None,
+            cells_per_gpu: int | None, partition: str | None, gpus_per_cell: int | None, cpus_per_cell: int | None,
+            mem: str | None, time_limit: str | None, account: str | None, qos: str | None, constraint: str | None,
+            slurm_options: tuple[str, ...], wait: bool | None) -> None:
     """Train and score CONFIG once per (attention, seed) with the same budget, then write a comparison table.
 
-    Finished cells are kept and killed ones resume, so the same command continues an interrupted study.
+    Finished cells are kept and killed ones resume, so the same command continues an interrupted study. The cells
+    run one after another here, several at once on this machine (--launcher local) or as jobs on a Slurm cluster
+    (--launcher slurm); the study folder is the only coordination between them.
     """
     if collect_paths:
         paths = [Path(p) for p in ([config] if config else []) + list(overrides)]
@@ -85,11 +127,44 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
             from lavo_zoo.bench.timing import parse_ints
 
             how = Efficiency(lengths=tuple(sorted(set(parse_ints(efficiency_lengths, "--efficiency-lengths")))))
-        records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
-                            split, rerun, max_batches, how, dry_run)
+        given = {"name": launcher, "jobs": jobs, "cells_per_gpu": cells_per_gpu, "partition": partition,
+                 "gpus_per_cell": gpus_per_cell, "cpus_per_cell": cpus_per_cell, "mem": mem, "time": time_limit,
+                 "account": account, "qos": qos, "constraint": constraint,
+                 "slurm_options": parse_slurm_options(slurm_options), "wait": wait}
+        settings = _launcher_settings(config, given)
+        title = f"{config} on {split}" + (f", varying {site}" if site else "")
+        expected = max(1, len(names)) * max(1, len(seed_list))
+
+        def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
+            write_table(done, out, _title(title, len(done), expected))
+
+        try:
+            records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
+                                split, rerun, max_batches, how, dry_run,
+                                launcher=None if dry_run else make_launcher(settings, device),
+                                progress=None if settings.name == "serial" else progress)
+        except CellsFailed as e:
+            if e.records:
+                write_table(e.records, out, _title(title, len(e.records), expected))
+                click.echo(f"wrote {out / 'table.md'} with the {len(e.records)} finished cell(s)")
+            raise
         if dry_run:
             return
-        title = f"{config} on {split}" + (f", varying {site}" if site else "")
+        if not records:
+            click.echo("no cell has finished yet; the same command writes the table once one has")
+            return
+        title = _title(title, len(records), expected)
     for path in write_table(records, out, title):
         click.echo(f"wrote {path}")
     click.echo((out / "table.md").read_text())
+
+
+def _title(title: str, done: int, expected: int) -> str:
+    return title if done >= expected else f"{title} ({done} of {expected} cells finished)"
+
+
+def _launcher_settings(config: str, given: dict) -> LauncherSettings:
+    """The launcher settings: the command line's over the config's ``launcher:`` section."""
+    from lavo_zoo.engine.configs import LAUNCHER_SECTION, config_section, find_config
+
+    return launcher_settings(config_section(config, LAUNCHER_SECTION), given, str(find_config(config)))

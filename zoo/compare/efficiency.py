@@ -75,18 +75,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, device: str | None,
-                     efficiency: Efficiency) -> dict[str, dict[str, Any]]:
-    """{row label: its efficiency lengths (``{"time": ..., "memory": ...}``, ``{"is_baseline": True}`` for sdpa)} for
-    every row with a setup (:func:`attention_setup`). Each is read from ``out_dir/efficiency/<label>.json`` when
-    that was measured with the same attention, model sizes, pattern and :class:`Efficiency` settings; the others
-    are measured together (one ``sdpa`` sweep per model shape, with the study's ``sdpa`` options where it is a row)
-    and written there."""
-    from lavo_zoo.bench.attention import run_sweep
+def cached_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, device: str,
+                      efficiency: Efficiency, echo: bool = True) -> tuple[dict[str, dict[str, Any]], dict[tuple, list]]:
+    """The rows' efficiency lengths kept in ``out_dir/efficiency/`` from an earlier measurement with the same
+    attention, model sizes, pattern and settings on ``device`` (its name: ``cpu``, ``cuda``, ``cuda:1``), and the
+    rows still to measure, grouped by model shape: ``({label: lengths}, {(embed_dim, heads, pattern): [(label,
+    key), ...]})`` (see :func:`study_efficiency`)."""
     from lavo_zoo.bench.efficiency import BASELINE
-    from lavo_zoo.engine.env import pick_device
 
-    settings = efficiency.settings(str(pick_device(device)))
+    settings = efficiency.settings(device)
     folder = out_dir / EFFICIENCY_DIR
     baseline_options = next((s["options"] for s in setups.values() if s and s["attention"] == BASELINE), {})
     found: dict[str, dict[str, Any]] = {}
@@ -101,11 +98,30 @@ def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, de
         cached = _read_json(folder / f"{label}.json")
         if cached is not None and cached.get("key") == key:
             found[label] = _found(cached)
-            click.echo(f"efficiency lengths of {label}: measured earlier with the same settings, kept", err=True)
+            if echo:
+                click.echo(f"efficiency lengths of {label}: measured earlier with the same settings, kept", err=True)
             continue
         todo.setdefault((setup["embed_dim"], setup["heads"], setup["pattern"]), []).append((label, key))
+    return found, todo
+
+
+def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, device: str | None,
+                     efficiency: Efficiency) -> dict[str, dict[str, Any]]:
+    """{row label: its efficiency lengths (``{"time": ..., "memory": ...}``, ``{"is_baseline": True}`` for sdpa)} for
+    every row with a setup (:func:`attention_setup`). Each is read from ``out_dir/efficiency/<label>.json`` when
+    that was measured with the same attention, model sizes, pattern and :class:`Efficiency` settings
+    (:func:`cached_efficiency`); the others are measured together (one ``sdpa`` sweep per model shape, with the
+    study's ``sdpa`` options where it is a row) and written there."""
+    from lavo_zoo.bench.attention import run_sweep
+    from lavo_zoo.bench.efficiency import BASELINE
+    from lavo_zoo.engine.env import pick_device
+
+    settings = efficiency.settings(str(pick_device(device)))
+    folder = out_dir / EFFICIENCY_DIR
+    found, todo = cached_efficiency(setups, out_dir, settings["device"], efficiency)
     for (embed_dim, heads, pattern), rows in todo.items():
         names = [key["attention"] for _, key in rows]
+        baseline_options = rows[0][1]["baseline_options"]
         click.echo(f"efficiency lengths of {', '.join(label for label, _ in rows)} against {BASELINE}: one layer, "
                    f"D={embed_dim} H={heads} {pattern}, forward + backward at {settings['lengths']} and bisection "
                    f"(--no-efficiency skips this)", err=True)

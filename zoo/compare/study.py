@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from lavo_zoo.atomic import put_file
-from lavo_zoo.compare.efficiency import Efficiency, attention_setup, study_efficiency
+from lavo_zoo.compare.efficiency import Efficiency, attention_setup
+from lavo_zoo.compare.jobs import CellJob, recipe_target
+from lavo_zoo.compare.launchers import CellsFailed, EfficiencyPlan, Launcher, Progress, SerialLauncher
+from lavo_zoo.compare.locks import CELL_LOCK, FolderLock
 from lavo_zoo.compare.records import attention_label
 from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
 from lavo_zoo.errors import UsageError, did_you_mean
@@ -119,6 +120,10 @@ def check_reusable(cell_dir: Path, resolved: dict[str, Any], rerun: bool) -> Non
     if not diff:
         return
     if rerun:
+        busy = FolderLock(cell_dir / CELL_LOCK).busy()
+        if busy:
+            raise UsageError(f"--rerun: {cell_dir} is being worked on by {busy}; wait for it to end, or stop it, "
+                             "before training the cell again")
         shutil.rmtree(cell_dir)
         return
     raise UsageError(f"{cell_dir} was trained with another config ({'; '.join(diff[:6])}"
@@ -140,44 +145,24 @@ def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: str,
-             max_batches: int | None = None) -> dict[str, Any]:
-    """Train (or resume) and evaluate one cell (``cfg`` resolved); writes its results.json and returns what its
-    record holds of the run: metrics, the weights scored, parameters, the wall time of its training (data
-    preparation and validation included) and its steady-state step time and step memory
-    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it)."""
-    from lavo_zoo.compare.steps import StepMeter
-    from lavo_zoo.engine.env import pick_device
-    from lavo_zoo.engine.evaluate import evaluate_checkpoint
-    from lavo_zoo.engine.trainer import Trainer
-
-    parameters = sum(p.numel() for p in recipe.build_model(cfg).parameters())
-    timing_file = cell_dir / "compare-timing.json"
-    spent = json.loads(timing_file.read_text())["train_time_s"] if timing_file.exists() else 0.0
-    meter = StepMeter(pick_device(device))
-    start = time.perf_counter()
-    Trainer(recipe, cfg, cell_dir, device=device, resume="auto", step_observer=meter).fit()
-    spent += time.perf_counter() - start
-    timing_file.write_text(json.dumps({"train_time_s": spent}))
-    checkpoints = cell_dir / "checkpoints"
-    chosen = checkpoints / "best" if (checkpoints / "best").is_dir() else checkpoints / "last"
-    results = evaluate_checkpoint(chosen, split=split, device=device, max_batches=max_batches)
-    (cell_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    return {"metrics": results["metrics"], "num_samples": results["num_samples"], "checkpoint": str(chosen),
-            "checkpoint_sha256": results.get("checkpoint_sha256"), "parameters": parameters,
-            "train_time_s": round(spent, 3), **meter.result(), "device": results["device"], "split": split}
-
-
 def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
               options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str,
               rerun: bool = False, max_batches: int | None = None,
-              efficiency: Efficiency | None = None, dry_run: bool = False) -> list[CellRecord]:
-    """Run every unfinished cell (attention-major order) and return all cell records. An empty ``attentions``
-    keeps the config's own attention (one row: repeated runs over ``seeds``). With ``efficiency``, every record also
-    gets its row's efficiency lengths (:func:`study_efficiency`; not in cell.json). ``dry_run``: check every cell
-    (its config, the data of the first, each model) and print the plan; nothing is trained or written."""
+              efficiency: Efficiency | None = None, dry_run: bool = False, launcher: Launcher | None = None,
+              progress: Progress | None = None) -> list[CellRecord]:
+    """Run every unfinished cell (attention-major order) with ``launcher`` (default: one after another in this
+    process, :class:`~lavo_zoo.compare.launchers.SerialLauncher`) and return the records of the finished cells. An
+    empty ``attentions`` keeps the config's own attention (one row: repeated runs over ``seeds``). With
+    ``efficiency``, every record also gets its row's efficiency lengths (:func:`study_efficiency`, measured while no
+    cell trains; not in cell.json). ``dry_run``: check every cell (its config, the data of the first, each model)
+    and print the plan; nothing is trained or written. ``progress`` is told the finished cells as they finish (the
+    launchers that run cells at once).
+
+    Raises:
+        CellsFailed: cells that did not finish (the others did: ``records``), once the others are done.
+    """
     from lavo_zoo.config import to_dict
-    from lavo_zoo.engine.configs import resolve_config
+    from lavo_zoo.engine.configs import find_config, resolve_config
 
     check_distinct(attentions, "--attentions", "attention")
     check_distinct(seeds, "--seeds", "seed")
@@ -202,29 +187,26 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
     if dry_run:
         _print_plan(planned, config, device)
         return []
-    records = []
-    for i, (cell, recipe, cell_cfg, cell_overrides_, cell_dir) in enumerate(planned, 1):
-        done = cell_dir / CELL_FILE
-        if done.exists():
-            click.echo(f"[{i}/{len(cells)}] {cell.name}: finished earlier with the same config, kept", err=True)
-        else:
-            click.echo(f"[{i}/{len(cells)}] {cell.name}: training in {cell_dir}", err=True)
-            cell_dir.mkdir(parents=True, exist_ok=True)
-            record = CellRecord(attention=cell.attention, seed=cell.seed, site=site, config=config,
-                                overrides=cell_overrides_,
-                                **run_cell(recipe, cell_cfg, cell_dir, device, split, max_batches))
-            put_file(done, json.dumps(record.to_json(), indent=2) + "\n")  # atomic: a cell is finished or not
-        records.append(CellRecord.from_json(json.loads(done.read_text())))
+    path = find_config(config)  # a path stays valid in the cells' processes, which may run in another folder
+    config_ref = str(path.resolve()) if Path(config).suffix in (".yaml", ".yml") or Path(config).exists() else config
+    jobs = [CellJob(config=config_ref, study_config=config, overrides=cell_overrides_,
+                    cell_dir=str(cell_dir.resolve()), attention=cell.attention, seed=cell.seed, split=split, site=site,
+                    device=device, max_batches=max_batches, recipe=recipe_target(recipe))
+            for cell, recipe, _, cell_overrides_, cell_dir in planned]
+    plan = None
     if efficiency is not None:
         setups: dict[str, dict[str, Any] | None] = {}
         for cell, recipe, cell_cfg, _, _ in planned:
             if cell.attention not in setups:
                 setups[cell.attention] = _row_setup(recipe, cell_cfg, key)
-        found = study_efficiency(setups, out_dir, device, efficiency)
-        for record in records:
-            if record.attention in found:
-                record.efficiency = found[record.attention]
-    return records
+        plan = EfficiencyPlan(setups, device, efficiency)
+    result = (launcher or SerialLauncher()).run(jobs, out_dir, progress, plan)
+    for record in result.records:
+        if record.attention in result.efficiency:
+            record.efficiency = result.efficiency[record.attention]
+    if result.failures:
+        raise CellsFailed(result.failures, result.records)
+    return result.records
 
 
 def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:

@@ -101,6 +101,17 @@ STEP_NOTE = ("Step time: the median wall time of an optimiser step (its batch, f
              "resident set, with the memory freed before returned to the system). The first step warms up, so "
              "neither depends on the order the cells ran in.")
 
+def _launch_note(records: list[CellRecord]) -> list[str]:
+    """Where cells trained several at once on one machine (``--launcher local``), their step times say so."""
+    at_once = sorted({r.launch["cells_at_once"] for r in records
+                      if r.launch and r.launch.get("launcher") == "local" and r.launch.get("cells_at_once", 1) > 1})
+    if not at_once:
+        return []
+    return ["", (f"Cells trained {'/'.join(map(str, at_once))} at once on one machine (`--launcher local`), each on "
+                 "cores of its own (and a GPU of its own on CUDA): their step times share the machine's memory "
+                 "bandwidth and caches, so compare them with step times measured the same way.")]
+
+
 SOFTMAX, CONTROL = "sdpa", "mean"
 SEPARATION_STDS, SEPARATION_SEEDS = 2.0, 3
 
@@ -165,7 +176,7 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
         cells.append(f"{row.step_memory_bytes / 2**20:.3g}" if row.step_memory_bytes is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold. " + STEP_NOTE,
-              *_separation_note(separation(rows, directions)),
+              *_launch_note(records), *_separation_note(separation(rows, directions)),
               *(_efficiency_note(rows) if efficiency else [])]
     md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
     md.write_text("\n".join(lines) + "\n")

@@ -18,6 +18,11 @@ from lavo_zoo.config import apply_overrides, from_dict, merge_layers, read_layer
 from lavo_zoo.engine.recipe import RECIPES, Recipe, get_recipe
 from lavo_zoo.errors import ConfigError, did_you_mean
 
+# A config's ``launcher:`` section says where ``lavo-zoo compare`` runs the study's cells (lavo_zoo.compare.launchers:
+# one machine, a Slurm cluster), not what a run trains: it is left out of the run's config (and so of config.yaml,
+# the checkpoints and the check that a kept cell was trained with the study's config).
+LAUNCHER_SECTION = "launcher"
+
 
 def recipe_module_dir(entry_name: str) -> Path | None:
     """The folder of recipe ``entry_name``'s module (``recipes/<domain>`` for a built-in one), found without
@@ -105,9 +110,20 @@ def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple
     return recipe, _validated(recipe, merge_layers(layers, recipe.config_class), list(overrides), str(path))
 
 
+def config_section(name_or_path: str | Path, section: str) -> Any:
+    """One top-level section of a config file with its ``extends:`` chain merged, unvalidated: what a caller reads
+    beside the recipe's schema (``compare``: the ``launcher:`` section, :data:`LAUNCHER_SECTION`); None if absent.
+
+    Args:
+        name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
+        section: the top-level key.
+    """
+    return merge_layers(read_layers(find_config(name_or_path), named_configs())).get(section)
+
+
 def config_from_dict(data: dict[str, Any], overrides: list[str] = (), source: str = "config") -> tuple[Recipe, Any]:
     """(recipe, validated config) from an already loaded mapping (e.g. a checkpoint's config.yaml) plus ``key=value``
-    overrides; ``source`` names it in error messages."""
+    overrides; ``source`` names it in error messages. A ``launcher:`` section (:data:`LAUNCHER_SECTION`) is left out."""
     recipe = _recipe(recipe_name([(Path(source), data)], list(overrides)), source, list(overrides))
     return recipe, _validated(recipe, data, list(overrides), source)
 
@@ -120,8 +136,9 @@ def _recipe(name: str | None, source: str, overrides: list[str]) -> Recipe:
 
 
 def _validated(recipe: Recipe, data: dict[str, Any], overrides: list[str], source: str) -> Any:
-    """The recipe's config from ``data`` with ``overrides`` applied under its schema, validated."""
-    data = apply_overrides(data, overrides, recipe.config_class)
+    """The recipe's config from ``data`` with ``overrides`` applied under its schema, validated (a study's
+    ``launcher:`` section, which says where its cells run and not what they train, left out)."""
+    data = apply_overrides({k: v for k, v in data.items() if k != LAUNCHER_SECTION}, overrides, recipe.config_class)
     return from_dict(recipe.config_class, data, _with_overrides(source, overrides))
 
 

@@ -39,6 +39,9 @@ class CellRecord:
     measured_steps: int | None = None  # steps the step time is the median of
     device: str | None = None
     split: str | None = None
+    # how the cell ran (lavo_zoo.compare.launchers): {"launcher": "local", "cells_at_once": 2, "threads": 1, ...} or
+    # {"launcher": "slurm", "slurm_job": "4711", "slurm_restarts": 1, ...}, with the host; None: in the study's process
+    launch: dict[str, Any] | None = None
     source: str | None = None  # the results JSON a collected record was read from
     label: str | None = None  # its row in the table (:func:`label_records`)
     efficiency: dict[str, Any] | None = None  # its row's efficiency lengths (lavo_zoo.compare.efficiency)
