@@ -64,6 +64,39 @@ def as_batch(inputs: Any, is_item: Callable[[Any], bool], argument: str, item: s
     return inputs, False
 
 
+def is_int(value: Any) -> bool:
+    """An integer (a Python or numpy integer; not a bool, not a float such as 2.0 or NaN)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_flat_sequence(value: Any) -> bool:
+    """One sequence of scalars (token ids, positions): a list none of whose elements is a list, an array or a tensor,
+    or a 1-D numpy array or tensor. What its elements are is checked by :func:`int_values`."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return value.ndim == 1
+    return isinstance(value, list) and not any(isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) for v in value)
+
+
+def int_values(sequence: Any, argument: str, what: str) -> list[int]:
+    """The elements of one sequence (:func:`is_flat_sequence`) as Python ints.
+
+    Args:
+        sequence: a list of scalars or a 1-D array / tensor.
+        argument: how the caller named the sequence, for messages ("tokens", "queries[2]").
+        what: one element in words ("a token id").
+
+    Raises:
+        InputError: an element is not an integer (a float such as 2.5 or NaN, a bool, a string, None), naming
+            ``argument[i]`` and what it holds.
+    """
+    values = sequence.tolist() if isinstance(sequence, (np.ndarray, torch.Tensor)) else sequence
+    for i, value in enumerate(values):
+        if not is_int(value):
+            raise InputError(f"{argument}[{i}] must be {what} (an int), got {describe(value)}"
+                             + (f" {value!r}" if isinstance(value, (float, bool)) else ""))
+    return [int(v) for v in values]
+
+
 class Predictor:
     """A trained model with its recipe and config; subclasses add the domain's calls."""
 

@@ -109,6 +109,37 @@ def test_the_predictor_answers_raw_sequences(trained):
         model.answer(first["tokens"], first["queries"])
 
 
+TOKENS = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("tokens, queries, match", [
+    (TOKENS, [2.5], r"queries\[0\] must be a position \(an int\), got float 2.5"),   # never truncated to 2
+    (TOKENS, [2.0], r"queries\[0\] must be a position"),
+    (TOKENS, [True], r"queries\[0\] must be a position .* bool True"),
+    (TOKENS, np.array([2.5]), r"queries\[0\] must be a position"),
+    ([1.0, 2.5, 3.0], [1], r"tokens\[0\] must be a token id \(an int\), got float 1.0"),
+    ([1, float("nan"), 2], [1], r"tokens\[1\] must be a token id .* nan"),
+    ([True, False], [1], r"tokens\[0\] must be a token id .* bool"),
+    ([1, None, 2], [1], r"tokens\[1\] must be a token id .* NoneType"),
+    ("1 2 3", [1], r"tokens must be a sequence of token ids .* got str"),
+    (None, [1], r"tokens must be a sequence of token ids .* got NoneType"),
+    ([[1, [2]], [3]], [[0], [0]], r"tokens\[0\] must be a sequence of token ids"),
+    ([], [], r"tokens is empty"),
+    (TOKENS, 2, r"queries must be a list of positions .* a single position is given as a list of one"),
+    (TOKENS, None, r"queries must be a list of positions .* got NoneType"),
+    ([TOKENS, TOKENS], [1, 2], r"one list of positions per sequence \(2 lists\), got one flat list"),
+    ([TOKENS, TOKENS], [[1], 2], r"queries\[1\] must be a list of positions"),
+])
+def test_the_predictor_refuses_malformed_inputs_naming_the_argument(trained, tokens, queries, match):
+    """Python API misuse is an InputError naming the argument and the element, never a TypeError, IndexError or a
+    silently truncated position."""
+    import lavo_zoo
+
+    model = lavo_zoo.load(trained[0] / "run", device="cpu")
+    with pytest.raises(InputError, match=match):
+        model.answer(tokens, queries)
+
+
 def _cell(folder: Path, cfg, name: str, overrides: list[str], accuracy: float, seed: int) -> None:
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(json.dumps(to_dict(cfg)))  # JSON is YAML
