@@ -2,6 +2,7 @@
 each answer's task and distance bucket; `eval`, `answer` + `score accuracy` agree; `recall-plot` measures each
 setting's state and averages its seeds."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +171,24 @@ def test_recall_plot_measures_each_setting_and_averages_its_seeds(tmp_path):
     assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out), "--table", str(tmp_path / "t.md")]) == 0
     assert out.read_bytes().startswith(b"\x89PNG") and (tmp_path / "t.md").read_text() == table
     assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out)]) == 2  # never replaced silently
+
+
+def test_recall_plot_counts_each_cell_once_however_many_paths_reach_it(tmp_path, capsys):
+    """The same study twice, a study and one of its cells, a link to it, a copied cell: one run, one seed (not
+    "2 seeds, ± 0.000"), with a note for each repeat; a damaged cell record is named with its line."""
+    lavo = {"name": "lavo", "num_bases": 4, "window_size": 4}
+    recipe, cfg = tiny(lavo)
+    study = tmp_path / "study"
+    _cell(study / "lavo-seed1", recipe.resolve(cfg), "lavo", ["model.attention.name=lavo"], 0.25, 1)
+    (tmp_path / "link").symlink_to(study)
+    shutil.copytree(study / "lavo-seed1", tmp_path / "copy")
+    rows = state_rows([study, study, study / "lavo-seed1", study / "lavo-seed1" / "cell.json", tmp_path / "link",
+                       tmp_path / "copy"])
+    assert [(r["attention"], r["seeds"]) for r in rows] == [("lavo", [1])]
+    assert rows[0]["metrics"]["accuracy"] == (0.25, 0.0)
+    assert capsys.readouterr().err.count("counted once") == 5
+    assert main(["recall-plot", str(study), str(tmp_path / "link"), "--out", str(tmp_path / "s.png")]) == 0
+    assert "| lavo | defaults | " in capsys.readouterr().out
+    (study / "lavo-seed1" / "cell.json").write_text('{"attention": "lavo",\n "metrics": {')
+    assert main(["recall-plot", str(study), "--out", str(tmp_path / "t.png")]) == 2
+    assert f"{study / 'lavo-seed1' / 'cell.json'}, line 2" in capsys.readouterr().err
