@@ -333,7 +333,9 @@ def _release_metrics(meta: dict[str, Any], results: dict[str, Any] | None, name:
                        err=True)
         return finite, f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test"
     metrics = {k: v["value"] for k, v in results["metrics"].items()}
-    return metrics, f"lavo-zoo eval {name} --split {results['split']}"
+    from lavo_zoo.checkpoints.card import scoring_command
+
+    return metrics, scoring_command(name, results)
 
 
 def _numbers_only(tree: Any) -> dict[str, Any]:

@@ -299,8 +299,8 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
                                       files_dir=files_folder(out) if out is not None else None,
-                                      out_file=out, overwrite=overwrite, command=command)
-    results["checkpoint"] = checkpoint
+                                      out_file=out, overwrite=overwrite, command=command, reference=checkpoint,
+                                      require_finite=True)
     click.echo(format_table(results))
     if out is not None:
         write_file(out, json.dumps(results, indent=2) + "\n", overwrite)

@@ -13,6 +13,7 @@ from lavo_zoo.checkpoints.archive import pack_checkpoint
 from lavo_zoo.checkpoints.cache import list_entries
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
+from lavo_zoo.engine.evaluate import pin_results
 from lavo_zoo.errors import CheckpointError
 from tests.checkpoints.helpers import DATA, FileServer, sha256
 
@@ -189,8 +190,9 @@ def test_export_uses_eval_results_for_metrics(checkpoint_dir: Path, tmp_path: Pa
                                               capsys: pytest.CaptureFixture[str]) -> None:
     meta = json.loads((checkpoint_dir / "meta.json").read_text())
     results = tmp_path / "test.json"
-    results.write_text(json.dumps({"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
-                                   "metrics": {"perplexity": {"value": 38.0, "higher_is_better": False}}}))
+    scored = {"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
+              "metrics": {"perplexity": {"value": 38.0, "higher_is_better": False}}}
+    results.write_text(json.dumps(pin_results(scored)))
     code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.tar.gz"), "--results", str(results))
     entry = yaml.safe_load(text.split("published):")[1])[0]
     assert code == 0 and entry["name"] == "lm/x@v1" and entry["metrics"] == {"perplexity": 38.0}

@@ -315,3 +315,51 @@ def test_a_recipe_command_never_writes_over_its_input(tmp_path, capsys, command,
     given.write_text("the user's data")
     assert main([part.format(input=given) for part in command]) == 2
     assert f"is the {name} this command reads" in capsys.readouterr().err and given.read_text() == "the user's data"
+
+
+def test_the_index_entry_cites_the_command_that_reproduces_its_metrics(run_dir, tmp_path, capsys):
+    """export's entry repeats the overrides and --max-batches the results were measured with; running its command
+    (on the same weights) gives the same metrics. A metric edited by hand afterwards is refused (the results' pin)."""
+    import json
+    import shlex
+
+    import yaml
+
+    last = str(run_dir / "checkpoints" / "last")
+    results = tmp_path / "r.json"
+    assert main(["eval", last, "train.batch_size=3", "--max-batches", "2", "--out", str(results)]) == 0
+    assert main(["export", last, str(tmp_path / "x.tar.gz"), "--results", str(results)]) == 0
+    entry = yaml.safe_load(capsys.readouterr().out.split("published):")[1])[0]
+    assert entry["command"] == "lavo-zoo eval toy/x@v1 train.batch_size=3 --split test --max-batches 2"
+    words = shlex.split(entry["command"])
+    again = tmp_path / "again.json"
+    assert main([words[1], last, *words[3:], "--out", str(again)]) == 0
+    plain = tmp_path / "plain.json"  # what the entry cited before: the default settings measure something else
+    assert main(["eval", last, "--split", "test", "--out", str(plain)]) == 0
+    measured, default = ({k: v["value"] for k, v in json.loads(f.read_text())["metrics"].items()}
+                         for f in (again, plain))
+    assert measured == entry["metrics"] != default
+    data = json.loads(results.read_text())
+    name = next(iter(data["metrics"]))
+    data["metrics"][name]["value"] *= 0.5
+    results.write_text(json.dumps(data, indent=2))
+    capsys.readouterr()
+    assert main(["export", last, str(tmp_path / "y.tar.gz"), "--results", str(results)]) == 2
+    assert "has changed since lavo-zoo eval wrote it" in capsys.readouterr().err
+    assert not (tmp_path / "y.tar.gz").exists()
+
+
+def test_eval_of_weights_that_are_not_finite_fails_before_scoring(run_dir, tmp_path, capsys):
+    """A model whose weights hold NaN is refused (exit 1, naming the tensors), not scored to `nan` with exit 0."""
+    import torch
+
+    from lavo_zoo.engine.checkpoint_io import read_config, save_checkpoint
+
+    recipe, cfg = read_config(run_dir / "checkpoints" / "last")
+    model = recipe.build_model(cfg)
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    bad = save_checkpoint(tmp_path / "checkpoints", 1, model, cfg, recipe.name)
+    assert main(["eval", str(bad), "--out", str(tmp_path / "r.json")]) == 1
+    err = capsys.readouterr().err
+    assert "hold NaN or infinite values" in err and "Traceback" not in err and not (tmp_path / "r.json").exists()
