@@ -123,7 +123,7 @@ class Predictor:
         """
         from lavo_zoo.engine.env import pick_device
 
-        self.device = pick_device(str(device))
+        self.device = pick_device(device, "device")
         self.model.to(self.device)
         return self
 
