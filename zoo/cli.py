@@ -433,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {os_error_message(e)}", err=True)
         return 1
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
+        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":  # numpy's, Python's, torch's (CUDA)
+            if debug:
+                traceback.print_exc()
+            click.echo(f"error: out of memory ({str(e).splitlines()[0] if str(e) else type(e).__name__}): a size "
+                       "of this request (a sequence length, a batch, --size) needs more than this machine holds; "
+                       "lower it", err=True)
+            return 1
         if debug:
             traceback.print_exc()
         hint = "" if debug else "\n(run with --debug for the traceback)"

@@ -51,13 +51,18 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int, top_p: floa
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+PREFILL_CHUNK = 4096  # prompt tokens run at once with the carried state: a prompt's length multiplies no activation
+
+
 @torch.no_grad()
 def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, stop: int | None = None, seed: int | None = None,
                  use_state: bool | None = None) -> list[int]:
     """Continue ``prompt`` (token ids, non-empty) by up to ``max_new_tokens`` ids; stop after ``stop`` if given.
 
-    ``use_state`` (default: when the model streams) decodes with the carried state instead of full re-runs.
+    ``use_state`` (default: when the model streams) decodes with the carried state instead of full re-runs; the prompt
+    then runs :data:`PREFILL_CHUNK` tokens at a time (what streaming gives equals the one pass), so only the state
+    grows with its length.
     """
     if not prompt:
         raise ValueError("generation needs at least one prompt token")
@@ -67,10 +72,13 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
     ids = list(prompt)
     state = None
     logits = None
+    if use_state:  # the prompt but its last token, in chunks; then one token per step
+        for start in range(0, len(ids) - 1, PREFILL_CHUNK):
+            chunk = ids[start:min(start + PREFILL_CHUNK, len(ids) - 1)]
+            _, state = model(torch.tensor([chunk], device=device), state=state, return_state=True)
     for _ in range(max_new_tokens):
-        if use_state:  # the prompt once, then one token per step
-            step = ids[len(ids) - 1:] if state is not None else ids
-            logits, state = model(torch.tensor([step], device=device), state=state, return_state=True)  # [1, V]
+        if use_state:
+            logits, state = model(torch.tensor([ids[-1:]], device=device), state=state, return_state=True)  # [1, V]
         else:
             logits = model(torch.tensor([ids], device=device))  # [1, V]
         ids.append(next_token(logits[0], temperature, top_k, top_p, generator))
@@ -112,8 +120,8 @@ class LanguageModel(Predictor):
 
         Raises:
             InputError: ``prompt`` is not a str or a list of them, an option is outside its range
-                (:mod:`lavo_zoo.limits`), the decoding state would not fit in memory, or the model's scores are not
-                finite.
+                (:mod:`lavo_zoo.limits`), the decoding state (or, without one, a pass over the prompt and the new
+                tokens) would not fit in memory, or the model's scores are not finite.
         """
         prompts, single = as_batch(prompt, lambda p: isinstance(p, str), "prompt", "a text (str)")
         max_new_tokens = limits.MAX_NEW_TOKENS.check(max_new_tokens)
@@ -124,8 +132,13 @@ class LanguageModel(Predictor):
         out = []
         for text in prompts:
             ids = tokenizer.encode(text) or [tokenizer.eod]
-            if use_state:
+            if use_state:  # the prompt runs in chunks: only the state grows with it
                 self._check_state_fits(len(ids) + max_new_tokens)
+            else:  # every step re-runs the whole sequence
+                m, length = self.model.cfg, len(ids) + max_new_tokens
+                self.check_fits(length * (m.ffn_dim + 8 * m.embed_dim) * 4,
+                                f"generating up to {length:,} tokens (the prompt and max_new_tokens) by re-running "
+                                "the sequence at every step", "give a shorter prompt or lower max_new_tokens")
             new = generate_ids(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                stop=tokenizer.eod, seed=seed, use_state=use_state)
             out.append(tokenizer.decode([i for i in new if i != tokenizer.eod]))

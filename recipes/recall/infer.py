@@ -51,6 +51,11 @@ class Recaller(Predictor):
         by_length: dict[int, list[int]] = {}
         for i, seq in enumerate(sequences):
             by_length.setdefault(len(seq), []).append(i)
+        m = self.cfg.model
+        widest = max((min(batch_size, len(rows)) * length, length) for length, rows in by_length.items())
+        self.check_fits(widest[0] * (m.ffn_dim + 8 * m.embed_dim) * 4,  # the widest activations of one batch
+                        f"answering batches of up to {widest[0] // widest[1]} sequence(s) of {widest[1]:,} tokens",
+                        "give shorter sequences or lower batch_size")
         for rows in by_length.values():  # sequences of one length share a batch
             for start in range(0, len(rows), batch_size):
                 chunk = rows[start:start + batch_size]

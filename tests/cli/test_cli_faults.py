@@ -257,6 +257,18 @@ def test_a_data_size_beyond_its_range_is_refused_before_generating(tmp_path, cap
     assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("args", [["data", "recall", "--size", "1000000000"],
+                                  ["train", "recall/tiny-lavo", "data.seq_len=100000000", "--dry-run"]])
+def test_generated_data_that_cannot_fit_is_refused_before_generating(tmp_path, capsys, args):
+    """--size and data.seq_len multiply the generator's memory: refused with the sizes to lower, not a MemoryError
+    (the dry run generates the built-in data too)."""
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "generating the built-in data of recall/mqar needs about" in err and "MemoryError" not in err
+    assert "lower --size (data.builtin_size) or the sequence length (data.seq_len)" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_built_in_table_running_past_the_last_date_pandas_holds_is_refused(capsys):
     assert main(["train", "time_series/tiny-lavo", "data.freq=D", "data.builtin_size=1000000", "--dry-run"]) == 2
     assert "run past the year 2262" in capsys.readouterr().err

@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lavo_zoo.config import RunConfig, from_dict, to_dict
-from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, generated_dataset, write_dataset
+from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, check_footprint, generated_dataset, write_dataset
 from lavo_zoo.engine.env import cache_root
 from lavo_zoo.engine.predictor import Predictor
 from lavo_zoo.errors import UsageError, ZooError, did_you_mean
@@ -244,8 +244,9 @@ class Recipe(ABC):
         if self.builtin is None:
             raise UsageError(f"recipe '{self.name}' has no built-in data; give data.path")
         key = self.builtin.key(data)
-        return generated_dataset(self.cache_dir(data) / "builtin", str(key.get("dataset", self.name)), key,
-                                 lambda out: self.builtin.write(out, data))
+        name, parent = str(key.get("dataset", self.name)), self.cache_dir(data) / "builtin"
+        return generated_dataset(parent, name, key, lambda out: self.builtin.write(out, data), check=lambda: (
+            check_footprint(self.builtin, data, parent, f"the built-in data of {self.name}/{name}")))
 
     def cache_dir(self, data: Any) -> Path:
         """The recipe's cache folder: ``data.cache_dir`` where the data section has one and it is set, else
@@ -276,6 +277,7 @@ class Recipe(ABC):
         source = f"lavo-zoo data {self.name}/{dataset}" + (f" --size {size}" if size is not None else "")
         data = from_dict(type(data), to_dict(data), source)  # the schema's ranges hold for --size too
         self.builtin.key(data)  # what the generator cannot produce is refused before any file
+        check_footprint(self.builtin, data, Path(out), f"the built-in data of {self.name}/{dataset}")
         return write_dataset(Path(out), lambda tmp: self.builtin.write(tmp, data), overwrite)
 
     def data_config(self) -> Any:

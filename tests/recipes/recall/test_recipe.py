@@ -192,3 +192,15 @@ def test_recall_plot_counts_each_cell_once_however_many_paths_reach_it(tmp_path,
     (study / "lavo-seed1" / "cell.json").write_text('{"attention": "lavo",\n "metrics": {')
     assert main(["recall-plot", str(study), "--out", str(tmp_path / "t.png")]) == 2
     assert f"{study / 'lavo-seed1' / 'cell.json'}, line 2" in capsys.readouterr().err
+
+
+def test_a_batch_that_cannot_fit_is_refused_before_it_runs(trained, monkeypatch):
+    import lavo_zoo
+    from lavo_zoo.engine import memory
+
+    model = lavo_zoo.load(trained[0] / "run", device="cpu")
+    monkeypatch.setattr(memory, "available_memory", lambda device: 10_000_000)
+    monkeypatch.setattr(model, "model", lambda *a: pytest.fail("the model ran"))
+    with pytest.raises(InputError, match=r"answering batches of up to 2 sequence\(s\) of 50,000 tokens needs about "
+                                         ".* lower batch_size"):
+        model.answer([[1] * 50_000] * 3, [[0]] * 3, batch_size=2)
