@@ -40,6 +40,11 @@ class DataError(ZooError):
     """A dataset path or file that cannot be used (missing, empty, malformed)."""
 
 
+class MissingSplit(DataError):
+    """The files of a split are absent (as opposed to present and malformed): a training run goes on without
+    periodic validation when the validation split is missing, and stops on any other DataError."""
+
+
 _OS_REASONS = {
     errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
     errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied", errno.EPERM: "permission denied",

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from lavo_zoo.config import NonNegativeInt, PositiveInt
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import DataError, MissingSplit
 from lavo_zoo.nn.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def split_files(root: Path, split: str) -> list[Path]:
                         f"(train/, validation/, test/ folders of <book_id>.txt files)")
     folder = root / split
     if not folder.is_dir():
-        raise DataError(f"PG-19 split '{split}' is missing: expected a folder {folder} of <book_id>.txt files")
+        raise MissingSplit(f"PG-19 split '{split}' is missing: expected a folder {folder} of <book_id>.txt files")
     files = sorted(folder.glob("*.txt"))
     if not files or all(f.stat().st_size == 0 for f in files):
         raise DataError(f"PG-19 split '{split}' is empty: {folder} has no non-empty <book_id>.txt files")

@@ -375,3 +375,18 @@ def test_eval_of_weights_that_are_not_finite_fails_before_scoring(run_dir, tmp_p
     assert main(["eval", str(bad), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err
     assert "hold NaN or infinite values" in err and "Traceback" not in err and not (tmp_path / "r.json").exists()
+
+
+def test_a_malformed_validation_split_is_an_error_and_only_a_missing_one_turns_validation_off(tmp_path, capsys):
+    data = tmp_path / "data"
+    assert main(["data", "recall", "--out", str(data), "--size", "64"]) == 0  # Zoology's settings: the defaults
+    train = ["train", "recall/tiny-lavo", f"data.path={data}", "data.vocab_size=8192", "data.seq_len=64",
+             "data.min_distance=1", "--out", str(tmp_path / "run"), "--dry-run"]
+    lines = (data / "validation.jsonl").read_text().splitlines()
+    (data / "validation.jsonl").write_text("\n".join([lines[0], lines[1][:40], *lines[2:]]) + "\n")
+    capsys.readouterr()
+    assert main(train) == 1
+    assert f"{data / 'validation.jsonl'}, line 2" in capsys.readouterr().err
+    (data / "validation.jsonl").unlink()
+    assert main(train) == 0
+    assert "no validation split (recall split 'validation' is missing" in capsys.readouterr().out

@@ -55,7 +55,7 @@ from lavo_zoo.engine.run_dir import (
     resume_source,
     run_total,
 )
-from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
+from lavo_zoo.errors import CheckpointError, MissingSplit, UsageError, ZooError
 from lavo_zoo.options import check_folder_writable, write_file
 
 
@@ -196,7 +196,7 @@ class Trainer:
             try:
                 with phase("preparing the validation split", self.dist.is_main, self.progress.message):
                     ds = self.recipe.build_dataset(self.cfg, "validation")
-            except DataError as e:
+            except MissingSplit as e:  # absent; a malformed one stops the run (a DataError)
                 self._val_missing = True
                 self.progress.message(f"no validation split, periodic validation is off: {e}")
                 return None
