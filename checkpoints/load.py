@@ -17,15 +17,16 @@ from lavo_zoo.errors import CheckpointError, UsageError
 
 
 def checkpoint_dir(path: Path) -> Path:
-    """A run directory's newest complete checkpoint (``checkpoints/last``, else the newest step), or ``path``."""
-    from lavo_zoo.engine.checkpoint_io import META, latest_checkpoint
+    """A run directory's checkpoint (``checkpoints/last``, else the newest step, else ``best``:
+    :func:`~lavo_zoo.engine.checkpoint_io.run_checkpoint`), or ``path``."""
+    from lavo_zoo.engine.checkpoint_io import META, run_checkpoint
 
     if (path / META).is_file() or not (path / "checkpoints").is_dir():
         return path
-    latest = latest_checkpoint(path / "checkpoints")
-    if latest is None:
+    chosen = run_checkpoint(path)
+    if chosen is None:
         raise CheckpointError(f"{path} is a run directory without a complete checkpoint yet")
-    return latest
+    return chosen
 
 
 def load_predictor(name_or_path: str | Path, device: str | Any | None = None, overrides: Sequence[str] = (),

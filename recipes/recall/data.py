@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
-from lavo_zoo.errors import DataError, MissingSplit
+from lavo_zoo.errors import DataError, MissingSplit, not_a_file
 from lavo_zoo.formats.text import json_rows, read_lines
 
 TASKS = ("mqar", "selective_copying", "induction_heads")
@@ -169,7 +169,10 @@ def split_file(root: Path, split: str) -> Path:
         raise DataError(f"data.path {root} is not a folder; it must hold train.jsonl, validation.jsonl and "
                         "test.jsonl (write them with `lavo-zoo data recall --out DIR`)")
     path = root / f"{split}.jsonl"
-    if not path.is_file():
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise DataError(f"recall split '{split}': {path} {not_a_file(path)}")
+    else:
         raise MissingSplit(f"recall split '{split}' is missing: expected {path} (one JSON example per line; "
                            "`lavo-zoo data recall --out DIR` writes the layout)")
     return path

@@ -390,3 +390,40 @@ def test_a_malformed_validation_split_is_an_error_and_only_a_missing_one_turns_v
     (data / "validation.jsonl").unlink()
     assert main(train) == 0
     assert "no validation split (recall split 'validation' is missing" in capsys.readouterr().out
+
+
+def test_messages_name_what_is_there_not_a_missing_file(run_dir, tmp_path, capsys):
+    """A folder where a file belongs is 'a folder', not 'missing'; a folder of nothing is 'not a checkpoint'; a run's
+    checkpoints/ names its checkpoints; another library's config.json is called that, not 'config.yaml is missing'."""
+    import shutil
+
+    ckpt = tmp_path / "ck"
+    shutil.copytree(run_dir / "checkpoints" / "step-2", ckpt)
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "model.safetensors").mkdir()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "config.json").write_text('{"model_type": "gpt2"}')
+    empty, checkpoints = tmp_path / "empty", run_dir / "checkpoints"
+    for target, message in [
+            (ckpt, f"checkpoint {ckpt} is incomplete: model.safetensors is a folder, not a file"),
+            (empty, f"{empty} is not a checkpoint: it holds none of model.safetensors, config.yaml and meta.json"),
+            (checkpoints, f"{checkpoints} is a folder of checkpoints (last, step-1, step-2), not one; give one"),
+            (tmp_path / "foreign", "holds a config.json that names no lavo-zoo model (no lavo_zoo.recipe)")]:
+        assert main(["eval", str(target)]) in (1, 2)
+        err = capsys.readouterr().err
+        assert message in err and "is missing" not in err, err
+
+
+def test_a_run_with_only_its_best_checkpoint_is_loaded_and_named(run_dir, tmp_path, capsys):
+    """README: lavo_zoo.load(RUN) takes the run's newest complete checkpoint, else its best; eval RUN names it."""
+    import shutil
+
+    from lavo_zoo.checkpoints.load import checkpoint_dir
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copytree(run_dir / "checkpoints" / "step-2", run / "checkpoints" / "best")
+    assert checkpoint_dir(run) == run / "checkpoints" / "best"  # what lavo_zoo.load(run) loads
+    assert main(["eval", str(run)]) == 2
+    assert f"give one of its checkpoints, e.g. {run / 'checkpoints' / 'best'}" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.errors import DataError, MissingSplit
+from lavo_zoo.errors import DataError, MissingSplit, not_a_file
 
 SPLITS = ("train", "validation", "test")
 BYTE_VOCAB = 257  # LRA's ByteTextEncoder: 0 = padding, byte b -> b + 1
@@ -81,7 +81,10 @@ def check_label(value: str, num_classes: int, where: str) -> int:
 
 
 def require_file(path: Path, what: str) -> Path:
-    if not path.is_file():
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise DataError(f"{path} ({what}) {not_a_file(path)}; see the LRA README for the expected layout")
+    else:
         raise MissingSplit(f"{path} does not exist ({what}); see the LRA README for the expected layout")
     return path
 
