@@ -108,7 +108,10 @@ class Recaller(Predictor):
         """``{"queries", "answers"}`` for every example of a recall split file (checked as the recipe reads it):
         the predictions ``lavo-zoo score accuracy`` reads beside that file."""
         data = self.cfg.data
-        examples = read_examples(Path(path), data.vocab_size, data.seq_len)
+        fixed = (f"this model was trained on {data.seq_len}-token examples over ids 0..{data.vocab_size - 1}: give "
+                 "a split of those settings; from Python, lavo_zoo.load(CKPT).answer(tokens, queries) answers "
+                 "sequences of any length")
+        examples = read_examples(Path(path), data.vocab_size, data.seq_len, fixed)
         sequences = [examples.tokens[i].tolist() for i in range(len(examples))]
         queries = [(examples.targets[i] != IGNORE).nonzero()[0].tolist() for i in range(len(examples))]
         answers = self.answer(sequences, queries, batch_size)

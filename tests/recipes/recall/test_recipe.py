@@ -204,3 +204,12 @@ def test_a_batch_that_cannot_fit_is_refused_before_it_runs(trained, monkeypatch)
     with pytest.raises(InputError, match=r"answering batches of up to 2 sequence\(s\) of 50,000 tokens needs about "
                                          ".* lower batch_size"):
         model.answer([[1] * 50_000] * 3, [[0]] * 3, batch_size=2)
+
+
+def test_answer_on_a_split_of_another_length_says_what_the_model_reads(trained, tmp_path, capsys):
+    """The checkpoint's settings are fixed: `answer` is not told to set data.seq_len, which it has no way to do."""
+    folder, _ = trained
+    assert main(["answer", str(folder / "run" / "checkpoints" / "last"), "--data", str(folder / "data" / "test.jsonl"),
+                 "--out", str(tmp_path / "a.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert "this model was trained on 16-token examples over ids 0..15" in err and "set data.seq_len" not in err
