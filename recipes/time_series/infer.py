@@ -101,7 +101,7 @@ class Forecaster(Predictor):
             raise InputError(f"--at / at {at!r} {'has a' if stamp.tz is not None else 'has no'} time zone but the "
                              f"dates of {source} {'have one' if aware else 'have none'}; give it as they are written "
                              f"(e.g. {table['date'].iloc[-1]})")
-        rows = np.flatnonzero(table["date"].to_numpy() == stamp.to_datetime64())
+        rows = np.flatnonzero((table["date"] == stamp).to_numpy())  # as instants: time-zone-aware dates too
         if len(rows) == 0:
             first, last = table["date"].iloc[0], table["date"].iloc[-1]
             raise InputError(f"{source} has no row dated {stamp} (it runs from {first} to {last}); --at must be the "
