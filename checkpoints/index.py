@@ -117,7 +117,10 @@ def _entry_problems(raw: dict[str, Any]) -> list[str]:
         (isinstance(raw["name"], str) and NAME_RE.match(raw["name"]), "name must look like <domain>/<config>@<tag>"),
         (isinstance(raw["source"], str) and raw["source"].startswith(SOURCE_SCHEMES),
          "source must be an https:// URL or hf://org/repo@revision/path"),
-        (isinstance(raw["sha256"], str) and SHA256_RE.match(raw["sha256"]), "sha256 must be 64 lowercase hex digits"),
+        (isinstance(raw["sha256"], str) and SHA256_RE.match(raw["sha256"]),
+         "sha256 was read as a number (YAML reads an unquoted run of digits as one): quote it, sha256: \"...\""
+         if isinstance(raw["sha256"], (int, float)) and not isinstance(raw["sha256"], bool)
+         else "sha256 must be 64 lowercase hex digits"),
         (isinstance(raw["size"], int) and not isinstance(raw["size"], bool) and raw["size"] > 0,
          "size must be a positive number of bytes"),
         (isinstance(raw["metrics"], dict) and _numeric_leaves(raw["metrics"]),
