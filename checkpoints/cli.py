@@ -15,7 +15,7 @@ import yaml
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, is_archive, pack_checkpoint, read_card
 from lavo_zoo.checkpoints.download import fetch, folder_lock
-from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
+from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, default_name, load_index
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.checkpoints.transformers_format import FORMATS
 from lavo_zoo.engine.checkpoint_io import read_meta
@@ -297,7 +297,7 @@ def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str
 
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
-    name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
+    name = name or default_name(recipe, str(out))
     check_release_name(name, recipe)
     scored = load_results(results, meta) if results is not None else None
     metrics, command = _release_metrics(meta, scored, name)
@@ -409,7 +409,7 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
     if filename is not None and not ARCHIVE_RE.match(filename):
         raise UsageError(f"--filename must be a plain file name ending in .tar.gz or .tgz, got '{filename}'")
     recipe = str(read_meta(checkpoint).get("recipe") or "unknown")
-    name = name or f"{recipe}/{repo_id.split('/')[1]}@v1"
+    name = name or default_name(recipe, repo_id.split("/")[1], "the repository")
     check_release_name(name, recipe)
     api = hub_api()  # before any work: huggingface_hub installed, not offline
     filename = filename or re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".tar.gz"  # lm/tiny@v1 -> lm-tiny-v1.tar.gz
@@ -439,7 +439,8 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
     if name is not None and not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
     api = hub_api()  # before any work: huggingface_hub installed, not offline
-    name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
+    name = name or default_name(str(read_meta(checkpoint).get("recipe") or "unknown"), repo_id.split("/")[1],
+                                "the repository")
     with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
         folder = Path(tmp) / "model"
         files = export_transformers(checkpoint, folder, name=name, license_=license_, results=results)

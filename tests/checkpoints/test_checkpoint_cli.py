@@ -319,3 +319,18 @@ def test_help_ends_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
                     ["export"], ["push"]):
         code, out, _ = run(capsys, *command, "--help")
         assert code == 0 and "Examples:" in out.split("Options:")[-1], command
+
+
+def test_the_default_name_comes_from_out_and_out_dot_is_refused(checkpoint_dir: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --name, OUT's name becomes the config (characters an index name does not take made '-'); an OUT
+    that leaves nothing, or the current folder for --format hf, is refused before any work, saying what to give."""
+    code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "My Model v2.tar.gz"))
+    assert code == 0 and yaml.safe_load(text.split("published):")[1])[0]["name"] == "lm/My-Model-v2@v1"
+    code, _, err = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "--.tar.gz"))
+    assert code == 2 and "gives no index name to default --name to; give --name lm/<config>@<tag>" in err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("keep")
+    code, _, err = run(capsys, "export", str(checkpoint_dir), ".", "--format", "hf", "--overwrite")
+    assert code == 2 and "OUT . is the current folder" in err and (tmp_path / "mine.txt").read_text() == "keep"
