@@ -94,6 +94,8 @@ def cache_ls(pattern: str | None, cache_dir: Path | None, as_json: bool) -> None
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(f"cache {cache_mod.cache_root(cache_dir)}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    if rows:  # the columns named once, so that no field is guessed at
+        click.echo(f"  {'key (folder)':<40} {'state':<8} {'on disk':>10}  {'sha256':<12}  index name (or source)")
     for r in rows:
         unpacked = ", unpacked" if r["unpacked"] else ""
         click.echo(f"  {r['key']:<40} {r['state']:<8} {human_size(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "

@@ -90,6 +90,8 @@ def test_cache_ls_verify_rm(server: FileServer, capsys: pytest.CaptureFixture[st
     assert code == 0 and "2 entries" in out and server.url("/a.bin") in out and "complete" in out
     rows = json.loads(run(capsys, "cache", "ls", "*a.bin*", "--json")[1])
     assert [(r["state"], r["sha256"]) for r in rows] == [("complete", DIGEST)]
+    header = out.splitlines()[1].split()
+    assert header == ["key", "(folder)", "state", "on", "disk", "sha256", "index", "name", "(or", "source)"]
 
     code, out, _ = run(capsys, "cache", "verify")
     assert code == 0 and "2 cached file(s) verified" in out
