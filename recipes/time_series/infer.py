@@ -196,6 +196,8 @@ class Forecaster(Predictor):
             raise DataError(f"{source}: column '{columns[col]}' has the value {values[row, col]:.6g} on line "
                             f"{row + 2}, too large for the model (the training data's values of that column are "
                             f"about {mean[col]:.4g} +- {std[col]:.4g})")
+        ranges = [f"about {m:.4g} +- {sd:.4g}" for m, sd in zip(mean, std)]  # the training data's, per column
+        self.warn_far_outside(values, mean, std, source, ranges, columns)
         origins = [self._origin_row(table, date, source) for date in dates]
         if origins:
             self.check_fits(min(batch_size, len(origins)) * self.memory_per_window(),
@@ -222,7 +224,8 @@ class Forecaster(Predictor):
             for i, (_, _, future) in enumerate(chunk):
                 forecast = out[i] * std[-c_out:] + mean[-c_out:]  # [pred_len, c_out] in the data's units
                 origin = table["date"].iloc[origins[start + i]]
-                self.check_finite(forecast, f"{source} after {origin} (values far outside the training data's)")
+                self.check_finite(forecast, f"{source} after {origin} (values far outside the training data's: "
+                                            + "; ".join(f"{c} {r}" for c, r in zip(columns, ranges)) + ")")
                 frames.append(pd.DataFrame({"date": future, **{name: forecast[:, j] for j, name in enumerate(names)}}))
         return frames[0] if single else frames
 

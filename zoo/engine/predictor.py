@@ -12,7 +12,8 @@ starts (:meth:`Predictor.check_fits`); and it never returns a non-finite output 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,42 @@ class Predictor:
         from lavo_zoo.engine.memory import check_fits
 
         check_fits(need, self.device, request, fix)
+
+    FAR = 10.0  # inputs more than this many training spreads from the training centre are far outside its range
+
+    def warn_far_outside(self, values: np.ndarray, center: Any, spread: Any, what: str, ranges: Sequence[str],
+                         names: Sequence[str] | None = None) -> bool:
+        """Warn (a logging warning, which the command line prints) when ``values`` lie far outside the range the
+        model was trained on: more than :attr:`FAR` spreads from its centre (a 1e6-scaled series, a scan not
+        normalised as the training clouds). The model still runs: its output there is an extrapolation, and where it
+        is not finite :meth:`check_finite` refuses it with the same range.
+
+        Args:
+            values: the input [..., C] (C columns; C = 1 for one centre and spread over every value).
+            center, spread: the training data's centre and spread, per column [C] or one for all.
+            what: the input, for the message (``the table``, ``cloud 2``).
+            ranges: the training range of each column in words (``about 16.1 +- 8.2``), or one for all.
+            names: the columns' names, where they have some.
+
+        Returns:
+            Whether it warned.
+        """
+        values = np.asarray(values, dtype=np.float64)
+        center, spread = np.asarray(center, dtype=np.float64), np.asarray(spread, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            far = np.abs(values - center) / np.where(spread > 0, spread, 1.0)  # [..., C]
+        far = far.reshape(-1, far.shape[-1] if far.ndim else 1)
+        worst = far.max(0)  # [C]
+        if not (worst > self.FAR).any():
+            return False
+        column = int(worst.argmax())
+        reach = values.reshape(far.shape)[int(far[:, column].argmax()), column]
+        where = f"{what}, column '{names[column]}'," if names else what
+        logging.getLogger(type(self).__module__).warning(
+            "%s reaches %.4g, far outside the range the model was trained on (%s): its output there is an "
+            "extrapolation; scale the input as the training data was", where, reach,
+            ranges[column if len(ranges) > 1 else 0])
+        return True
 
     @staticmethod
     def check_finite(output: np.ndarray | torch.Tensor, what: str) -> None:

@@ -112,6 +112,23 @@ def test_at_finds_the_rows_of_a_time_zone_aware_table(forecaster, table, tmp_pat
         assert (got["date"].dt.tz_localize(None) == naive["date"]).all()
 
 
+def test_a_series_far_outside_the_training_range_is_warned_about_with_that_range(forecaster, table, caplog) -> None:
+    """A 1e6-scaled series is forecast with a warning naming the column and its training range (mean +- std, as the
+    refusal of a non-finite forecast names it); the series as trained gets none."""
+    recent = table.tail(100)
+    with caplog.at_level("WARNING"):
+        forecaster.forecast(recent)
+    assert not caplog.records
+    columns, mean, std = forecaster._stats()
+    scaled = recent.assign(**{c: recent[c] * 1e6 for c in columns})
+    with caplog.at_level("WARNING"):
+        forecaster.forecast(scaled)
+    (record,) = caplog.records
+    assert "far outside the range the model was trained on (about " in record.getMessage()
+    column = record.args[0].split("'")[1]
+    assert f"about {mean[columns.index(column)]:.4g} +- {std[columns.index(column)]:.4g}" in record.getMessage()
+
+
 def test_a_checkpoint_without_the_training_scaler_is_refused(forecaster, table) -> None:
     model_cfg = dataclasses.replace(forecaster.cfg.model, columns=[], scaler_mean=[], scaler_std=[])
     old = type(forecaster)(forecaster.recipe, dataclasses.replace(forecaster.cfg, model=model_cfg),
