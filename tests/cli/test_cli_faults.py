@@ -427,3 +427,11 @@ def test_a_run_with_only_its_best_checkpoint_is_loaded_and_named(run_dir, tmp_pa
     assert checkpoint_dir(run) == run / "checkpoints" / "best"  # what lavo_zoo.load(run) loads
     assert main(["eval", str(run)]) == 2
     assert f"give one of its checkpoints, e.g. {run / 'checkpoints' / 'best'}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", ["lm/tiny-lavo", "time_series/tiny-lavo", "point_cloud/tiny-lavo"])
+def test_a_data_path_that_does_not_exist_is_a_usage_error_in_every_recipe(config, tmp_path, capsys):
+    """An input that is not there exits 2, as a missing --pred or --csv does (one exit-code table)."""
+    missing = tmp_path / "no-such-data"
+    assert main(["train", config, f"data.path={missing}", "--out", str(tmp_path / "run"), "--dry-run"]) == 2
+    assert f"data.path {missing} does not exist" in capsys.readouterr().err

@@ -237,10 +237,17 @@ class Recipe(ABC):
             dataset).
 
         Raises:
-            UsageError: ``data.path`` is unset and the recipe has no built-in data.
+            UsageError: ``data.path`` does not exist (what is there but malformed is the reader's DataError), or is
+                unset and the recipe has no built-in data.
         """
         if data.path:
-            return Path(data.path).expanduser()
+            path = Path(data.path).expanduser()
+            if not path.exists():  # one rule and one exit code for an input that is not there (2)
+                raise UsageError(f"data.path {path} does not exist (a relative path starts at the working directory);"
+                                 f" point it at the dataset, or unset it (data.path=null) for the built-in data"
+                                 + (f" (`lavo-zoo data {self.name} --out DIR` writes that in the real layout)"
+                                    if self.builtin is not None and self.builtin.datasets else ""))
+            return path
         if self.builtin is None:
             raise UsageError(f"recipe '{self.name}' has no built-in data; give data.path")
         key = self.builtin.key(data)
