@@ -170,6 +170,7 @@ class BuiltinRecall(BuiltinData):
     of :mod:`.data`: ``data.builtin_size`` training and ``data.eval_size`` validation and test examples."""
 
     datasets = TASKS
+    size_settings = ("--size (data.builtin_size)", "data.eval_size", "data.seq_len", "data.num_pairs")
 
     def config(self, data: DataConfig, dataset: str, size: int | None) -> DataConfig:
         """Task ``dataset`` with the default settings and ``size`` training examples."""

@@ -47,7 +47,7 @@ class DataConfig:
     # a folder of train.jsonl / validation.jsonl / test.jsonl (the format above); unset: the built-in data
     path: str | None = None
     task: Literal["mqar", "selective_copying", "induction_heads"] = "mqar"  # what the built-in data generates
-    vocab_size: Annotated[int, Range(ge=3)] = 8192  # Zoology's; token 0 is the blank / noise token
+    vocab_size: Annotated[int, Range(ge=3, le=2**31 - 1)] = 8192  # Zoology's; token 0 is the blank / noise token
     seq_len: PositiveInt = 64  # tokens per example (every line of a file has this many)
     # mqar: key-value pairs; selective_copying: tokens to copy; induction_heads: not used (one query)
     num_pairs: PositiveInt = 4

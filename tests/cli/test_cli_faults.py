@@ -258,15 +258,29 @@ def test_a_data_size_beyond_its_range_is_refused_before_generating(tmp_path, cap
 
 
 @pytest.mark.parametrize("args", [["data", "recall", "--size", "1000000000"],
-                                  ["train", "recall/tiny-lavo", "data.seq_len=100000000", "--dry-run"]])
+                                  ["train", "recall/tiny-lavo", "data.seq_len=100000000", "--dry-run"],
+                                  ["train", "recall/tiny-lavo", "data.eval_size=1000000000", "--dry-run"]])
 def test_generated_data_that_cannot_fit_is_refused_before_generating(tmp_path, capsys, args):
     """--size and data.seq_len multiply the generator's memory: refused with the sizes to lower, not a MemoryError
     (the dry run generates the built-in data too)."""
     assert main([*args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "generating the built-in data of recall/mqar needs about" in err and "MemoryError" not in err
-    assert "lower --size (data.builtin_size) or the sequence length (data.seq_len)" in err
+    assert "lower --size (data.builtin_size), data.eval_size, data.seq_len or data.num_pairs" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "point_cloud/tiny-lavo", "data.gt_points=1000000000"], ("generating the built-in data of "
+     "point_cloud/shapes needs about 100 GB of memory")),
+    (["train", "lra/tiny-listops-lavo", "data.max_length=1000000000"], "training this model (64,000,"),
+    (["train", "lm/tiny-lavo", "model.embed_dim=65536", "model.ffn_dim=262144"], "training this model (")])
+def test_a_model_or_data_that_cannot_fit_is_refused_before_it_is_built(tmp_path, capsys, args, message):
+    """Sizes that multiply memory (points per cloud, a position table, the width) are estimated before the work:
+    the model is counted on the meta device, the data by its generator's footprint; never an allocator error."""
+    assert main([*args, "--out", str(tmp_path / "run"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "RuntimeError" not in err and "MemoryError" not in err, err
 
 
 def test_a_built_in_table_running_past_the_last_date_pandas_holds_is_refused(capsys):

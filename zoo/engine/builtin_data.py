@@ -39,6 +39,8 @@ class BuiltinData:
     :meth:`config` has a default."""
 
     datasets: ClassVar[tuple[str, ...]] = ()  # the names `lavo-zoo data <recipe>/<name>` takes, the default first
+    # the settings that multiply what generating takes (:meth:`footprint`), named when it is refused
+    size_settings: ClassVar[tuple[str, ...]] = ("--size (data.builtin_size)",)
 
     def config(self, data: Any, dataset: str, size: int | None) -> Any:
         """The data section whose built-in data ``lavo-zoo data <recipe>/<dataset> --size N`` writes.
@@ -121,7 +123,8 @@ def check_footprint(builtin: BuiltinData, data: Any, target: Path, what: str) ->
     from lavo_zoo.engine.memory import check_fits, format_bytes
 
     memory, disk = builtin.footprint(data)
-    fix = "lower --size (data.builtin_size) or the sequence length (data.seq_len)"
+    *rest, last = builtin.size_settings
+    fix = f"lower {', '.join(rest) + ' or ' if rest else ''}{last}"
     check_fits(memory, "cpu", f"generating {what}", fix)
     folder = next((p for p in (Path(target), *Path(target).parents) if p.exists()), Path("."))
     free = shutil.disk_usage(folder).free

@@ -32,6 +32,7 @@ from torch import nn
 from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
+from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.errors import CheckpointError, ConfigError, UsageError, not_a_file, os_error_reason
 from lavo_zoo.options import CHECKPOINT_FILES
 
@@ -352,6 +353,7 @@ def load_model(path: Path | str, device: torch.device | str = "cpu", overrides: 
     meta = read_meta(path)
     verify_weights(path, meta)
     recipe, cfg = read_config(path, overrides)
+    check_model_fits(lambda: recipe.build_model(cfg), device, 1, f"the model of {path}")
     model = recipe.build_model(cfg)
     try:
         load_weights(model, path)

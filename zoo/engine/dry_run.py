@@ -17,6 +17,7 @@ from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
 from lavo_zoo.engine.checkpoint_io import read_config, read_meta
 from lavo_zoo.engine.data import epoch_steps
 from lavo_zoo.engine.env import pick_device
+from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.engine.recipe import Recipe
 from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source, run_total
 from lavo_zoo.errors import MissingSplit
@@ -62,6 +63,7 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
         examples = f"validation split: {len(recipe.build_dataset(cfg, 'validation'))} examples"
     except MissingSplit as e:  # absent: training goes on without it; a malformed one is an error here too
         examples = f"no validation split ({e})"
+    check_model_fits(lambda: recipe.build_model(cfg), pick_device(device), 4, "training this model")
     model = recipe.build_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

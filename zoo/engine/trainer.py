@@ -44,6 +44,7 @@ from lavo_zoo.engine.distributed import barrier, init_distributed, local_device,
 from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
 from lavo_zoo.engine.logging import MetricsLog, Progress, phase
+from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.precision import autocast, autocast_dtype
 from lavo_zoo.engine.recipe import Recipe, to_device
@@ -339,6 +340,7 @@ class Trainer:
         written; the model wrapped for DDP / torch.compile. The order of RNG use here is part of exact resume."""
         tc = self.tc
         seed_everything(tc.seed)
+        check_model_fits(lambda: self.recipe.build_model(self.cfg), self.device, 4, "training this model")
         model = self.recipe.build_model(self.cfg).to(self.device)
         if self.dist.enabled:
             torch.manual_seed(tc.seed + 7919 * self.dist.rank)  # distinct dropout per rank; init came from rank 0
