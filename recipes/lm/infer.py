@@ -130,8 +130,14 @@ class LanguageModel(Predictor):
         tokenizer = self.tokenizer
         use_state = stream_state and self.model.streaming
         out = []
-        for text in prompts:
-            ids = tokenizer.encode(text) or [tokenizer.eod]
+        for i, text in enumerate(prompts):
+            try:
+                ids = tokenizer.encode(text) or [tokenizer.eod]
+            except UnicodeEncodeError as e:  # a lone surrogate (text decoded with errors='surrogateescape')
+                where = "prompt" if single else f"prompt[{i}]"
+                raise InputError(f"{where} holds {text[e.start]!r} at position {e.start}, a character that has no "
+                                 "UTF-8 form (a lone surrogate, left by decoding bytes that were not UTF-8); decode "
+                                 "the text as what it is, or with errors='replace'") from None
             if use_state:  # the prompt runs in chunks: only the state grows with it
                 self._check_state_fits(len(ids) + max_new_tokens)
             else:  # every step re-runs the whole sequence

@@ -164,3 +164,11 @@ def test_non_finite_scores_are_refused() -> None:
         next(lm.model.parameters()).fill_(math.nan)
     with pytest.raises(InputError, match="not finite"):
         lm.generate("Once", max_new_tokens=2)
+
+
+def test_a_prompt_with_a_lone_surrogate_is_an_input_error_naming_it() -> None:
+    from lavo_zoo.errors import InputError
+
+    lm = _language_model()
+    with pytest.raises(InputError, match=r"prompt\[1\] holds '\\udcff' at position 2, a character that has no UTF-8"):
+        lm.generate(["fine", "ab\udcffc"], max_new_tokens=2)
