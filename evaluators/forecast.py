@@ -49,10 +49,13 @@ def read_forecast_file(path: Path, option: str = "--pred") -> ForecastFile:
     import numpy as np
     import pandas as pd
 
+    from lavo_zoo.formats.text import NPY_MAGIC, read_bytes
+
     path = input_path(path, option)
-    if path.suffix == ".npy":
+    raw = read_bytes(path)  # once: a path may be a pipe; the format is told by content, not by the name
+    if raw.startswith(NPY_MAGIC):
         try:
-            array = np.load(path, allow_pickle=False)
+            array = np.load(io.BytesIO(raw), allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
             raise DataError(f"{option} {path} is not a readable .npy array: {e}") from None
         if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or
@@ -64,16 +67,15 @@ def read_forecast_file(path: Path, option: str = "--pred") -> ForecastFile:
         array = array.astype(np.float64)
         check_finite(array.reshape(len(array), -1), path, "sample")
         return ForecastFile(path, array)
-    if path.suffix not in (".csv", "") and path.is_file():
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{option} {path} is neither a .npy array nor a UTF-8 CSV table (score forecast reads those: "
+                        "a CSV needs a header line of column names and commas between values)") from None
+    first = next(csv.reader(io.StringIO(text)), None)
+    if path.suffix not in (".csv", "") and path.is_file() and (not first or len(first) < 2):  # not a table
         raise UsageError(f"{option} {path}: score forecast reads .npy arrays and .csv tables, not {path.suffix} "
                          "files (a CSV needs a header line of column names and commas between values)")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{option} {path} is not a UTF-8 CSV file") from None
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
-    first = next(csv.reader(io.StringIO(text)), None)
     if not first:
         raise DataError(f"{option} {path} is empty; a CSV needs a header line of column names and one row per step")
     header = [name.strip() for name in first]

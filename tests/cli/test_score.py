@@ -414,3 +414,20 @@ def test_formats_are_told_by_content_not_by_the_files_name(tmp_path, capsys):
     capsys.readouterr()
     assert main(["score", "accuracy", "--pred", str(split), "--ref", str(split)]) == 2
     assert f"--pred {split}, line 1 is an example of a recall split" in capsys.readouterr().err
+
+
+def test_forecast_files_are_told_by_content(tmp_path):
+    """A .npy array or a CSV table under another name is read as what it holds (Informer's metrics either way)."""
+    import pandas as pd
+
+    truth, pred, true, dates = _forecast_csvs(tmp_path)
+    expected = _informer_metrics(pred, true)
+    pd.DataFrame({"date": dates, "a": pred[:, 0], "b": pred[:, 1]}).to_csv(tmp_path / "table.txt", index=False)
+    np.save(tmp_path / "array.npy", pred)
+    (tmp_path / "array.dat").write_bytes((tmp_path / "array.npy").read_bytes())
+    np.save(tmp_path / "true.npy", true)
+    (tmp_path / "true.bin").write_bytes((tmp_path / "true.npy").read_bytes())
+    for args in (["--pred", str(tmp_path / "table.txt"), "--ref", str(truth)],
+                 ["--pred", str(tmp_path / "array.dat"), "--ref", str(tmp_path / "true.bin")]):
+        code, results = _score("forecast", *args, "--out", str(tmp_path / "r.json"), "--overwrite")
+        assert code == 0 and _values(results) == pytest.approx(expected, rel=1e-12), args

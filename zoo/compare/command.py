@@ -68,6 +68,9 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
 
     Finished cells are kept and killed ones resume, so the same command continues an interrupted study.
     """
+    if out is None:  # --collect too: the table is written, not only printed; the dry run checks the cells in OUT
+        raise UsageError("give --out DIR, the study folder (cells/, table.md, table.csv, chart.png)"
+                         + ("; with --collect, where the table goes" if collect_paths else ""))
     if collect_paths:
         paths = [Path(p) for p in ([config] if config else []) + list(overrides)]
         if not paths:
