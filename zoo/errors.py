@@ -41,6 +41,11 @@ class DataError(ZooError):
     """A dataset path or file that cannot be used (missing, empty, malformed)."""
 
 
+class MissingInput(UsageError, DataError):
+    """An input path that does not exist (``data.path``): a usage error (exit 2), as a missing file given on the
+    command line is, that code handling data problems still catches as a DataError."""
+
+
 class MissingSplit(DataError):
     """The files of a split are absent (as opposed to present and malformed): a training run goes on without
     periodic validation when the validation split is missing, and stops on any other DataError."""

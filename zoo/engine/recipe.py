@@ -26,7 +26,7 @@ from lavo_zoo.config import RunConfig, from_dict, to_dict
 from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, check_footprint, generated_dataset, write_dataset
 from lavo_zoo.engine.env import cache_root
 from lavo_zoo.engine.predictor import Predictor
-from lavo_zoo.errors import UsageError, ZooError, did_you_mean
+from lavo_zoo.errors import MissingInput, UsageError, ZooError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.registry import Registry
 
@@ -237,13 +237,14 @@ class Recipe(ABC):
             dataset).
 
         Raises:
-            UsageError: ``data.path`` does not exist (what is there but malformed is the reader's DataError), or is
-                unset and the recipe has no built-in data.
+            MissingInput: ``data.path`` does not exist (exit 2; what is there but malformed is the reader's
+                DataError).
+            UsageError: ``data.path`` is unset and the recipe has no built-in data.
         """
         if data.path:
             path = Path(data.path).expanduser()
             if not path.exists():  # one rule and one exit code for an input that is not there (2)
-                raise UsageError(f"data.path {path} does not exist (a relative path starts at the working directory);"
+                raise MissingInput(f"data.path {path} does not exist (a relative path starts at the working directory);"
                                  f" point it at the dataset, or unset it (data.path=null) for the built-in data"
                                  + (f" (`lavo-zoo data {self.name} --out DIR` writes that in the real layout)"
                                     if self.builtin is not None and self.builtin.datasets else ""))
