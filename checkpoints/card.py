@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import yaml
 
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import CONFIG, read_config
+from lavo_zoo.engine.evaluate import check_pin
 from lavo_zoo.errors import UsageError, ZooError
 
 LIBRARY = "lavo-zoo"
@@ -43,7 +45,8 @@ def load_results(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
     Raises:
         UsageError: the file is unreadable or malformed, is a ``lavo-zoo score`` output (which scored files, not this
             checkpoint), lacks what an evaluation records, scored another recipe or other weights, or holds a
-            metric that is missing, not a number, NaN or infinite; each message says how to get the right file.
+            metric that is missing, not a number, NaN or infinite, or was changed since the evaluation wrote it (its
+            pin, :func:`~lavo_zoo.engine.evaluate.check_pin`); each message says how to get the right file.
     """
     evaluate = "evaluate this checkpoint (`lavo-zoo eval CKPT --split test --out results.json`) and give that file"
     try:
@@ -63,6 +66,9 @@ def load_results(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise UsageError(f"--results {path} lacks {', '.join(missing)}, which every `lavo-zoo eval --out` results "
                          f"JSON records, so nothing shows which weights it scored; {evaluate}")
+    untrusted = check_pin(data)
+    if untrusted:
+        raise UsageError(f"--results {path} {untrusted}; a release publishes only what was measured: {evaluate}")
     if data["recipe"] != meta.get("recipe"):
         raise UsageError(f"--results {path} scored a '{data['recipe']}' checkpoint, not this '{meta.get('recipe')}' "
                          f"one; {evaluate}")
@@ -83,6 +89,21 @@ def load_results(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
                              "non-finite result. Find why the evaluation gave it (a diverged model, a too short "
                              "split), then evaluate again (`lavo-zoo eval CKPT --out results.json`)")
     return data
+
+
+def scoring_command(name: str, results: dict[str, Any]) -> str:
+    """The command that reproduces the metrics of ``results`` (a results JSON of ``lavo-zoo eval``) on the released
+    checkpoint ``name``: ``lavo-zoo eval NAME [OVERRIDES] --split SPLIT [--max-batches N]``, with the overrides the
+    evaluation ran with (its ``overrides``; in a results JSON written before they were recorded, those of its
+    ``command``), so that the index entry cites what measured its metrics."""
+    overrides, max_batches = results.get("overrides"), results.get("max_batches")
+    if not isinstance(overrides, list):  # an earlier results JSON: read them back from the command line it records
+        words = shlex.split(results["command"]) if isinstance(results.get("command"), str) else []
+        overrides = [w for w in words[3:] if "=" in w and not w.startswith("-")]
+        if "--max-batches" in words[:-1]:
+            max_batches = words[words.index("--max-batches") + 1]
+    words = ["lavo-zoo", "eval", name, *map(str, overrides), "--split", str(results["split"])]
+    return shlex.join(words + (["--max-batches", str(max_batches)] if max_batches is not None else []))
 
 
 def result_metrics(results: dict[str, Any]) -> list[tuple[str, float, bool | None]]:

@@ -16,7 +16,7 @@ from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, is_archive, read_card
 from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.hf_format import FORMATS
-from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, load_index
+from lavo_zoo.checkpoints.index import NAME_RE, SOURCE_SCHEMES, default_name, load_index
 from lavo_zoo.checkpoints.release import card_path, check_release_name, export_release
 from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.engine.checkpoint_io import read_meta
@@ -88,6 +88,8 @@ def cache_ls(pattern: str | None, cache_dir: Path | None, as_json: bool) -> None
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(f"cache {cache_mod.cache_root(cache_dir)}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    if rows:  # the columns named once, so that no field is guessed at
+        click.echo(f"  {'key (folder)':<40} {'state':<8} {'on disk':>10}  {'sha256':<12}  index name (or source)")
     for r in rows:
         unpacked = ", unpacked" if r["unpacked"] else ""
         click.echo(f"  {r['key']:<40} {r['state']:<8} {format_bytes(r['size']):>10}  {r['sha256'][:12] or '-':<12}  "
@@ -322,7 +324,7 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
     if filename is not None and not ARCHIVE_RE.match(filename):
         raise UsageError(f"--filename must be a plain file name ending in .tar.gz or .tgz, got '{filename}'")
     recipe = str(read_meta(checkpoint).get("recipe") or "unknown")
-    name = name or f"{recipe}/{repo_id.split('/')[1]}@v1"
+    name = name or default_name(recipe, repo_id.split("/")[1], "the repository")
     check_release_name(name, recipe)
     api = hub_api()  # before any work: huggingface_hub installed, not offline
     filename = filename or re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".tar.gz"  # lm/tiny@v1 -> lm-tiny-v1.tar.gz
@@ -352,7 +354,8 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
     if name is not None and not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
     api = hub_api()  # before any work: huggingface_hub installed, not offline
-    name = name or f"{read_meta(checkpoint).get('recipe') or 'unknown'}/{repo_id.split('/')[1]}@v1"
+    name = name or default_name(str(read_meta(checkpoint).get("recipe") or "unknown"), repo_id.split("/")[1],
+                                "the repository")
     with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
         folder = Path(tmp) / "model"
         files = export_hf(checkpoint, folder, name=name, license_=license_, results=results)

@@ -51,7 +51,7 @@ def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, r
     existing ``out`` is replaced only with ``overwrite``."""
     from lavo_zoo.checkpoints.archive import check_checkpoint_dir
     from lavo_zoo.checkpoints.card import build_card, load_results
-    from lavo_zoo.checkpoints.index import NAME_RE
+    from lavo_zoo.checkpoints.index import NAME_RE, default_name
     from lavo_zoo.hf import get_plugin
 
     if out.exists() and not overwrite:
@@ -59,10 +59,13 @@ def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, r
                          "or add --overwrite.")
     if out.exists() and not out.is_dir():
         raise UsageError(f"OUT {out} is a file; --format hf writes a folder")
+    if out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
+        raise UsageError(f"OUT {out} is the current folder (or holds it); --format hf writes a folder of its own: give "
+                         "its path, e.g. dist/lm-tiny-hf")
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
     plugin = get_plugin(recipe)  # before any work: a recipe without a transformers form is refused
-    name = name or f"{recipe}/{out.name}@v1"
+    name = name or default_name(recipe, str(out.resolve()))
     if not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
     scored = load_results(results, meta) if results is not None else None

@@ -67,6 +67,23 @@ class Index:
         return [e for n, e in sorted(self.entries.items()) if pattern is None or fnmatch.fnmatch(n, pattern)]
 
 
+def default_name(recipe: str, where: str, what: str = "OUT") -> str:
+    """The index name a release gets without ``--name``: ``<recipe>/<config>@v1``, the config from ``where`` (OUT's
+    folder or file name without .tar.gz / .tgz, a repository's name) with every run of characters an index name does
+    not take made one '-'.
+
+    Raises:
+        UsageError: nothing of ``where`` is left to name it by (OUT ``.``), saying to give ``--name``.
+    """
+    stem = Path(where).name.removesuffix(".tar.gz").removesuffix(".tgz")
+    config = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.")
+    name = f"{recipe}/{config}@v1"
+    if not config or not NAME_RE.match(name):
+        raise UsageError(f"{what} {where!r} gives no index name to default --name to; give --name "
+                         f"{recipe}/<config>@<tag>")
+    return name
+
+
 def index_path() -> Path:
     """``LAVO_ZOO_INDEX`` when set, else the index shipped with the package."""
     return Path(os.environ["LAVO_ZOO_INDEX"]) if os.environ.get("LAVO_ZOO_INDEX") else PACKAGED_INDEX
@@ -118,7 +135,10 @@ def _entry_problems(raw: dict[str, Any]) -> list[str]:
         (isinstance(raw["name"], str) and NAME_RE.match(raw["name"]), "name must look like <domain>/<config>@<tag>"),
         (isinstance(raw["source"], str) and raw["source"].startswith(SOURCE_SCHEMES),
          "source must be an https:// URL or hf://org/repo@revision/path"),
-        (isinstance(raw["sha256"], str) and SHA256_RE.match(raw["sha256"]), "sha256 must be 64 lowercase hex digits"),
+        (isinstance(raw["sha256"], str) and SHA256_RE.match(raw["sha256"]),
+         "sha256 was read as a number (YAML reads an unquoted run of digits as one): quote it, sha256: \"...\""
+         if isinstance(raw["sha256"], (int, float)) and not isinstance(raw["sha256"], bool)
+         else "sha256 must be 64 lowercase hex digits"),
         (isinstance(raw["size"], int) and not isinstance(raw["size"], bool) and raw["size"] > 0,
          "size must be a positive number of bytes"),
         (isinstance(raw["metrics"], dict) and _numeric_leaves(raw["metrics"]),

@@ -17,18 +17,19 @@ from lavo_zoo.errors import CheckpointError, UsageError
 
 
 def checkpoint_dir(path: Path) -> Path:
-    """A run directory's newest complete checkpoint (``checkpoints/last``, else the newest step), or ``path``."""
-    from lavo_zoo.engine.checkpoint_io import META, latest_checkpoint
+    """A run directory's checkpoint (``checkpoints/last``, else the newest step, else ``best``:
+    :func:`~lavo_zoo.engine.checkpoint_io.run_checkpoint`), or ``path``."""
+    from lavo_zoo.engine.checkpoint_io import META, run_checkpoint
 
     if (path / META).is_file() or not (path / "checkpoints").is_dir():
         return path
-    latest = latest_checkpoint(path / "checkpoints")
-    if latest is None:
+    chosen = run_checkpoint(path)
+    if chosen is None:
         raise CheckpointError(f"{path} is a run directory without a complete checkpoint yet")
-    return latest
+    return chosen
 
 
-def load_predictor(name_or_path: str | Path, device: str | None = None, overrides: Sequence[str] = (),
+def load_predictor(name_or_path: str | Path, device: str | Any | None = None, overrides: Sequence[str] = (),
                    recipe: str | None = None) -> Any:
     """The predictor of a trained model: ``lavo_zoo.load``.
 
@@ -36,7 +37,7 @@ def load_predictor(name_or_path: str | Path, device: str | None = None, override
         name_or_path: a run directory (its newest complete checkpoint), a checkpoint directory, a .tar.gz / .zip
             archive, an index name (``lm/tiny-lavo@v1``), a URL or an ``hf://org/repo@revision/file`` reference
             (downloaded once, verified, cached).
-        device: ``cpu``, ``cuda`` or ``cuda:N`` (default: cuda when available).
+        device: ``cpu``, ``cuda`` or ``cuda:N``, a ``torch.device`` or a GPU index (default: cuda when available).
         overrides: ``key=value`` changes to evaluation or data settings (never the model).
         recipe: the domain the caller expects; a checkpoint of another one is refused.
 
@@ -47,13 +48,13 @@ def load_predictor(name_or_path: str | Path, device: str | None = None, override
     Raises:
         CheckpointError: the checkpoint is missing, incomplete, corrupt or does not fit its config.
         UsageError: the checkpoint is of another domain than ``recipe``, its recipe has no predictor, or an override
-            changes the model.
+            changes the model; ``device`` is none of the above or a GPU this machine lacks (an InputError).
     """
     from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.checkpoint_io import load_model
     from lavo_zoo.engine.env import pick_device
 
-    dev = pick_device(device)
+    dev = pick_device(device, "device")
     ref = str(name_or_path)
     if Path(ref).is_dir():
         ref = str(checkpoint_dir(Path(ref)))

@@ -14,7 +14,7 @@ import click
 
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, check_checkpoint_dir, pack_checkpoint
-from lavo_zoo.checkpoints.index import NAME_RE
+from lavo_zoo.checkpoints.index import NAME_RE, default_name
 from lavo_zoo.errors import UsageError
 
 
@@ -32,7 +32,7 @@ def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str
 
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
-    name = name or f"{recipe}/{out.name.removesuffix('.tar.gz').removesuffix('.tgz')}@v1"
+    name = name or default_name(recipe, str(out))
     check_release_name(name, recipe)
     scored = load_results(results, meta) if results is not None else None
     metrics, command = _release_metrics(meta, scored, name)
@@ -68,7 +68,9 @@ def _release_metrics(meta: dict[str, Any], results: dict[str, Any] | None, name:
                        err=True)
         return finite, f"logged by training at step {meta.get('step')}; re-measure: lavo-zoo eval {name} --split test"
     metrics = {k: v["value"] for k, v in results["metrics"].items()}
-    return metrics, f"lavo-zoo eval {name} --split {results['split']}"
+    from lavo_zoo.checkpoints.card import scoring_command
+
+    return metrics, scoring_command(name, results)
 
 
 def _numbers_only(tree: Any) -> dict[str, Any]:

@@ -11,8 +11,11 @@ from lavo_zoo.errors import DataError, UsageError
 
 
 def input_path(path: Path, option: str, kind: str = "file") -> Path:
-    """``path`` if it exists as a ``kind``: "file" (a regular file or a pipe such as ``<(cmd)``), "folder", or
-    "any"; otherwise a :class:`UsageError` naming the option (the same exit code for the same mistake everywhere)."""
+    """``path`` if it exists as a ``kind``: "file" (a regular file or a pipe such as ``<(cmd)``; ``-`` is standard
+    input), "folder", or "any"; otherwise a :class:`UsageError` naming the option (the same exit code for the same
+    mistake everywhere)."""
+    if str(path) == "-" and kind != "folder":  # the usual name of standard input
+        return Path("/dev/stdin")
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{option} {path}: no such file or folder")

@@ -11,8 +11,8 @@ import torch
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
-from lavo_zoo.formats.numeric import is_real, read_npy
-from lavo_zoo.formats.text import read_lines
+from lavo_zoo.formats.numeric import NPY_MAGIC, is_real, read_npy
+from lavo_zoo.formats.text import holds_json_objects, json_rows, read_bytes, read_lines
 
 # the confusion matrix is C x C: class ids beyond this are refused rather than allocated
 MAX_CLASSES = 10_000
@@ -28,15 +28,18 @@ def _check_id_range(ids, path: Path, unit: str = "row") -> None:
                         f"0..C-1 for C classes (at most {MAX_CLASSES:,})")
 
 
-def read_class_ids(path: Path, option: str = "--pred"):
-    """Class ids [N] (int64 numpy) from a .npy file (integer ids [N], or real-valued scores [N, C] whose argmax is
-    the id) or a text file with one integer per line (blank lines skipped); NaN or infinite scores, booleans,
-    fractional ids and ids outside 0..MAX_CLASSES-1 are refused naming the row or line."""
+def read_class_ids(path: Path, option: str = "--pred", raw: bytes | None = None):
+    """Class ids [N] (int64 numpy) from a .npy array (integer ids [N], or real-valued scores [N, C] whose argmax is
+    the id) or text with one integer per line (blank lines skipped), told apart by content, not by the file's name;
+    NaN or infinite scores, booleans, fractional ids and ids outside 0..MAX_CLASSES-1 are refused naming the row or
+    line. ``raw``: the file's bytes, already read (a pipe is read once)."""
     import numpy as np
 
-    path = input_path(path, option)
-    if path.suffix == ".npy":
-        array = read_npy(path, option)
+    if raw is None:
+        path = input_path(path, option)
+        raw = read_bytes(path)
+    if raw.startswith(NPY_MAGIC):
+        array = read_npy(path, option, raw)
         if not is_real(array):
             raise DataError(f"{path}: expected integer class ids [N] or real scores [N, C], got {array.dtype} values")
         if array.ndim in (1, 2):
@@ -49,7 +52,7 @@ def read_class_ids(path: Path, option: str = "--pred"):
         _check_id_range(array, path)
         return array.astype(np.int64)
     ids = []
-    for number, line in enumerate(read_lines(path), 1):
+    for number, line in enumerate(read_lines(path, raw), 1):
         if not line.strip():
             continue
         try:
@@ -80,15 +83,16 @@ def _int_list(row: dict[str, Any], key: str, where: str) -> list[int]:
     return value
 
 
-def read_recall_files(pred: Path, ref: Path) -> tuple[list[int], list[int], list[tuple[str, str]]]:
+def read_recall_files(pred: Path, ref: Path, pred_lines: list[str] | None = None, ref_lines: list[str] | None = None
+                      ) -> tuple[list[int], list[int], list[tuple[str, str]]]:
     """(predicted ids, true ids, (task, distance bucket) of each) of every answer of a recall split: ``ref`` is the
     split's JSON lines (``lavo-zoo data recall``: task, tokens, queries, sources, answers per example), ``pred`` one
     JSON object per example in the same order with its ``answers`` (``lavo-zoo answer`` writes it; a ``queries``
-    list, where given, must be the reference's). Mismatched or malformed lines are a DataError naming the line."""
-    from lavo_zoo.formats.text import json_rows, read_lines
-
-    refs = list(json_rows(read_lines(input_path(ref, "--ref")), ref))
-    preds = list(json_rows(read_lines(input_path(pred, "--pred")), pred))
+    list, where given, must be the reference's). Mismatched or malformed lines are a DataError naming the line; a
+    split's example given as a prediction (it holds the true answers) is a UsageError. ``pred_lines``,
+    ``ref_lines``: the files' lines, already read."""
+    refs = list(json_rows(read_lines(input_path(ref, "--ref")) if ref_lines is None else ref_lines, ref))
+    preds = list(json_rows(read_lines(input_path(pred, "--pred")) if pred_lines is None else pred_lines, pred))
     if len(preds) != len(refs) or not refs:
         raise DataError(f"--pred {pred} holds {len(preds)} examples and --ref {ref} {len(refs)}; they must hold the "
                         "same number, at least one, in the same order")
@@ -100,6 +104,10 @@ def read_recall_files(pred: Path, ref: Path) -> tuple[list[int], list[int], list
                             "and 'answers' (lavo-zoo data recall writes them)")
         if not isinstance(p_row, dict):
             raise DataError(f"{p_where}: expected a JSON object with 'answers' (lavo-zoo answer writes them)")
+        if "tokens" in p_row or "sources" in p_row:
+            raise UsageError(f"--pred {p_where} is an example of a recall split (its 'tokens' and true 'answers'), "
+                             "not a model's answers: scoring it would only compare the split with itself. Give what "
+                             "`lavo-zoo answer CKPT --data SPLIT --out answers.jsonl` writes")
         queries, sources = _int_list(r_row, "queries", r_where), _int_list(r_row, "sources", r_where)
         answers, guesses = _int_list(r_row, "answers", r_where), _int_list(p_row, "answers", p_where)
         if not len(queries) == len(sources) == len(answers) or any(s >= q for q, s in zip(queries, sources)):
@@ -137,15 +145,22 @@ class Accuracy(Evaluator):
     def from_files(cls, pred: Path, ref: Path | None) -> Accuracy:
         if ref is None:
             raise UsageError("score accuracy needs --ref, the true class ids (recall: the split's .jsonl)")
-        if Path(pred).suffix == ".jsonl" or Path(ref).suffix == ".jsonl":
-            predicted, true, groups = read_recall_files(Path(pred), Path(ref))
+        pred, ref = input_path(pred, "--pred"), input_path(ref, "--ref")
+        raw_pred, raw_ref = read_bytes(pred), read_bytes(ref)  # once each: a path may be a pipe
+        json_lines = None
+        if not raw_pred.startswith(NPY_MAGIC) and not raw_ref.startswith(NPY_MAGIC):
+            lines = read_lines(pred, raw_pred), read_lines(ref, raw_ref)
+            if any(holds_json_objects(side) for side in lines):  # by content: a .txt or a pipe is read as it is
+                json_lines = lines
+        if json_lines is not None:
+            predicted, true, groups = read_recall_files(pred, ref, *json_lines)
             evaluator = cls(confusion=False)
             try:
                 evaluator.update(torch.tensor(predicted), {"ids": torch.tensor(true), "groups": groups})
             except ValueError as e:  # negative ids
                 raise DataError(f"{pred} / {ref}: {e}") from None
             return evaluator
-        predicted, true = read_class_ids(pred, "--pred"), read_class_ids(ref, "--ref")
+        predicted, true = read_class_ids(pred, "--pred", raw_pred), read_class_ids(ref, "--ref", raw_ref)
         if predicted.shape != true.shape or not len(true):
             raise DataError(f"--pred {pred} holds {len(predicted)} class ids and --ref {ref} {len(true)}; they must "
                             "hold the same number, at least one")

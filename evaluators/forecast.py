@@ -12,7 +12,8 @@ import torch
 from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, check_finite, input_path
-from lavo_zoo.formats.numeric import is_real, numeric_columns, read_npy
+from lavo_zoo.formats.numeric import NPY_MAGIC, is_real, numeric_columns, read_npy
+from lavo_zoo.formats.text import read_bytes
 
 
 @dataclass
@@ -45,19 +46,17 @@ def read_forecast_file(path: Path, option: str = "--pred") -> ForecastFile:
     type, a CSV without a header (``numpy.savetxt``'s layout), an unnamed column (an index written by pandas), a
     repeated column name, a missing, non-numeric or non-finite value, an unreadable date."""
     path = input_path(path, option)
-    if path.suffix == ".npy":
-        return _read_npy(path, option)
-    if path.suffix not in (".csv", "") and path.is_file():
-        raise UsageError(f"{option} {path}: score forecast reads .npy arrays and .csv tables, not {path.suffix} "
-                         "files (a CSV needs a header line of column names and commas between values)")
-    return _read_csv(path, option)
+    raw = read_bytes(path)  # once: a path may be a pipe; the format is told by content, not by the name
+    if raw.startswith(NPY_MAGIC):
+        return _read_npy(path, option, raw)
+    return _read_csv(path, option, raw)
 
 
-def _read_npy(path: Path, option: str) -> ForecastFile:
-    """A forecast .npy file: real numbers [N, ...], at least one."""
+def _read_npy(path: Path, option: str, raw: bytes) -> ForecastFile:
+    """A forecast .npy array (``raw``, the file's bytes): real numbers [N, ...], at least one."""
     import numpy as np
 
-    array = read_npy(path, option)
+    array = read_npy(path, option, raw)
     if not is_real(array):
         raise DataError(f"{option} {path} holds {array.dtype} values; forecasts and truths are real numbers")
     if array.ndim == 0 or array.size == 0:
@@ -68,18 +67,18 @@ def _read_npy(path: Path, option: str) -> ForecastFile:
     return ForecastFile(path, array)
 
 
-def _read_csv(path: Path, option: str) -> ForecastFile:
-    """A forecast CSV: a header line of names, numeric value columns, an optional 'date' column."""
+def _read_csv(path: Path, option: str, raw: bytes) -> ForecastFile:
+    """A forecast CSV (``raw``, the file's bytes): a header line of names, numeric value columns, an optional 'date'
+    column."""
     import io
 
     import pandas as pd
 
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise DataError(f"{option} {path} is not a UTF-8 CSV file") from None
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+        raise DataError(f"{option} {path} is neither a .npy array nor a UTF-8 CSV table (score forecast reads those: "
+                        "a CSV needs a header line of column names and commas between values)") from None
     header = _header(text, path, option)
     try:
         table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
@@ -97,11 +96,15 @@ def _read_csv(path: Path, option: str) -> ForecastFile:
 
 
 def _header(text: str, path: Path, option: str) -> list[str]:
-    """The column names of a CSV's first line; refused: none, numbers (no header), an unnamed or repeated one."""
+    """The column names of a CSV's first line; refused: none, numbers (no header), an unnamed or repeated one, and a
+    file named other than .csv whose first line is no table's."""
     import csv
     import io
 
     first = next(csv.reader(io.StringIO(text)), None)
+    if path.suffix not in (".csv", "") and path.is_file() and (not first or len(first) < 2):  # not a table
+        raise UsageError(f"{option} {path}: score forecast reads .npy arrays and .csv tables, not {path.suffix} "
+                         "files (a CSV needs a header line of column names and commas between values)")
     if not first:
         raise DataError(f"{option} {path} is empty; a CSV needs a header line of column names and one row per step")
     header = [name.strip() for name in first]

@@ -23,7 +23,7 @@ from lavo_zoo.errors import DataError, UsageError
 from lavo_zoo.evaluators import register_evaluator
 from lavo_zoo.evaluators.base import Evaluator, input_path
 from lavo_zoo.formats.multinews import clean_summary
-from lavo_zoo.formats.text import json_rows, read_lines
+from lavo_zoo.formats.text import holds_json_objects, json_rows, read_lines
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -82,16 +82,17 @@ class Rouge(Evaluator):
     def from_files(cls, pred: Path, ref: Path | None) -> Rouge:
         pred = input_path(pred, "--pred")
         if ref is None:
-            if pred.suffix != ".jsonl":
+            lines = read_lines(pred)  # once: a path may be a pipe
+            if not holds_json_objects(lines):  # by content: JSON lines in a .txt or from a pipe are read as such
                 raise UsageError(f"--pred {pred}: without --ref, give the JSON lines `lavo-zoo eval` writes "
-                                "(<results>.summaries.jsonl); else add --ref with the references")
-            hypotheses, references = read_pairs(pred)
+                                 "(<results>.summaries.jsonl); else add --ref with the references")
+            hypotheses, references = read_pairs(pred, lines)
         else:
             ref = input_path(ref, "--ref")
             sides = []
             for option, path in (("--pred", pred), ("--ref", ref)):
                 lines = read_lines(path)  # once: a path may be a pipe
-                if holds_json(path, lines):
+                if holds_json_objects(lines):
                     raise UsageError(f"{option} {path} holds JSON, not one summary per line; the JSON lines `lavo-zoo "
                                      "eval` writes hold both sides: score them alone (lavo-zoo score rouge --pred "
                                      "FILE.jsonl, without --ref)")
@@ -145,24 +146,11 @@ class Rouge(Evaluator):
         return {name: total / self.num_samples for name, total in self.totals.items()}
 
 
-def holds_json(path: Path, lines: list[str]) -> bool:
-    """Whether ``path`` (whose ``lines`` these are) is JSON rather than text with one summary per line: a .json or
-    .jsonl name, or a first non-blank line that is a JSON object."""
-    if path.suffix in (".json", ".jsonl"):
-        return True
-    first = next((line for line in lines if line.strip()), "")
-    if not first.lstrip().startswith("{"):
-        return False
-    try:
-        return isinstance(json.loads(first), dict)
-    except json.JSONDecodeError:
-        return False
-
-
-def read_pairs(path: Path) -> tuple[list[str], list[str]]:
-    """(hypotheses, references) from the JSON lines ``eval`` writes (``hypothesis`` and ``reference`` fields)."""
+def read_pairs(path: Path, lines: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(hypotheses, references) from the JSON lines ``eval`` writes (``hypothesis`` and ``reference`` fields);
+    ``lines``: the file's lines, already read."""
     hypotheses, references = [], []
-    for number, row in json_rows(read_lines(path), path):
+    for number, row in json_rows(read_lines(path) if lines is None else lines, path):
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("hypothesis", "reference")):
             raise DataError(f"{path}, line {number}: expected an object with string fields 'hypothesis' and "
                             "'reference' (as `lavo-zoo eval` writes them)")

@@ -300,8 +300,8 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
     with open_checkpoint(checkpoint) as path:
         results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
                                       files_dir=files_folder(out) if out is not None else None,
-                                      out_file=out, overwrite=overwrite, command=command)
-    results["checkpoint"] = checkpoint
+                                      out_file=out, overwrite=overwrite, command=command, reference=checkpoint,
+                                      require_finite=True)
     click.echo(format_table(results))
     if out is not None:
         write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
@@ -434,6 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {os_error_message(e)}", err=True)
         return 1
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
+        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or (  # numpy's, Python's, torch's
+                isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):  # torch's CPU allocator
+            if debug:
+                traceback.print_exc()
+            click.echo(f"error: out of memory ({str(e).splitlines()[0] if str(e) else type(e).__name__}): a size "
+                       "of this request (a sequence length, a batch, --size) needs more than this machine holds; "
+                       "lower it", err=True)
+            return 1
         if debug:
             traceback.print_exc()
         hint = "" if debug else "\n(run with --debug for the traceback)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import errno
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class ZooError(Exception):
@@ -38,6 +39,28 @@ class CheckpointError(ZooError):
 
 class DataError(ZooError):
     """A dataset path or file that cannot be used (missing, empty, malformed)."""
+
+
+class MissingInput(UsageError, DataError):
+    """An input path that does not exist (``data.path``): a usage error (exit 2), as a missing file given on the
+    command line is, that code handling data problems still catches as a DataError."""
+
+
+class MissingSplit(DataError):
+    """The files of a split are absent (as opposed to present and malformed): a training run goes on without
+    periodic validation when the validation split is missing, and stops on any other DataError."""
+
+
+def not_a_file(path: Path) -> str:
+    """How ``path`` fails to be a file to read, for a message after its name: ``is missing`` where nothing is there,
+    ``is a folder, not a file`` where a folder is, ``is not a regular file`` for anything else (a socket, a link to
+    nowhere)."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder, not a file"
+    if path.exists():
+        return "is not a regular file"
+    return "is a link to nowhere" if path.is_symlink() else "is missing"
 
 
 _OS_REASONS = {

@@ -32,7 +32,7 @@ from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveInt
 from lavo_zoo.data.cache import cached_file, file_stats
 from lavo_zoo.engine.memory import format_bytes
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import DataError, MissingSplit
 from lavo_zoo.nn.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def split_files(root: Path, split: str) -> list[Path]:
                         f"(train/, validation/, test/ folders of <book_id>.txt files)")
     folder = root / split
     if not folder.is_dir():
-        raise DataError(f"PG-19 split '{split}' is missing: expected a folder {folder} of <book_id>.txt files")
+        raise MissingSplit(f"PG-19 split '{split}' is missing: expected a folder {folder} of <book_id>.txt files")
     files = sorted(folder.glob("*.txt"))
     if not files or all(f.stat().st_size == 0 for f in files):
         raise DataError(f"PG-19 split '{split}' is empty: {folder} has no non-empty <book_id>.txt files")

@@ -51,13 +51,18 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int, top_p: floa
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+PREFILL_CHUNK = 4096  # prompt tokens run at once with the carried state: a prompt's length multiplies no activation
+
+
 @torch.no_grad()
 def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, stop: int | None = None, seed: int | None = None,
                  use_state: bool | None = None) -> list[int]:
     """Continue ``prompt`` (token ids, non-empty) by up to ``max_new_tokens`` ids; stop after ``stop`` if given.
 
-    ``use_state`` (default: when the model streams) decodes with the carried state instead of full re-runs.
+    ``use_state`` (default: when the model streams) decodes with the carried state instead of full re-runs; the prompt
+    then runs :data:`PREFILL_CHUNK` tokens at a time (what streaming gives equals the one pass), so only the state
+    grows with its length.
     """
     if not prompt:
         raise ValueError("generation needs at least one prompt token")
@@ -67,10 +72,13 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
     ids = list(prompt)
     state = None
     logits = None
+    if use_state:  # the prompt but its last token, in chunks; then one token per step
+        for start in range(0, len(ids) - 1, PREFILL_CHUNK):
+            chunk = ids[start:min(start + PREFILL_CHUNK, len(ids) - 1)]
+            _, state = model(torch.tensor([chunk], device=device), state=state, return_state=True)
     for _ in range(max_new_tokens):
-        if use_state:  # the prompt once, then one token per step
-            step = ids[len(ids) - 1:] if state is not None else ids
-            logits, state = model(torch.tensor([step], device=device), state=state, return_state=True)  # [1, V]
+        if use_state:
+            logits, state = model(torch.tensor([ids[-1:]], device=device), state=state, return_state=True)  # [1, V]
         else:
             logits = model(torch.tensor([ids], device=device))  # [1, V]
         ids.append(next_token(logits[0], temperature, top_k, top_p, generator))
@@ -113,8 +121,8 @@ class LanguageModel(Predictor):
 
         Raises:
             InputError: ``prompt`` is not a str or a list of them, an option is outside its range
-                (:mod:`lavo_zoo.limits`), the decoding state would not fit in memory, or the model's scores are not
-                finite.
+                (:mod:`lavo_zoo.limits`), the decoding state (or, without one, a pass over the prompt and the new
+                tokens) would not fit in memory, or the model's scores are not finite.
         """
         prompts, single = as_batch(prompt, lambda p: isinstance(p, str), "prompt", "a text (str)")
         max_new_tokens = limits.MAX_NEW_TOKENS.check(max_new_tokens)
@@ -123,19 +131,40 @@ class LanguageModel(Predictor):
         tokenizer = self.tokenizer
         use_state = stream_state and self.model.streaming
         out = []
-        for text in prompts:
-            ids = tokenizer.encode(text) or [tokenizer.eod]
-            if use_state:
+        for i, text in enumerate(prompts):
+            try:
+                ids = tokenizer.encode(text) or [tokenizer.eod]
+            except UnicodeEncodeError as e:  # a lone surrogate (text decoded with errors='surrogateescape')
+                where = "prompt" if single else f"prompt[{i}]"
+                raise InputError(f"{where} holds {text[e.start]!r} at position {e.start}, a character that has no "
+                                 "UTF-8 form (a lone surrogate, left by decoding bytes that were not UTF-8); decode "
+                                 "the text as what it is, or with errors='replace'") from None
+            if use_state:  # the prompt runs in chunks: only the state grows with it
                 self._check_state_fits(len(ids) + max_new_tokens)
+            else:  # every step re-runs the whole sequence
+                length = len(ids) + max_new_tokens
+                self.check_fits(self.memory_estimate(length, carried_state=False),
+                                f"generating up to {length:,} tokens (the prompt and max_new_tokens) by re-running "
+                                "the sequence at every step", "give a shorter prompt or lower max_new_tokens")
             new = generate_ids(self.model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                stop=tokenizer.eod, seed=seed, use_state=use_state)
             out.append(tokenizer.decode([i for i in new if i != tokenizer.eod]))
         return out[0] if single else out
 
     @torch.no_grad()
-    def memory_estimate(self, tokens: int) -> int:
-        """Estimated bytes of the decoding state after ``tokens`` tokens: its size at two probe lengths, measured
-        once, and its growth per token between them (none for a bounded state)."""
+    def memory_estimate(self, tokens: int, carried_state: bool = True) -> int:
+        """Estimated bytes of generating up to ``tokens`` tokens.
+
+        Args:
+            tokens: the prompt's tokens and the new ones.
+            carried_state: decoding with the carried state: the state's size at two probe lengths, measured once,
+                and its growth per token between them (none for a bounded state); False: one pass over the whole
+                sequence, as re-running it at every step takes (float32 activations of about ffn_dim + 8 embed_dim
+                numbers per token).
+        """
+        if not carried_state:
+            m = self.model.cfg
+            return tokens * (m.ffn_dim + 8 * m.embed_dim) * 4
         probe = self.PROBE_TOKENS
         if self._state_growth is None:
             sizes = []

@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 
 from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveFloat, RunConfig, TrainConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
-from lavo_zoo.errors import UsageError
+from lavo_zoo.errors import ConfigError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.nn.tokenizers import get_tokenizer
 from lavo_zoo.recipes.lm.builtin import BuiltinCorpus
@@ -72,6 +72,14 @@ class LMRecipe(Recipe):
                            self.cache_dir(cfg.data) / "tokens", skip_bad_files=cfg.data.skip_bad_files)
 
     def build_model(self, cfg: LMConfig) -> nn.Module:
+        """The network of ``cfg.model``; refused when ``data.tokenizer`` gives ids the model has no embedding for (a
+        config whose tokenizer and vocabulary do not belong together: a :class:`ConfigError`)."""
+        tokenizer = get_tokenizer(cfg.data.tokenizer)
+        if 0 < cfg.model.vocab_size < tokenizer.vocab_size:
+            raise ConfigError(f"data.tokenizer '{tokenizer.name}' gives ids 0..{tokenizer.vocab_size - 1}, but "
+                              f"model.vocab_size is {cfg.model.vocab_size}: the model has no embedding for the others. "
+                              "The config does not belong to these weights (an edited config.yaml or config.json?); "
+                              "use the tokenizer the model was trained with")
         return TransformerLM(cfg.model)
 
     def build_dataset(self, cfg: LMConfig, split: str) -> Dataset:

@@ -23,10 +23,17 @@ class BuiltinShapes(BuiltinData):
     """``shapes``: ``data.builtin_size`` training models per category (a quarter in val, half in test)."""
 
     datasets = ("shapes",)
+    size_settings = ("--size (data.builtin_size)", "data.gt_points")
 
     def key(self, data: DataConfig) -> dict:
         return {"dataset": "shapes", "version": GENERATOR_VERSION, "train": data.builtin_size,
                 "seed": data.builtin_seed, "gt_points": data.gt_points}
+
+    def footprint(self, data: DataConfig) -> tuple[int, int]:
+        """(memory, file bytes) of :func:`write_shapes`: one model at a time (its surface samples in float64, their
+        sort and z-buffer keys: about 100 bytes a point); every complete cloud and its views (12 bytes a point)."""
+        models = len(PCN_CATEGORIES) * sum(builtin_splits(data.builtin_size).values())
+        return 100 * data.gt_points, models * data.gt_points * 12 * 2
 
     def write(self, out: Path, data: DataConfig) -> Path:
         """Procedural shapes in the PCN layout."""

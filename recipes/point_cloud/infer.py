@@ -29,6 +29,9 @@ def is_cloud(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.ndim == 2
 
 
+TRAINED_SCALE = "clouds normalised as PCN's, coordinates about [-1, 1]"  # what the models are trained on
+
+
 class Completer(Predictor):
     """A trained PoinTr: ``complete`` turns partial clouds into dense ones (``lavo_zoo.load`` returns it for a
     ``point_cloud`` checkpoint)."""
@@ -71,6 +74,8 @@ class Completer(Predictor):
             if np.abs(cloud).max() > np.finfo(np.float32).max:
                 raise InputError(f"cloud {i}: its coordinates reach {np.abs(cloud).max():.3g}, beyond float32; "
                                  "normalise the cloud as PCN's (about [-1, 1])")
+        for i, cloud in enumerate(clouds):
+            self.warn_far_outside(cloud.reshape(-1, 1), 0.0, 1.0, f"cloud {i}", [TRAINED_SCALE])
         if clouds:
             self.check_fits(self.memory_estimate(min(batch_size, len(clouds))),
                             f"completing batches of {min(batch_size, len(clouds))} clouds", "lower batch_size")
@@ -86,6 +91,6 @@ class Completer(Predictor):
                 cloud = dense.cloud(j).float().cpu().numpy()  # [M, 3]
                 scale = float(np.abs(clouds[start + j]).max())
                 self.check_finite(cloud, f"cloud {start + j} (its coordinates reach {scale:.3g}; the model was "
-                                         "trained on clouds normalised as PCN's, about [-1, 1])")
+                                         f"trained on {TRAINED_SCALE})")
                 out.append(cloud)
         return out[0] if single else out

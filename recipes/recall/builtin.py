@@ -170,6 +170,7 @@ class BuiltinRecall(BuiltinData):
     of :mod:`.data`: ``data.builtin_size`` training and ``data.eval_size`` validation and test examples."""
 
     datasets = TASKS
+    size_settings = ("--size (data.builtin_size)", "data.eval_size", "data.seq_len", "data.num_pairs")
 
     def config(self, data: DataConfig, dataset: str, size: int | None) -> DataConfig:
         """Task ``dataset`` with the default settings and ``size`` training examples."""
@@ -180,6 +181,15 @@ class BuiltinRecall(BuiltinData):
                 "num_pairs": data.num_pairs, "min_distance": data.min_distance, "power_a": data.power_a,
                 "random_fill": data.random_fill, "size": data.builtin_size, "eval_size": data.eval_size,
                 "seed": data.builtin_seed}
+
+    def footprint(self, data: DataConfig) -> tuple[int, int]:
+        """(memory, file bytes) of :func:`write_splits`: the largest split's examples held at once, twice while they
+        are joined, plus one chunk's float draws; every example's line of digits."""
+        T, K = data.seq_len, data.num_pairs
+        largest = max(data.builtin_size, data.eval_size)
+        memory = 2 * largest * (T + 3 * K) * 8 + 4 * CHUNK * T * 8
+        line = (T + 3 * K) * (len(str(data.vocab_size - 1)) + 1) + 80
+        return memory, (data.builtin_size + 2 * data.eval_size) * line
 
     def write(self, out: Path, data: DataConfig) -> Path:
         """The task's generated splits as JSON lines (``data.py`` documents the format)."""

@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import DataError, MissingSplit, not_a_file
 from lavo_zoo.formats.text import json_rows, read_lines
 
 TASKS = ("mqar", "selective_copying", "induction_heads")
@@ -47,7 +47,7 @@ class DataConfig:
     # a folder of train.jsonl / validation.jsonl / test.jsonl (the format above); unset: the built-in data
     path: str | None = None
     task: Literal["mqar", "selective_copying", "induction_heads"] = "mqar"  # what the built-in data generates
-    vocab_size: Annotated[int, Range(ge=3)] = 8192  # Zoology's; token 0 is the blank / noise token
+    vocab_size: Annotated[int, Range(ge=3, le=2**31 - 1)] = 8192  # Zoology's; token 0 is the blank / noise token
     seq_len: PositiveInt = 64  # tokens per example (every line of a file has this many)
     # mqar: key-value pairs; selective_copying: tokens to copy; induction_heads: not used (one query)
     num_pairs: PositiveInt = 4
@@ -84,10 +84,14 @@ def check_answers(task: str, tokens: list[int], queries: list[int], sources: lis
     return [tokens[s + 1] for s in sources]
 
 
-def parse_example(row: Any, vocab_size: int, seq_len: int, where: str
+SET_SEQ_LEN = "set data.seq_len to the file's length"
+
+
+def parse_example(row: Any, vocab_size: int, seq_len: int, where: str, fix: str = SET_SEQ_LEN
                   ) -> tuple[int, list[int], list[int], list[int], list[int]]:
     """(task index, tokens [T], queries [Q], sources [Q], answers [Q]) of one parsed JSON line; a DataError naming
-    ``where`` (file and line) and what is wrong otherwise."""
+    ``where`` (file and line) and what is wrong otherwise (``fix``: what to do about another length than
+    ``seq_len``, where the caller's settings are fixed)."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object with keys {', '.join(KEYS)}, got {type(row).__name__}")
     if len(row) != len(KEYS) or any(k not in row for k in KEYS):
@@ -100,7 +104,7 @@ def parse_example(row: Any, vocab_size: int, seq_len: int, where: str
     tokens, queries, sources, answers = (_ints(row, k, where) for k in KEYS[1:])
     if len(tokens) != seq_len:
         raise DataError(f"{where}: {len(tokens)} tokens, but data.seq_len is {seq_len}; every example of a file has "
-                        "data.seq_len tokens (set data.seq_len to the file's length)")
+                        f"data.seq_len tokens ({fix})")
     for key, values in (("tokens", tokens), ("answers", answers)):
         low, high = min(values), max(values)
         if low < 0 or high >= vocab_size:
@@ -145,8 +149,9 @@ class RecallExamples(Dataset):
                 "task": torch.tensor(int(self.tasks[index]))}
 
 
-def read_examples(path: Path, vocab_size: int, seq_len: int) -> RecallExamples:
-    """Every example of the JSON-lines file ``path`` (blank lines skipped), each checked by :func:`parse_example`."""
+def read_examples(path: Path, vocab_size: int, seq_len: int, fix: str = SET_SEQ_LEN) -> RecallExamples:
+    """Every example of the JSON-lines file ``path`` (blank lines skipped), each checked by :func:`parse_example`
+    (``fix``: its advice for another length)."""
     rows = list(json_rows(read_lines(path), path))
     if not rows:
         raise DataError(f"{path} holds no example (one JSON object per line)")
@@ -156,7 +161,7 @@ def read_examples(path: Path, vocab_size: int, seq_len: int) -> RecallExamples:
     tasks = np.empty(len(rows), np.int8)
     for i, (number, row) in enumerate(rows):
         tasks[i], tokens[i], queries, sources, answers = parse_example(row, vocab_size, seq_len,
-                                                                       f"{path}, line {number}")
+                                                                       f"{path}, line {number}", fix)
         targets[i, queries] = answers
         distances[i, queries] = [q - s for q, s in zip(queries, sources)]
     return RecallExamples(tokens, targets, distances, tasks)
@@ -169,7 +174,10 @@ def split_file(root: Path, split: str) -> Path:
         raise DataError(f"data.path {root} is not a folder; it must hold train.jsonl, validation.jsonl and "
                         "test.jsonl (write them with `lavo-zoo data recall --out DIR`)")
     path = root / f"{split}.jsonl"
-    if not path.is_file():
-        raise DataError(f"recall split '{split}' is missing: expected {path} (one JSON example per line; "
-                        "`lavo-zoo data recall --out DIR` writes the layout)")
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise DataError(f"recall split '{split}': {path} {not_a_file(path)}")
+    else:
+        raise MissingSplit(f"recall split '{split}' is missing: expected {path} (one JSON example per line; "
+                           "`lavo-zoo data recall --out DIR` writes the layout)")
     return path

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from lavo_zoo import limits
-from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.engine.predictor import Predictor, as_batch, describe, int_values, is_flat_sequence, is_int
 from lavo_zoo.errors import InputError
 from lavo_zoo.recipes.recall.data import IGNORE, read_examples
 
@@ -40,25 +40,22 @@ class Recaller(Predictor):
             per sequence for a list.
 
         Raises:
-            InputError: ids outside the vocabulary, positions outside a sequence, as many query lists as sequences
-                not given, ``batch_size`` outside its range, or scores that are not finite.
+            InputError: ``tokens`` is not one sequence of integer ids or a list of them, ``queries`` not one list of
+                integer positions (per sequence), ids outside the vocabulary, positions outside a sequence, as many
+                query lists as sequences not given, ``batch_size`` outside its range, a batch that would not fit in
+                memory, or scores that are not finite.
         """
+        sequences, asked, single = self._requests(tokens, queries)
         batch_size = limits.BATCH_SIZE.check(batch_size)
-        single = len(tokens) > 0 and np.ndim(tokens[0]) == 0  # ids, not sequences of ids
-        sequences, asked = ([tokens], [queries]) if single else (list(tokens), list(queries))
-        if len(sequences) != len(asked):
-            raise InputError(f"{len(sequences)} sequences but {len(asked)} lists of queries; give one list each")
-        vocab = self.cfg.model.vocab_size
-        for i, (seq, qs) in enumerate(zip(sequences, asked)):
-            if len(seq) == 0 or min(seq) < 0 or max(seq) >= vocab:
-                raise InputError(f"sequence {i}: the model reads ids 0..{vocab - 1}, got "
-                                 f"{min(seq, default=None)}..{max(seq, default=None)} over {len(seq)} tokens")
-            if any(not 0 <= q < len(seq) for q in qs):
-                raise InputError(f"sequence {i}: query positions must lie in 0..{len(seq) - 1}, got {list(qs)[:8]}")
         out: list[list[int]] = [[] for _ in sequences]
         by_length: dict[int, list[int]] = {}
         for i, seq in enumerate(sequences):
             by_length.setdefault(len(seq), []).append(i)
+        m = self.cfg.model
+        widest = max((min(batch_size, len(rows)) * length, length) for length, rows in by_length.items())
+        self.check_fits(widest[0] * (m.ffn_dim + 8 * m.embed_dim) * 4,  # the widest activations of one batch
+                        f"answering batches of up to {widest[0] // widest[1]} sequence(s) of {widest[1]:,} tokens",
+                        "give shorter sequences or lower batch_size")
         for rows in by_length.values():  # sequences of one length share a batch
             for start in range(0, len(rows), batch_size):
                 chunk = rows[start:start + batch_size]
@@ -74,11 +71,47 @@ class Recaller(Predictor):
                     out[i] = answers[row, list(asked[i])].tolist()
         return out[0] if single else out
 
+    def _requests(self, tokens: Any, queries: Any) -> tuple[list[list[int]], list[list[int]], bool]:
+        """(sequences, their query positions, whether one sequence was given) from :meth:`answer`'s arguments, every
+        id and position checked (:func:`~lavo_zoo.engine.predictor.as_batch`, ``int_values``: an
+        :class:`InputError` naming the argument, never a TypeError or IndexError from deeper down)."""
+        found, single = as_batch(tokens, is_flat_sequence, "tokens", "a sequence of token ids (a list of int)")
+        if single:
+            if not is_flat_sequence(queries):
+                raise InputError("queries must be a list of positions (int) in tokens, got " + describe(queries)
+                                 + ("; a single position is given as a list of one" if is_int(queries) else ""))
+            asked = [queries]
+        else:
+            asked, flat = as_batch(queries, is_flat_sequence, "queries", "a list of positions (int), one per sequence")
+            if flat and found:  # one list of positions for a list of sequences
+                raise InputError(f"queries must hold one list of positions per sequence ({len(found)} lists), got "
+                                 "one flat list of positions")
+        if len(found) != len(asked):
+            raise InputError(f"{len(found)} sequences but {len(asked)} lists of queries; give one list each")
+        sequences, positions = [], []
+        vocab = self.cfg.model.vocab_size
+        for i, (seq, qs) in enumerate(zip(found, asked)):
+            where, asked_where = ("tokens", "queries") if single else (f"tokens[{i}]", f"queries[{i}]")
+            seq, qs = int_values(seq, where, "a token id"), int_values(qs, asked_where, "a position")
+            if not seq:
+                raise InputError(f"{where} is empty; give at least one token")
+            if min(seq) < 0 or max(seq) >= vocab:
+                raise InputError(f"{where}: the model reads ids 0..{vocab - 1}, got {min(seq)}..{max(seq)} over "
+                                 f"{len(seq)} tokens")
+            if any(not 0 <= q < len(seq) for q in qs):
+                raise InputError(f"{asked_where}: query positions must lie in 0..{len(seq) - 1}, got {qs[:8]}")
+            sequences.append(seq)
+            positions.append(qs)
+        return sequences, positions, single
+
     def answer_file(self, path: Path, batch_size: int = 64) -> list[dict[str, list[int]]]:
         """``{"queries", "answers"}`` for every example of a recall split file (checked as the recipe reads it):
         the predictions ``lavo-zoo score accuracy`` reads beside that file."""
         data = self.cfg.data
-        examples = read_examples(Path(path), data.vocab_size, data.seq_len)
+        fixed = (f"this model was trained on {data.seq_len}-token examples over ids 0..{data.vocab_size - 1}: give "
+                 "a split of those settings; from Python, lavo_zoo.load(CKPT).answer(tokens, queries) answers "
+                 "sequences of any length")
+        examples = read_examples(Path(path), data.vocab_size, data.seq_len, fixed)
         sequences = [examples.tokens[i].tolist() for i in range(len(examples))]
         queries = [(examples.targets[i] != IGNORE).nonzero()[0].tolist() for i in range(len(examples))]
         answers = self.answer(sequences, queries, batch_size)

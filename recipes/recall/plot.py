@@ -11,21 +11,54 @@ from pathlib import Path
 from typing import Any
 
 from lavo_zoo.engine.records import CELL_FILE, CellRecord
-from lavo_zoo.errors import UsageError
+from lavo_zoo.engine.run_identity import RunsSeen
+from lavo_zoo.errors import UsageError, os_error_message
 
 
 def collect_cells(paths: list[Path]) -> list[tuple[CellRecord, Path]]:
-    """Every finished compare cell under ``paths`` (study folders or cell folders): its record and its folder."""
+    """Every finished compare cell under ``paths`` (study folders, cell folders or cell files): its record and its
+    folder, each run once however many paths reach it (:class:`~lavo_zoo.engine.run_identity.RunsSeen`, the rule of
+    ``compare --collect``: the same study twice, a study and one of its cells, a link)."""
     cells = []
+    seen = RunsSeen()
     for path in paths:
         if not Path(path).exists():
             raise UsageError(f"{path} does not exist; give the --out folders of `lavo-zoo compare` studies")
         files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob(CELL_FILE))
         for file in files:
-            cells.append((CellRecord.from_json(json.loads(file.read_text()), str(file)), file.parent))
+            if not seen.new_file(file):
+                continue
+            data = read_cell(file)
+            if seen.new_run(file, data):
+                cells.append((CellRecord.from_json(data, str(file)), file.parent))
     if not cells:
         raise UsageError(f"no finished compare cell ({CELL_FILE}) under {', '.join(map(str, paths))}")
     return cells
+
+
+def read_cell(file: Path) -> dict[str, Any]:
+    """The record of a compare cell (``cell.json``: a mapping with ``metrics`` holding an ``accuracy``).
+
+    Raises:
+        UsageError: the file is unreadable, not JSON (naming the line and column), or not a cell record.
+    """
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(os_error_message(e, "cannot read the compare cell")) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{file} is not UTF-8 text, so not a compare cell record") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{file}, line {e.lineno}, column {e.colno}: not JSON ({e.msg}); a compare cell record is "
+                         "what `lavo-zoo compare` writes (run that cell again, or leave its folder out)") from None
+    metrics = record.get("metrics") if isinstance(record, dict) else None
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("accuracy"), dict) or not isinstance(
+            metrics["accuracy"].get("value"), (int, float)):
+        raise UsageError(f"{file} is not the cell record of a recall study (it needs 'metrics' with an 'accuracy' "
+                         "value, as `lavo-zoo compare` writes for a recall config)")
+    return record
 
 
 def measure_state(cell_folder: Path) -> tuple[int, bool, int]:

@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lavo_zoo.config import PositiveInt
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import DataError, MissingSplit, not_a_file
 from lavo_zoo.formats.multinews import (
     ARTICLE_SEPARATOR,
     SUMMARY_MARK,
@@ -95,7 +95,10 @@ def split_file(root: Path, split: str, suffix: str) -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    raise DataError(f"split '{split}' is missing: expected {' or '.join(map(str, candidates))}")
+    for path in candidates:
+        if path.exists() or path.is_symlink():
+            raise DataError(f"split '{split}': {path} {not_a_file(path)}")
+    raise MissingSplit(f"split '{split}' is missing: expected {' or '.join(map(str, candidates))}")
 
 
 def load_split(root: str | Path, split: str, data_format: str = "auto") -> SplitData:

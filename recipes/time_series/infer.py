@@ -102,7 +102,7 @@ class Forecaster(Predictor):
             raise InputError(f"--at / at {at!r} {'has a' if stamp.tz is not None else 'has no'} time zone but the "
                              f"dates of {source} {'have one' if aware else 'have none'}; give it as they are written "
                              f"(e.g. {table['date'].iloc[-1]})")
-        rows = np.flatnonzero(table["date"].to_numpy() == stamp.to_datetime64())
+        rows = np.flatnonzero((table["date"] == stamp).to_numpy())  # as instants: time-zone-aware dates too
         if len(rows) == 0:
             first, last = table["date"].iloc[0], table["date"].iloc[-1]
             raise InputError(f"{source} has no row dated {stamp} (it runs from {first} to {last}); --at must be the "
@@ -197,6 +197,8 @@ class Forecaster(Predictor):
             raise DataError(f"{source}: column '{columns[col]}' has the value {values[row, col]:.6g} on line "
                             f"{row + 2}, too large for the model (the training data's values of that column are "
                             f"about {mean[col]:.4g} +- {std[col]:.4g})")
+        ranges = [f"about {m:.4g} +- {sd:.4g}" for m, sd in zip(mean, std)]  # the training data's, per column
+        self.warn_far_outside(values, mean, std, source, ranges, columns)
         origins = [self._origin_row(table, date, source) for date in dates]
         if origins:
             self.check_fits(self.memory_estimate(min(batch_size, len(origins))),
@@ -223,7 +225,8 @@ class Forecaster(Predictor):
             for i, (_, _, future) in enumerate(chunk):
                 forecast = out[i] * std[-c_out:] + mean[-c_out:]  # [pred_len, c_out] in the data's units
                 origin = table["date"].iloc[origins[start + i]]
-                self.check_finite(forecast, f"{source} after {origin} (values far outside the training data's)")
+                self.check_finite(forecast, f"{source} after {origin} (values far outside the training data's: "
+                                            + "; ".join(f"{c} {r}" for c, r in zip(columns, ranges)) + ")")
                 frames.append(pd.DataFrame({"date": future, **{name: forecast[:, j] for j, name in enumerate(names)}}))
         return frames[0] if single else frames
 

@@ -29,7 +29,7 @@ from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveFloat
 from lavo_zoo.data.cache import cached_file, file_stats
 from lavo_zoo.data.split import hash_split
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import DataError, not_a_file
 from lavo_zoo.formats.text import read_lines
 from lavo_zoo.recipes.tts.audio import FeatureSettings, log_mel, read_wav
 from lavo_zoo.recipes.tts.text import TextEncoder, text_encoder
@@ -70,7 +70,7 @@ def read_metadata(root: Path) -> list[Utterance]:
                         f"(metadata.csv and wavs/<id>.wav)")
     meta = root / "metadata.csv"
     if not meta.is_file():
-        raise DataError(f"{meta} is missing: an LJSpeech folder has metadata.csv (id|text|normalised text)")
+        raise DataError(f"{meta} {not_a_file(meta)}: an LJSpeech folder has metadata.csv (id|text|normalised text)")
     rows = []
     for line_no, line in enumerate(read_lines(meta), 1):  # a line that is not UTF-8: DataError naming file and line
         if not line.strip():
@@ -86,7 +86,7 @@ def read_metadata(root: Path) -> list[Utterance]:
             raise DataError(f"{meta}, line {line_no}: utterance {uid} has an empty transcript")
         wav = root / "wavs" / f"{uid}.wav"
         if not wav.is_file():
-            raise DataError(f"{meta}, line {line_no}: the audio of {uid} is missing (expected {wav})")
+            raise DataError(f"{meta}, line {line_no}: the audio of {uid} {not_a_file(wav)} (expected {wav})")
         rows.append(Utterance(uid, text, wav))
     if not rows:
         raise DataError(f"{meta} has no utterances")

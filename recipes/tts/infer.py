@@ -231,11 +231,12 @@ class Synthesizer(Predictor):
         if not texts:
             raise InputError("texts is empty; give at least one text to speak")
         encoder = text_encoder(self.cfg.data.text)
+        ids = []
         for text in texts:
-            if not encoder.symbols_of(text):
-                raise InputError(f"{text!r} holds nothing this model can speak (its {self.cfg.data.text} front end "
-                                 "keeps letters, digits (spelled out) and punctuation); give words to say")
-        ids = [torch.tensor(encoder.encode(t)) for t in texts]
+            ids.append(torch.tensor(encoder.encode(text)))  # each text through the front end once
+            if ids[-1].numel() <= 1:  # the end-of-text symbol alone
+                raise InputError(f"{text[:60]!r} holds nothing this model can speak (its {self.cfg.data.text} front "
+                                 "end keeps letters, digits (spelled out) and punctuation); give words to say")
         return torch.nn.utils.rnn.pad_sequence(ids, batch_first=True).to(self.device)
 
     def memory_estimate(self, texts: int, tokens: int, frames: int) -> int:
@@ -275,8 +276,12 @@ class Synthesizer(Predictor):
         seed = limits.SEED.check(seed)
         if not texts:
             return []
-        tokens = self.tokens(texts)  # [B, S]
         frames = max_frames or e.max_frames
+        longest = max(len(t) for t in texts)  # before the front end reads them (phonemes of a long text take minutes)
+        self.check_fits(self.memory_estimate(len(texts), longest, frames),
+                        f"synthesising {len(texts)} text(s) of up to {longest:,} characters for up to {frames:,} "
+                        "frames", "give shorter or fewer texts, or lower max_frames")
+        tokens = self.tokens(texts)  # [B, S]
         self.check_fits(self.memory_estimate(len(texts), tokens.shape[1], frames),
                         f"synthesising {len(texts)} text(s) of up to {tokens.shape[1]} symbols for up to {frames:,} "
                         "frames", "lower max_frames, or give shorter or fewer texts")

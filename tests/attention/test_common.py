@@ -1,9 +1,10 @@
-"""The shared attention pieces: one KV cache type whose reorder serves beam search, head split/merge."""
+"""The shared attention pieces: one KV cache type whose reorder serves beam search, head split/merge, landmarks
+(segment means) counted over the real tokens."""
 import pytest
 import torch
 
 from lavo_zoo.attention import build_attention
-from lavo_zoo.attention.common import KVCache, merge_heads, split_heads
+from lavo_zoo.attention.common import KVCache, merge_heads, segment_means, split_heads
 
 
 @pytest.mark.parametrize("name,options", [("sdpa", {}), ("sdpa", {"rope": True}), ("vanilla", {}),
@@ -34,3 +35,42 @@ def test_a_cache_of_another_batch_is_refused():
     _, cache = attn(torch.randn(2, 4, 16), return_state=True)
     with pytest.raises(ValueError, match="batch"):
         attn(torch.randn(3, 1, 16), state=cache, return_state=True)
+
+
+def test_segment_means_count_the_real_tokens_only():
+    """Landmarks of a row padded in front, inside and behind are the row alone's: its i-th real token of n lies in
+    segment floor(i C / n), checked against a loop over the real tokens."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 23, 4, dtype=torch.float64)           # [B, H, T, d]
+    mask = torch.ones(2, 23, dtype=torch.bool)
+    mask[1, :3] = mask[1, 9:11] = mask[1, 20:] = False          # row 1: 15 real tokens
+    means, valid = segment_means(x, mask, 6)
+    real = x[1][:, mask[1]]                                      # [H, 15, d]
+    alone, alone_valid = segment_means(real[None], None, 6)
+    torch.testing.assert_close(means[1], alone[0])
+    loop = torch.stack([real[:, [i for i in range(15) if i * 6 // 15 == c]].mean(1) for c in range(6)], 1)
+    torch.testing.assert_close(means[1], loop)
+    assert valid.all() and alone_valid.all()
+    few, few_valid = segment_means(x, mask, 20)                 # 20 segments, 15 real tokens: 15 of them used
+    assert few_valid[1].tolist() == [True] * 15 + [False] * 5
+    torch.testing.assert_close(few[1, :, :15], real)
+
+
+@pytest.mark.parametrize("name, pattern", [("lara", "noncausal"), ("lara", "cross"), ("nystromformer", "noncausal"),
+                                           ("nystromformer", "cross")])
+def test_landmark_mechanisms_give_a_padded_row_the_row_alone(name, pattern):
+    """With fewer landmarks than tokens (6 < 29), a row padded behind or in front gives the row alone's outputs."""
+    torch.manual_seed(0)
+    opts = {"num_landmarks": 6, **({"pinv_iterations": 0} if name == "nystromformer" else {})}
+    attn = build_attention(name, 16, 2, pattern, **opts).double().eval()
+    n, pad = 29, 5
+    for real in (slice(0, n), slice(pad, pad + n)):
+        mask = torch.zeros(1, n + pad, dtype=torch.bool)
+        mask[0, real] = True
+        seq = torch.randn(1, n + pad, 16, dtype=torch.float64)
+        if pattern == "cross":
+            x = torch.randn(1, 7, 16, dtype=torch.float64)
+            got, alone = attn(x, context=seq, context_mask=mask), attn(x, context=seq[:, real])
+        else:
+            got, alone = attn(seq, mask)[:, real], attn(seq[:, real])
+        torch.testing.assert_close(got, alone, rtol=1e-9, atol=1e-10)

@@ -14,6 +14,7 @@ import torch
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.lavo import LavoState
 from lavo_zoo.attention.lavo.naive import naive
+from tests.attention.mechanism_testing import assert_matches_reference
 
 F64 = torch.float64
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -163,6 +164,25 @@ def test_noncausal_padding_invariance(helpers):
     padded = torch.cat([x, 100 * torch.randn(1, 5, 16, dtype=F64)], 1)
     mask = torch.arange(15)[None] < 10
     torch.testing.assert_close(attn(padded, mask)[:, :10], attn(x))
+
+
+@pytest.mark.parametrize("kernels", ["recompute", "autograd"])
+@pytest.mark.parametrize("pattern", ["causal", "noncausal"])
+@pytest.mark.parametrize("w", [8, 16])
+def test_a_left_padded_row_equals_the_row_alone(helpers, w, pattern, kernels):
+    """3 padded positions in front (not a multiple of w) change no real output: the causal windows and the memory
+    start at each row's first real token, whatever the kernel, and the padded row equals its naive reference (outputs
+    and gradients). float64, random inputs, one unpadded row beside it; queries in chunks of 8."""
+    attn = helpers.make("lavo", pattern, num_bases=4, window_size=w, kernels=kernels)
+    attn.chunk_size = 8
+    T, pad = 45, 3
+    x = torch.randn(2, pad + T, 16, dtype=F64)
+    mask = torch.ones(2, pad + T, dtype=torch.bool)
+    mask[1, :pad] = False
+    torch.testing.assert_close(attn(x, mask)[1, pad:], attn(x[1:, pad:])[0], rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(attn(x, mask)[0], attn(x[:1])[0], rtol=1e-9, atol=1e-10)
+    if kernels == "recompute":
+        assert_matches_reference(attn, naive, x.requires_grad_(True), mask, rows=mask, rtol=1e-9, atol=1e-10)
 
 
 def test_cross_padding_invariance(helpers):

@@ -17,6 +17,7 @@ from lavo_zoo.checkpoints.cache import RECORD, entry_dir, write_json_atomic
 from lavo_zoo.checkpoints.card import attention_sites
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
+from lavo_zoo.engine.evaluate import pin_results
 from lavo_zoo.engine.recipe import get_recipe
 from lavo_zoo.errors import CheckpointError
 from tests.checkpoints.helpers import make_checkpoint, sha256, split_card
@@ -72,7 +73,7 @@ def results_file(path: Path, checkpoint: Path, **changes: object) -> Path:
                            "ppl@4096": {"value": 1234.5, "higher_is_better": False},
                            "ppl@stream": {"value": 37, "higher_is_better": False}},
                "command": EVAL_COMMAND, **changes}
-    path.write_text(json.dumps(results))
+    path.write_text(json.dumps(pin_results(results)))  # pinned, as `lavo-zoo eval` writes it
     return path
 
 

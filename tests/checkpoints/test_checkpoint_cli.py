@@ -13,6 +13,7 @@ from lavo_zoo.checkpoints.archive import pack_checkpoint
 from lavo_zoo.checkpoints.cache import list_entries
 from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
+from lavo_zoo.engine.evaluate import pin_results
 from lavo_zoo.errors import CheckpointError
 from tests.checkpoints.helpers import DATA, FileServer, sha256
 
@@ -89,6 +90,8 @@ def test_cache_ls_verify_rm(server: FileServer, capsys: pytest.CaptureFixture[st
     assert code == 0 and "2 entries" in out and server.url("/a.bin") in out and "complete" in out
     rows = json.loads(run(capsys, "cache", "ls", "*a.bin*", "--json")[1])
     assert [(r["state"], r["sha256"]) for r in rows] == [("complete", DIGEST)]
+    header = out.splitlines()[1].split()
+    assert header == ["key", "(folder)", "state", "on", "disk", "sha256", "index", "name", "(or", "source)"]
 
     code, out, _ = run(capsys, "cache", "verify")
     assert code == 0 and "2 cached file(s) verified" in out
@@ -189,8 +192,9 @@ def test_export_uses_eval_results_for_metrics(checkpoint_dir: Path, tmp_path: Pa
                                               capsys: pytest.CaptureFixture[str]) -> None:
     meta = json.loads((checkpoint_dir / "meta.json").read_text())
     results = tmp_path / "test.json"
-    results.write_text(json.dumps({"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
-                                   "metrics": {"perplexity": {"value": 38.0, "higher_is_better": False}}}))
+    scored = {"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
+              "metrics": {"perplexity": {"value": 38.0, "higher_is_better": False}}}
+    results.write_text(json.dumps(pin_results(scored)))
     code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "x.tar.gz"), "--results", str(results))
     entry = yaml.safe_load(text.split("published):")[1])[0]
     assert code == 0 and entry["name"] == "lm/x@v1" and entry["metrics"] == {"perplexity": 38.0}
@@ -317,3 +321,18 @@ def test_help_ends_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
                     ["export"], ["push"]):
         code, out, _ = run(capsys, *command, "--help")
         assert code == 0 and "Examples:" in out.split("Options:")[-1], command
+
+
+def test_the_default_name_comes_from_out_and_out_dot_is_refused(checkpoint_dir: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --name, OUT's name becomes the config (characters an index name does not take made '-'); an OUT
+    that leaves nothing, or the current folder for --format hf, is refused before any work, saying what to give."""
+    code, text, _ = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "My Model v2.tar.gz"))
+    assert code == 0 and yaml.safe_load(text.split("published):")[1])[0]["name"] == "lm/My-Model-v2@v1"
+    code, _, err = run(capsys, "export", str(checkpoint_dir), str(tmp_path / "--.tar.gz"))
+    assert code == 2 and "gives no index name to default --name to; give --name lm/<config>@<tag>" in err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("keep")
+    code, _, err = run(capsys, "export", str(checkpoint_dir), ".", "--format", "hf", "--overwrite")
+    assert code == 2 and "OUT . is the current folder" in err and (tmp_path / "mine.txt").read_text() == "keep"

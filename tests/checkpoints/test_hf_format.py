@@ -14,6 +14,7 @@ pytest.importorskip("transformers", reason="the hf extra (pip install -e '.[dev]
 
 from lavo_zoo.cli import main
 from lavo_zoo.engine.checkpoint_io import save_checkpoint
+from lavo_zoo.engine.evaluate import pin_results
 from tests.checkpoints.helpers import make_checkpoint, split_card
 from tests.recipes.lm.helpers import tiny_config
 
@@ -36,9 +37,10 @@ def lm_checkpoint(root: Path) -> Path:
 
 def results_for(checkpoint: Path, path: Path) -> Path:
     meta = json.loads((checkpoint / "meta.json").read_text())
-    path.write_text(json.dumps({"recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
-                                "metrics": {"ppl@32": {"value": 123.5, "higher_is_better": False}},
-                                "command": "lavo-zoo eval runs/x/checkpoints/last --out test.json"}))
+    path.write_text(json.dumps(pin_results({
+        "recipe": "lm", "checkpoint_sha256": meta["weights_sha256"], "split": "test",
+        "metrics": {"ppl@32": {"value": 123.5, "higher_is_better": False}},
+        "command": "lavo-zoo eval runs/x/checkpoints/last --out test.json"})))
     return path
 
 

@@ -57,6 +57,18 @@ def test_invalid_entries_name_the_problem(tmp_path: Path, change: dict[str, Any]
     assert message in str(err.value)
 
 
+def test_an_unquoted_all_digit_sha256_is_named_as_such(tmp_path: Path) -> None:
+    """YAML reads 64 unquoted digits as an integer: the message says to quote it, not that they are no hex."""
+    digits = "1234567890" * 6 + "1234"
+    text = yaml.safe_dump({"version": 1, "checkpoints": [{**ENTRY, "sha256": "DIGITS"}]}).replace("DIGITS", digits)
+    (tmp_path / "i.yaml").write_text(text)
+    with pytest.raises(CheckpointError, match=r"sha256 was read as a number .* quote it") as err:
+        load_index(tmp_path / "i.yaml")
+    assert "64 lowercase hex digits" not in str(err.value)
+    (tmp_path / "i.yaml").write_text(text.replace(digits, f'"{digits}"'))
+    assert load_index(tmp_path / "i.yaml").get(ENTRY["name"]).sha256 == digits
+
+
 def test_index_structure_errors(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="listed twice"):
         load_index(write_index(tmp_path / "i.yaml", ENTRY, ENTRY))

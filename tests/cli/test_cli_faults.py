@@ -257,6 +257,32 @@ def test_a_data_size_beyond_its_range_is_refused_before_generating(tmp_path, cap
     assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("args", [["data", "recall", "--size", "1000000000"],
+                                  ["train", "recall/tiny-lavo", "data.seq_len=100000000", "--dry-run"],
+                                  ["train", "recall/tiny-lavo", "data.eval_size=1000000000", "--dry-run"]])
+def test_generated_data_that_cannot_fit_is_refused_before_generating(tmp_path, capsys, args):
+    """--size and data.seq_len multiply the generator's memory: refused with the sizes to lower, not a MemoryError
+    (the dry run generates the built-in data too)."""
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "generating the built-in data of recall/mqar needs about" in err and "MemoryError" not in err
+    assert "lower --size (data.builtin_size), data.eval_size, data.seq_len or data.num_pairs" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "point_cloud/tiny-lavo", "data.gt_points=1000000000"], ("generating the built-in data of "
+     "point_cloud/shapes needs about 100 GB of memory")),
+    (["train", "lra/tiny-listops-lavo", "data.max_length=1000000000"], "training this model (64,000,"),
+    (["train", "lm/tiny-lavo", "model.embed_dim=65536", "model.ffn_dim=262144"], "training this model (")])
+def test_a_model_or_data_that_cannot_fit_is_refused_before_it_is_built(tmp_path, capsys, args, message):
+    """Sizes that multiply memory (points per cloud, a position table, the width) are estimated before the work:
+    the model is counted on the meta device, the data by its generator's footprint; never an allocator error."""
+    assert main([*args, "--out", str(tmp_path / "run"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "RuntimeError" not in err and "MemoryError" not in err, err
+
+
 def test_a_built_in_table_running_past_the_last_date_pandas_holds_is_refused(capsys):
     assert main(["train", "time_series/tiny-lavo", "data.freq=D", "data.builtin_size=1000000", "--dry-run"]) == 2
     assert "run past the year 2262" in capsys.readouterr().err
@@ -315,3 +341,111 @@ def test_a_recipe_command_never_writes_over_its_input(tmp_path, capsys, command,
     given.write_text("the user's data")
     assert main([part.format(input=given) for part in command]) == 2
     assert f"is the {name} this command reads" in capsys.readouterr().err and given.read_text() == "the user's data"
+
+
+def test_the_index_entry_cites_the_command_that_reproduces_its_metrics(run_dir, tmp_path, capsys):
+    """export's entry repeats the overrides and --max-batches the results were measured with; running its command
+    (on the same weights) gives the same metrics. A metric edited by hand afterwards is refused (the results' pin)."""
+    import json
+    import shlex
+
+    import yaml
+
+    last = str(run_dir / "checkpoints" / "last")
+    results = tmp_path / "r.json"
+    assert main(["eval", last, "train.batch_size=3", "--max-batches", "2", "--out", str(results)]) == 0
+    assert main(["export", last, str(tmp_path / "x.tar.gz"), "--results", str(results)]) == 0
+    entry = yaml.safe_load(capsys.readouterr().out.split("published):")[1])[0]
+    assert entry["command"] == "lavo-zoo eval toy/x@v1 train.batch_size=3 --split test --max-batches 2"
+    words = shlex.split(entry["command"])
+    again = tmp_path / "again.json"
+    assert main([words[1], last, *words[3:], "--out", str(again)]) == 0
+    plain = tmp_path / "plain.json"  # what the entry cited before: the default settings measure something else
+    assert main(["eval", last, "--split", "test", "--out", str(plain)]) == 0
+    measured, default = ({k: v["value"] for k, v in json.loads(f.read_text())["metrics"].items()}
+                         for f in (again, plain))
+    assert measured == entry["metrics"] != default
+    data = json.loads(results.read_text())
+    name = next(iter(data["metrics"]))
+    data["metrics"][name]["value"] *= 0.5
+    results.write_text(json.dumps(data, indent=2))
+    capsys.readouterr()
+    assert main(["export", last, str(tmp_path / "y.tar.gz"), "--results", str(results)]) == 2
+    assert "has changed since lavo-zoo eval wrote it" in capsys.readouterr().err
+    assert not (tmp_path / "y.tar.gz").exists()
+
+
+def test_eval_of_weights_that_are_not_finite_fails_before_scoring(run_dir, tmp_path, capsys):
+    """A model whose weights hold NaN is refused (exit 1, naming the tensors), not scored to `nan` with exit 0."""
+    import torch
+
+    from lavo_zoo.engine.checkpoint_io import read_config, save_checkpoint
+
+    recipe, cfg = read_config(run_dir / "checkpoints" / "last")
+    model = recipe.build_model(cfg)
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    bad = save_checkpoint(tmp_path / "checkpoints", 1, model, cfg, recipe.name)
+    assert main(["eval", str(bad), "--out", str(tmp_path / "r.json")]) == 1
+    err = capsys.readouterr().err
+    assert "hold NaN or infinite values" in err and "Traceback" not in err and not (tmp_path / "r.json").exists()
+
+
+def test_a_malformed_validation_split_is_an_error_and_only_a_missing_one_turns_validation_off(tmp_path, capsys):
+    data = tmp_path / "data"
+    assert main(["data", "recall", "--out", str(data), "--size", "64"]) == 0  # Zoology's settings: the defaults
+    train = ["train", "recall/tiny-lavo", f"data.path={data}", "data.vocab_size=8192", "data.seq_len=64",
+             "data.min_distance=1", "--out", str(tmp_path / "run"), "--dry-run"]
+    lines = (data / "validation.jsonl").read_text().splitlines()
+    (data / "validation.jsonl").write_text("\n".join([lines[0], lines[1][:40], *lines[2:]]) + "\n")
+    capsys.readouterr()
+    assert main(train) == 1
+    assert f"{data / 'validation.jsonl'}, line 2" in capsys.readouterr().err
+    (data / "validation.jsonl").unlink()
+    assert main(train) == 0
+    assert "no validation split (recall split 'validation' is missing" in capsys.readouterr().out
+
+
+def test_messages_name_what_is_there_not_a_missing_file(run_dir, tmp_path, capsys):
+    """A folder where a file belongs is 'a folder', not 'missing'; a folder of nothing is 'not a checkpoint'; a run's
+    checkpoints/ names its checkpoints; another library's config.json is called that, not 'config.yaml is missing'."""
+    import shutil
+
+    ckpt = tmp_path / "ck"
+    shutil.copytree(run_dir / "checkpoints" / "step-2", ckpt)
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "model.safetensors").mkdir()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "config.json").write_text('{"model_type": "gpt2"}')
+    empty, checkpoints = tmp_path / "empty", run_dir / "checkpoints"
+    for target, message in [
+            (ckpt, f"checkpoint {ckpt} is incomplete: model.safetensors is a folder, not a file"),
+            (empty, f"{empty} is not a checkpoint: it holds none of model.safetensors, config.yaml and meta.json"),
+            (checkpoints, f"{checkpoints} is a folder of checkpoints (last, step-1, step-2), not one; give one"),
+            (tmp_path / "foreign", "holds a config.json that names no lavo-zoo model (no lavo_zoo.recipe)")]:
+        assert main(["eval", str(target)]) in (1, 2)
+        err = capsys.readouterr().err
+        assert message in err and "is missing" not in err, err
+
+
+def test_a_run_with_only_its_best_checkpoint_is_loaded_and_named(run_dir, tmp_path, capsys):
+    """README: lavo_zoo.load(RUN) takes the run's newest complete checkpoint, else its best; eval RUN names it."""
+    import shutil
+
+    from lavo_zoo.checkpoints.load import checkpoint_dir
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copytree(run_dir / "checkpoints" / "step-2", run / "checkpoints" / "best")
+    assert checkpoint_dir(run) == run / "checkpoints" / "best"  # what lavo_zoo.load(run) loads
+    assert main(["eval", str(run)]) == 2
+    assert f"give one of its checkpoints, e.g. {run / 'checkpoints' / 'best'}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", ["lm/tiny-lavo", "time_series/tiny-lavo", "point_cloud/tiny-lavo"])
+def test_a_data_path_that_does_not_exist_is_a_usage_error_in_every_recipe(config, tmp_path, capsys):
+    """An input that is not there exits 2, as a missing --pred or --csv does (one exit-code table)."""
+    missing = tmp_path / "no-such-data"
+    assert main(["train", config, f"data.path={missing}", "--out", str(tmp_path / "run"), "--dry-run"]) == 2
+    assert f"data.path {missing} does not exist" in capsys.readouterr().err

@@ -5,6 +5,7 @@ values through the evaluator), eval's results JSON schema, the old spellings as 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -368,3 +369,65 @@ def test_mcd_refuses_a_wav_shorter_than_one_frame(tmp_path, capsys):
         sf.write(str(tmp_path / folder / "a.wav"), tone(seconds), 22_050)
     assert main(["score", "mcd", "--pred", str(tmp_path / "syn"), "--ref", str(tmp_path / "ref")]) == 1
     assert "holds 44 samples, less than half an analysis window" in capsys.readouterr().err
+
+
+def test_formats_are_told_by_content_not_by_the_files_name(tmp_path, capsys):
+    """JSON lines in a .txt, from a pipe or from standard input ('-') are read as JSON lines; a .npy array named
+    .txt is an array; a recall split given as the predictions is refused (it scored 1.0: the split against itself)."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.helpers import RUNNER
+
+    pairs = "".join(json.dumps(p) + "\n" for p in ROUGE_PAIRS[:4])
+    expected = score_summaries([p["hypothesis"] for p in ROUGE_PAIRS[:4]], [p["reference"] for p in ROUGE_PAIRS[:4]])
+    (tmp_path / "pairs.txt").write_text(pairs)
+    code, results = _score("rouge", "--pred", str(tmp_path / "pairs.txt"), "--out", str(tmp_path / "a.json"))
+    assert code == 0 and _values(results) == pytest.approx(expected)
+    read, write = os.pipe()  # a pipe (its name has no suffix), read once
+    threading.Thread(target=lambda: (os.write(write, pairs.encode()), os.close(write))).start()
+    code, results = _score("rouge", "--pred", f"/dev/fd/{read}", "--out", str(tmp_path / "b.json"))
+    os.close(read)
+    assert code == 0 and _values(results) == pytest.approx(expected)
+    run = subprocess.run([sys.executable, RUNNER, "score", "rouge", "--pred", "-", "--json"], input=pairs,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    assert _values(json.loads(run.stdout)) == pytest.approx(expected)
+
+    np.save(tmp_path / "ids.npy", np.array([0, 2, 1, 1]))
+    (tmp_path / "ids.txt").write_bytes((tmp_path / "ids.npy").read_bytes())
+    (tmp_path / "true.txt").write_text("0\n2\n1\n0\n")
+    code, results = _score("accuracy", "--pred", str(tmp_path / "ids.txt"), "--ref", str(tmp_path / "true.txt"),
+                           "--out", str(tmp_path / "c.json"))
+    assert code == 0 and results["metrics"]["accuracy"]["value"] == 0.75
+
+    data = tmp_path / "recall"
+    assert main(["data", "recall", "--out", str(data), "--size", "4"]) == 0
+    split = data / "test.jsonl"
+    answers = tmp_path / "answers.txt"  # JSON lines under another name: the model's answers, all right
+    answers.write_text("".join(json.dumps({"queries": json.loads(line)["queries"],
+                                           "answers": json.loads(line)["answers"]}) + "\n"
+                               for line in split.read_text().splitlines()))
+    code, results = _score("accuracy", "--pred", str(answers), "--ref", str(split), "--out", str(tmp_path / "d.json"))
+    assert code == 0 and results["metrics"]["accuracy"]["value"] == 1.0 and "accuracy@mqar" in results["metrics"]
+    capsys.readouterr()
+    assert main(["score", "accuracy", "--pred", str(split), "--ref", str(split)]) == 2
+    assert f"--pred {split}, line 1 is an example of a recall split" in capsys.readouterr().err
+
+
+def test_forecast_files_are_told_by_content(tmp_path):
+    """A .npy array or a CSV table under another name is read as what it holds (Informer's metrics either way)."""
+    import pandas as pd
+
+    truth, pred, true, dates = _forecast_csvs(tmp_path)
+    expected = _informer_metrics(pred, true)
+    pd.DataFrame({"date": dates, "a": pred[:, 0], "b": pred[:, 1]}).to_csv(tmp_path / "table.txt", index=False)
+    np.save(tmp_path / "array.npy", pred)
+    (tmp_path / "array.dat").write_bytes((tmp_path / "array.npy").read_bytes())
+    np.save(tmp_path / "true.npy", true)
+    (tmp_path / "true.bin").write_bytes((tmp_path / "true.npy").read_bytes())
+    for args in (["--pred", str(tmp_path / "table.txt"), "--ref", str(truth)],
+                 ["--pred", str(tmp_path / "array.dat"), "--ref", str(tmp_path / "true.bin")]):
+        code, results = _score("forecast", *args, "--out", str(tmp_path / "r.json"), "--overwrite")
+        assert code == 0 and _values(results) == pytest.approx(expected, rel=1e-12), args

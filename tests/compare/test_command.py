@@ -44,3 +44,12 @@ def test_compare_runs_recipes_whose_sizes_come_from_the_data(tmp_path, config, o
     assert rows[1]["faster than softmax from"] == "-" and rows[0]["faster than softmax from"]
     key = json.loads((tmp_path / "cmp" / "efficiency" / "lavo.json").read_text())["key"]
     assert key["pattern"] == ("cross" if "--site" in overrides else "causal") and key["embed_dim"] > 0
+
+
+@pytest.mark.parametrize("args", [["--collect", "."], ["lm/tiny-lavo"], ["lm/tiny-lavo", "--dry-run"]])
+def test_a_study_without_out_is_a_usage_error(args, capsys):
+    """Found by the sweep: compare --collect (and a study, and its dry run) without --out died in an AttributeError."""
+    from lavo_zoo.cli import main
+
+    assert main(["compare", *args]) == 2
+    assert "give --out DIR, the study folder" in capsys.readouterr().err

@@ -82,3 +82,20 @@ def test_a_device_it_cannot_use_is_refused() -> None:
         with pytest.raises(UsageError, match="numbered from 0"):
             predictor.to(f"cuda:{torch.cuda.device_count()}")
     assert predictor.to("cpu") is predictor and predictor.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("device, match", [(1.5, "got 1.5"), (b"cpu", "got b'cpu'"), (["cpu"], r"got \['cpu'\]"),
+                                           (True, "got True")])
+def test_a_device_of_another_type_is_an_input_error_naming_the_argument(device, match) -> None:
+    """Python callers get an InputError that names `device` (not `--device`), never a TypeError; a GPU index reads
+    as torch reads it (0 is cuda:0), and a torch.device is taken."""
+    from lavo_zoo.errors import InputError
+
+    predictor = _predictor()
+    with pytest.raises(InputError, match=rf"^device must be cpu, cuda or cuda:N, {match} \(a GPU index N or a"):
+        predictor.to(device)
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="^device cuda:0 was asked for but no CUDA GPU is available; use "
+                                             "device='cpu'"):
+            predictor.to(0)
+    assert predictor.to(torch.device("cpu")).device == torch.device("cpu")

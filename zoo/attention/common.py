@@ -49,19 +49,34 @@ def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None, dim: int 
     return torch.softmax(scores, dim=dim) * allowed.to(scores.dtype)
 
 
-def segment_means(x: torch.Tensor, mask: torch.Tensor | None, num_segments: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Means of ``num_segments`` contiguous segments of the valid tokens' features (landmarks).
+def segment_means(x: torch.Tensor, mask: torch.Tensor | None, num_segments: int,
+                  per_row: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Means of contiguous segments of each row's real tokens (landmarks), counted over the real tokens only, so that
+    a padded row has the landmarks of the row alone wherever its padding is.
 
-    x [B, H, T, d], mask [B, T] (True = real) or None. Position t belongs to segment floor(t * C / T) with
-    C = min(num_segments, T), so segments differ in length by at most one and C = T gives the tokens themselves.
-    Padded tokens are left out of the means. Returns means [B, H, C, d] and valid [B, C] (segment has a real token).
+    Args:
+        x: [B, H, T, d].
+        mask: [B, T] bool, True = real (None: all real).
+        num_segments: at most this many segments: C = min(num_segments, T) are returned.
+        per_row: [B] int64, the segments of each row (<= C and <= its real tokens; default min(C, its real tokens)).
+
+    Returns:
+        (means [B, H, C, d], valid [B, C]). Row b's i-th real token of n belongs to segment floor(i * C_b / n) with
+        C_b its segment count, so segments differ in length by at most one and C_b = n gives the tokens themselves;
+        segments C_b.. are empty (invalid, zero means). Without a mask, position t belongs to segment floor(t C / T).
     """
     B, _, T, _ = x.shape
     C = min(num_segments, T)
-    seg = torch.arange(T, device=x.device) * C // T  # [T]
-    onehot = F.one_hot(seg, C).to(x.dtype)  # [T, C]
-    w = onehot.expand(B, T, C) if mask is None else onehot * mask[:, :, None].to(x.dtype)  # [B, T, C]
+    if mask is None and per_row is None:
+        onehot = F.one_hot(torch.arange(T, device=x.device) * C // T, C).to(x.dtype)  # [T, C]
+        w = onehot.expand(B, T, C)
+    else:
+        real = torch.ones(B, T, dtype=torch.long, device=x.device) if mask is None else mask.long()  # [B, T]
+        rank = (real.cumsum(1) - 1).clamp_min(0)  # [B, T] each real token's index among its row's real tokens
+        n = real.sum(1, keepdim=True)  # [B, 1]
+        rows = n.clamp(max=C) if per_row is None else per_row.to(n)[:, None]  # [B, 1]
+        seg = (rank * rows).div(n.clamp_min(1), rounding_mode="floor").clamp(max=C - 1)  # [B, T]
+        w = F.one_hot(seg, C).to(x.dtype) * real[:, :, None].to(x.dtype)  # [B, T, C]
     counts = w.sum(1)  # [B, C]
     means = torch.einsum("btc,bhtd->bhcd", w, x) / counts.clamp_min(1)[:, None, :, None]
     return means, counts > 0

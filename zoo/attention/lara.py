@@ -3,8 +3,8 @@ mechanism").
 
 Softmax attention is an expectation over random features omega; LARA estimates it by self-normalised multiple
 importance sampling with C Gaussian proposals N(mu_c, I) whose means are landmarks, mu_c = q_bar_c + k_bar_c (means
-of C contiguous segments of the scaled queries and keys), one sample omega_c per proposal (omega_c = mu_c + noise in
-training, omega_c = mu_c in eval). With xi(x, w) = exp(w.x - |x|^2/2) (q, k scaled by d^(-1/4)):
+of C contiguous segments of the real scaled queries and keys), one sample omega_c per proposal (omega_c = mu_c +
+noise in training, omega_c = mu_c in eval). With xi(x, w) = exp(w.x - |x|^2/2) (q, k scaled by d^(-1/4)):
 
     V_bar_c = sum_m softmax_m(log xi(k_m, omega_c)) v_m                                    (landmark reads keys)
     l_nc    = q_n.mu_c + log xi(q_n, omega_c) + logsumexp_m log xi(k_m, omega_c) - log xi(mu_c, omega_c)
@@ -51,8 +51,11 @@ class LARAAttention(ProjectedAttention):
                   k_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Scaled q [B,H,T,d], k [B,H,S,d] -> mu [B,H,C,d], omega [B,H,C,d], valid [B,C]."""
         C = min(self.num_landmarks, q.shape[2], k.shape[2])
-        q_bar, q_ok = segment_means(q, q_mask, C)
-        k_bar, k_ok = segment_means(k, k_mask, C)
+        nq = q_mask.sum(1) if q_mask is not None else torch.full((q.shape[0],), q.shape[2], device=q.device)
+        nk = k_mask.sum(1) if k_mask is not None else torch.full((k.shape[0],), k.shape[2], device=k.device)
+        per_row = torch.minimum(nq, nk).clamp(max=C)  # [B] one count for both: mu pairs query and key segment c
+        q_bar, q_ok = segment_means(q, q_mask, C, per_row)
+        k_bar, k_ok = segment_means(k, k_mask, C, per_row)
         mu = q_bar + k_bar
         omega = mu + torch.randn_like(mu) if self.training else mu
         return mu, omega, q_ok | k_ok
@@ -93,7 +96,6 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
     key_mask = context_mask if m.pattern == "cross" else padding_mask
     qm = ones(B, T) if padding_mask is None else padding_mask
     km = ones(B, S) if key_mask is None else key_mask
-    C = min(m.num_landmarks, T, S)
 
     def xi(z, om):  # z [n, d], om [C, d] -> [n, C]
         return torch.exp(z @ om.T - 0.5 * (z * z).sum(-1, keepdim=True))
@@ -106,11 +108,13 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         keys = [s for s in range(S) if bool(km[b, s])]
         if not keys:
             continue
+        C = min(m.num_landmarks, int(qm[b].sum()), len(keys))  # segments of the real queries and keys
+        if C == 0:
+            continue
         for h in range(H):
-            qb, qok = seg_means(q[b, h], qm[b], C)
-            kb, kok = seg_means(k[b, h], km[b], C)
-            keep = [c for c in range(C) if qok[c] or kok[c]]
-            mu = (qb + kb)[keep]  # [C', d]
+            qb, _ = seg_means(q[b, h], qm[b], C)
+            kb, _ = seg_means(k[b, h], km[b], C)
+            mu = qb + kb  # [C, d]
             om = mu
             xk = xi(k[b, h, keys], om)  # [n, C']
             s_c = xk.T @ v[b, h, keys]  # [C', d]

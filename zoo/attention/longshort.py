@@ -7,7 +7,8 @@ Each query attends, with ONE softmax, to the union of
 - long-term keys: a dynamic low-rank projection of all keys, K_bar = P^T K with P = softmax_over_tokens(K W_P)
   ([r, d] per head); causal: every segment of w tokens is projected to ``segment_rank`` keys on its own and a query
   in segment j sees the projections of the complete segments < j only.
-Both key sets (and value sets) go through their own LayerNorm ("DualLN") before the softmax.
+Both key sets (and value sets) go through their own LayerNorm ("DualLN") before the softmax. Segments are counted
+from each row's first real token (left padding is moved to the end for the call: ``ops/padding.py``).
 Cost: O(T (w + r) d) noncausal; causal O(T (w + T r / w) d).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.common import ProjectedAttention, masked_softmax
 from lavo_zoo.attention.ops.naive import merge, ones, qkv
+from lavo_zoo.attention.ops.padding import left_aligned
 
 
 @register_attention("longshort")
@@ -56,6 +58,12 @@ class LongShortAttention(ProjectedAttention):
 
     def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
                context_mask: torch.Tensor | None, state: Any, return_state: bool) -> torch.Tensor:
+        if padding_mask is not None:  # segments start at each row's first real token (lavo_zoo.attention.ops.padding)
+            return left_aligned(self._attend, x, padding_mask)
+        return self._attend(x, None)
+
+    def _attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, T, D] with segments cut at multiples of w from position 0 -> [B, T, D]."""
         q, k, v = self.qkv(x, None)  # [B, H, T, d]
         B, H, T, d = q.shape
         w = self.window_size
@@ -132,21 +140,22 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
     out = torch.zeros_like(q)
     for b in range(B):
         real = [s for s in range(T) if bool(mask[b, s])]
+        s0 = real[0] if real else 0  # segments are counted from the row's first real token
         if m.pattern == "noncausal" and real:
             p = torch.softmax(logits[b, :, real], dim=1)  # [H, n, r]
             kl_all = m.ln_long(p.transpose(-1, -2) @ k[b, :, real])  # [H, r, d]
             vl_all = m.ln_long(p.transpose(-1, -2) @ v[b, :, real])
-        for t in range(T):
-            j = t // w
+        for t in range(s0, T):
+            j = (t - s0) // w
             if m.pattern == "noncausal":
-                lo, hi = j * w - w // 2, (j + 1) * w + w // 2
+                lo, hi = s0 + j * w - w // 2, s0 + (j + 1) * w + w // 2
                 win = [s for s in range(max(lo, 0), min(hi, T)) if bool(mask[b, s])]
                 kl, vl = (kl_all, vl_all) if real else (q.new_zeros(H, 0, d),) * 2
             else:
-                win = [s for s in range(max((j - 1) * w, 0), t + 1) if bool(mask[b, s])]
+                win = [s for s in range(max(s0 + (j - 1) * w, 0), t + 1) if bool(mask[b, s])]
                 kls, vls = [], []
                 for jj in range(j):  # complete earlier segments, each projected on its own
-                    seg = [s for s in range(jj * w, (jj + 1) * w) if bool(mask[b, s])]
+                    seg = [s for s in range(s0 + jj * w, s0 + (jj + 1) * w) if bool(mask[b, s])]
                     if seg:
                         p = torch.softmax(logits[b, :, seg], dim=1)  # [H, n, rk]
                         kls.append(m.ln_long(p.transpose(-1, -2) @ k[b, :, seg]))

@@ -110,6 +110,9 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
     run one after another here, several at once on this machine (--launcher local) or as jobs on a Slurm cluster
     (--launcher slurm); the study folder is the only coordination between them.
     """
+    if out is None:  # --collect too: the table is written, not only printed; the dry run checks the cells in OUT
+        raise UsageError("give --out DIR, the study folder (cells/, table.md, table.csv, chart.png)"
+                         + ("; with --collect, where the table goes" if collect_paths else ""))
     if collect_paths:
         paths = [Path(p) for p in ([config] if config else []) + list(overrides)]
         if not paths:

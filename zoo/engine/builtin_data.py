@@ -39,6 +39,8 @@ class BuiltinData:
     :meth:`config` has a default."""
 
     datasets: ClassVar[tuple[str, ...]] = ()  # the names `lavo-zoo data <recipe>/<name>` takes, the default first
+    # the settings that multiply what generating takes (:meth:`footprint`), named when it is refused
+    size_settings: ClassVar[tuple[str, ...]] = ("--size (data.builtin_size)",)
 
     def config(self, data: Any, dataset: str, size: int | None) -> Any:
         """The data section whose built-in data ``lavo-zoo data <recipe>/<dataset> --size N`` writes.
@@ -73,6 +75,19 @@ class BuiltinData:
         """
         raise NotImplementedError
 
+    def footprint(self, data: Any) -> tuple[int, int]:
+        """What generating data section ``data`` takes, for a generator whose sizes (``--size``, a sequence length)
+        are not bounded by the schema: checked before any work (:func:`check_footprint`).
+
+        Args:
+            data: a data section with ``path`` unset.
+
+        Returns:
+            (bytes of memory the generator holds at its peak, bytes of files it writes); the default (0, 0) checks
+            nothing.
+        """
+        return 0, 0
+
     def write(self, out: Path, data: Any) -> Path:
         """Generate the built-in data that data section ``data`` describes.
 
@@ -95,14 +110,41 @@ def check_dataset(recipe: str, dataset: str | None, names: tuple[str, ...]) -> s
     return dataset
 
 
-def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Callable[[Path], Path]) -> Path:
+def check_footprint(builtin: BuiltinData, data: Any, target: Path, what: str) -> None:
+    """Refuse, before it starts, a generation whose memory or files (:meth:`BuiltinData.footprint`) the machine cannot
+    hold: an :class:`~lavo_zoo.errors.InputError` saying ``what`` and naming the sizes to lower.
+
+    Args:
+        builtin: the recipe's built-in data.
+        data: the data section to generate.
+        target: the folder the files go to (or would be created in).
+        what: the request, for the message (``the built-in data of recall/mqar``).
+    """
+    from lavo_zoo.engine.memory import check_fits, format_bytes
+
+    memory, disk = builtin.footprint(data)
+    *rest, last = builtin.size_settings
+    fix = f"lower {', '.join(rest) + ' or ' if rest else ''}{last}"
+    check_fits(memory, "cpu", f"generating {what}", fix)
+    folder = next((p for p in (Path(target), *Path(target).parents) if p.exists()), Path("."))
+    free = shutil.disk_usage(folder).free
+    if disk > free:
+        from lavo_zoo.errors import InputError
+
+        raise InputError(f"generating {what} writes about {format_bytes(disk)}, but {folder} has {format_bytes(free)} "
+                         f"free; {fix}, or write elsewhere")
+
+
+def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Callable[[Path], Path],
+                      check: Callable[[], None] | None = None) -> Path:
     """A generated built-in dataset in ``parent/<name>-<hash of key>``, written once; returns the path to give as
     ``data.path`` (the folder, or the file in it that ``write`` returned).
 
     ``key`` holds everything the generated files depend on (generator settings, a format version, the Python version
     for data taken from the standard library): a change gives another folder, so a stale dataset is never read.
-    ``write(folder)`` fills a temporary folder and returns the data path inside it; the folder is then renamed into
-    place, so crashes never leave a half-written dataset. Processes that ask for it at once wait for the one that
+    ``check()``, when given, runs before a dataset is generated (not when it is in the cache). ``write(folder)``
+    fills a temporary folder and returns the data path inside it; the folder is then renamed into place, so crashes
+    never leave a half-written dataset. Processes that ask for it at once wait for the one that
     writes it (a lock file beside it), so none writes it twice or replaces a dataset another one is reading.
     """
     from filelock import FileLock
@@ -110,6 +152,8 @@ def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Calla
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     root = Path(parent).expanduser() / f"{name}-{digest}"
     if not (root / DATA_PATH_FILE).is_file():
+        if check is not None:
+            check()
         root.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(root.parent / f".{root.name}.lock"):
             if not (root / DATA_PATH_FILE).is_file():  # nobody wrote it while this process waited

@@ -34,7 +34,8 @@ from lavo_zoo.atomic import fsync_tree, replace_link, swap_folder, temporary_fol
 from lavo_zoo.config import config_yaml
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
-from lavo_zoo.errors import CheckpointError, ConfigError, UsageError, os_error_reason
+from lavo_zoo.engine.memory import check_model_fits
+from lavo_zoo.errors import CheckpointError, ConfigError, UsageError, not_a_file, os_error_reason
 from lavo_zoo.options import CHECKPOINT_FILES
 
 WEIGHTS, CONFIG, META, TRAIN_STATE = CHECKPOINT_FILES
@@ -160,6 +161,18 @@ def latest_checkpoint(root: Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+def run_checkpoint(run: Path) -> Path | None:
+    """The checkpoint a run directory stands for where one checkpoint is asked for (``lavo_zoo.load(RUN)``, the
+    message refusing ``eval RUN``): its newest complete checkpoint (:func:`latest_checkpoint`), else its complete
+    ``best``, else None."""
+    root = Path(run) / "checkpoints"
+    latest = latest_checkpoint(root)
+    if latest is not None:
+        return latest
+    best = root / "best"
+    return best if (best / META).is_file() and (best / WEIGHTS).is_file() else None
+
+
 # ------------------------------------------------------------------------------------------------------ loading
 def read_meta(path: Path) -> dict[str, Any]:
     """``meta.json`` of checkpoint ``path`` after checking the directory and its files exist."""
@@ -167,14 +180,25 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist or is not a directory")
     if not (path / META).is_file() and (path / "checkpoints").is_dir():
-        latest = latest_checkpoint(path / "checkpoints")
+        latest = run_checkpoint(path)
         raise UsageError(f"{path} is a run directory, not a checkpoint; give one of its checkpoints, "
                          + (f"e.g. {latest}" if latest is not None else
                             f"in {path / 'checkpoints'} (none is complete yet)"))
+    holds = f"a checkpoint directory holds {WEIGHTS}, {CONFIG} and {META}"
+    if not any((path / name).exists() for name in (CONFIG, META)):
+        if (path / "config.json").is_file():  # a transformers folder lavo-zoo did not write (it reads its own)
+            raise CheckpointError(f"{path} holds a config.json that names no lavo-zoo model (no lavo_zoo.recipe): a "
+                                  "model folder of another library, neither a lavo-zoo checkpoint directory nor a "
+                                  "folder that `lavo-zoo export --format hf` wrote")
+        inside = sorted(p.name for p in path.iterdir() if (p / META).is_file())
+        if inside:  # a run's checkpoints/ folder
+            raise UsageError(f"{path} is a folder of checkpoints ({', '.join(inside[:5])}), not one; give one of them "
+                             f"(e.g. {path / inside[0]}) or the run directory")
+        raise CheckpointError(f"{path} is not a checkpoint: it holds none of {WEIGHTS}, {CONFIG} and {META}; give a "
+                              "checkpoint directory (e.g. runs/x/checkpoints/last) or a run directory")
     for name in (WEIGHTS, CONFIG, META):
         if not (path / name).is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing "
-                                  f"(a checkpoint directory holds {WEIGHTS}, {CONFIG} and {META})")
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} {not_a_file(path / name)} ({holds})")
     try:
         meta = json.loads((path / META).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -195,7 +219,7 @@ def verify_checkpoint(path: Path, meta: dict[str, Any], names: tuple[str, ...] =
             continue
         file = path / name
         if not file.is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} {not_a_file(file)}")
         actual = sha256_file(file)
         if actual != recorded[name]:
             what = ("is corrupt or truncated" if name != CONFIG else
@@ -303,6 +327,7 @@ def load_model(path: Path | str, device: torch.device | str = "cpu", overrides: 
     meta = read_meta(path)
     verify_weights(path, meta)
     recipe, cfg = read_config(path, overrides)
+    check_model_fits(lambda: recipe.build_model(cfg), device, 1, f"the model of {path}")
     model = recipe.build_model(cfg)
     try:
         load_weights(model, path)

@@ -17,9 +17,10 @@ from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
 from lavo_zoo.engine.checkpoint_io import read_config, read_meta
 from lavo_zoo.engine.data import epoch_steps
 from lavo_zoo.engine.env import pick_device
+from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.engine.recipe import Recipe
 from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source, run_total
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import MissingSplit
 from lavo_zoo.options import check_folder_writable
 
 
@@ -60,10 +61,9 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
     where += f"; training split: {train_examples} examples ({per_epoch} optimiser steps an epoch)"
     try:
         examples = f"validation split: {len(recipe.build_dataset(cfg, 'validation'))} examples"
-    except DataError as e:
-        if "validation" not in str(e):
-            raise
+    except MissingSplit as e:  # absent: training goes on without it; a malformed one is an error here too
         examples = f"no validation split ({e})"
+    check_model_fits(lambda: recipe.build_model(cfg), pick_device(device), 4, "training this model")
     model = recipe.build_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -13,7 +13,7 @@ from typing import Any
 import platformdirs
 import torch
 
-from lavo_zoo.errors import UsageError
+from lavo_zoo.errors import InputError, UsageError
 
 
 def versions() -> dict[str, str]:
@@ -81,16 +81,32 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
     return Path(platformdirs.user_cache_dir("lavo-zoo"))
 
 
-def pick_device(name: str | None) -> torch.device:
-    """``None`` -> cuda when available, else cpu; an explicit cuda without a GPU is a usage error."""
+def pick_device(name: str | torch.device | int | None, argument: str = "--device") -> torch.device:
+    """``None`` -> cuda when available, else cpu; an explicit cuda without a GPU is a usage error.
+
+    Args:
+        name: ``cpu``, ``cuda``, ``cuda:N``, a ``torch.device`` of those, or a GPU index N (as torch reads it).
+        argument: how the caller names it in messages (``--device`` on the command line, ``device`` in Python,
+            where the error is an :class:`~lavo_zoo.errors.InputError`, a ValueError too).
+
+    Raises:
+        UsageError: anything else, or a GPU this machine does not have.
+    """
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
-        raise UsageError(f"--device must be cpu, cuda or cuda:N, got '{name}'")
+    error = UsageError if argument.startswith("--") else InputError
+    if isinstance(name, int) and not isinstance(name, bool) and name >= 0:
+        name = f"cuda:{name}"
+    elif isinstance(name, torch.device):
+        name = str(name)
+    if not isinstance(name, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise error(f"{argument} must be cpu, cuda or cuda:N, got {name!r}"
+                    + ("" if error is UsageError else " (a GPU index N or a torch.device work too)"))
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name} was asked for but no CUDA GPU is available; use --device cpu")
+        raise error(f"{argument} {name} was asked for but no CUDA GPU is available; use "
+                    + ("--device cpu" if argument == "--device" else f"{argument}='cpu'"))
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from "
-                         "0; use cuda:0 or cpu")
+        raise error(f"{argument} {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from "
+                    "0; use cuda:0 or cpu")
     return device

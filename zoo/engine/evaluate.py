@@ -3,7 +3,9 @@ from a checkpoint scored on a split (its recipe's evaluator) or from files of sa
 ``from_files``)."""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ from lavo_zoo.atomic import write_file
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import NOT_REGULAR, load_model, tree_hashes
 from lavo_zoo.engine.env import pick_device, versions
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.errors import CheckpointError, UsageError, ZooError
 from lavo_zoo.evaluators import EVALUATORS
 from lavo_zoo.options import check_figure_path, check_writable
 
@@ -22,8 +24,8 @@ MANIFEST = "eval-manifest.json"  # in an evaluation's file folder: what it wrote
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
                         max_batches: int | None = None, files_dir: Path | None = None,
-                        out_file: Path | None = None, overwrite: bool = False, command: str | None = None
-                        ) -> dict[str, Any]:
+                        out_file: Path | None = None, overwrite: bool = False, command: str | None = None,
+                        reference: str | None = None, require_finite: bool = False) -> dict[str, Any]:
     """Results JSON (a dict) for checkpoint directory ``path`` on ``split``.
 
     ``files_dir``: where a recipe whose eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes
@@ -33,11 +35,16 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     nothing in it is touched (:func:`clear_files_folder`). ``out_file`` (where the results JSON will go): the
     evaluator's own outputs (e.g. the summaries) are written beside it and listed under ``outputs``; an existing one
     is refused before the work without ``overwrite``. ``command``: the command line that ran this evaluation,
-    recorded in the results (a model card cites it)."""
+    recorded in the results (a model card cites it). ``reference``: how the user named the checkpoint (an index name,
+    an archive), recorded as ``checkpoint`` (default: ``path``). ``require_finite`` (``lavo-zoo eval``): weights that
+    hold NaN or infinite values are refused before the work, and metrics that are not finite after it (a
+    :class:`~lavo_zoo.errors.ZooError`), rather than reported. The results are pinned (:func:`pin_results`)."""
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
     recipe.check_split(split)
+    if require_finite:
+        check_finite_weights(model, path)
     if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
         cfg.eval.out_dir = str(files_dir)
     folder = Path(cfg.eval.out_dir) if getattr(getattr(cfg, "eval", None), "out_dir", None) else None
@@ -61,9 +68,11 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
     results = {
         "recipe": recipe.name,
-        "checkpoint": str(Path(path)),
+        "checkpoint": reference or str(Path(path)),
         "checkpoint_sha256": meta["weights_sha256"],
         "split": split,
+        "overrides": list(overrides),  # what a release's index entry must repeat to reproduce these metrics
+        **({"max_batches": max_batches} if max_batches is not None else {}),
         "metrics": evaluator.results(),
         "num_samples": int(evaluator.num_samples),
         "config": to_dict(cfg),
@@ -77,7 +86,69 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     details = evaluator.details()
     if details:  # non-scalar results (per-class accuracy, confusion matrix): only where an evaluator has them
         results["details"] = details
-    return results
+    if require_finite:
+        check_finite_metrics(results, path)
+    return pin_results(results)
+
+
+def check_finite_weights(model: Any, path: Path) -> None:
+    """Refuse, before an evaluation, a model whose parameters hold NaN or infinite values (its metrics would be NaN).
+
+    Raises:
+        CheckpointError: naming how many parameter tensors are not finite and the first of them.
+    """
+    import torch
+
+    params = dict(model.named_parameters())
+    bad = [name for name, p in params.items() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise CheckpointError(f"{path}: {len(bad)} of the model's {len(params)} weight tensors hold NaN or infinite "
+                              f"values ({bad[0]}{', ...' if len(bad) > 1 else ''}), so every metric would be NaN; "
+                              "score an earlier checkpoint (a run whose loss became non-finite names its last good "
+                              "one)")
+
+
+def check_finite_metrics(results: dict[str, Any], path: Path) -> None:
+    """Refuse results whose metrics are not all finite numbers (an evaluation that diverged is not a result).
+
+    Raises:
+        ZooError: naming the non-finite metrics (exit 1).
+    """
+    bad = [f"{name}={metric.get('value')}" for name, metric in results["metrics"].items()
+           if not isinstance(metric.get("value"), (int, float)) or not math.isfinite(metric["value"])]
+    if bad:
+        raise ZooError(f"evaluating {path} on the {results['split']} split gave non-finite metrics ({', '.join(bad)});"
+                       " nothing was written. The model's outputs overflow on this data: check the data (values far "
+                       "outside the training range) or score an earlier checkpoint")
+
+
+# a results JSON's own sha256 (of every other key, canonical JSON): a metric edited by hand no longer matches it
+PIN = "results_sha256"
+
+
+def results_digest(results: dict[str, Any]) -> str:
+    """The sha256 of a results JSON without its pin (sorted keys, compact separators): what :data:`PIN` holds."""
+    body = {k: v for k, v in results.items() if k != PIN}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def pin_results(results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with :data:`PIN`, the sha256 of the rest, last (a release refuses results whose pin does not
+    match: :func:`check_pin`)."""
+    body = {k: v for k, v in results.items() if k != PIN}
+    return {**body, PIN: results_digest(body)}
+
+
+def check_pin(results: dict[str, Any]) -> str | None:
+    """Why ``results`` cannot be trusted to be what an evaluation wrote (no pin, or a pin the content does not match:
+    a value edited since), or None when its pin matches."""
+    if PIN not in results:
+        return (f"records no {PIN} (the sha256 lavo-zoo eval writes over its results), so nothing shows that its "
+                "metrics are what an evaluation measured")
+    if results[PIN] != results_digest(results):
+        return (f"has changed since lavo-zoo eval wrote it: its content no longer matches its {PIN} (a metric or "
+                "another value was edited)")
+    return None
 
 
 def files_folder(results_file: Path) -> Path:

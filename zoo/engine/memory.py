@@ -152,3 +152,32 @@ def check_fits(need: float, device: Any, request: str, fix: str) -> None:
     if need > room:
         raise InputError(f"{request} needs about {format_bytes(need)} of memory, but {device} has "
                          f"{format_bytes(room)} free; {fix}")
+
+
+def check_model_fits(build: Any, device: Any, copies: int, request: str) -> None:
+    """Refuse, before it is built, a model whose parameters ``device`` cannot hold ``copies`` times (1 to run it; 4 to
+    train it with Adam: weights, gradients and two moments): the model is built once on PyTorch's meta device, which
+    allocates nothing, to count its parameters. A model that cannot be built there is not checked (it is then built
+    as before).
+
+    Args:
+        build: a zero-argument callable returning the model (``lambda: recipe.build_model(cfg)``).
+        device: where it would run.
+        copies: the parameter-sized tensors the work keeps per parameter.
+        request: what was asked, for the message.
+
+    Raises:
+        InputError: the parameters cannot fit, naming their count and the bytes they need.
+    """
+    import torch
+
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the real build draws what it drew before
+            model = build()
+        params = list(model.parameters()) + list(model.buffers())
+    except Exception:  # noqa: BLE001 - a module that cannot be built on meta: no estimate, no refusal
+        return
+    count = sum(p.numel() for p in params)
+    need = sum(p.numel() * p.element_size() for p in params) * copies
+    check_fits(need, device, f"{request} ({count:,} parameters and buffers, x{copies})",
+               "lower the model's or the data's sizes in the config")

@@ -13,7 +13,8 @@ never returns a non-finite output (:meth:`Predictor.check_finite`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,39 @@ def as_batch(inputs: Any, is_item: Callable[[Any], bool], argument: str, item: s
     return inputs, False
 
 
+def is_int(value: Any) -> bool:
+    """An integer (a Python or numpy integer; not a bool, not a float such as 2.0 or NaN)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_flat_sequence(value: Any) -> bool:
+    """One sequence of scalars (token ids, positions): a list none of whose elements is a list, an array or a tensor,
+    or a 1-D numpy array or tensor. What its elements are is checked by :func:`int_values`."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return value.ndim == 1
+    return isinstance(value, list) and not any(isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) for v in value)
+
+
+def int_values(sequence: Any, argument: str, what: str) -> list[int]:
+    """The elements of one sequence (:func:`is_flat_sequence`) as Python ints.
+
+    Args:
+        sequence: a list of scalars or a 1-D array / tensor.
+        argument: how the caller named the sequence, for messages ("tokens", "queries[2]").
+        what: one element in words ("a token id").
+
+    Raises:
+        InputError: an element is not an integer (a float such as 2.5 or NaN, a bool, a string, None), naming
+            ``argument[i]`` and what it holds.
+    """
+    values = sequence.tolist() if isinstance(sequence, (np.ndarray, torch.Tensor)) else sequence
+    for i, value in enumerate(values):
+        if not is_int(value):
+            raise InputError(f"{argument}[{i}] must be {what} (an int), got {describe(value)}"
+                             + (f" {value!r}" if isinstance(value, (float, bool)) else ""))
+    return [int(v) for v in values]
+
+
 class Predictor:
     """A trained model with its recipe and config; subclasses add the domain's calls."""
 
@@ -91,7 +125,7 @@ class Predictor:
         """
         from lavo_zoo.engine.env import pick_device
 
-        self.device = pick_device(str(device))
+        self.device = pick_device(device, "device")
         self.model.to(self.device)
         return self
 
@@ -101,6 +135,42 @@ class Predictor:
         from lavo_zoo.engine.memory import check_fits
 
         check_fits(need, self.device, request, fix)
+
+    FAR = 10.0  # inputs more than this many training spreads from the training centre are far outside its range
+
+    def warn_far_outside(self, values: np.ndarray, center: Any, spread: Any, what: str, ranges: Sequence[str],
+                         names: Sequence[str] | None = None) -> bool:
+        """Warn (a logging warning, which the command line prints) when ``values`` lie far outside the range the
+        model was trained on: more than :attr:`FAR` spreads from its centre (a 1e6-scaled series, a scan not
+        normalised as the training clouds). The model still runs: its output there is an extrapolation, and where it
+        is not finite :meth:`check_finite` refuses it with the same range.
+
+        Args:
+            values: the input [..., C] (C columns; C = 1 for one centre and spread over every value).
+            center, spread: the training data's centre and spread, per column [C] or one for all.
+            what: the input, for the message (``the table``, ``cloud 2``).
+            ranges: the training range of each column in words (``about 16.1 +- 8.2``), or one for all.
+            names: the columns' names, where they have some.
+
+        Returns:
+            Whether it warned.
+        """
+        values = np.asarray(values, dtype=np.float64)
+        center, spread = np.asarray(center, dtype=np.float64), np.asarray(spread, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            far = np.abs(values - center) / np.where(spread > 0, spread, 1.0)  # [..., C]
+        far = far.reshape(-1, far.shape[-1] if far.ndim else 1)
+        worst = far.max(0)  # [C]
+        if not (worst > self.FAR).any():
+            return False
+        column = int(worst.argmax())
+        reach = values.reshape(far.shape)[int(far[:, column].argmax()), column]
+        where = f"{what}, column '{names[column]}'," if names else what
+        logging.getLogger(type(self).__module__).warning(
+            "%s reaches %.4g, far outside the range the model was trained on (%s): its output there is an "
+            "extrapolation; scale the input as the training data was", where, reach,
+            ranges[column if len(ranges) > 1 else 0])
+        return True
 
     @staticmethod
     def check_finite(output: np.ndarray | torch.Tensor, what: str) -> None:

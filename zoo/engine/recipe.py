@@ -23,10 +23,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lavo_zoo.config import RunConfig, from_dict, to_dict
-from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, generated_dataset, write_dataset
+from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, check_footprint, generated_dataset, write_dataset
 from lavo_zoo.engine.env import cache_root
 from lavo_zoo.engine.predictor import Predictor
-from lavo_zoo.errors import UsageError, ZooError, did_you_mean
+from lavo_zoo.errors import MissingInput, UsageError, ZooError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.registry import Registry
 
@@ -237,15 +237,24 @@ class Recipe(ABC):
             dataset).
 
         Raises:
+            MissingInput: ``data.path`` does not exist (exit 2; what is there but malformed is the reader's
+                DataError).
             UsageError: ``data.path`` is unset and the recipe has no built-in data.
         """
         if data.path:
-            return Path(data.path).expanduser()
+            path = Path(data.path).expanduser()
+            if not path.exists():  # one rule and one exit code for an input that is not there (2)
+                raise MissingInput(f"data.path {path} does not exist (a relative path starts at the working directory);"
+                                 f" point it at the dataset, or unset it (data.path=null) for the built-in data"
+                                 + (f" (`lavo-zoo data {self.name} --out DIR` writes that in the real layout)"
+                                    if self.builtin is not None and self.builtin.datasets else ""))
+            return path
         if self.builtin is None:
             raise UsageError(f"recipe '{self.name}' has no built-in data; give data.path")
         key = self.builtin.key(data)
-        return generated_dataset(self.cache_dir(data) / "builtin", str(key.get("dataset", self.name)), key,
-                                 lambda out: self.builtin.write(out, data))
+        name, parent = str(key.get("dataset", self.name)), self.cache_dir(data) / "builtin"
+        return generated_dataset(parent, name, key, lambda out: self.builtin.write(out, data), check=lambda: (
+            check_footprint(self.builtin, data, parent, f"the built-in data of {self.name}/{name}")))
 
     def cache_dir(self, data: Any) -> Path:
         """The recipe's cache folder: ``data.cache_dir`` where the data section has one and it is set, else
@@ -276,6 +285,7 @@ class Recipe(ABC):
         source = f"lavo-zoo data {self.name}/{dataset}" + (f" --size {size}" if size is not None else "")
         data = from_dict(type(data), to_dict(data), source)  # the schema's ranges hold for --size too
         self.builtin.key(data)  # what the generator cannot produce is refused before any file
+        check_footprint(self.builtin, data, Path(out), f"the built-in data of {self.name}/{dataset}")
         return write_dataset(Path(out), lambda tmp: self.builtin.write(tmp, data), overwrite)
 
     def data_config(self) -> Any:

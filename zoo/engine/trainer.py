@@ -44,6 +44,7 @@ from lavo_zoo.engine.distributed import barrier, init_distributed, local_device,
 from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
 from lavo_zoo.engine.logging import MetricsLog, Progress, phase
+from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.precision import autocast, autocast_dtype
 from lavo_zoo.engine.recipe import Recipe, to_device
@@ -56,7 +57,7 @@ from lavo_zoo.engine.run_dir import (
     resume_source,
     run_total,
 )
-from lavo_zoo.errors import CheckpointError, DataError, UsageError, ZooError
+from lavo_zoo.errors import CheckpointError, MissingSplit, UsageError, ZooError
 from lavo_zoo.options import check_folder_writable
 
 
@@ -198,7 +199,7 @@ class Trainer:
             try:
                 with phase("preparing the validation split", self.dist.is_main, say):
                     ds = self.recipe.build_dataset(self.cfg, "validation")
-            except DataError as e:
+            except MissingSplit as e:  # absent; a malformed one stops the run (a DataError)
                 self._val_missing = True
                 if self.dist.is_main:
                     say(f"no validation split, periodic validation is off: {e}")
@@ -352,6 +353,7 @@ class Trainer:
         written; the model wrapped for DDP / torch.compile. The order of RNG use here is part of exact resume."""
         tc = self.tc
         seed_everything(tc.seed)
+        check_model_fits(lambda: self.recipe.build_model(self.cfg), self.device, 4, "training this model")
         model = self.recipe.build_model(self.cfg).to(self.device)
         if self.dist.enabled:
             torch.manual_seed(tc.seed + 7919 * self.dist.rank)  # distinct dropout per rank; init came from rank 0

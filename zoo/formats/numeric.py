@@ -7,13 +7,16 @@ from typing import Any
 
 from lavo_zoo.errors import DataError
 
+NPY_MAGIC = b"\x93NUMPY"  # how every .npy file starts: a file is told to be one by its content, not by its name
 
-def read_npy(path: Path, option: str = "--pred") -> Any:
+
+def read_npy(path: Path, option: str = "--pred", raw: bytes | None = None) -> Any:
     """The array of the ``.npy`` file ``path`` (never a pickled object).
 
     Args:
         path: the file.
         option: how the user gave it (``--pred``), for the message.
+        raw: the file's bytes, already read (a pipe is read once); None reads ``path``.
 
     Returns:
         The numpy array, as stored.
@@ -21,10 +24,12 @@ def read_npy(path: Path, option: str = "--pred") -> Any:
     Raises:
         DataError: the file is not a readable ``.npy`` array.
     """
+    import io
+
     import numpy as np
 
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(path if raw is None else io.BytesIO(raw), allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
         raise DataError(f"{option} {path} is not a readable .npy array: {e}") from None
 

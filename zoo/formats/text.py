@@ -10,12 +10,18 @@ from typing import Any
 from lavo_zoo.errors import DataError
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (without line ends); a line that is not UTF-8 is a DataError naming it."""
+def read_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` (a file or a pipe, read once); an OSError is a DataError naming it."""
     try:
-        raw = path.read_bytes()
+        return Path(path).read_bytes()
     except OSError as e:
         raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def read_lines(path: Path, raw: bytes | None = None) -> list[str]:
+    """The lines of a UTF-8 text file (without line ends); a line that is not UTF-8 is a DataError naming it.
+    ``raw``: its bytes, already read (a pipe is read once)."""
+    raw = read_bytes(path) if raw is None else raw
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -39,3 +45,15 @@ def json_rows(lines: Iterable[str], path: Path) -> Iterator[tuple[int, Any]]:
             yield number, json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
+
+
+def holds_json_objects(lines: list[str]) -> bool:
+    """Whether these lines are JSON lines of objects, by their content (not the file's name): the first non-blank
+    line parses as a JSON object."""
+    first = next((line for line in lines if line.strip()), "")
+    if not first.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False

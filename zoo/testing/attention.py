@@ -238,6 +238,42 @@ def check_padding_invariance(name: str, pattern: str, seed: int = 0) -> None:
                                msg=lambda m: f"{name}/{pattern}: an all-True mask differs from no mask\n{m}")
 
 
+def check_padded_row_alone(name: str, pattern: str, seed: int = 0) -> None:
+    """A row padded in front or behind (x; for cross, the context) gives the real outputs the row alone gives, for 3
+    and 17 padded positions (not multiples of any window or segment a mechanism cuts at), in a batch with an unpadded
+    row: windows, segments and landmarks are counted over the real tokens, not from the start of the batch.
+
+    Args:
+        name: a registered attention's name (``lavo-zoo list attentions``).
+        pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
+        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
+
+    Raises:
+        AssertionError: naming the mechanism and what broke.
+    """
+    _exact_only(name, "padded row == the row alone")
+    g = torch.Generator().manual_seed(seed)
+    attn = randomise_zero_parameters(_build(name, pattern))
+    T, S = 29, 13
+    for side, pad in itertools.product(("front", "behind"), (3, 17)):
+        n = S if pattern == "cross" else T                            # the padded sequence's real length
+        real = slice(pad, pad + n) if side == "front" else slice(0, n)
+        mask = torch.ones(2, n + pad, dtype=torch.bool)               # row 0: unpadded; row 1: `pad` padded positions
+        mask[1] = False
+        mask[1, real] = True
+        if pattern == "cross":
+            x, ctx = _randn(g, 2, T, D), _randn(g, 2, S + pad, D)
+            got = attn(x, context=ctx, context_mask=mask)[1]
+            alone = attn(x[1:], context=ctx[1:, real])[0]             # [T, D]
+        else:
+            x = _randn(g, 2, T + pad, D)
+            got = attn(x, mask)[1, real]
+            alone = attn(x[1:, real])[0]                              # [T, D]
+        assert torch.isfinite(got).all(), f"{name}/{pattern}: non-finite outputs with padding {side}"
+        torch.testing.assert_close(got, alone, atol=ATOL, rtol=RTOL, msg=lambda m, side=side, pad=pad: (
+            f"{name}/{pattern}: a row with {pad} padded positions {side} differs from the row alone\n{m}"))
+
+
 # --------------------------------------------------------------------------------------------------- streaming
 def check_streaming_matches_full(name: str, seed: int = 0) -> None:
     """Uneven chunks (single tokens included) carrying the state give the one-pass output; a full pass's state
@@ -388,6 +424,7 @@ def attention_checks(name: str, seed: int = 0) -> list[Callable[[], None]]:
                    (check_finite_gradients, (name, pattern, seed))]
         if pattern in ("noncausal", "cross"):
             checks.append((check_padding_invariance, (name, pattern, seed)))
+        checks.append((check_padded_row_alone, (name, pattern, seed)))
     if "cross" in cls.patterns:
         checks.append((check_cross_cache, (name, seed)))
     if "causal" in cls.patterns:

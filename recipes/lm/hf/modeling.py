@@ -21,6 +21,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from lavo_zoo.attention.base import reorder_batch
+from lavo_zoo.errors import InputError
 from lavo_zoo.nn.transformer import DecoderState
 from lavo_zoo.recipes.lm.hf.configuration import LavoZooLMConfig
 from lavo_zoo.recipes.lm.model import TransformerLM
@@ -245,8 +246,7 @@ class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
         unknown = sorted(k for k, v in kwargs.items() if v is not None and k != "num_items_in_batch")
         if unknown:
             raise TypeError(f"LavoZooLMForCausalLM.forward got unexpected arguments: {', '.join(unknown)}")
-        if input_ids is None or input_ids.ndim != 2:
-            raise ValueError("input_ids must be a [batch, length] tensor of token ids")
+        _check_ids(input_ids, self.config.vocab_size)
         if cache is not None and not isinstance(cache, LavoZooLMCache):
             raise TypeError(f"cache must be a LavoZooLMCache (model.new_cache()), got {type(cache).__name__}")
         use_cache = cache is not None if use_cache is None else use_cache
@@ -281,6 +281,7 @@ class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
         new token per step), a fresh :class:`LavoZooLMCache` at the start."""
         if inputs_embeds is not None:
             raise ValueError("LavoZooLMForCausalLM generates from input_ids, not inputs_embeds")
+        _check_ids(input_ids, self.config.vocab_size)
         cache = cache if cache is not None else past_key_values
         if use_cache and cache is None:
             cache = self.new_cache()
@@ -293,6 +294,20 @@ class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
         if kwargs.get("logits_to_keep") is not None:
             inputs["logits_to_keep"] = kwargs["logits_to_keep"]
         return inputs
+
+
+def _check_ids(input_ids: torch.Tensor | None, vocab_size: int) -> None:
+    """Refuse what the embedding cannot read, naming ``input_ids``: not a [batch, length] integer tensor, no token (an
+    empty prompt), or an id outside the model's vocabulary (a tokenizer that is not the model's)."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.is_floating_point():
+        raise InputError("input_ids must be a [batch, length] tensor of token ids")
+    if input_ids.shape[1] == 0:
+        raise InputError("input_ids holds no token (an empty prompt): give at least one; a new document starts after "
+                         "the end-of-document token (tokenizer.eos_token_id), as `lavo-zoo generate --prompt ''` does")
+    if input_ids.numel() and vocab_size and not bool(((input_ids >= 0) & (input_ids < vocab_size)).all()):
+        raise InputError(f"input_ids holds ids {int(input_ids.min())}..{int(input_ids.max())}, but the model's "
+                         f"vocabulary is 0..{vocab_size - 1}: the tokenizer is not this model's (use "
+                         "AutoTokenizer.from_pretrained on the model's own folder)")
 
 
 def _check_mask(mask: torch.Tensor | None, input_ids: torch.Tensor, decoding: bool) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lavo_zoo.errors import DataError
+from lavo_zoo.errors import DataError, MissingSplit, not_a_file
 
 SPLITS = ("train", "validation", "test")
 BYTE_VOCAB = 257  # LRA's ByteTextEncoder: 0 = padding, byte b -> b + 1
@@ -81,9 +81,13 @@ def check_label(value: str, num_classes: int, where: str) -> int:
 
 
 def require_file(path: Path, what: str) -> Path:
-    """``path`` if it is a file, else a :class:`DataError` naming it and ``what`` it should hold."""
-    if not path.is_file():
-        raise DataError(f"{path} does not exist ({what}); see the LRA README for the expected layout")
+    """``path`` if it is a file, else an error naming it and ``what`` it should hold: :class:`MissingSplit` when
+    nothing is there, a :class:`DataError` saying what is there instead (a folder, a broken link)."""
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise DataError(f"{path} ({what}) {not_a_file(path)}; see the LRA README for the expected layout")
+    else:
+        raise MissingSplit(f"{path} does not exist ({what}); see the LRA README for the expected layout")
     return path
 
 

@@ -146,6 +146,28 @@ def test_right_padding_is_scored_left_padding_and_padded_decoding_refused(export
             hf.generate(ids, attention_mask=mask.flip(1), max_new_tokens=2, do_sample=False)
 
 
+def test_an_empty_prompt_ids_outside_the_vocabulary_and_a_foreign_tokenizer_are_named(exported, tmp_path):
+    """Each is an InputError / ConfigError saying what is wrong, never a confusing cache message or an IndexError."""
+    import shutil
+
+    import lavo_zoo
+    from lavo_zoo.errors import ConfigError, InputError
+
+    _, _, folder = exported("sdpa")
+    hf = load(folder)
+    with pytest.raises(InputError, match="empty prompt"):
+        hf.generate(torch.zeros(1, 0, dtype=torch.long), max_new_tokens=2, do_sample=False)
+    with pytest.raises(InputError, match=r"ids 5..300, but the model's vocabulary is 0..255"):
+        hf(torch.tensor([[300, 5]]))
+    bad = tmp_path / "bad"  # its config names the gpt2 tokenizer (50,257 ids) for a model of 256
+    shutil.copytree(folder, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["tokenizer"] = config["lavo_zoo"]["config"]["data"]["tokenizer"] = "gpt2"
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="gives ids 0..50256, but model.vocab_size is 256"):
+        lavo_zoo.load(bad, device="cpu")
+
+
 # ------------------------------------------------------------------------------------------------- generation
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_greedy_generate_gives_the_tokens_of_lavo_zoo_generate(attention, exported):

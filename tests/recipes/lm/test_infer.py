@@ -75,6 +75,23 @@ def test_generation_with_state_equals_greedy_full_reruns(attention, options):
     assert with_state == reruns and len(with_state) == 24
 
 
+@pytest.mark.parametrize("attention,options", [("lavo", {"num_bases": 4, "window_size": 4}), ("sdpa", {})])
+def test_a_long_prompt_runs_in_chunks_with_the_state_and_gives_the_same_tokens(attention, options, monkeypatch):
+    """The prompt is fed PREFILL_CHUNK tokens at a time through the carried state (its length multiplies no
+    activation): the tokens are those of full re-runs."""
+    from lavo_zoo.recipes.lm import infer
+
+    _, _, model = tiny_model(attention, options)
+    monkeypatch.setattr(infer, "PREFILL_CHUNK", 7)
+    prompt = list(b"Once upon a time, in a land far away, ")  # 38 tokens: 5 whole chunks and a part
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda idx, *a, **k: calls.append(idx.shape[1]) or forward(idx, *a, **k))
+    with_state = generate_ids(model, prompt, 12, temperature=0, use_state=True)
+    assert max(calls) == 7 and sum(calls) == len(prompt) + 11
+    assert with_state == generate_ids(model, prompt, 12, temperature=0, use_state=False)
+
+
 def test_sampling_is_reproducible_with_a_seed():
     _, _, model = tiny_model("vanilla", {})
     a = generate_ids(model, [1, 2, 3], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
@@ -147,3 +164,11 @@ def test_non_finite_scores_are_refused() -> None:
         next(lm.model.parameters()).fill_(math.nan)
     with pytest.raises(InputError, match="not finite"):
         lm.generate("Once", max_new_tokens=2)
+
+
+def test_a_prompt_with_a_lone_surrogate_is_an_input_error_naming_it() -> None:
+    from lavo_zoo.errors import InputError
+
+    lm = _language_model()
+    with pytest.raises(InputError, match=r"prompt\[1\] holds '\\udcff' at position 2, a character that has no UTF-8"):
+        lm.generate(["fine", "ab\udcffc"], max_new_tokens=2)

@@ -74,6 +74,21 @@ def test_a_completion_that_is_not_finite_is_refused_naming_the_scan(completer: C
     assert not (tmp_path / "x.pcd").exists()
 
 
+def test_a_scan_far_outside_the_training_scale_is_warned_about_with_that_scale(completer: Completer, caplog) -> None:
+    """A scan of coordinates in the hundreds (not normalised) still completes, with a warning that names the range
+    the model was trained on (the one the refusal of a non-finite completion names too); a normalised one gets none."""
+    with caplog.at_level("WARNING"):
+        completer.complete(_scan())
+    assert not caplog.records
+    with caplog.at_level("WARNING"):
+        completer.complete([_scan(), _scan(scale=500)])
+    assert [r.getMessage() for r in caplog.records] == [
+        (f"cloud 1 reaches {caplog.records[0].args[1]:.4g}, far outside the range the model was trained on (clouds "
+        "normalised as PCN's, coordinates about [-1, 1]): its output there is an extrapolation; scale the input as "
+        "the training data was")]
+    assert abs(caplog.records[0].args[1]) > 100
+
+
 def test_a_batch_that_cannot_fit_is_refused_before_it_starts(completer: Completer, monkeypatch) -> None:
     from lavo_zoo.engine import memory
 

@@ -2,6 +2,7 @@
 each answer's task and distance bucket; `eval`, `answer` + `score accuracy` agree; `recall-plot` measures each
 setting's state and averages its seeds."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,37 @@ def test_the_predictor_answers_raw_sequences(trained):
         model.answer(first["tokens"], first["queries"])
 
 
+TOKENS = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("tokens, queries, match", [
+    (TOKENS, [2.5], r"queries\[0\] must be a position \(an int\), got float 2.5"),   # never truncated to 2
+    (TOKENS, [2.0], r"queries\[0\] must be a position"),
+    (TOKENS, [True], r"queries\[0\] must be a position .* bool True"),
+    (TOKENS, np.array([2.5]), r"queries\[0\] must be a position"),
+    ([1.0, 2.5, 3.0], [1], r"tokens\[0\] must be a token id \(an int\), got float 1.0"),
+    ([1, float("nan"), 2], [1], r"tokens\[1\] must be a token id .* nan"),
+    ([True, False], [1], r"tokens\[0\] must be a token id .* bool"),
+    ([1, None, 2], [1], r"tokens\[1\] must be a token id .* NoneType"),
+    ("1 2 3", [1], r"tokens must be a sequence of token ids .* got str"),
+    (None, [1], r"tokens must be a sequence of token ids .* got NoneType"),
+    ([[1, [2]], [3]], [[0], [0]], r"tokens\[0\] must be a sequence of token ids"),
+    ([], [], r"tokens is empty"),
+    (TOKENS, 2, r"queries must be a list of positions .* a single position is given as a list of one"),
+    (TOKENS, None, r"queries must be a list of positions .* got NoneType"),
+    ([TOKENS, TOKENS], [1, 2], r"one list of positions per sequence \(2 lists\), got one flat list"),
+    ([TOKENS, TOKENS], [[1], 2], r"queries\[1\] must be a list of positions"),
+])
+def test_the_predictor_refuses_malformed_inputs_naming_the_argument(trained, tokens, queries, match):
+    """Python API misuse is an InputError naming the argument and the element, never a TypeError, IndexError or a
+    silently truncated position."""
+    import lavo_zoo
+
+    model = lavo_zoo.load(trained[0] / "run", device="cpu")
+    with pytest.raises(InputError, match=match):
+        model.answer(tokens, queries)
+
+
 def _cell(folder: Path, cfg, name: str, overrides: list[str], accuracy: float, seed: int) -> None:
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(json.dumps(to_dict(cfg)))  # JSON is YAML
@@ -139,3 +171,45 @@ def test_recall_plot_measures_each_setting_and_averages_its_seeds(tmp_path):
     assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out), "--table", str(tmp_path / "t.md")]) == 0
     assert out.read_bytes().startswith(b"\x89PNG") and (tmp_path / "t.md").read_text() == table
     assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out)]) == 2  # never replaced silently
+
+
+def test_recall_plot_counts_each_cell_once_however_many_paths_reach_it(tmp_path, capsys):
+    """The same study twice, a study and one of its cells, a link to it, a copied cell: one run, one seed (not
+    "2 seeds, ± 0.000"), with a note for each repeat; a damaged cell record is named with its line."""
+    lavo = {"name": "lavo", "num_bases": 4, "window_size": 4}
+    recipe, cfg = tiny(lavo)
+    study = tmp_path / "study"
+    _cell(study / "lavo-seed1", recipe.resolve(cfg), "lavo", ["model.attention.name=lavo"], 0.25, 1)
+    (tmp_path / "link").symlink_to(study)
+    shutil.copytree(study / "lavo-seed1", tmp_path / "copy")
+    rows = state_rows([study, study, study / "lavo-seed1", study / "lavo-seed1" / "cell.json", tmp_path / "link",
+                       tmp_path / "copy"])
+    assert [(r["attention"], r["seeds"]) for r in rows] == [("lavo", [1])]
+    assert rows[0]["metrics"]["accuracy"] == (0.25, 0.0)
+    assert capsys.readouterr().err.count("counted once") == 5
+    assert main(["recall-plot", str(study), str(tmp_path / "link"), "--out", str(tmp_path / "s.png")]) == 0
+    assert "| lavo | defaults | " in capsys.readouterr().out
+    (study / "lavo-seed1" / "cell.json").write_text('{"attention": "lavo",\n "metrics": {')
+    assert main(["recall-plot", str(study), "--out", str(tmp_path / "t.png")]) == 2
+    assert f"{study / 'lavo-seed1' / 'cell.json'}, line 2" in capsys.readouterr().err
+
+
+def test_a_batch_that_cannot_fit_is_refused_before_it_runs(trained, monkeypatch):
+    import lavo_zoo
+    from lavo_zoo.engine import memory
+
+    model = lavo_zoo.load(trained[0] / "run", device="cpu")
+    monkeypatch.setattr(memory, "available_memory", lambda device: 10_000_000)
+    monkeypatch.setattr(model, "model", lambda *a: pytest.fail("the model ran"))
+    with pytest.raises(InputError, match=r"answering batches of up to 2 sequence\(s\) of 50,000 tokens needs about "
+                                         ".* lower batch_size"):
+        model.answer([[1] * 50_000] * 3, [[0]] * 3, batch_size=2)
+
+
+def test_answer_on_a_split_of_another_length_says_what_the_model_reads(trained, tmp_path, capsys):
+    """The checkpoint's settings are fixed: `answer` is not told to set data.seq_len, which it has no way to do."""
+    folder, _ = trained
+    assert main(["answer", str(folder / "run" / "checkpoints" / "last"), "--data", str(folder / "data" / "test.jsonl"),
+                 "--out", str(tmp_path / "a.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert "this model was trained on 16-token examples over ids 0..15" in err and "set data.seq_len" not in err

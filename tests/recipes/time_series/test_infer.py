@@ -96,6 +96,39 @@ def test_refusals_name_what_differs(forecaster, table: pd.DataFrame) -> None:
         forecaster.forecast(recent.assign(OT=recent["OT"].where(recent.index != 50, np.nan)))
 
 
+def test_at_finds_the_rows_of_a_time_zone_aware_table(forecaster, table, tmp_path) -> None:
+    """Dates written with an offset (+02:00): --at given in that offset, or the same instant in another, finds its
+    row, and the forecast is that of the same table without the offset."""
+    recent = table.tail(120).reset_index(drop=True)
+    aware = recent.assign(date=recent["date"].dt.tz_localize("+02:00"))
+    csv = tmp_path / "aware.csv"
+    aware.to_csv(csv, index=False)
+    origin = recent["date"].iloc[100]
+    naive = forecaster.forecast(recent, at=origin)
+    for at in (f"{origin}+02:00", (pd.Timestamp(origin) - pd.Timedelta(hours=2)).isoformat() + "+00:00"):
+        got = forecaster.forecast(csv, at=at)
+        np.testing.assert_allclose(got.drop(columns="date").to_numpy(), naive.drop(columns="date").to_numpy(),
+                                   rtol=1e-5, atol=1e-5)
+        assert (got["date"].dt.tz_localize(None) == naive["date"]).all()
+
+
+def test_a_series_far_outside_the_training_range_is_warned_about_with_that_range(forecaster, table, caplog) -> None:
+    """A 1e6-scaled series is forecast with a warning naming the column and its training range (mean +- std, as the
+    refusal of a non-finite forecast names it); the series as trained gets none."""
+    recent = table.tail(100)
+    with caplog.at_level("WARNING"):
+        forecaster.forecast(recent)
+    assert not caplog.records
+    columns, mean, std = forecaster._stats()
+    scaled = recent.assign(**{c: recent[c] * 1e6 for c in columns})
+    with caplog.at_level("WARNING"):
+        forecaster.forecast(scaled)
+    (record,) = caplog.records
+    assert "far outside the range the model was trained on (about " in record.getMessage()
+    column = record.args[0].split("'")[1]
+    assert f"about {mean[columns.index(column)]:.4g} +- {std[columns.index(column)]:.4g}" in record.getMessage()
+
+
 def test_a_checkpoint_without_the_training_scaler_is_refused(forecaster, table) -> None:
     model_cfg = dataclasses.replace(forecaster.cfg.model, columns=[], scaler_mean=[], scaler_std=[])
     old = type(forecaster)(forecaster.recipe, dataclasses.replace(forecaster.cfg, model=model_cfg),

@@ -151,6 +151,20 @@ def test_a_synthesis_that_cannot_fit_is_refused_before_it_starts(synthesizer, mo
         synthesizer.synthesize("Hello.", max_frames=1_000_000)
 
 
+def test_a_text_too_long_to_fit_is_refused_before_the_front_end_reads_it(synthesizer, monkeypatch) -> None:
+    """Its length in characters is checked first: no minutes of phonemes before the refusal."""
+    from lavo_zoo.engine import memory
+    from lavo_zoo.errors import InputError
+    from lavo_zoo.recipes.tts import text
+
+    text_ = "Printing, in the only sense. " * 1000
+    monkeypatch.setattr(memory, "available_memory", lambda device: synthesizer.memory_estimate(1, 1000, 8))
+    monkeypatch.setattr(text.TextEncoder, "encode", lambda *a: pytest.fail("the front end ran"))
+    with pytest.raises(InputError, match="synthesising 1 text.* of up to 29,000 characters .* needs about .* give "
+                                         "shorter or fewer texts"):
+        synthesizer.synthesize(text_, max_frames=8)
+
+
 def test_audio_that_is_not_finite_is_refused(synthesizer) -> None:
     from lavo_zoo.errors import InputError
     from lavo_zoo.recipes.tts.infer import Synthesizer

@@ -30,6 +30,7 @@ from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo import ops
 from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORY_NORMS, MemoryState
 from lavo_zoo.attention.ops.dispatch import Choice, Chosen, HasKernels
+from lavo_zoo.attention.ops.padding import left_aligned
 from lavo_zoo.attention.ops.window import CHUNK, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
@@ -285,6 +286,13 @@ class LavoAttention(HasKernels, Attention):
     def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
                context_mask: torch.Tensor | None, state: LavoState | None, return_state: bool
                ) -> torch.Tensor | tuple[torch.Tensor, LavoState]:
+        if padding_mask is not None and self.pattern == "causal":  # causal windows start at a row's first real token
+            return left_aligned(self._attend, x, padding_mask, context, context_mask, state, return_state)
+        return self._attend(x, padding_mask, context, context_mask, state, return_state)
+
+    def _attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+                context_mask: torch.Tensor | None, state: LavoState | None, return_state: bool
+                ) -> torch.Tensor | tuple[torch.Tensor, LavoState]:
         B, T, D = x.shape
         if state is not None:
             self._check_state(state, x)

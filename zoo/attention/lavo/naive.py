@@ -47,18 +47,19 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
                   log_temperature: torch.Tensor | None = None, memory_norm: str = "mean") -> torch.Tensor:
     """The output of every position t from its definition (q, local, feats [B, H, T, d]; padding_mask [B, T]):
     the memory is the mean of the features of the real tokens t may see (noncausal: all; causal with context
-    dissection: those of the complete windows before t's; without: 0..t); where that is nobody, the output is the
-    local branch (0.5 of it for combine='half' with empty_memory='half'); else 0.5 (local + read) ('half') or
-    local + gain * read. [B, H, T, d] float64."""
+    dissection: those of the complete windows before t's, windows counted from the row's first real token; without:
+    0..t); where that is nobody, the output is the local branch (0.5 of it for combine='half' with
+    empty_memory='half'); else 0.5 (local + read) ('half') or local + gain * read. [B, H, T, d] float64."""
     B, _, T, _ = q.shape
     q, local, feats = q.double(), local.double(), feats.double()
     valid = torch.ones(B, T, dtype=torch.bool) if padding_mask is None else padding_mask
+    first = valid.to(torch.uint8).argmax(1)[:, None]                # [B, 1] each row's windows start at its first token
     out = torch.zeros_like(local)
     for t in range(T):
         if not causal:
             sources = valid.clone()                                  # every real token
-        elif context_dissection:
-            sources = valid & (torch.arange(T) < (t // window) * window)  # real tokens of complete windows before t's
+        elif context_dissection:  # real tokens of the complete windows before t's, windows counted from `first`
+            sources = valid & (torch.arange(T) < first + (t - first).div(window, rounding_mode="floor") * window)
         else:
             sources = valid & (torch.arange(T) <= t)                # real tokens 0..t
         for b in range(B):

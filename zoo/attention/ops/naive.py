@@ -56,13 +56,11 @@ def segments(T: int, C: int) -> list[list[int]]:
 
 
 def seg_means(x: torch.Tensor, mask_b: torch.Tensor, C: int) -> tuple[torch.Tensor, list[bool]]:
-    """x [T, d] of one sequence/head -> landmark means [C', d] over real tokens, and their validity."""
-    rows, ok = [], []
-    for seg in segments(x.shape[0], C):
-        idx = [t for t in seg if bool(mask_b[t])]
-        rows.append(x[idx].mean(0) if idx else x.new_zeros(x.shape[1]))
-        ok.append(bool(idx))
-    return torch.stack(rows), ok
+    """x [T, d] of one sequence/head -> the means [C', d] of C' = min(C, n) contiguous segments of its n real tokens
+    (the i-th real token in segment floor(i C' / n)), and their validity (all True)."""
+    real = [t for t in range(x.shape[0]) if bool(mask_b[t])]
+    rows = [x[[real[i] for i in seg]].mean(0) for seg in segments(len(real), C)]
+    return (torch.stack(rows) if rows else x.new_zeros(0, x.shape[1])), [True] * len(rows)
 
 
 def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None,

@@ -1,0 +1,79 @@
+"""A run counts once, however many paths reach it: the one rule of every command that gathers results from folders
+(``lavo-zoo compare --collect``, a recipe's study plots such as ``recall-plot``).
+
+A file reached twice (the same path given twice, a folder and a file in it, a link to it) is read once; a copy of a
+run (the same weights, by their sha256, scored on the same split; or a file with the same content) is kept once. Each
+repeat is skipped with a note on stderr naming the file it repeats, so that no mean or spread comes from copies.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lavo_zoo.engine.records import CELL_FILE
+
+
+class RunsSeen:
+    """What a gathering has read so far: ``new_file`` before reading a file, ``new_run`` once it is read."""
+
+    def __init__(self) -> None:
+        self.files: dict[Path, Path] = {}  # resolved file -> the path it was first reached by
+        self.runs: dict[tuple, Path] = {}  # a run's identity -> the file it was first read from
+
+    def new_file(self, file: Path) -> bool:
+        """Whether ``file`` is reached for the first time (else a note says which path reached it before).
+
+        Args:
+            file: a results JSON or a cell record, as found (through links, relative or not).
+        """
+        real = Path(file).resolve()
+        if real in self.files:
+            note(f"{file} is {self.files[real]} again (the same file): counted once")
+            return False
+        self.files[real] = Path(file)
+        return True
+
+    def new_run(self, file: Path, data: dict[str, Any]) -> bool:
+        """Whether the run ``data`` (the results JSON or cell record read from ``file``) was not read before under
+        another path (else a note names the file it repeats and why they are one run); records it.
+
+        Args:
+            file: where ``data`` was read.
+            data: its content: a mapping with ``metrics`` and, where known, ``checkpoint_sha256`` and ``split``.
+        """
+        identities = run_identities(Path(file), data)
+        first = next((self.runs[i] for i in identities if i in self.runs), None)
+        if first is not None:
+            kind = next(i for i in identities if i in self.runs)
+            why = (f"the same weights, sha256 {kind[1][:12]}..., scored on the {kind[2] or 'same'} split"
+                   if kind[0] == "weights" else "the same content")
+            note(f"{file} holds the same run as {first} ({why}): counted once")
+            return False
+        self.runs.update(dict.fromkeys(identities, Path(file)))
+        return True
+
+
+def run_identities(file: Path, data: dict[str, Any]) -> list[tuple]:
+    """What makes two files one run: the weights scored (their sha256, and the split) where known, and the content.
+    A cell record of an earlier version without the sha256 takes it from the ``results.json`` beside it."""
+    content = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    ids: list[tuple] = [("content", content)]
+    sha = data.get("checkpoint_sha256")
+    if sha is None and file.name == CELL_FILE:
+        beside = file.parent / "results.json"
+        try:
+            sha = json.loads(beside.read_text()).get("checkpoint_sha256") if beside.is_file() else None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            sha = None
+    if isinstance(sha, str):
+        ids.append(("weights", sha, data.get("split")))
+    return ids
+
+
+def note(text: str) -> None:
+    """A note on stderr (``note: ...``)."""
+    click.echo(f"note: {text}", err=True)
