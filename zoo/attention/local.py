@@ -18,6 +18,8 @@ from lavo_zoo.attention.ops.window.naive import local_window
 class LocalAttention(ProjectedAttention):
     """Exact sliding-window softmax attention over w keys (blocked, no T x T), optional learned relative bias"""
 
+    family = "sliding-window softmax"
+    decoding_state = "2 (w-1) D last keys/values"
     patterns = ("causal", "noncausal")
     streaming = True
 

@@ -71,6 +71,8 @@ class AttentionInfo:
     # how step-by-step decoding runs each decoder pattern, e.g. ("causal:state", "cross:prefix"); see
     # Attention.decoding: state / cache / source, or prefix = falls back to re-running the prefix
     decoding: tuple[str, ...] = ()
+    family: str = ""          # e.g. "linear attention, delta rule"
+    state: str = ""           # the causal decoding state's size, e.g. "H x (D/H) x (D/H) (+ conv)"
 
 
 def option_defaults(cls: type[Attention]) -> dict[str, Any]:
@@ -156,7 +158,7 @@ def attention_info(name: str) -> AttentionInfo:
 
     Returns:
         Its :class:`AttentionInfo`: patterns, streaming support, one-line description, options with their defaults,
-        and how each decoder pattern decodes step by step.
+        how each decoder pattern decodes step by step, its family and the size of its causal decoding state.
 
     Raises:
         UsageError: ``name`` is not registered.
@@ -164,7 +166,8 @@ def attention_info(name: str) -> AttentionInfo:
     cls = attention_class(name)
     doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
     decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
-    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding)
+    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding,
+                         cls.family, cls.decoding_state)
 
 
 def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:

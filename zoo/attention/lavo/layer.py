@@ -69,6 +69,8 @@ class LavoCrossCache(StreamingState):
 class LavoAttention(Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
 
+    family = "orthogonal memory + sliding window"
+    decoding_state = "2 (w-1) D window keys/values + 2 D feature sums"
     patterns = PATTERNS
     streaming = True
     eval_options = ("global_read",)
