@@ -98,3 +98,34 @@ def test_pack_moves_real_tokens_first_in_order() -> None:
     assert gather_rows(x, order)[0, :3].tolist() == [1, 3, 4]
     assert packed.tolist() == [[True, True, True, False, False], [True] * 5]
     assert torch.equal(gather_rows(gather_rows(x, order), inverse), x)
+
+
+# ------------------------------------------------------------------------ flash-linear-attention's kernels (ops/fla)
+def test_kernel_choice_without_cuda_is_pytorch(monkeypatch) -> None:
+    """On CPU tensors (or with LAVO_ZOO_FLA=0) the ops run their PyTorch forms, fla installed or not."""
+    from lavo_zoo.attention.ops import fla
+
+    q = torch.zeros(1, 1, 2, 4)
+    assert fla.gated_linear_kernel(q) is chunk_gated_linear and fla.delta_rule_kernel(q.half()) is chunk_delta_rule
+    monkeypatch.setenv("LAVO_ZOO_FLA", "0")
+    monkeypatch.setattr(q.__class__, "is_cuda", property(lambda self: True))
+    assert fla.gated_linear_kernel(q) is chunk_gated_linear
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_failing_fla_kernel_falls_back_once(gated: bool, monkeypatch, request) -> None:
+    """fla missing, or its kernel failing (here: no CUDA), gives the PyTorch result, one warning, and the PyTorch
+    kernels from then on."""
+    from lavo_zoo.attention.ops import fla
+
+    monkeypatch.setattr(fla, "_FAILED", {})
+    g0 = gen(request)
+    q, k, v = randn(g0, B, H, T, K), randn(g0, B, H, T, K), randn(g0, B, H, T, V)
+    beta = torch.rand(B, H, T, generator=g0, dtype=torch.float64)
+    g = -torch.rand(B, H, T, generator=g0, dtype=torch.float64) if gated else None
+    with pytest.warns(RuntimeWarning, match="PyTorch kernels run from now on"):
+        got = fla.fla_chunk_delta_rule(q, k, v, beta, g)
+    torch.testing.assert_close(got, chunk_delta_rule(q, k, v, beta, g), atol=0, rtol=0)
+    assert "chunk_delta_rule" in fla.failures()
+    monkeypatch.setattr(q.__class__, "is_cuda", property(lambda self: True))
+    assert fla.delta_rule_kernel(q.half()) is chunk_delta_rule  # failed once: no more tries in this process

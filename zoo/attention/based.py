@@ -36,7 +36,7 @@ from lavo_zoo.attention._recurrent import (
     merge_heads,
     split_heads,
 )
-from lavo_zoo.attention.ops.gated_linear import chunk_gated_linear
+from lavo_zoo.attention.ops.fla import gated_linear_kernel
 from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
 from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 
@@ -97,7 +97,7 @@ class BasedAttention(RecurrentAttention):
         q, cq = self.q_conv(self.q_proj(x), caches[0] if caches else None)
         fk, v, ckv = self._keys_values(x, caches[1:] if caches else (None, None))
         fq = taylor_features(split_heads(q, self.num_heads))
-        o, memory = chunk_gated_linear(fq, fk, v, None, None if state is None else state.memory, self.chunk_size)
+        o, memory = gated_linear_kernel(fq)(fq, fk, v, None, None if state is None else state.memory, self.chunk_size)
         conv = ((cq,) if cq is not None else ()) + ckv
         return self._output(o, x.dtype), RecurrentState(memory, conv)
 

@@ -35,8 +35,8 @@ from lavo_zoo.attention._recurrent import (
     split_heads,
     swish_gate,
 )
-from lavo_zoo.attention.ops.delta_rule import chunk_delta_rule
 from lavo_zoo.attention.ops.delta_rule.naive import naive_delta_rule
+from lavo_zoo.attention.ops.fla import delta_rule_kernel
 from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 
 
@@ -100,8 +100,8 @@ class DeltaRuleAttention(RecurrentAttention):
         q, cq = self.q_conv(self.q_proj(x), caches[0] if caches else None)
         k, v, ckv = self._keys_values(x, caches[1:] if caches else (None, None))
         beta, g = self.gates(x)
-        o, memory = chunk_delta_rule(self.queries(q), k, v, beta, g, None if state is None else state.memory,
-                                     self.chunk_size)
+        q = self.queries(q)
+        o, memory = delta_rule_kernel(q)(q, k, v, beta, g, None if state is None else state.memory, self.chunk_size)
         return self.output(o, x), RecurrentState(memory, ((cq,) if cq is not None else ()) + ckv)
 
     def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
@@ -110,7 +110,7 @@ class DeltaRuleAttention(RecurrentAttention):
         m = key_mask(mask, beta)
         if m is not None:  # the packed tail writes nothing and decays nothing
             beta, g = beta * m, (None if g is None else g * m)
-        _, memory = chunk_delta_rule(k.new_zeros(k.shape), k, v, beta, g, None, self.chunk_size)
+        _, memory = delta_rule_kernel(k)(k.new_zeros(k.shape), k, v, beta, g, None, self.chunk_size)
         return SourceMemory(memory)
 
     def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:

@@ -32,7 +32,7 @@ from lavo_zoo.attention._recurrent import (
     split_heads,
     swish_gate,
 )
-from lavo_zoo.attention.ops.gated_linear import chunk_gated_linear
+from lavo_zoo.attention.ops.fla import gated_linear_kernel
 from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
 from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 
@@ -95,8 +95,9 @@ class GLAAttention(RecurrentAttention):
         caches = state.conv if state is not None else ()
         q, cq = self.q_conv(self.q_proj(x), caches[0] if caches else None)
         k, v, ckv = self._keys_values(x, caches[1:] if caches else (None, None))
-        o, memory = chunk_gated_linear(self.queries(q), k, v, self.log_decay(x),
-                                       None if state is None else state.memory, self.chunk_size)
+        q = self.queries(q)
+        o, memory = gated_linear_kernel(q)(q, k, v, self.log_decay(x), None if state is None else state.memory,
+                                           self.chunk_size)
         return self.output(o, x), RecurrentState(memory, ((cq,) if cq is not None else ()) + ckv)
 
     def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
@@ -105,7 +106,7 @@ class GLAAttention(RecurrentAttention):
         m = key_mask(mask, k)
         if m is not None:  # the packed tail writes nothing and decays nothing
             k, g = k * m[..., None], g * m[..., None]
-        _, memory = chunk_gated_linear(k.new_zeros(k.shape), k, v, g, None, self.chunk_size)
+        _, memory = gated_linear_kernel(k)(k.new_zeros(k.shape), k, v, g, None, self.chunk_size)
         return SourceMemory(memory)
 
     def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:

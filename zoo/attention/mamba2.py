@@ -33,7 +33,7 @@ from lavo_zoo.attention._recurrent import (
     rms_norm,
     split_heads,
 )
-from lavo_zoo.attention.ops.gated_linear import chunk_gated_linear
+from lavo_zoo.attention.ops.fla import gated_linear_kernel
 from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
 from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 
@@ -96,8 +96,8 @@ class Mamba2Attention(RecurrentAttention):
         z, xbc, dt = self._split(u)
         xbc, cache = self.conv(xbc, state.conv[0] if state is not None and state.conv else None)
         x, keys, queries, values, g = self._ssm_inputs(xbc, dt)
-        y, memory = chunk_gated_linear(queries, keys, values, g, None if state is None else state.memory,
-                                       self.chunk_size)
+        memory = None if state is None else state.memory
+        y, memory = gated_linear_kernel(queries)(queries, keys, values, g, memory, self.chunk_size)
         return self.output(y, x, z, u.dtype), RecurrentState(memory, () if cache is None else (cache,))
 
     def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
@@ -107,7 +107,7 @@ class Mamba2Attention(RecurrentAttention):
         m = key_mask(mask, keys)
         if m is not None:  # the packed tail writes nothing and decays nothing
             keys, g = keys * m[..., None], g * m
-        _, memory = chunk_gated_linear(keys.new_zeros(keys.shape), keys, values, g, None, self.chunk_size)
+        _, memory = gated_linear_kernel(keys)(keys.new_zeros(keys.shape), keys, values, g, None, self.chunk_size)
         return SourceMemory(memory)
 
     def read(self, u: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
