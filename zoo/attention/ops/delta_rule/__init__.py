@@ -77,8 +77,11 @@ def _chunk(q, k, v, beta, g, state, C):
     U, Kw = solved[..., :V], solved[..., V:]
     scores = (q @ k.transpose(-1, -2)) * ratio  # [B, H, n, C, C], zero above the diagonal
     outs = []
-    for c in range(n):
-        W = U[:, :, c] - Kw[:, :, c] @ S  # [B, H, C, V] the chunk's new values
-        outs.append(q_in[:, :, c] @ S + scores[:, :, c] @ W)
-        S = (S if decay is None else decay[:, :, c] * S) + k_out[:, :, c].transpose(-1, -2) @ W
+    # unbind (not index) so that backward is one stack per tensor, not a full-size zero tensor per chunk
+    decays = [None] * n if decay is None else decay.unbind(2)
+    for u, kw, qc, sc, kc, a in zip(U.unbind(2), Kw.unbind(2), q_in.unbind(2), scores.unbind(2), k_out.unbind(2),
+                                    decays):
+        W = u - kw @ S  # [B, H, C, V] the chunk's new values
+        outs.append(qc @ S + sc @ W)
+        S = (S if a is None else a * S) + kc.transpose(-1, -2) @ W
     return torch.cat(outs, 2)[:, :, :T], S

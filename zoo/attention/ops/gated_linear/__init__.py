@@ -84,8 +84,10 @@ def _chunk(q, k, v, g, state, C):
     o = scores @ v  # [B, H, n, C, V] within the chunk
     writes = k_out.transpose(-1, -2) @ v  # [B, H, n, K, V] each chunk's contribution to the state at its end
     before = []
-    for c in range(n):  # the state entering each chunk
+    # unbind (not index) so that backward is one stack, not a full-size zero tensor per chunk
+    decays = [None] * n if decay is None else decay.unbind(2)
+    for write, a in zip(writes.unbind(2), decays):  # the state entering each chunk
         before.append(S)
-        S = (S if decay is None else decay[:, :, c] * S) + writes[:, :, c]
+        S = (S if a is None else a * S) + write
     o = o + q_in @ torch.stack(before, 2)
     return o.flatten(2, 3)[:, :, :T], S
