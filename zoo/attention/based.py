@@ -133,7 +133,10 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_gated_linear(fq, fk, v1)
         else:
-            o = fq @ sum(fk[:, :, s, :, None] * v1[:, :, s, None, :] for s in range(fk.shape[2]))
+            S = fk.new_zeros(*fk.shape[:2], fk.shape[-1], v1.shape[-1])
+            for s in range(fk.shape[2]):  # the sums over the real source tokens, one by one
+                S = S + fk[:, :, s, :, None] * v1[:, :, s, None, :]
+            o = fq @ S
         o = o[..., :-1] / (o[..., -1:] + m.eps)
         out[b, rows] = m.out_proj(merge_heads(o))[0]
     return out

@@ -102,14 +102,14 @@ def fla_chunk_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
     return o.transpose(1, 2), final
 
 
-GatedLinearKernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (..., state, chunk_size) -> (o, final state)
 
 
-def gated_linear_kernel(q: torch.Tensor) -> GatedLinearKernel:
+def gated_linear_kernel(q: torch.Tensor) -> Kernel:
     """The gated-linear-attention kernel for queries q: fla's where :func:`runs`, else the PyTorch chunked form."""
     return fla_chunk_gated_linear if runs(q) else torch_gated_linear.chunk_gated_linear
 
 
-def delta_rule_kernel(q: torch.Tensor) -> GatedLinearKernel:
+def delta_rule_kernel(q: torch.Tensor) -> Kernel:
     """The delta-rule kernel for queries q: fla's where :func:`runs` in half precision, else the PyTorch form."""
     return fla_chunk_delta_rule if runs(q, HALF) else torch_delta_rule.chunk_delta_rule
