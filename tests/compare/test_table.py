@@ -30,6 +30,10 @@ def test_the_table_says_whether_softmax_beats_the_mean_control_by_two_std(tmp_pa
     breakdown = [replace(r, metrics={**r.metrics, "mse@chair": r.metrics["mse"]})
                  for r in records_of({"sdpa": [0.4, 0.41, 0.42], "mean": [0.5, 0.51, 0.5]})]
     assert list(separation(*summarise(breakdown))) == ["mse"]  # per-category breakdowns get no verdict
+    at_lengths = [replace(r, metrics={"ppl@128": r.metrics["mse"], "ppl@1024": r.metrics["mse"]})
+                  for r in records_of({"sdpa": [0.4, 0.41, 0.42], "mean": [0.5, 0.51, 0.5]})]
+    verdicts = separation(*summarise(at_lengths))          # metrics named for a length, with no bare `ppl`: headlines
+    assert list(verdicts) == ["ppl@128", "ppl@1024"] and all(v["separates"] for v in verdicts.values())
     rows, directions = summarise(records_of({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}))
     assert separation(rows, directions) == {}  # no control in the study: no verdict
     write_table(records_of({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}), tmp_path / "none", "none")

@@ -117,7 +117,8 @@ SEPARATION_STDS, SEPARATION_SEEDS = 2.0, 3
 
 
 def separation(rows: list[Row], directions: dict[str, bool]) -> dict[str, dict[str, Any]]:
-    """Whether the study's budget separates, per headline metric (not per-class breakdowns): softmax (``sdpa``)
+    """Whether the study's budget separates, per headline metric (not the breakdowns ``m@part`` of a metric ``m``
+    of the study; a metric named for a setting, such as ``ppl@128`` with no ``ppl``, is a headline): softmax (``sdpa``)
     must beat the ``mean`` control, which cannot use the site's information, by more than two standard deviations
     (the larger of the two rows', over at least three seeds each). Empty unless both rows are in the study. A study
     whose budget does not separate ranks nothing: its table is not a result."""
@@ -126,8 +127,8 @@ def separation(rows: list[Row], directions: dict[str, bool]) -> dict[str, dict[s
         return {}
     verdicts = {}
     for metric, higher in directions.items():
-        if "@" in metric:  # a per-class / per-category breakdown (cd_l1@chair): the headline metric decides
-            continue
+        if "@" in metric and metric.split("@")[0] in directions:
+            continue  # a breakdown of a headline metric (cd_l1@chair, accuracy@mqar): the headline metric decides
         (s_mean, s_std, s_n), (c_mean, c_std, c_n) = (by_label[name].metrics[metric] for name in (SOFTMAX, CONTROL))
         if not (s_n and c_n and math.isfinite(s_mean) and math.isfinite(c_mean)):
             continue
