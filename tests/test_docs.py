@@ -55,7 +55,7 @@ STAND_INS = "lavo-zoo pip pytest torchrun python python3 source"
 TRAIN_CAP = ["--max-steps", "2", "train.eval_every=2", "train.eval_batches=1", "train.save_every=2"]
 # commands that read what a training run wrote: in a dry-run block (whose runs are not trained) they are not run
 FOLLOW_UPS = {"eval", "generate", "forecast", "forecast-plot", "synthesize", "summarize", "complete", "score",
-              "export", "push"}
+              "recall-plot", "export", "push"}
 
 
 @dataclass
