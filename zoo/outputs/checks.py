@@ -118,15 +118,15 @@ def check_writable(path: Path, overwrite: bool, option: str = "--out",
             raise UsageError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist; give another "
                              f"{option}, or add --overwrite to replace the link.")
     elif path.exists():
-        if not overwrite:
-            raise UsageError(f"{option} {path} already exists; nothing replaces it without --overwrite. Give another "
-                             f"{option}, or add --overwrite.")
         if path.is_dir():
             raise UsageError(f"{option} {path} is a folder; give a file name")
         if kind is not None and not kind.recognise(head_of(path), path):
-            raise UsageError(f"{option} {path} is not {kind.name} (what this command writes), so it is not an "
-                             f"earlier output of it: --overwrite replaces only those. Give another {option}, or "
-                             "move that file away")
+            raise UsageError(f"{option} {path} already exists and is not {kind.name} (what this command writes), so "
+                             "it is not an earlier output of it, the only file --overwrite replaces. Give another "
+                             f"{option}, or move that file away")
+        if not overwrite:
+            raise UsageError(f"{option} {path} already exists; nothing replaces it without --overwrite. Give another "
+                             f"{option}, or add --overwrite.")
     check_folder_writable(path.parent, option, path)
     return path
 
