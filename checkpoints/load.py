@@ -50,7 +50,7 @@ def load_predictor(name_or_path: str | Path, device: str | Any | None = None, ov
         UsageError: the checkpoint is of another domain than ``recipe``, its recipe has no predictor, or an override
             changes the model; ``device`` is none of the above or a GPU this machine lacks (an InputError).
     """
-    from lavo_zoo.checkpoints import open_checkpoint
+    from lavo_zoo.checkpoints.resolve import open_checkpoint
     from lavo_zoo.engine.checkpoint_io import load_model
     from lavo_zoo.engine.env import pick_device
 

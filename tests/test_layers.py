@@ -120,6 +120,12 @@ def test_the_attention_layer_has_no_import_circle(tmp_path):
     assert _circles(_assemble(tmp_path), "lavo_zoo.attention") == []
 
 
+def test_the_house_has_no_import_circle(tmp_path):
+    """No module of the whole package imports itself back through others (a package and its own submodule, a
+    launcher factory and the launchers it builds, were the last ones): what two modules share sits beneath both."""
+    assert _circles(_assemble(tmp_path), "lavo_zoo") == []
+
+
 def test_an_import_circle_is_found(tmp_path):
     root = _assemble(tmp_path)
     with open(root / "lavo_zoo" / "attention" / "ops" / "dropout.py", "a") as f:

@@ -28,6 +28,11 @@ SMALL = {
     "sdpa": {"rope": True},
     "local": {"window_size": 5, "relative_bias": True},
     "probsparse": {"factor": 2},
+    "based": {"feature_dim": 4, "chunk_size": 8, "conv_size": 3},
+    "gla": {"chunk_size": 8, "conv_size": 3},
+    "mamba2": {"state_size": 8, "chunk_size": 8},
+    "deltanet": {"chunk_size": 8},
+    "gated_deltanet": {"chunk_size": 8, "expand_v": 1.0},
 }
 
 

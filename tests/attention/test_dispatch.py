@@ -1,9 +1,11 @@
 """The one kernel choice (ops/dispatch.py) over LAVO's kernels (lavo/ops.py: LAVO_KERNELS) and the window's alone
 (ops/window: WINDOW_KERNELS, what the ``local`` mechanism and window_attention's 'auto' get): the (window, read)
-kernels for each request, device, dtype, length, dropout and switch, stated here as literal pairs. The CUDA rules
+kernels for each request, device, dtype, length, dropout and switch, stated here as literal pairs; and the recurrent
+mechanisms' ops (ops/gated_linear: GATED_LINEAR_KERNELS, ops/delta_rule: DELTA_RULE_KERNELS), PyTorch's chunked
+form or flash-linear-attention's kernel, for each request, dtype, switch and whether fla imports. The CUDA rules
 are stated on the CPU too, with the device test (``dispatch.on_cuda``, ``triton_utils.usable``) answering as a GPU
 would; where a GPU is, they run on CUDA tensors as well. The Triton interpreter's cases run in
-test_lavo_triton.py."""
+test_lavo_triton.py; fla's kernels, stood in for on the CPU, in test_recurrent_ops.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +16,11 @@ import torch
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.lavo.ops import LAVO_KERNELS
-from lavo_zoo.attention.ops import KernelUnavailable, dispatch
+from lavo_zoo.attention.ops import KernelUnavailable, dispatch, fla
+from lavo_zoo.attention.ops.delta_rule import DELTA_RULE_KERNELS
+from lavo_zoo.attention.ops.gated_linear import GATED_LINEAR_KERNELS
 from lavo_zoo.attention.ops.window import WINDOW, WINDOW_KERNELS, flex
+from lavo_zoo.errors import UsageError
 
 CUDA = torch.cuda.is_available()
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -161,6 +166,139 @@ def test_a_flex_compile_failure_turns_flex_off(monkeypatch):
     assert choose_kernels(_q()) == ("flex", "recompute")
     monkeypatch.setattr(flex, "_failure", "RuntimeError: no tile configuration fits")
     assert choose_kernels(_q()) == ("recompute", "recompute")
+
+
+# ------------------------------------------------------------------------------ the recurrent mechanisms' ops
+RECURRENT = {"gated_linear": GATED_LINEAR_KERNELS, "delta_rule": DELTA_RULE_KERNELS}
+
+
+def choose_recurrent(op: str, q: torch.Tensor, request: str = "auto") -> str:
+    """The kernel the dispatch chooses for a recurrent op (its set has that one op)."""
+    return getattr(RECURRENT[op].choose(q, request), op).name
+
+
+@pytest.mark.parametrize("op", list(RECURRENT))
+@pytest.mark.parametrize("request_", ["auto", "chunk", "fla"])
+def test_recurrent_cpu_choices_are_pytorch(op, request_, monkeypatch):
+    """On CPU tensors every request runs the PyTorch chunked form, whether fla imports or not."""
+    for installed in (False, True):
+        monkeypatch.setattr(fla, "available", lambda installed=installed: installed)
+        for dtype in (torch.float32, torch.float16, torch.float64):
+            assert choose_recurrent(op, _q(dtype=dtype), request_) == "chunk"
+
+
+def test_recurrent_unknown_request_is_refused():
+    for kernels in RECURRENT.values():
+        assert kernels.requests == ("auto", "fla", "chunk")
+        with pytest.raises(ValueError, match="kernels must be one of auto, fla, chunk, got 'triton'"):
+            kernels.choose(_q(), "triton")
+
+
+# fla's kernels are Triton kernels: 'auto' takes them under the dispatch's Triton rule (with LAVO_ZOO_TRITON=1 until
+# a device run has passed), a request anywhere they run; the delta rule's in half precision only.
+RECURRENT_CUDA_CASES = [
+    # op, request, dtype, switches, fla importable, want
+    ("gated_linear", "auto", torch.float32, {}, True, "chunk"),                         # the verified default
+    ("gated_linear", "auto", torch.bfloat16, {}, True, "chunk"),
+    ("gated_linear", "auto", torch.float32, {"LAVO_ZOO_TRITON": "1"}, True, "fla"),
+    ("gated_linear", "auto", torch.bfloat16, {"LAVO_ZOO_TRITON": "1"}, True, "fla"),
+    ("gated_linear", "auto", torch.float16, {"LAVO_ZOO_TRITON": "1"}, True, "fla"),
+    ("gated_linear", "auto", torch.float64, {"LAVO_ZOO_TRITON": "1"}, True, "chunk"),  # no fp64 Triton
+    ("gated_linear", "auto", torch.float32, {"LAVO_ZOO_TRITON": "1"}, False, "chunk"),  # fla not installed
+    ("gated_linear", "fla", torch.float32, {}, True, "fla"),                           # selectable without the switch
+    ("gated_linear", "fla", torch.float32, {}, False, "chunk"),
+    ("gated_linear", "fla", torch.float64, {}, True, "chunk"),
+    ("gated_linear", "fla", torch.float32, {"LAVO_ZOO_TRITON": "0"}, True, "chunk"),   # the Triton kernels off
+    ("gated_linear", "chunk", torch.float32, {"LAVO_ZOO_TRITON": "1"}, True, "chunk"),
+    ("delta_rule", "auto", torch.bfloat16, {}, True, "chunk"),
+    ("delta_rule", "auto", torch.bfloat16, {"LAVO_ZOO_TRITON": "1"}, True, "fla"),
+    ("delta_rule", "auto", torch.float16, {"LAVO_ZOO_TRITON": "1"}, True, "fla"),
+    ("delta_rule", "auto", torch.float32, {"LAVO_ZOO_TRITON": "1"}, True, "chunk"),    # fla's delta rule: half only
+    ("delta_rule", "auto", torch.bfloat16, {"LAVO_ZOO_TRITON": "1"}, False, "chunk"),
+    ("delta_rule", "fla", torch.bfloat16, {}, True, "fla"),
+    ("delta_rule", "fla", torch.float32, {}, True, "chunk"),
+    ("delta_rule", "fla", torch.bfloat16, {"LAVO_ZOO_TRITON": "0"}, True, "chunk"),
+    ("delta_rule", "chunk", torch.bfloat16, {"LAVO_ZOO_TRITON": "1"}, True, "chunk"),
+]
+
+
+def _recurrent_case_ids(case) -> str:
+    op, request_, dtype, switches, installed, _ = case
+    return "-".join([op, request_, str(dtype).split(".")[-1], *(f"{k}={v}" for k, v in switches.items()),
+                     "fla" if installed else "no-fla"])
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
+@pytest.mark.parametrize("case", RECURRENT_CUDA_CASES, ids=_recurrent_case_ids)
+def test_recurrent_cuda_choices_stated_on_the_cpu(monkeypatch, case):
+    """The CUDA rules with the device test answering 'CUDA' for these CPU tensors and fla's import stated."""
+    from lavo_zoo.attention.ops import triton_utils
+
+    op, request_, dtype, switches, installed, want = case
+    monkeypatch.setattr(dispatch, "on_cuda", lambda q: True)
+    monkeypatch.setattr(triton_utils, "usable", lambda t: t.dtype in triton_utils.DTYPES and t.numel() > 0)
+    monkeypatch.setattr(fla, "available", lambda: installed)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    assert choose_recurrent(op, _q(dtype=dtype), request_) == want
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("case", RECURRENT_CUDA_CASES, ids=_recurrent_case_ids)
+def test_recurrent_cuda_choices(monkeypatch, case):
+    op, request_, dtype, switches, installed, want = case
+    if installed != fla.available():
+        pytest.skip("flash-linear-attention is " + ("not " if installed else "") + "installed here")
+    if want == "fla" and not HAS_TRITON:
+        pytest.skip("Triton is not installed")
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    assert choose_recurrent(op, _q(dtype=dtype, device="cuda"), request_) == want
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
+def test_a_triton_compile_failure_turns_fla_off(monkeypatch):
+    """One Triton rule for the project's kernels and fla's: a failure of either turns both off."""
+    from lavo_zoo.attention.ops import triton_utils
+
+    monkeypatch.setattr(dispatch, "on_cuda", lambda q: True)
+    monkeypatch.setattr(triton_utils, "usable", lambda t: True)
+    monkeypatch.setattr(fla, "available", lambda: True)
+    assert choose_recurrent("gated_linear", _q(), "fla") == "fla"
+    monkeypatch.setattr(triton_utils, "_failures", {"window_fwd": "OutOfResources: shared memory"})
+    assert choose_recurrent("gated_linear", _q(), "fla") == "chunk"
+    assert choose_recurrent("delta_rule", _q(dtype=torch.bfloat16), "fla") == "chunk"
+
+
+RECURRENT_NAMES = {"based": "gated_linear", "gla": "gated_linear", "mamba2": "gated_linear",
+                   "deltanet": "delta_rule", "gated_deltanet": "delta_rule"}
+
+
+@pytest.mark.parametrize("name", list(RECURRENT_NAMES))
+def test_one_choice_per_recurrent_forward_and_the_report(name, monkeypatch):
+    """A recurrent layer's op is chosen once per call that runs it (causal: the chunk; noncausal and cross: the
+    source's state, Based's a plain sum), from its ``kernels`` option; ``kernels_used`` says what ran."""
+    kernel_set = RECURRENT[RECURRENT_NAMES[name]]
+    chosen = []
+    choose = kernel_set.choose
+    monkeypatch.setattr(kernel_set, "choose", lambda *a, **k: chosen.append(kernel_set.name) or choose(*a, **k))
+    x = torch.randn(2, 9, 16)
+    for pattern in ("causal", "noncausal", "cross"):
+        attn = build_attention(name, 16, 2, pattern, kernels="fla")
+        assert attn.kernels == "fla" and attn.kernels_used == "chunk"  # before a call: what it would take (CPU)
+        chosen.clear()
+        attn(x, context=x if pattern == "cross" else None)
+        runs_op = pattern == "causal" or name != "based"
+        assert chosen == ([kernel_set.name] if runs_op else []), pattern
+        assert attn.kernels_used == "chunk"
+    attn = build_attention(name, 16, 2, "causal")
+    chosen.clear()
+    _, state = attn(torch.randn(2, 1, 16), return_state=True)
+    attn(torch.randn(2, 1, 16), state=state, return_state=True)  # a decoding step
+    assert chosen == [kernel_set.name] * 2
+    assert dispatch.kernels_used(attn) == "chunk"
+    with pytest.raises(UsageError, match=f"attention '{name}': kernels must be one of auto, fla, chunk, got 'x'"):
+        build_attention(name, 16, 2, "causal", kernels="x")
 
 
 # ------------------------------------------------------------------------------------------- the dispatch itself

@@ -312,6 +312,56 @@ def test_backward_kernels_that_fail_to_compile_leave_the_gradients_to_pytorch(ke
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
+class _SharedMemoryOver:
+    """Stands in for the read's backward kernel on a device whose shared memory holds blocks of at most ``rows``
+    queries: a larger block raises OutOfResources at launch (as the device does); a smaller one runs the kernel."""
+
+    def __init__(self, kernel, rows: int) -> None:
+        self.kernel, self.rows, self.blocks = kernel, rows, []
+
+    def __getitem__(self, grid):
+        from triton.runtime.errors import OutOfResources
+
+        def launch(*args, **kwargs):
+            self.blocks.append(kwargs["BM"])
+            if kwargs["BM"] > self.rows:
+                raise OutOfResources(kwargs["BM"] * 4096, self.rows * 4096, "shared memory")
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+@interpreted
+def test_a_backward_block_too_large_for_the_device_retries_smaller(kernels, monkeypatch, no_failures):
+    """The read's backward in a block of 64 queries needs more shared memory than the device has (fp32, d = 128 on
+    an H200): the backward takes the next smaller block that fits, silently, with the same gradients, and the Triton
+    kernels stay on."""
+    _, lavo_triton = kernels
+    B, H, T, d, r = 1, 2, 70, 8, 4
+    q, mem = _leaves((B, H, T, d), (B, H, 1, d))
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    g = torch.randn(B, H, T, d)
+
+    def grads():
+        out = lavo_triton.read_memory_triton(q, mem, bases)          # the backward's block size left to the kernel
+        return torch.autograd.grad((out * g).sum(), (q, mem, bases))
+    want = grads()
+    small = _SharedMemoryOver(lavo_triton._bwd, rows=16)
+    monkeypatch.setattr(lavo_triton, "_bwd", small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                 # no compile-failure warning
+        got = grads()
+    assert small.blocks == list(lavo_triton.BACKWARD_BLOCKS) and small.blocks[-1] == 16
+    assert not no_failures.failures() and triton_runs(q)
+    for name, a, b in zip(["dq", "dmem", "dbases"], got, want):
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
+    small.rows = 8                                                     # no block fits: PyTorch's gradients, warned
+    with pytest.warns(RuntimeWarning, match="read_bwd could not be compiled"):
+        got = grads()
+    assert "read_bwd" in no_failures.failures()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **TOL)
+
+
 @interpreted
 def test_offsets_are_64_bit(kernels):
     """Queries whose row stride times T passes 2^31 elements (a view into a 4.5 GB virtual buffer, of which only the

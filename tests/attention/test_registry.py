@@ -135,3 +135,13 @@ def test_third_party_entry_point_is_discovered(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="does not support pattern 'cross'; it supports: causal, noncausal"):
         build_attention("identity_plugin", embed_dim=8, num_heads=2, pattern="cross")
     sys.modules.pop("thirdparty_attn", None)
+
+
+def test_every_builtin_mechanism_declares_its_family_and_state() -> None:
+    """`lavo-zoo list attentions` shows each built-in mechanism's family and the size of its decoding state."""
+    from lavo_zoo.attention import ATTENTIONS, attention_class, attention_info
+
+    for name in ATTENTIONS.names():
+        if attention_class(name).__module__.startswith("lavo_zoo.attention."):
+            info = attention_info(name)
+            assert info.family and info.state, f"{name}: set `family` and `decoding_state` on its class"

@@ -42,6 +42,8 @@ class ABCAttention(ProjectedAttention):
     Streaming state: :class:`ABCState` (fixed size, n x d per head).
     """
 
+    family = "bounded memory (learned slots)"
+    decoding_state = "H x n x (2 D/H + 2)"
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     description = "ABC bounded-memory control attention (learned slot control, cumulative causal memory)"

@@ -90,6 +90,10 @@ class Attention(nn.Module):
     patterns: ClassVar[tuple[str, ...]] = ()
     streaming: ClassVar[bool] = False  # causal pattern can carry a recurrent state / cache across chunks
     description: ClassVar[str] = ""
+    # what ``lavo-zoo list attentions`` shows beside the patterns: the mechanism's family and the size of its causal
+    # decoding state in the contract's symbols (D width, H heads, T tokens so far, and its options)
+    family: ClassVar[str] = ""
+    decoding_state: ClassVar[str] = ""
     # False for mechanisms whose eval-mode output is not a fixed function of the valid tokens (e.g. sampled keys),
     # so that exact invariance tests (padding, streaming == full) know to use a tolerance or skip.
     deterministic: ClassVar[bool] = True

@@ -52,6 +52,8 @@ class CosFormerAttention(ProjectedAttention):
     Streaming state (causal): :class:`CosFormerState` (fixed size, d x d per head).
     """
 
+    family = "linear attention (ReLU, cos re-weighting)"
+    decoding_state = "2 H x (D/H) x (D/H + 1)"
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     mixes_queries = ("cross",)  # cross reweighting horizon M = max(#queries, #keys)

@@ -28,6 +28,8 @@ from lavo_zoo.attention.ops.naive import merge, ones, qkv, seg_means
 class LARAAttention(ProjectedAttention):
     """LARA (Zheng et al. 2022): randomized attention with ``num_landmarks`` importance-sampling proposals."""
 
+    family = "linear attention (randomised, landmarks)"
+    decoding_state = "none (no causal pattern)"
     patterns = ("noncausal", "cross")
     streaming = False
     mixes_queries = ("cross",)  # proposals are means of query segments

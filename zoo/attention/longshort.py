@@ -30,6 +30,8 @@ from lavo_zoo.attention.ops.padding import left_aligned
 class LongShortAttention(ProjectedAttention):
     """Transformer-LS (Zhu et al. 2021): sliding window (``window_size``) + dynamic projection (``num_landmarks``)."""
 
+    family = "window + low-rank long-range"
+    decoding_state = "T D inputs (no streaming: re-runs the prefix)"
     patterns = ("causal", "noncausal")
     streaming = False
     description = "Transformer-LS long-short attention (segment window + dynamic projection, DualLN)"

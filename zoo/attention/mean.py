@@ -46,6 +46,8 @@ class MeanAttention(Attention):
     Streaming state (causal): :class:`MeanState` (fixed size, D numbers and a count).
     """
 
+    family = "control (mean of values)"
+    decoding_state = "D value sum + count"
     patterns = PATTERNS
     streaming = True
     reads_queries = False  # in cross attention the output ignores the target: every query reads the source's mean

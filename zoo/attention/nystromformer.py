@@ -39,6 +39,8 @@ def iterative_pinv(a: torch.Tensor, iterations: int = 6) -> torch.Tensor:
 class NystromAttention(ProjectedAttention):
     """Nystromformer (Xiong et al. 2021) with ``num_landmarks`` segment-mean landmarks."""
 
+    family = "low-rank (Nystrom landmarks)"
+    decoding_state = "none (no causal pattern)"
     patterns = ("noncausal", "cross")
     streaming = False
     mixes_queries = ("cross",)  # query landmarks are segment means

@@ -55,6 +55,8 @@ class PerformerAttention(ProjectedAttention):
     Streaming state (causal): :class:`PerformerState` (fixed size, m x d per head).
     """
 
+    family = "linear attention (random features)"
+    decoding_state = "H x m x (D/H + 1) + H"
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     description = "Performer FAVOR+ (positive orthogonal random features, chunked causal prefix sums)"

@@ -64,6 +64,8 @@ def _causal_active(score: torch.Tensor, n_top: int, block: int = 256) -> torch.T
 class ProbSparseAttention(Attention):
     """Informer's ProbSparse attention: top-u queries by max-mean score attend fully, lazy queries take mean(V)."""
 
+    family = "sparse softmax (top-u queries)"
+    decoding_state = "T D inputs (no streaming: re-runs the prefix)"
     patterns = ("causal", "noncausal", "cross")
     streaming = False
     mixes_queries = ("causal", "cross")  # the top-u active queries and the sample sizes depend on the number of queries

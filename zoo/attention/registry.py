@@ -25,11 +25,16 @@ _CONTRACT_ARGUMENTS = ("self", "embed_dim", "num_heads", "pattern")
 # The built-in mechanisms: registry name -> the module (or package) of lavo_zoo.attention that registers it.
 BUILTIN_MECHANISMS = {
     "abc": "abc_attention",
+    "based": "based",
     "cosformer": "cosformer",
+    "deltanet": "deltanet",
+    "gated_deltanet": "gated_deltanet",
+    "gla": "gla",
     "lara": "lara",
     "lavo": "lavo",
     "local": "local",
     "longshort": "longshort",
+    "mamba2": "mamba2",
     "mean": "mean",
     "nystromformer": "nystromformer",
     "performer": "performer",
@@ -77,6 +82,8 @@ class AttentionInfo:
     # how step-by-step decoding runs each decoder pattern, e.g. ("causal:state", "cross:prefix"); see
     # Attention.decoding: state / cache / source, or prefix = falls back to re-running the prefix
     decoding: tuple[str, ...] = ()
+    family: str = ""          # e.g. "linear attention, delta rule"
+    state: str = ""           # the causal decoding state's size, e.g. "H x (D/H) x (D/H) (+ conv)"
 
 
 def option_defaults(cls: type[Attention]) -> dict[str, Any]:
@@ -162,7 +169,7 @@ def attention_info(name: str) -> AttentionInfo:
 
     Returns:
         Its :class:`AttentionInfo`: patterns, streaming support, one-line description, options with their defaults,
-        and how each decoder pattern decodes step by step.
+        how each decoder pattern decodes step by step, its family and the size of its causal decoding state.
 
     Raises:
         UsageError: ``name`` is not registered.
@@ -170,7 +177,8 @@ def attention_info(name: str) -> AttentionInfo:
     cls = attention_class(name)
     doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
     decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
-    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding)
+    return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding,
+                         cls.family, cls.decoding_state)
 
 
 def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:

@@ -41,6 +41,8 @@ class S4DAttention(Attention):
     Streaming state (causal): :class:`S4DState` (fixed size, D x N/2 complex).
     """
 
+    family = "state space model (diagonal, time-invariant)"
+    decoding_state = "D x N/2 complex"
     patterns = ("causal", "noncausal")
     streaming = True
     description = "S4D diagonal state-space layer (FFT convolution; recurrent state for streaming)"

@@ -29,6 +29,8 @@ def rotary(t: torch.Tensor, offset: int, base: float) -> torch.Tensor:
 class SDPAttention(ProjectedAttention):
     """Full softmax attention (torch scaled_dot_product_attention; FlashAttention on CUDA), optional rotary"""
 
+    family = "softmax attention"
+    decoding_state = "2 T D (KV cache, grows with T)"
     patterns = PATTERNS
     streaming = True
 

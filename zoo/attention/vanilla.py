@@ -22,6 +22,8 @@ class VanillaAttention(ProjectedAttention):
     Streaming state: :class:`KVCache` of all past keys and values (grows with the sequence).
     """
 
+    family = "softmax attention"
+    decoding_state = "2 T D (KV cache, grows with T)"
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     description = "softmax attention with the T x S score matrix materialised (plain PyTorch reference)"

@@ -12,9 +12,10 @@ from lavo_zoo.compare.efficiency import Efficiency
 from lavo_zoo.compare.launchers import (
     LAUNCHERS,
     CellsFailed,
+    Launcher,
     LauncherSettings,
+    SerialLauncher,
     launcher_settings,
-    make_launcher,
     parse_slurm_options,
 )
 from lavo_zoo.compare.study import parse_options, run_study
@@ -173,3 +174,21 @@ def _launcher_settings(config: str, given: dict) -> LauncherSettings:
     from lavo_zoo.engine.configs import LAUNCHER_SECTION, config_section, find_config
 
     return launcher_settings(config_section(config, LAUNCHER_SECTION), given, str(find_config(config)))
+
+
+def make_launcher(settings: LauncherSettings, device: str | None) -> Launcher:
+    """The launcher the settings name (here, above the launchers' modules, which import their shared parts from
+    :mod:`~lavo_zoo.compare.launchers`)."""
+    if settings.name == "local":
+        from lavo_zoo.compare.local import LocalLauncher
+
+        return LocalLauncher(settings.jobs, settings.cells_per_gpu, device)
+    if settings.name == "slurm":
+        from lavo_zoo.compare.slurm import SlurmLauncher
+
+        if device is not None and device.startswith("cuda") and not settings.gpus_per_cell:
+            raise UsageError(f"--device {device}: the cells' jobs get no GPU unless asked for; add --gpus-per-cell 1 "
+                             "(or launcher.gpus_per_cell in the config)")
+        return SlurmLauncher(settings)
+    return SerialLauncher()
+

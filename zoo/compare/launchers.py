@@ -259,20 +259,3 @@ class SerialLauncher:
                 record = CellRecord.from_json(job())
             records.append(record)
         return measure_after(StudyResult(records), out_dir, efficiency)
-
-
-def make_launcher(settings: LauncherSettings, device: str | None) -> Launcher:
-    """The launcher the settings name."""
-    if settings.name == "local":
-        from lavo_zoo.compare.local import LocalLauncher
-
-        return LocalLauncher(settings.jobs, settings.cells_per_gpu, device)
-    if settings.name == "slurm":
-        from lavo_zoo.compare.slurm import SlurmLauncher
-
-        if device is not None and device.startswith("cuda") and not settings.gpus_per_cell:
-            raise UsageError(f"--device {device}: the cells' jobs get no GPU unless asked for; add --gpus-per-cell 1 "
-                             "(or launcher.gpus_per_cell in the config)")
-        return SlurmLauncher(settings)
-    return SerialLauncher()
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -31,9 +32,10 @@ def _exact_only(name: str, check: str) -> None:
               f"(sampling), so the exact check '{check}' does not apply")
 
 
-def _build(name: str, pattern: str, dtype: torch.dtype = torch.float64, seed: int = 0) -> torch.nn.Module:
+def _build(name: str, pattern: str, dtype: torch.dtype = torch.float64, seed: int = 0,
+           options: dict[str, Any] | None = None) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return build_attention(name, D, H, pattern).to(dtype).eval()
+    return build_attention(name, D, H, pattern, **(options or {})).to(dtype).eval()
 
 
 def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -238,22 +240,23 @@ def check_padding_invariance(name: str, pattern: str, seed: int = 0) -> None:
                                msg=lambda m: f"{name}/{pattern}: an all-True mask differs from no mask\n{m}")
 
 
-def check_padded_row_alone(name: str, pattern: str, seed: int = 0) -> None:
+def check_padded_row_alone(name: str, pattern: str, seed: int = 0, options: dict[str, Any] | None = None) -> None:
     """A row padded in front or behind (x; for cross, the context) gives the real outputs the row alone gives, for 3
     and 17 padded positions (not multiples of any window or segment a mechanism cuts at), in a batch with an unpadded
-    row: windows, segments and landmarks are counted over the real tokens, not from the start of the batch.
+    row: windows, segments, landmarks and sinks are counted over the real tokens, not from the start of the batch.
 
     Args:
         name: a registered attention's name (``lavo-zoo list attentions``).
         pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
         seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
+        options: the mechanism's options (None: its defaults), e.g. ``{"num_sinks": 4}`` for ``local``'s sinks.
 
     Raises:
         AssertionError: naming the mechanism and what broke.
     """
     _exact_only(name, "padded row == the row alone")
     g = torch.Generator().manual_seed(seed)
-    attn = randomise_zero_parameters(_build(name, pattern))
+    attn = randomise_zero_parameters(_build(name, pattern, options=options))
     T, S = 29, 13
     for side, pad in itertools.product(("front", "behind"), (3, 17)):
         n = S if pattern == "cross" else T                            # the padded sequence's real length

@@ -156,6 +156,8 @@ def _one_of(option: str, value: str, choices: tuple[str, ...]) -> str:
 class LavoAttention(HasKernels, Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
 
+    family = "orthogonal memory + sliding window"
+    decoding_state = "2 (w-1) D window keys/values + 2 D feature sums"
     patterns = PATTERNS
     streaming = True
     kernel_set = LAVO_KERNELS

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from lavo_zoo.attention.common import heads_major_empty
 from lavo_zoo.attention.ops.triton_utils import (
@@ -49,6 +50,9 @@ from lavo_zoo.attention.ops.triton_utils import (
 
 BLOCK_M = 64  # queries per block
 BLOCKS = 16  # query blocks per backward program (one partial bases gradient per program)
+# queries per block of the backward, the largest first: the next is tried where a block needs more shared memory
+# than the device has (fp32 with d = 128 needs 248 KiB at 64 rows; an H100 or H200 has 227 KiB per block)
+BACKWARD_BLOCKS = (BLOCK_M, BLOCK_M // 2, 16)
 
 
 @triton.jit
@@ -238,11 +242,22 @@ class MemoryReadTritonFunction(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grad):
+        """The backward kernel in the largest block of :data:`BACKWARD_BLOCKS` that fits the device (the caller's
+        ``block_m`` alone where it fixed one)."""
+        sizes = (ctx.config[2],) if ctx.config[2] else BACKWARD_BLOCKS
+        for i, block_m in enumerate(sizes):
+            try:
+                return MemoryReadTritonFunction._backward_in(ctx, grad, block_m, smaller_fits=i + 1 < len(sizes))
+            except OutOfResources:  # only where a smaller block is left to try
+                continue
+        raise AssertionError("unreachable: the last block size's failure is a KernelUnavailable")
+
+    @staticmethod
+    def _backward_in(ctx, grad, block_m: int, smaller_fits: bool):
         q, mem, bases, log_temperature, gain = ctx.saved_tensors
-        offset, group, block_m, dropout, seed, has_local, shared_gain = ctx.config
+        offset, group, _, dropout, seed, has_local, shared_gain = ctx.config
         B, H, T, d = q.shape
         n, r = mem.shape[2], bases.shape[1]
-        block_m = block_m or BLOCK_M
         cfg = {**MemoryReadTritonFunction._config(q, bases), "BM": block_m}
         g = rowmajor(grad)
         nblocks = triton.cdiv(T, block_m)
@@ -258,7 +273,7 @@ class MemoryReadTritonFunction(torch.autograd.Function):
                q, mem, bases, temp, gains, g, dq, dh, part, part_head, *strides(q), *strides(mem), *strides(bases),
                *strides(g), *strides(dq), H, T, d, r, n, offset, group, programs, d ** -0.5, shared_gain, seed,
                dropout, blocks, HAS_TEMP=log_temperature is not None, HAS_LOCAL=has_local,
-               GAIN_PER_HEAD=gain is not None, DROPOUT=dropout > 0, num_warps=8, **cfg)
+               GAIN_PER_HEAD=gain is not None, DROPOUT=dropout > 0, num_warps=8, smaller_fits=smaller_fits, **cfg)
         dh = dh[..., :r]                                                                 # [B, H, T, r]
         if n == 1:
             dh_rows = dh.sum(2, keepdim=True)                                            # [B, H, 1, r]

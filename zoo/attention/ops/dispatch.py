@@ -8,7 +8,9 @@ with where it runs; an :class:`Op` lists an op's kernels and its fallback; a :cl
 mechanism's ops, and a layer's ``kernels`` option requests 'auto' or one kernel by name for all of them.
 
 How a mechanism plugs in (worked examples: the window op in ``ops/window/__init__.py``, LAVO's read and decoding
-step in ``lavo/ops.py``, its layer in ``lavo/layer.py``):
+step in ``lavo/ops.py``, its layer in ``lavo/layer.py``; a library's kernels: flash-linear-attention's for the
+recurrent ops in ``ops/gated_linear/__init__.py`` and ``ops/delta_rule/__init__.py`` (from ``ops/fla.py``), their
+layers on ``recurrent.py``):
 
 1. Write each kernel as a function and declare it; a PyTorch kernel that runs everywhere needs only its name::
 

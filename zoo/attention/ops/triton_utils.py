@@ -41,7 +41,8 @@ from lavo_zoo.attention.ops import KernelUnavailable
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by @triton.jit at decoration, i.e. at import
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # fp64 stays on the PyTorch kernels
-NEG = -1.0e30  # a masked score: finite, so rows without a real key stay finite
+NEG = tl.constexpr(-1.0e30)  # a masked score: finite, so rows without a real key stay finite (constexpr: a compiled
+# kernel may read a global only when it is a tl.constexpr; the interpreter does not check)
 
 
 def usable(t: torch.Tensor) -> bool:
@@ -132,6 +133,15 @@ def grid(programs: int, what: str) -> tuple[int]:
     return (programs,)
 
 
+def _gist(message: str) -> str:
+    """The first and last lines of a compiler's message (Triton's put the place first, e.g. 'at 15:24:', and the
+    reason last), at most 300 characters each."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0][:300] if len(lines) == 1 else f"{lines[0][:300]} ... {lines[-1][:300]}"
+
+
 def _compile_failure(e: BaseException) -> bool:
     """Whether an exception from a launch says the kernel cannot be compiled for this device (not a bug in the
     call, not an out-of-memory error)."""
@@ -141,7 +151,7 @@ def _compile_failure(e: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def compiling(name: str) -> Iterator[None]:
+def compiling(name: str, *, smaller_fits: bool = False) -> Iterator[None]:
     """Run the launch of the Triton kernel ``name`` (the project's own through :func:`launch`, or a library's, e.g.
     fla's, in an op's kernel function) so that a failure to compile it on this device warns once (naming it and the
     reason), is recorded (:func:`failures`: the Triton kernels are then off for the process in the dispatch) and
@@ -151,15 +161,17 @@ def compiling(name: str) -> Iterator[None]:
 
     Args:
         name: the kernel's name in the warning and in :func:`failures`.
+        smaller_fits: the caller has a smaller configuration to try: a configuration that needs more shared memory
+            than the device has (OutOfResources) raises as it is, recording nothing.
     """
     if name in _failures:
         raise KernelUnavailable(f"{name}: {_failures[name]}")
     try:
         yield
     except Exception as e:
-        if not _compile_failure(e):
+        if not _compile_failure(e) or (smaller_fits and isinstance(e, OutOfResources)):
             raise
-        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        reason = f"{type(e).__name__}: {_gist(str(e))}"
         _failures[name] = reason
         warnings.warn(f"the Triton kernel {name} could not be compiled on this device ({reason}); the Triton "
                       "kernels are off for the rest of this process and the call runs on the PyTorch kernels "
@@ -167,7 +179,8 @@ def compiling(name: str) -> Iterator[None]:
         raise KernelUnavailable(f"{name}: {reason}") from e
 
 
-def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwargs) -> None:
+def launch(name: str, kernel, programs, *args, config: dict | None = None, smaller_fits: bool = False,
+           **kwargs) -> None:
     """``kernel[programs](*args, **kwargs)`` under :func:`compiling` (``name``: the kernel's name there).
 
     Args:
@@ -177,6 +190,7 @@ def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwa
         *args, **kwargs: the kernel's arguments.
         config: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
             tuning.
+        smaller_fits: as in :func:`compiling`: OutOfResources raises as it is (the caller retries smaller).
     """
     if config is not None:
         if isinstance(kernel, triton.runtime.Autotuner):
@@ -184,7 +198,7 @@ def launch(name: str, kernel, programs, *args, config: dict | None = None, **kwa
         kwargs = {**kwargs, **config}
         if callable(programs):
             programs = programs(config)
-    with compiling(name):
+    with compiling(name, smaller_fits=smaller_fits):
         kernel[programs](*args, **kwargs)
 
 

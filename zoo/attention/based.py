@@ -1,0 +1,162 @@
+"""Based's linear attention (Arora et al., ICML 2024, "Simple linear attention language models balance the
+recall-throughput tradeoff"; flash-linear-attention's ``BasedLinearAttention``, Zoology's ``Based``).
+
+Queries and keys are projected to ``feature_dim`` (f = 16) per head and mapped by the second-order Taylor
+expansion of exp, phi(q) . phi(k) = 1 + q.k / sqrt(f) + (q.k)^2 / (2 f):
+
+    phi(x) = [1, x / f^(1/4), x_i^2 / sqrt(2 f) (i), x_i x_j / sqrt(f) (i < j)]        (1 + f + f (f + 1) / 2 features)
+    o_t = sum_{s <= t} phi(q_t).phi(k_s) v_s / (sum_{s <= t} phi(q_t).phi(k_s) + eps)
+
+so the state per head is sum phi(k) [v, 1]^T, a (1 + f + f(f+1)/2) x (d + 1) matrix (153 x (d + 1) at f = 16),
+whatever the length. Training runs the chunked form of :mod:`lavo_zoo.attention.ops.gated_linear` (no gate; the
+normaliser is the value column of ones); decoding carries the state.
+
+The reference layer has no short convolution; the Based architecture puts one in the neighbouring layers
+(Zoology's MQAR runs alternate a BaseConv layer with this one). ``conv_size`` > 0 adds a short convolution on the
+query, key and value projections (flash-linear-attention's form in its other layers), off by default as in the
+reference layer.
+
+Patterns: causal, noncausal (every query reads the sums over all real tokens: Zoology's ``causal=False``) and cross
+(the sums over the real source tokens), see :mod:`lavo_zoo.attention.recurrent`. Projections without bias, as the
+reference.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from lavo_zoo.attention import register_attention
+from lavo_zoo.attention.ops.gated_linear import GATED_LINEAR_KERNELS
+from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
+from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
+from lavo_zoo.attention.recurrent import (
+    RecurrentAttention,
+    RecurrentState,
+    SourceMemory,
+    key_mask,
+    merge_heads,
+    split_heads,
+)
+
+
+def taylor_features(x: torch.Tensor) -> torch.Tensor:
+    """x [..., f] -> [..., 1 + f + f (f + 1) / 2] with phi(x).phi(y) = 1 + x.y / sqrt(f) + (x.y)^2 / (2 f)."""
+    f = x.shape[-1]
+    i, j = torch.triu_indices(f, f, 1, device=x.device)
+    diag = x * x / math.sqrt(2 * f)
+    off = x[..., i] * x[..., j] / math.sqrt(f)
+    return torch.cat([torch.ones_like(x[..., :1]), x / f ** 0.25, diag, off], -1)
+
+
+@register_attention("based")
+class BasedAttention(RecurrentAttention):
+    """Based (Arora et al. 2024): linear attention with the 2nd-order Taylor feature map of exp, normalised.
+
+    Streaming state (causal): :class:`~lavo_zoo.attention.recurrent.RecurrentState`, per head a
+    (1 + f + f (f + 1) / 2) x (d + 1) matrix (feature sums times values and the normaliser).
+    """
+
+    family = "linear attention (Taylor feature map)"
+    decoding_state = "H x (1 + f + f(f+1)/2) x (D/H + 1) (+ conv inputs when conv_size > 0)"
+    description = "Based linear attention (2nd-order Taylor features of exp, normalised; chunked, recurrent state)"
+    kernel_set = GATED_LINEAR_KERNELS
+
+    def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", feature_dim: int = 16,
+                 conv_size: int = 0, chunk_size: int = 64, eps: float = 1e-12, kernels: str = "auto") -> None:
+        """Based's layer (flash-linear-attention's ``BasedLinearAttention``; its defaults).
+
+        Args:
+            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            feature_dim: f, the width per head that queries and keys are projected to before the Taylor feature map
+                (1 + f + f (f + 1) / 2 features).
+            conv_size: taps of a short convolution on the query, key and value projections (0: none, as the
+                reference layer; causal queries only, see :mod:`lavo_zoo.attention.recurrent`).
+            chunk_size: tokens per chunk of the PyTorch chunked form.
+            eps: added to the normaliser (a query that sees no weight reads zeros, not NaN).
+            kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA);
+                the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+
+        Raises:
+            ValueError: a ``feature_dim`` or ``chunk_size`` below 1, a negative ``conv_size``, an unknown
+                ``kernels``.
+        """
+        super().__init__(embed_dim, num_heads, pattern, kernels)
+        if feature_dim < 1 or chunk_size < 1:
+            raise ValueError(f"feature_dim ({feature_dim}) and chunk_size ({chunk_size}) must be >= 1")
+        self.feature_dim, self.chunk_size, self.eps = feature_dim, chunk_size, eps
+        self.q_proj = nn.Linear(embed_dim, num_heads * feature_dim, bias=False)
+        self.k_proj = nn.Linear(embed_dim, num_heads * feature_dim, bias=False)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        # queries are convolved in causal attention only (see lavo_zoo.attention.recurrent)
+        self.q_conv = ShortConv(num_heads * feature_dim, conv_size if pattern == "causal" else 0, activation=False)
+        self.k_conv = ShortConv(num_heads * feature_dim, conv_size, activation=False)
+        self.v_conv = ShortConv(embed_dim, conv_size, activation=False)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, feature_dim={self.feature_dim}"
+
+    def _keys_values(self, x: torch.Tensor, caches: tuple) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+        """phi(k) [B, H, T, F] and [v, 1] [B, H, T, d + 1] of x [B, T, D], and the convolutions' caches."""
+        k, ck = self.k_conv(self.k_proj(x), caches[0])
+        v, cv = self.v_conv(self.v_proj(x), caches[1])
+        v = split_heads(v, self.num_heads)
+        return (taylor_features(split_heads(k, self.num_heads)), torch.cat([v, torch.ones_like(v[..., :1])], -1),
+                tuple(c for c in (ck, cv) if c is not None))
+
+    def _output(self, o: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[B, H, T, d + 1] (numerators, normaliser) -> out_proj of the normalised heads [B, T, D]."""
+        return self.out_proj(merge_heads(o[..., :-1] / (o[..., -1:] + self.eps)).to(dtype))
+
+    def run_causal(self, x: torch.Tensor, state: RecurrentState | None) -> tuple[torch.Tensor, RecurrentState]:
+        caches = state.conv if state is not None else ()
+        q, cq = self.q_conv(self.q_proj(x), caches[0] if caches else None)
+        fk, v, ckv = self._keys_values(x, caches[1:] if caches else (None, None))
+        fq = taylor_features(split_heads(q, self.num_heads))
+        o, memory = self.start_kernels(fq).gated_linear(fq, fk, v, None, None if state is None else state.memory,
+                                                        self.chunk_size)
+        conv = ((cq,) if cq is not None else ()) + ckv
+        return self._output(o, x.dtype), RecurrentState(memory, conv)
+
+    def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
+        fk, v, _ = self._keys_values(source, (None, None))
+        m = key_mask(mask, fk)
+        if m is not None:
+            fk = fk * m[..., None]
+        return SourceMemory(fk.transpose(-1, -2) @ v)  # [B, H, F, d + 1]
+
+    def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
+        q, _ = self.q_conv(self.q_proj(x))
+        return self._output(taylor_features(split_heads(q, self.num_heads)) @ memory.memory.to(x.dtype), x.dtype)
+
+
+# -------------------------------------------------------------------------------- slow reference, used by tests
+def naive(m, x, padding_mask=None, context=None, context_mask=None):
+    """Per row, its real tokens alone: causal by the token recurrence of the sums, noncausal / cross as every query
+    against the sums over the (source's) real tokens; the normalised quotient, then out_proj."""
+    src = x if context is None else context
+    src_mask = context_mask if m.pattern == "cross" else padding_mask
+    B, T, D = x.shape
+    out = torch.zeros(B, T, D, dtype=x.dtype)
+    for b in range(B):
+        rows = torch.arange(T) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
+        srows = torch.arange(src.shape[1]) if src_mask is None else src_mask[b].nonzero()[:, 0]
+        xq, xs = x[b:b + 1, rows], src[b:b + 1, srows]
+        q = naive_short_conv(m.q_conv, m.q_proj(xq))
+        k = naive_short_conv(m.k_conv, m.k_proj(xs))
+        v = split_heads(naive_short_conv(m.v_conv, m.v_proj(xs)), m.num_heads)
+        fq, fk = (taylor_features(split_heads(t, m.num_heads)) for t in (q, k))
+        v1 = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+        if m.pattern == "causal":
+            o, _ = naive_gated_linear(fq, fk, v1)
+        else:
+            S = fk.new_zeros(*fk.shape[:2], fk.shape[-1], v1.shape[-1])
+            for s in range(fk.shape[2]):  # the sums over the real source tokens, one by one
+                S = S + fk[:, :, s, :, None] * v1[:, :, s, None, :]
+            o = fq @ S
+        o = o[..., :-1] / (o[..., -1:] + m.eps)
+        out[b, rows] = m.out_proj(merge_heads(o))[0]
+    return out
+
