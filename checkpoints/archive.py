@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from lavo_zoo.atomic import write_atomic
 from lavo_zoo.errors import CheckpointError
-from lavo_zoo.options import CHECKPOINT_FILES
+from lavo_zoo.outputs import CHECKPOINT_FILES
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ZIP_SUFFIXES = (".zip",)

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lavo_zoo.atomic import put_file
-from lavo_zoo.engine.checkpoint_io import sha256_file, tree_hashes
 from lavo_zoo.engine.env import cache_root
+from lavo_zoo.outputs import sha256_file, tree_hashes
 
 RECORD = "record.json"
 UNPACKED = "checkpoint"

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 import yaml
 
-from lavo_zoo.atomic import write_file
+from lavo_zoo.atomic import put_file
 from lavo_zoo.checkpoints import cache as cache_mod
 from lavo_zoo.checkpoints.archive import CARD, is_archive, read_card
 from lavo_zoo.checkpoints.download import fetch, folder_lock
@@ -22,7 +21,8 @@ from lavo_zoo.checkpoints.resolve import parse_reference, unpack_checkpoint
 from lavo_zoo.engine.checkpoint_io import read_meta
 from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.errors import CheckpointError, UsageError
-from lavo_zoo.options import NonEmptyPath, check_folder_writable, json_flag, overwrite_option
+from lavo_zoo.options import NonEmptyPath, json_flag, overwrite_option
+from lavo_zoo.outputs import ARCHIVE, HF_FOLDER, MODEL_CARD, Outputs, scratch_folder
 
 cache_dir_option = click.option(
     "--cache-dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
@@ -235,22 +235,16 @@ def export(checkpoint: Path, out: Path, format_: str, with_train_state: bool, na
         _refuse_archive_options("export", with_train_state=with_train_state, source=source, description=description)
         _export_hf(checkpoint, out, name, license_, results, overwrite)
         return
-    if not out.name.endswith((".tar.gz", ".tgz")):
-        raise UsageError(f"OUT must end in .tar.gz or .tgz, got {out}")
-    check_folder_writable(out.parent, "OUT", out)  # before the weights are hashed and packed
-    if out.exists() and not overwrite:  # a published archive's sha256 is in some index: never replace it silently
-        raise UsageError(f"{out} already exists; export does not replace archives. Give another OUT, or add "
-                         "--overwrite to replace it.")
-    card_file = card_path(out)
-    if card_file.exists() and not overwrite:
-        raise UsageError(f"{card_file} (the model card written beside OUT) already exists; give another OUT, or add "
-                         "--overwrite to replace both.")
     if source and not source.startswith(SOURCE_SCHEMES):
         raise UsageError(f"--source must be an https:// URL or hf://org/repo@revision/path, got '{source}'")
-    entry, card = export_release(checkpoint, out, name=name, source=source, license_=license_,
-                                 description=description, results=results, with_train_state=with_train_state,
-                                 overwrite=overwrite)
-    write_file(card_file, card, overwrite)
+    card_file = card_path(out)
+    # a published archive's sha256 is in some index: never replaced without --overwrite, nor anything else ever
+    with Outputs("export", overwrite, inputs={"CHECKPOINT": checkpoint, "--results": results}) as outputs:
+        staged = outputs.file(out, ARCHIVE, "OUT")
+        staged_card = outputs.file(card_file, MODEL_CARD, "OUT's model card")
+        entry, card = export_release(checkpoint, staged, name=name, source=source, license_=license_,
+                                     description=description, results=results, with_train_state=with_train_state)
+        put_file(staged_card, card)
     click.echo(f"wrote {out} and its model card {card_file} (also inside the archive as {CARD})\n"
                f"sha256 {entry['sha256']}\nsize   {entry['size']} ({format_bytes(entry['size'])})\n\n"
                "index entry (append under `checkpoints:` in checkpoints/index.yaml once published):\n")
@@ -261,11 +255,14 @@ def _export_hf(checkpoint: Path, out: Path, name: str | None, license_: str, res
                overwrite: bool) -> None:
     from lavo_zoo.checkpoints.hf_format import export_hf
 
-    files = export_hf(checkpoint, out, name=name, license_=license_, results=results,
-                                   overwrite=overwrite)
+    with Outputs("export", overwrite, inputs={"CHECKPOINT": checkpoint, "--results": results},
+                 command_line=f"lavo-zoo export {checkpoint} {out} --format hf") as outputs:
+        staged = outputs.folder(out, HF_FOLDER, "OUT")
+        names = [f.name for f in export_hf(checkpoint, staged, name=name, license_=license_, results=results,
+                                           named_after=out)]
     click.echo(f"wrote the transformers folder {out} (model card: {out / CARD}):")
-    for file in files:
-        click.echo(f"  {file.name:<28} {format_bytes(file.stat().st_size):>10}")
+    for file in names:
+        click.echo(f"  {file:<28} {format_bytes((out / file).stat().st_size):>10}")
     click.echo(f"\nload it with:\n  import lavo_zoo\n  from transformers import AutoModelForCausalLM, AutoTokenizer\n"
                f'  model = AutoModelForCausalLM.from_pretrained("{out}")\n'
                f'  tokenizer = AutoTokenizer.from_pretrained("{out}")')
@@ -328,11 +325,11 @@ def push(checkpoint: Path, repo: str, format_: str, name: str | None, filename: 
     check_release_name(name, recipe)
     api = hub_api()  # before any work: huggingface_hub installed, not offline
     filename = filename or re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".tar.gz"  # lm/tiny@v1 -> lm-tiny-v1.tar.gz
-    with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
-        archive, card = Path(tmp) / filename, Path(tmp) / CARD
+    with scratch_folder("the upload") as tmp:
+        archive, card = tmp / filename, tmp / CARD
         entry, text = export_release(checkpoint, archive, name=name, source=None, license_=license_,
                                      description=description, results=results)
-        card.write_text(text, encoding="utf-8")
+        put_file(card, text)
         click.echo(f"uploading {filename} ({format_bytes(entry['size'])}) and its model card to hf://{repo_id}@{branch}"
                    " ...", err=True)
         commit = upload(api, repo_id, branch, {filename: archive, CARD: card},
@@ -356,8 +353,9 @@ def _push_hf(checkpoint: Path, repo_id: str, branch: str, name: str | None, lice
     api = hub_api()  # before any work: huggingface_hub installed, not offline
     name = name or default_name(str(read_meta(checkpoint).get("recipe") or "unknown"), repo_id.split("/")[1],
                                 "the repository")
-    with tempfile.TemporaryDirectory(prefix="lavo-zoo-push-") as tmp:
-        folder = Path(tmp) / "model"
+    with scratch_folder("the upload") as tmp:
+        folder = tmp / "model"
+        folder.mkdir()
         files = export_hf(checkpoint, folder, name=name, license_=license_, results=results)
         size = sum(f.stat().st_size for f in files)
         click.echo(f"uploading the transformers folder ({len(files)} files, {format_bytes(size)}) to "

@@ -9,10 +9,8 @@ lavo-zoo checkpoint instead.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from lavo_zoo.atomic import swap_folder, temporary_folder
 from lavo_zoo.errors import CheckpointError, UsageError
 
 HF_CONFIG = "config.json"
@@ -45,37 +43,24 @@ def import_hf_folder(folder: Path, out: Path) -> Path:
 
 
 def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
-                        overwrite: bool = False) -> list[Path]:
-    """Write checkpoint directory ``checkpoint`` as the transformers folder ``out`` with its model card (README.md);
-    returns the files written. ``out`` is written beside itself and renamed into place when complete; an
-    existing ``out`` is replaced only with ``overwrite``."""
+              named_after: Path | None = None) -> list[Path]:
+    """Write checkpoint directory ``checkpoint`` as a transformers model folder with its model card (README.md) into
+    ``out``, an empty folder (the staging folder the output policy gives ``export --format hf``, which puts it in
+    place, or a scratch folder of ``push``); returns the files written. ``name``: the index name the card gives
+    (default: from the name of ``named_after``, else of ``out``)."""
     from lavo_zoo.checkpoints.archive import check_checkpoint_dir
     from lavo_zoo.checkpoints.card import build_card, load_results
     from lavo_zoo.checkpoints.index import NAME_RE, default_name
     from lavo_zoo.hf import get_plugin
 
-    if out.exists() and not overwrite:
-        raise UsageError(f"{out} already exists; export does not replace it without --overwrite. Give another OUT, "
-                         "or add --overwrite.")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"OUT {out} is a file; --format hf writes a folder")
-    if out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
-        raise UsageError(f"OUT {out} is the current folder (or holds it); --format hf writes a folder of its own: give "
-                         "its path, e.g. dist/lm-tiny-hf")
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
     plugin = get_plugin(recipe)  # before any work: a recipe without a transformers form is refused
-    name = name or default_name(recipe, str(out.resolve()))
+    name = name or default_name(recipe, str(Path(named_after or out).resolve()))
     if not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")
     scored = load_results(results, meta) if results is not None else None
     card = build_card(checkpoint.resolve(), meta, name=name, license=license_, results=scored,
                       transformers_use=plugin.card_use())
-    tmp = temporary_folder(out)
-    try:
-        plugin.export_folder(checkpoint.resolve(), tmp, card)
-        swap_folder(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    plugin.export_folder(checkpoint.resolve(), out, card)
     return sorted(p for p in out.iterdir() if p.is_file())
-

@@ -23,8 +23,8 @@ from lavo_zoo.checkpoints.cache import (
 from lavo_zoo.checkpoints.download import fetch, folder_lock
 from lavo_zoo.checkpoints.hf_format import hf_recipe, import_hf_folder
 from lavo_zoo.checkpoints.index import load_index
-from lavo_zoo.engine.checkpoint_io import tree_hashes
 from lavo_zoo.errors import CheckpointError, UsageError, os_error_message
+from lavo_zoo.outputs import tree_hashes
 
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 

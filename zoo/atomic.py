@@ -9,7 +9,8 @@ content or nothing under the final name, never a partial one, and a reader never
   (a complete file already written beside its final name);
 - a folder: :func:`temporary_folder` to fill, then :func:`swap_folder` (the previous folder aside, the new one in,
   the previous one removed);
-- a link: :func:`replace_link`.
+- a link: :func:`replace_link`;
+- permissions: :func:`follow_umask` (what third-party writers left 0600 / 0700 made what the umask gives).
 
 The temporary names, which :func:`remove_leftovers` clears after a crash (a writer removes its own otherwise):
 
@@ -17,8 +18,8 @@ The temporary names, which :func:`remove_leftovers` clears after a crash (a writ
     .tmp-NAME-PID/       a folder being filled
     .old-NAME-PID/       the previous folder, moved aside while the new one moves in
 
-Which files a command may write at all (``--overwrite``, a checkpoint's own files, a folder that cannot be
-written) is decided before the work, by :mod:`lavo_zoo.options`. Torch-free.
+Which files a command may write at all (never an input, a checkpoint or a run; ``--overwrite`` only over its own
+earlier output; one writer at a time) is decided before the work, by :mod:`lavo_zoo.outputs`. Torch-free.
 """
 from __future__ import annotations
 
@@ -164,6 +165,14 @@ def temporary_folder(path: Path) -> Path:
     return tmp
 
 
+def scratch_space(prefix: str = "lavo-zoo-") -> Path:
+    """A new private folder (0700) in the system's temporary folder, for intermediate files that are never put in
+    place (what ``push`` uploads); the caller removes it."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
 def swap_folder(tmp: Path, path: Path) -> None:
     """Put the complete folder ``tmp`` (from :func:`temporary_folder`) at ``path``: its files flushed to disk, a
     previous ``path`` moved aside (``.old-NAME-PID``), ``tmp`` renamed in, the previous one removed. There is no
@@ -198,6 +207,27 @@ def fsync_tree(path: Path) -> None:
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
     fsync_folder(path)
+
+
+def current_umask() -> int:
+    """The process's file-mode creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: Path) -> None:
+    """Give ``path`` (a file, or a folder and everything in it) the permissions a file or folder created now gets:
+    0666 (0777 for a folder or an executable file) less the umask, whatever the code that wrote it chose (a
+    ``mkstemp`` file is 0600, a ``mkdtemp`` folder 0700). Links are left as they are."""
+    path = Path(path)
+    mask = current_umask()
+    paths = [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]
+    for p in paths:
+        if p.is_symlink():
+            continue
+        executable = p.is_dir() or p.stat().st_mode & 0o111
+        os.chmod(p, (0o777 if executable else 0o666) & ~mask)
 
 
 # ------------------------------------------------------------------------------------------------------- links

@@ -21,9 +21,10 @@ from typing import Any
 
 import click
 
-from lavo_zoo.atomic import write_file
+from lavo_zoo.atomic import put_file
 from lavo_zoo.errors import UsageError, ZooError, os_error_message
-from lavo_zoo.options import check_writable, device_option, json_flag, out_option, overwrite_option
+from lavo_zoo.options import device_option, json_flag, out_option, overwrite_option
+from lavo_zoo.outputs import RESULTS, Outputs
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
@@ -293,18 +294,19 @@ def eval_cmd(checkpoint: str, overrides: tuple[str, ...], split: str, out: Path 
     from lavo_zoo.checkpoints import open_checkpoint
     from lavo_zoo.engine.evaluate import evaluate_checkpoint, files_folder, format_table
 
-    if out is not None:  # before scoring: nothing is lost or wasted
-        check_writable(out, overwrite, inputs={"CHECKPOINT": checkpoint})
     command = command_line("eval", checkpoint, *overrides, "--split", split, device=device, max_batches=max_batches,
                            out=out, overwrite=overwrite)
-    with open_checkpoint(checkpoint) as path:
-        results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
-                                      files_dir=files_folder(out) if out is not None else None,
-                                      out_file=out, overwrite=overwrite, command=command, reference=checkpoint,
-                                      require_finite=True)
-    click.echo(format_table(results))
+    with Outputs("eval", overwrite, inputs={"CHECKPOINT": checkpoint}, command_line=command) as outputs:
+        staged = outputs.file(out, RESULTS) if out is not None else None  # before scoring: nothing lost or wasted
+        with open_checkpoint(checkpoint) as path:
+            results = evaluate_checkpoint(path, list(overrides), split=split, device=device, max_batches=max_batches,
+                                          files_dir=files_folder(out) if out is not None else None,
+                                          out_file=out, overwrite=overwrite, command=command, reference=checkpoint,
+                                          require_finite=True, outputs=outputs)
+        click.echo(format_table(results))
+        if staged is not None:
+            put_file(staged, json.dumps(results, indent=2) + "\n")
     if out is not None:
-        write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
         click.echo(f"wrote {out}" + "".join(f" and {p}" for p in results.get("outputs", []))
                    + (f" and the files in {results['files']}/" if results.get("files") else ""))
 
@@ -353,15 +355,15 @@ def score(metric: str, pred: Path | None, ref: Path | None, out: Path | None, ov
     if pred is None:
         raise click.UsageError("give --pred (the predictions) and --ref (the references); "
                                "`lavo-zoo score --help` says what each metric reads")
-    if out is not None:
-        check_writable(out, overwrite, inputs={"--pred": pred, "--ref": ref})
-    results = score_files(metric, pred, ref, command_line("score", metric, pred=pred, ref=ref, out=out,
-                                                          overwrite=overwrite))
-    click.echo(json.dumps(results, indent=2) if as_json else format_table(results))
-    if out is not None:
-        write_file(out, json.dumps(results, indent=2) + "\n", overwrite)
-        if not as_json:
-            click.echo(f"wrote {out}")
+    with Outputs("score", overwrite, inputs={"--pred": pred, "--ref": ref}) as outputs:
+        staged = outputs.file(out, RESULTS) if out is not None else None
+        results = score_files(metric, pred, ref, command_line("score", metric, pred=pred, ref=ref, out=out,
+                                                              overwrite=overwrite))
+        click.echo(json.dumps(results, indent=2) if as_json else format_table(results))
+        if staged is not None:
+            put_file(staged, json.dumps(results, indent=2) + "\n")
+    if out is not None and not as_json:
+        click.echo(f"wrote {out}")
 
 
 # ----------------------------------------------------------------------------------------------------- data

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lavo_zoo.options import save_figure
+from lavo_zoo.outputs import save_figure
 
 
 def plot_perplexity(metrics: dict[str, float], path: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import device_option, out_option, overwrite_option
+from lavo_zoo.outputs import FIGURE, PCD, Outputs
 
 
 @click.command("complete", epilog="""\b
@@ -43,31 +44,32 @@ def complete(checkpoint: str, input_pcd: Path, out: Path, overwrite: bool, png_f
     from lavo_zoo.evaluators.chamfer import score_clouds
     from lavo_zoo.formats.pcd import read_pcd, write_pcd
 
-    check_writable(out, overwrite, inputs={"INPUT_PCD": input_pcd, "--gt": gt_file})
-    if png_file is not None:
-        check_writable(png_file, overwrite, "--png")
-        check_figure_path(png_file, "--png")
-    partial = read_pcd(input_path(input_pcd, "INPUT_PCD"))
-    if len(partial) == 0:
-        raise UsageError(f"{input_pcd}: the scan has no points to complete")
-    gt = read_pcd(input_path(gt_file, "--gt")) if gt_file is not None else None
-    completer = load_predictor(checkpoint, device, recipe="point_cloud")
-    try:
-        completed = completer.complete(partial, seed=seed)
-    except InputError as e:  # name the file, not "cloud 0"
-        raise InputError(f"{input_pcd}: {str(e).replace('cloud 0', 'the scan')}") from None
-    write_pcd(out, completed, encoding, overwrite=overwrite)
+    with Outputs("complete", overwrite, inputs={"INPUT_PCD": input_pcd, "--gt": gt_file}) as outputs:
+        staged = outputs.file(out, PCD)
+        staged_png = outputs.file(png_file, FIGURE, "--png") if png_file is not None else None
+        partial = read_pcd(input_path(input_pcd, "INPUT_PCD"))
+        if len(partial) == 0:
+            raise UsageError(f"{input_pcd}: the scan has no points to complete")
+        gt = read_pcd(input_path(gt_file, "--gt")) if gt_file is not None else None
+        completer = load_predictor(checkpoint, device, recipe="point_cloud")
+        try:
+            completed = completer.complete(partial, seed=seed)
+        except InputError as e:  # name the file, not "cloud 0"
+            raise InputError(f"{input_pcd}: {str(e).replace('cloud 0', 'the scan')}") from None
+        write_pcd(staged, completed, encoding, overwrite=True)
+        scores = score_clouds(torch.from_numpy(completed), torch.from_numpy(gt)) if gt is not None else None
+        if staged_png is not None:
+            from lavo_zoo.recipes.point_cloud.plot import draw_clouds
+
+            clouds, titles = [partial, completed], ["partial", "completed"]
+            if gt is not None:
+                clouds, titles = clouds + [gt], titles + ["ground truth"]
+            draw_clouds(clouds, titles, staged_png)
     click.echo(f"wrote {out} ({len(completed)} points from {len(partial)} input points)")
-    if gt is not None:
-        scores = score_clouds(torch.from_numpy(completed), torch.from_numpy(gt))
+    if scores is not None:
         click.echo(" ".join(f"{k}={v:.4f}" for k, v in scores.items()))
     if png_file is not None:
-        from lavo_zoo.recipes.point_cloud.plot import draw_clouds
-
-        clouds, titles = [partial, completed], ["partial", "completed"]
-        if gt is not None:
-            clouds, titles = clouds + [gt], titles + ["ground truth"]
-        click.echo(f"wrote {draw_clouds(clouds, titles, png_file)}")
+        click.echo(f"wrote {png_file}")
 
 
 COMMANDS = [complete]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lavo_zoo.options import save_figure
+from lavo_zoo.outputs import save_figure
 
 
 def draw_clouds(clouds: Sequence[np.ndarray], titles: Sequence[str], path: str | Path, max_points: int = 8192,

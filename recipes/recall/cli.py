@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.atomic import write_file
-from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.atomic import put_file
+from lavo_zoo.options import device_option, out_option, overwrite_option
+from lavo_zoo.outputs import ANSWERS, FIGURE, RECALL_TABLE, Outputs
 
 
 @click.command("answer", epilog="""\b
@@ -33,11 +34,12 @@ def answer(checkpoint: str, data_file: Path, out: Path, overwrite: bool, batch_s
     from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.evaluators.base import input_path
 
-    check_writable(out, overwrite, inputs={"--data": data_file})
-    input_path(data_file, "--data")
-    model = load_predictor(checkpoint, device, recipe="recall")
-    rows = model.answer_file(data_file, batch_size)
-    write_file(out, "".join(json.dumps(row) + "\n" for row in rows), overwrite)
+    with Outputs("answer", overwrite, inputs={"--data": data_file}) as outputs:
+        staged = outputs.file(out, ANSWERS)
+        input_path(data_file, "--data")
+        model = load_predictor(checkpoint, device, recipe="recall")
+        rows = model.answer_file(data_file, batch_size)
+        put_file(staged, "".join(json.dumps(row) + "\n" for row in rows))
     click.echo(f"answered {sum(len(r['answers']) for r in rows)} queries of {len(rows)} examples into {out}",
                err=True)
 
@@ -59,15 +61,14 @@ def recall_plot(studies: tuple[Path, ...], out: Path, table_file: Path | None, t
     training length (a state that grows with the sequence, the KV cache, is marked)."""
     from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
 
-    check_writable(out, overwrite)
-    check_figure_path(out)
-    if table_file is not None:
-        check_writable(table_file, overwrite, "--table")
-    rows = state_rows(list(studies))
-    table = markdown_table(rows)
-    write_file(out, plot_state(rows, title, out.suffix.lower().lstrip(".")), overwrite)
-    if table_file is not None:
-        write_file(table_file, table, overwrite, "--table")
+    with Outputs("recall-plot", overwrite, inputs={f"study {study}": study for study in studies}) as outputs:
+        staged = outputs.file(out, FIGURE)
+        staged_table = outputs.file(table_file, RECALL_TABLE, "--table") if table_file is not None else None
+        rows = state_rows(list(studies))
+        table = markdown_table(rows)
+        put_file(staged, plot_state(rows, title, out.suffix.lower().lstrip(".")))
+        if staged_table is not None:
+            put_file(staged_table, table)
     click.echo(table, nl=False)
     click.echo(f"wrote {out}" + (f" and {table_file}" if table_file else ""), err=True)
 

@@ -9,7 +9,8 @@ import click
 
 from lavo_zoo import limits
 from lavo_zoo.errors import UsageError
-from lavo_zoo.options import check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import device_option, out_option, overwrite_option
+from lavo_zoo.outputs import TEXT, Outputs
 
 
 @click.command("summarize", epilog="""\b
@@ -40,31 +41,32 @@ def summarize(checkpoint: str, input_file: Path | None, per_line: bool, out: Pat
     from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.recipes.summarization.infer import split_document
 
+    with Outputs("summarize", overwrite, inputs={"--input": input_file}) as outputs:
+        staged = outputs.file(out, TEXT) if out is not None else None
+        if input_file is not None:
+            from lavo_zoo.evaluators.base import input_path
+            from lavo_zoo.formats.text import read_lines
+
+            lines = read_lines(input_path(input_file, "--input"))
+        else:
+            if sys.stdin.isatty():
+                raise UsageError("give the articles with --input FILE or on standard input")
+            lines = sys.stdin.read().splitlines()
+        documents = [split_document(line) for line in lines] if per_line else [split_document("\n".join(lines))]
+        empty = [i + 1 for i, articles in enumerate(documents) if not articles]
+        if empty:
+            raise UsageError(f"line {empty[0]} of the input holds no article text" if per_line else
+                             "the input holds no article text")
+        summarizer = load_predictor(checkpoint, device, recipe="summarization")
+        summaries = summarizer.summarize(documents, beam=beam, max_length=max_length, batch_size=batch_size)
+        text = "".join(" ".join(s.split()) + "\n" for s in summaries) if per_line else summaries[0] + "\n"
+        if staged is None:
+            click.echo(text, nl=False)
+        else:
+            from lavo_zoo.atomic import put_file
+
+            put_file(staged, text)
     if out is not None:
-        check_writable(out, overwrite)
-    if input_file is not None:
-        from lavo_zoo.evaluators.base import input_path
-        from lavo_zoo.formats.text import read_lines
-
-        lines = read_lines(input_path(input_file, "--input"))
-    else:
-        if sys.stdin.isatty():
-            raise UsageError("give the articles with --input FILE or on standard input")
-        lines = sys.stdin.read().splitlines()
-    documents = [split_document(line) for line in lines] if per_line else [split_document("\n".join(lines))]
-    empty = [i + 1 for i, articles in enumerate(documents) if not articles]
-    if empty:
-        raise UsageError(f"line {empty[0]} of the input holds no article text" if per_line else
-                         "the input holds no article text")
-    summarizer = load_predictor(checkpoint, device, recipe="summarization")
-    summaries = summarizer.summarize(documents, beam=beam, max_length=max_length, batch_size=batch_size)
-    text = "".join(" ".join(s.split()) + "\n" for s in summaries) if per_line else summaries[0] + "\n"
-    if out is None:
-        click.echo(text, nl=False)
-    else:
-        from lavo_zoo.atomic import write_file
-
-        write_file(out, text, overwrite)
         click.echo(f"wrote {out} ({len(summaries)} summaries)")
 
 

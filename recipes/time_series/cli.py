@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from lavo_zoo import limits
-from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import device_option, out_option, overwrite_option
+from lavo_zoo.outputs import FIGURE, FORECAST, Outputs
 
 
 @click.command("forecast", epilog="""\b
@@ -30,19 +31,20 @@ def forecast(checkpoint: str, csv_file: Path, at: str | None, out: Path | None, 
     (a run or checkpoint directory, an archive, an index name, a URL or an hf:// reference). The scaler, columns
     and time step of the training data come from the checkpoint; the forecast is in the CSV's units, its dates
     continue the CSV's at its frequency."""
-    from lavo_zoo.atomic import write_file
+    from lavo_zoo.atomic import put_file
     from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.evaluators.base import input_path
     from lavo_zoo.recipes.time_series.infer import forecast_csv
 
+    with Outputs("forecast", overwrite, inputs={"--csv": csv_file}) as outputs:
+        staged = outputs.file(out, FORECAST) if out is not None else None
+        input_path(csv_file, "--csv")
+        text = forecast_csv(load_predictor(checkpoint, device, recipe="time_series").forecast(csv_file, at=at))
+        if staged is None:
+            click.echo(text, nl=False)
+        else:
+            put_file(staged, text)
     if out is not None:
-        check_writable(out, overwrite, inputs={"--csv": csv_file})
-    input_path(csv_file, "--csv")
-    text = forecast_csv(load_predictor(checkpoint, device, recipe="time_series").forecast(csv_file, at=at))
-    if out is None:
-        click.echo(text, nl=False)
-    else:
-        write_file(out, text, overwrite)
         click.echo(f"wrote {out}")
 
 
@@ -65,13 +67,13 @@ def forecast_plot(checkpoint: str, overrides: tuple[str, ...], out: Path, overwr
     from lavo_zoo.checkpoints import load_predictor
     from lavo_zoo.recipes.time_series.plot import plot_forecasts
 
-    check_writable(out, overwrite)
-    check_figure_path(out)
-    forecaster = load_predictor(checkpoint, device, overrides, recipe="time_series")
-    history, truth, predicted, indices = forecaster.split_windows(split, windows)
-    written = plot_forecasts(history, truth, predicted, out, [f"{split} window {i}" for i in indices],
-                             title=f"{checkpoint}: {forecaster.cfg.data.path or 'built-in data'}")
-    click.echo(f"wrote {written}")
+    with Outputs("forecast-plot", overwrite) as outputs:
+        staged = outputs.file(out, FIGURE)
+        forecaster = load_predictor(checkpoint, device, overrides, recipe="time_series")
+        history, truth, predicted, indices = forecaster.split_windows(split, windows)
+        plot_forecasts(history, truth, predicted, staged, [f"{split} window {i}" for i in indices],
+                       title=f"{checkpoint}: {forecaster.cfg.data.path or 'built-in data'}")
+    click.echo(f"wrote {out}")
 
 
 COMMANDS = [forecast, forecast_plot]

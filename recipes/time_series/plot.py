@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lavo_zoo.options import save_figure
+from lavo_zoo.outputs import save_figure
 
 
 def plot_forecasts(history: np.ndarray, truth: np.ndarray, forecast: np.ndarray, path: Path | str,

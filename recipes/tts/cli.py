@@ -8,7 +8,8 @@ import click
 
 from lavo_zoo import limits
 from lavo_zoo.errors import UsageError
-from lavo_zoo.options import check_figure_path, check_writable, device_option, out_option, overwrite_option
+from lavo_zoo.options import device_option, out_option, overwrite_option
+from lavo_zoo.outputs import FIGURE, WAV, Outputs
 
 
 @click.command("synthesize", epilog="""\b
@@ -44,22 +45,21 @@ def synthesize(checkpoint: str, text: str, out: Path, overwrite: bool, png: Path
 
     if not text.strip():
         raise UsageError("--text is empty; give the sentence to speak")
-    check_writable(out, overwrite)
-    if png is not None:
-        check_writable(png, overwrite, "--png")
-        check_figure_path(png, "--png")
-    tts = load_predictor(checkpoint, device, recipe="tts")
-    start = time.perf_counter()
-    result = tts.speak([text], max_frames=max_frames, stop_threshold=stop_threshold, seed=seed)[0]
-    elapsed = time.perf_counter() - start
-    dropped = dropped_characters(text) if tts.cfg.data.text == "chars" else []
-    if dropped:
-        click.echo(f"note: left out characters the model cannot speak: {' '.join(dropped)}", err=True)
-    write_wav(out, result["wave"], tts.sample_rate, overwrite=overwrite)
+    with Outputs("synthesize", overwrite) as outputs:
+        staged = outputs.file(out, WAV)
+        staged_png = outputs.file(png, FIGURE, "--png") if png is not None else None
+        tts = load_predictor(checkpoint, device, recipe="tts")
+        start = time.perf_counter()
+        result = tts.speak([text], max_frames=max_frames, stop_threshold=stop_threshold, seed=seed)[0]
+        elapsed = time.perf_counter() - start
+        dropped = dropped_characters(text) if tts.cfg.data.text == "chars" else []
+        if dropped:
+            click.echo(f"note: left out characters the model cannot speak: {' '.join(dropped)}", err=True)
+        write_wav(staged, result["wave"], tts.sample_rate)
+        if staged_png is not None:
+            stop, align = teacher_forced_view(tts.model, tts.tokens([text]), result["grouped"][None])
+            plot_utterance(staged_png, result["mel"], None, stop, align, title=text[:80])
     frames, seconds = len(result["mel"]), len(result["wave"]) / tts.sample_rate
-    if png is not None:
-        stop, align = teacher_forced_view(tts.model, tts.tokens([text]), result["grouped"][None])
-        plot_utterance(png, result["mel"], None, stop, align, title=text[:80])
     limit = max_frames or tts.cfg.eval.max_frames
     stopped = "stop token" if frames < limit - tts.cfg.model.frames_per_step else "max frames"
     click.echo(f"wrote {out}: {seconds:.2f} s of audio, {frames} frames (ended by the {stopped}), "

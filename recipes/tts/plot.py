@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lavo_zoo.options import save_figure
+from lavo_zoo.outputs import save_figure
 
 
 def plot_utterance(path: Path, mel: np.ndarray, target: np.ndarray | None, stop: np.ndarray,

@@ -236,8 +236,12 @@ def test_an_existing_card_beside_out_is_not_replaced_without_overwrite(tmp_path:
     code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"))
     assert code == 2 and "x.README.md" in err and "--overwrite" in err
     assert (tmp_path / "x.README.md").read_text() == "my notes" and not (tmp_path / "x.tar.gz").exists()
-    assert run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--overwrite")[0] == 0
-    assert (tmp_path / "x.README.md").read_text() == read_card(tmp_path / "x.tar.gz")
+    code, _, err = run(capsys, "export", str(checkpoint), str(tmp_path / "x.tar.gz"), "--overwrite")
+    assert code == 2 and "is not a model card" in err  # --overwrite replaces an earlier card, never the user's file
+    assert (tmp_path / "x.README.md").read_text() == "my notes" and not (tmp_path / "x.tar.gz").exists()
+    for extra in ([], ["--overwrite"]):
+        assert run(capsys, "export", str(checkpoint), str(tmp_path / "y.tar.gz"), *extra)[0] == 0
+        assert (tmp_path / "y.README.md").read_text() == read_card(tmp_path / "y.tar.gz")
 
 
 def test_a_card_in_the_checkpoint_folder_is_replaced_not_duplicated(tmp_path: Path,

@@ -20,6 +20,7 @@ from tests.recipes.lm.helpers import tiny_config
 
 FOLDER_FILES = ["README.md", "config.json", "generation_config.json", "lavo_zoo_lm.py", "model.safetensors",
                 "tokenizer.json", "tokenizer_config.json"]
+EXPORTED = sorted([*FOLDER_FILES, "export-manifest.json"])  # and the manifest of what the export wrote
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -50,7 +51,9 @@ def test_export_writes_a_transformers_folder_with_its_card(tmp_path: Path, capsy
     code, printed, err = run(capsys, "export", str(ckpt), str(out), "--format", "hf", "--name", "lm/tiny-lavo@v1",
                              "--results", str(results_for(ckpt, tmp_path / "test.json")), "--license", "MIT")
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES
+    assert sorted(p.name for p in out.iterdir()) == EXPORTED
+    manifest = json.loads((out / "export-manifest.json").read_text())
+    assert manifest["written_by"] == "lavo-zoo export" and sorted(manifest["files"]) == FOLDER_FILES
     assert f'AutoModelForCausalLM.from_pretrained("{out}")' in printed
     front, body = split_card((out / "README.md").read_text())
     assert front["library_name"] == "transformers" and front["pipeline_tag"] == "text-generation"
@@ -82,8 +85,87 @@ def test_export_refusals_leave_nothing_behind(tmp_path: Path, capsys: pytest.Cap
     code, _, err = run(capsys, "export", str(toy), str(tmp_path / "y"), "--format", "hf")
     assert code == 2 and "recipe 'toy' has no transformers format" in err and not (tmp_path / "y").exists()
     code, _, err = run(capsys, "export", str(ckpt), str(out), "--format", "hf", "--overwrite")
+    assert code == 2 and "old.txt" in err and "no export recorded writing there" in err, err
+    assert [p.name for p in out.iterdir()] == ["old.txt"], "a folder of the user's own files is never replaced"
+    fresh = tmp_path / "fresh"
+    assert run(capsys, "export", str(ckpt), str(fresh), "--format", "hf")[0] == 0
+    code, _, err = run(capsys, "export", str(ckpt), str(fresh), "--format", "hf")
+    assert code == 2 and "holds the 7 files of an earlier export" in err and "--overwrite" in err
+    code, _, err = run(capsys, "export", str(ckpt), str(fresh), "--format", "hf", "--overwrite")
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == FOLDER_FILES, "replaced whole, the old file gone"
+    assert sorted(p.name for p in fresh.iterdir()) == EXPORTED, "an earlier export is replaced whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "out", "run", "toy"], "no lock or staging left"
+
+
+def _training_run(root: Path) -> Path:
+    """A language model's training run as the trainer leaves it: config, metrics, checkpoints and ``last``."""
+    ckpt = lm_checkpoint(root)
+    (root / "config.yaml").write_bytes((ckpt / "config.yaml").read_bytes())
+    (root / "metrics.jsonl").write_text('{"step": 12, "split": "train", "loss": 3.5}\n')
+    return ckpt
+
+
+def _snapshot(folder: Path) -> dict[str, bytes | str]:
+    """Every file's bytes and every link's target under ``folder``."""
+    return {p.relative_to(folder).as_posix(): str(p.readlink()) if p.is_symlink() else p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+@pytest.mark.parametrize("target", ["run", "last", "checkpoints", "step"])
+def test_export_hf_never_replaces_a_training_run_or_its_checkpoints(tmp_path: Path, target: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`export RUN/checkpoints/last RUN --format hf --overwrite` (and OUT = the `last` link, the checkpoints folder, a
+    checkpoint) is refused before any work, naming what OUT is, and the run is left exactly as it was: it still
+    resumes."""
+    run_dir = tmp_path / "run"
+    _training_run(run_dir)
+    last = run_dir / "checkpoints" / "last"
+    out = {"run": run_dir, "last": last, "checkpoints": run_dir / "checkpoints", "step": last.resolve()}[target]
+    before = _snapshot(run_dir)
+    code, printed, err = run(capsys, "export", str(last), str(out), "--format", "hf", "--overwrite")
+    assert code == 2, err
+    said = {"run": "is a training run", "checkpoints": f"is part of the training run {run_dir}"}
+    assert said.get(target, f"is in the checkpoints of the training run {run_dir}") in err, err
+    assert "Traceback" not in err and "wrote" not in printed
+    assert _snapshot(run_dir) == before and last.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "no lock or staging folder left"
+
+
+def test_a_second_export_to_the_same_folder_at_once_is_refused(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Two exports to one OUT at once: the second finds OUT claimed (its lock held) and is refused, saying by whom,
+    instead of both saying "wrote" and the later replacing the earlier; once the first is done, OUT is its export."""
+    from lavo_zoo.locking import release_lock, try_lock
+
+    ckpt = lm_checkpoint(tmp_path / "run")
+    out = tmp_path / "hf"
+    lock = tmp_path / ".hf.lock"
+    fd = try_lock(lock, json.dumps({"pid": 4242, "command": "lavo-zoo export"}).encode())  # the first, at work
+    try:
+        for extra in ([], ["--overwrite"]):
+            code, printed, err = run(capsys, "export", str(ckpt), str(out), "--format", "hf", *extra)
+            assert code == 2 and f"OUT {out} is being written by another command now (lavo-zoo export, pid 4242)" \
+                in err, err
+            assert "wrote" not in printed and not out.exists()
+    finally:
+        release_lock(fd, lock)
+    assert run(capsys, "export", str(ckpt), str(out), "--format", "hf")[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == EXPORTED and not lock.exists()
+
+
+def test_export_hf_files_follow_the_umask(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The folder and its files get what the umask gives (not the 0700 / 0600 of temporary files)."""
+    import os
+
+    ckpt = lm_checkpoint(tmp_path / "run")
+    old = os.umask(0o027)
+    try:
+        assert run(capsys, "export", str(ckpt), str(tmp_path / "hf"), "--format", "hf")[0] == 0
+    finally:
+        os.umask(old)
+    folder = tmp_path / "hf"
+    assert folder.stat().st_mode & 0o777 == 0o750
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()} == {name: 0o640 for name in EXPORTED}
 
 
 def test_an_exported_folder_is_read_as_the_checkpoint_it_came_from(tmp_path: Path,

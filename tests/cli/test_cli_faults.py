@@ -111,14 +111,14 @@ def test_eval_out_in_a_folder_that_cannot_be_written_is_refused_before_scoring(t
     """A folder of another user (EACCES): access(2) says so, also where this user is root (simulated here)."""
     import os
 
-    import lavo_zoo.options
+    import lavo_zoo.outputs.checks
     from lavo_zoo.errors import UsageError
-    from lavo_zoo.options import check_writable
+    from lavo_zoo.outputs import check_writable
 
     locked = tmp_path / "locked"
     locked.mkdir()
     real_access = os.access
-    monkeypatch.setattr(lavo_zoo.options.os, "access", lambda p, mode: False if str(p) == str(locked)
+    monkeypatch.setattr(lavo_zoo.outputs.checks.os, "access", lambda p, mode: False if str(p) == str(locked)
                         else real_access(p, mode))
     with pytest.raises(UsageError, match=f"the folder {locked} is not writable"):
         check_writable(locked / "sub" / "r.json", overwrite=False)
@@ -156,14 +156,14 @@ def test_a_run_that_cannot_train_is_refused_before_anything_is_written(tmp_path,
 def test_an_out_on_a_read_only_file_system_is_refused_before_any_work(tmp_path, capsys, monkeypatch, dry_run):
     import os
 
-    import lavo_zoo.options
+    import lavo_zoo.outputs.checks
 
     mount = tmp_path / "mount"
     mount.mkdir()
     real_access = os.access
-    monkeypatch.setattr(lavo_zoo.options.os, "access",
+    monkeypatch.setattr(lavo_zoo.outputs.checks.os, "access",
                         lambda p, mode: False if str(p).startswith(str(mount)) else real_access(p, mode))
-    monkeypatch.setattr(lavo_zoo.options, "_read_only", lambda folder: str(folder).startswith(str(mount)))
+    monkeypatch.setattr(lavo_zoo.outputs.checks, "_read_only", lambda folder: str(folder).startswith(str(mount)))
     assert _train(mount / "run", *dry_run) == 2
     err = capsys.readouterr().err
     assert f"--out {mount / 'run'}: the folder {mount} is on a read-only file system" in err
@@ -234,7 +234,7 @@ def test_an_empty_out_is_refused_not_taken_for_the_current_folder(command, capsy
 
 def test_an_out_that_is_a_link_to_nowhere_is_refused_naming_it(tmp_path, capsys):
     from lavo_zoo.errors import UsageError
-    from lavo_zoo.options import check_writable
+    from lavo_zoo.outputs import check_writable
 
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "nowhere")

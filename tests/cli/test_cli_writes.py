@@ -13,7 +13,7 @@ import pytest
 
 import lavo_zoo.atomic
 import lavo_zoo.engine.configs
-import lavo_zoo.options
+import lavo_zoo.outputs.checks
 from lavo_zoo.cli import main
 from tests.checkpoints.helpers import make_checkpoint
 from tests.helpers import TOY
@@ -116,9 +116,9 @@ def test_data_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, faili
 
 def test_data_into_a_read_only_folder_is_refused_before_generating(tmp_path, monkeypatch, capsys):
     real_access = os.access
-    monkeypatch.setattr(lavo_zoo.options.os, "access", lambda p, mode: False if str(p) == str(tmp_path)
+    monkeypatch.setattr(lavo_zoo.outputs.checks.os, "access", lambda p, mode: False if str(p) == str(tmp_path)
                         else real_access(p, mode))
-    monkeypatch.setattr(lavo_zoo.options, "_read_only", lambda folder: True)
+    monkeypatch.setattr(lavo_zoo.outputs.checks, "_read_only", lambda folder: True)
     assert main(["data", "time_series", "--out", str(tmp_path / "d")]) == 2
     assert f"the folder {tmp_path} is on a read-only file system" in capsys.readouterr().err
 
@@ -141,7 +141,7 @@ def test_export_on_a_full_disk_leaves_no_archive_and_no_temporary_file(tmp_path,
     assert main(["export", str(checkpoint), str(out)]) == 1
     err = capsys.readouterr().err
     assert f"could not write {out}: the disk is full" in err and "OSError" not in err
-    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == []
+    assert not (tmp_path / "dist").exists()  # nor the folder it created for the archive
 
 
 def test_export_packs_only_the_checkpoints_own_files(tmp_path, capsys):
@@ -166,3 +166,26 @@ def test_a_cache_record_that_cannot_be_written_leaves_no_temporary_file(tmp_path
         cache.write_json_atomic(tmp_path / "record.json", {"new": 1})
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
     assert json.loads((tmp_path / "record.json").read_text()) == {"kept": True}
+
+
+@pytest.mark.parametrize("args, said", [
+    ("synthesize CKPT --text hi --out x.mp3", "--out x.mp3: this command writes a WAV file, which .mp3 does not name"),
+    ("synthesize CKPT --text hi --out x.wav --png x.mp3", "--png x.mp3: .mp3 names no image format"),
+    ("export CKPT x.tar.gz --format hf", "OUT x.tar.gz: .tar.gz names a file, but this command writes a transformers"),
+    ("export CKPT x.zip", "OUT x.zip: this command writes a checkpoint archive, which .zip does not name"),
+    ("answer CKPT --data d.jsonl --out x.csv", "this command writes JSON lines of answers, which .csv does not name"),
+    ("recall-plot study --out x.png --table x.json", "--table x.json: this command writes a Markdown table"),
+    ("forecast CKPT --csv d.csv --out x.json", "this command writes a forecast CSV, which .json does not name"),
+    ("complete CKPT s.pcd --out x.ply", "this command writes a point cloud (.pcd), which .ply does not name"),
+    ("summarize CKPT --input d.txt --out x.csv", "--out x.csv: .csv names another format, but this command writes"),
+    ("eval CKPT --out x.csv", "this command writes a results JSON, which .csv does not name"),
+    ("data time_series --out x.tar.gz", "--out x.tar.gz: .tar.gz names a file, but this command writes a dataset"),
+])
+def test_an_output_named_for_another_format_is_refused_before_any_work(tmp_path, monkeypatch, capsys, args, said):
+    """The suffix names what is written: a command never writes WAV data as x.mp3 or a folder as x.tar.gz."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main([str(checkpoint) if a == "CKPT" else a for a in args.split()]) == 2
+    assert said in capsys.readouterr().err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before, "nothing is written"

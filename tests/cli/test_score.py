@@ -218,9 +218,15 @@ def test_missing_input_is_a_usage_error_and_out_is_never_replaced(tmp_path, caps
     assert main(["score", "forecast", "--pred", str(tmp_path / "t.npy"), "--ref", str(tmp_path / "t.npy"),
                  "--out", str(out)]) == 2
     assert out.read_text() == "mine"
+    # --overwrite replaces an earlier results JSON, never a file of another kind
     assert main(["score", "forecast", "--pred", str(tmp_path / "t.npy"), "--ref", str(tmp_path / "t.npy"),
-                 "--out", str(out), "--overwrite"]) == 0
-    assert json.loads(out.read_text())["metrics"]["mse"]["value"] == 0.0
+                 "--out", str(out), "--overwrite"]) == 2
+    assert "is not a results JSON" in capsys.readouterr().err and out.read_text() == "mine"
+    out.unlink()
+    for extra in ([], ["--overwrite"]):
+        assert main(["score", "forecast", "--pred", str(tmp_path / "t.npy"), "--ref", str(tmp_path / "t.npy"),
+                     "--out", str(out), *extra]) == 0
+        assert json.loads(out.read_text())["metrics"]["mse"]["value"] == 0.0
 
 
 def test_a_pipe_is_read_as_a_file(tmp_path):

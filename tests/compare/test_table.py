@@ -1,6 +1,7 @@
 """The table and its verdict: does the budget separate softmax from the mean control?"""
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import replace
 
@@ -38,3 +39,56 @@ def test_the_table_says_whether_softmax_beats_the_mean_control_by_two_std(tmp_pa
     assert separation(rows, directions) == {}  # no control in the study: no verdict
     write_table(records_of({"sdpa": [0.4, 0.41, 0.42], "lavo": [0.5, 0.51, 0.5]}), tmp_path / "none", "none")
     assert "separate" not in (tmp_path / "none" / "table.md").read_text()
+
+
+def _results(path, value):
+    path.write_text(json.dumps({"metrics": {"accuracy": {"value": value, "higher_is_better": True}},
+                                "config": {"model": {"attention": {"name": "sdpa"}}, "train": {"seed": 1}}}))
+    return path
+
+
+def test_the_table_replaces_only_an_earlier_table_and_never_a_run(tmp_path, capsys):
+    """`compare --out T` writes T/table.md, table.csv and chart.png: an earlier study's table is replaced (it is the
+    study's own record), a file of the user's under one of those names or a training run as T is refused before any
+    work, and nothing changes."""
+    from lavo_zoo.cli import main
+
+    results = _results(tmp_path / "r.json", 0.5)
+    out = tmp_path / "table"
+    out.mkdir()
+    (out / "table.md").write_text("my notes\n")
+    assert main(["compare", "--collect", str(results), "--out", str(out)]) == 2
+    assert "is not a study's Markdown table" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["table.md"] and (out / "table.md").read_text() == "my notes\n"
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("train: {}\n")
+    assert main(["compare", "--collect", str(results), "--out", str(run)]) == 2
+    assert "is a training run" in capsys.readouterr().err and sorted(p.name for p in run.iterdir()) == [
+        "checkpoints", "config.yaml"]
+    (out / "table.md").unlink()
+    assert main(["compare", "--collect", str(results), "--out", str(out)]) == 0
+    _results(results, 0.75)
+    assert main(["compare", "--collect", str(results), "--out", str(out)]) == 0  # its own table: replaced
+    assert "0.75" in (out / "table.md").read_text() and sorted(p.name for p in out.iterdir()) == [
+        "chart.png", "table.csv", "table.md"]
+
+
+def test_a_full_disk_leaves_the_earlier_table_whole(tmp_path, monkeypatch):
+    """Each table file is written atomically: a full disk leaves the earlier one as it was, no partial file."""
+    import errno
+
+    import lavo_zoo.atomic
+    from lavo_zoo.errors import ZooError
+
+    write_table(records_of({"sdpa": [0.5]}), tmp_path, "before")
+    before = (tmp_path / "table.md").read_text()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lavo_zoo.atomic.os, "fsync", full)
+    with pytest.raises(ZooError, match=f"could not write {tmp_path / 'table.md'}: the disk is full"):
+        write_table(records_of({"sdpa": [0.25]}), tmp_path, "after")
+    assert (tmp_path / "table.md").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "table.csv", "table.md"]

@@ -69,15 +69,21 @@ def test_a_generated_dataset_asked_for_at_once_is_written_once(tmp_path):
 
 
 def test_data_never_replaces_a_users_file_and_leaves_nothing_partial(tmp_path, capsys, monkeypatch):
-    """`lavo-zoo data` refuses, before anything moves, to replace any existing file (naming it) unless --overwrite;
-    a failure while generating (a full disk) leaves the folder as it was."""
+    """`lavo-zoo data` refuses, before anything moves, to replace any existing file (naming it) unless --overwrite,
+    and even with it a file no earlier `lavo-zoo data` wrote there (its data-manifest.json lists what it wrote); a
+    failure while generating (a full disk) leaves the folder as it was."""
     out = tmp_path / "ETT-small"
     out.mkdir()
     (out / "ETTh1.csv").write_text("my own data\n")
-    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "300"]) == 2
-    assert "ETTh1.csv" in capsys.readouterr().err and (out / "ETTh1.csv").read_text() == "my own data\n"
-    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "300", "--overwrite"]) == 0
-    assert (out / "ETTh1.csv").read_text().startswith("date,")
+    for extra in ([], ["--overwrite"]):
+        assert main(["data", "time_series/etth1", "--out", str(out), "--size", "300", *extra]) == 2
+        assert "ETTh1.csv" in capsys.readouterr().err and (out / "ETTh1.csv").read_text() == "my own data\n"
+    (out / "ETTh1.csv").unlink()
+    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "300"]) == 0
+    first = (out / "ETTh1.csv").read_text()
+    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "200"]) == 2  # its own: asked first
+    assert main(["data", "time_series/etth1", "--out", str(out), "--size", "200", "--overwrite"]) == 0
+    assert (out / "ETTh1.csv").read_text().startswith("date,") and (out / "ETTh1.csv").read_text() != first
     recipe = get_recipe("time_series")
 
     def full_disk(out_dir, data):
@@ -88,4 +94,4 @@ def test_data_never_replaces_a_users_file_and_leaves_nothing_partial(tmp_path, c
     with pytest.raises(ZooError, match=f"could not write the built-in data into {out}: the disk is full"):
         recipe.write_data(out, "ettm1", 300)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ETT-small"]  # no temporary folder left beside it
-    assert sorted(p.name for p in out.iterdir()) == ["ETTh1.csv"]      # no partial ETTm1.csv
+    assert sorted(p.name for p in out.iterdir()) == ["ETTh1.csv", "data-manifest.json"]  # no partial ETTm1.csv

@@ -31,9 +31,10 @@ import click
 import yaml
 
 from lavo_zoo.bench.efficiency import BASELINE, DEFAULT_STEP, DEFAULT_TOLERANCE, efficiency_search
-from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json
+from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json, writes_records
 from lavo_zoo.errors import UsageError, ZooError
 from lavo_zoo.options import device_option, json_records_option
+from lavo_zoo.outputs import save_figure
 
 MODES = ("fwd", "fwdbwd", "decode", "stream")
 PATTERNS = ("causal", "noncausal", "cross")  # cross: queries and source of the same length (fwd and fwdbwd)
@@ -296,9 +297,10 @@ def plot_results(results: list[dict[str, Any]], path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, option="--plot", dpi=120)
+    finally:
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------------------- commands
@@ -353,6 +355,7 @@ Examples:
 @json_records_option
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of time and peak memory against length (log-log), one line per attention.")
+@writes_records
 def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device: str | None, dtype: str,
                   precision: str, embed_dim: int, heads: int, batch: int, repeats: int, warmup: int, chunk_size: int,
                   options: tuple[str, ...], isolate: bool | None, timeout: float | None, efficiency: bool,
@@ -377,8 +380,6 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
         raise UsageError(f"--mode {mode} needs --pattern causal")
     if embed_dim % heads:
         raise UsageError(f"--embed-dim {embed_dim} must be a multiple of --heads {heads}")
-    if plot_file is not None and plot_file.suffix.lower() != ".png":
-        raise UsageError(f"--plot must name a .png file, got '{plot_file}'")
     length_list = parse_ints(lengths, "--lengths")
     per_options = _parse_options(options, names)
     from lavo_zoo.engine.env import pick_device
@@ -397,9 +398,7 @@ def attention_cmd(attentions: str, lengths: str, mode: str, pattern: str, device
     data = run_sweep(names, length_list, per_options, settings, isolate, timeout, search)
     if json_file is not None:
         write_json(json_file, data)
-        click.echo(f"wrote {json_file}")
     if plot_file is not None:
         plot_results(data["results"], plot_file)
-        click.echo(f"wrote {plot_file}")
     if all("error" in r for r in data["results"]):
         raise ZooError("every measurement failed (see the lines above)")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, time_runs, write_json
+from lavo_zoo.bench.timing import parse_ints, time_runs, write_json, writes_records
 from lavo_zoo.options import device_option, json_records_option
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ Examples:
 @device_option
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @json_records_option
+@writes_records
 def decode_cmd(attentions: str, prefixes: str, sources: str, batch: int, layers: int, embed_dim: int, heads: int,
                ffn_dim: int, num_bases: int, window_size: int, steps: int, warmup: int, rounds: int,
                device: str | None, dtype: str, json_file: Path | None) -> None:
@@ -139,4 +140,3 @@ def decode_cmd(attentions: str, prefixes: str, sources: str, batch: int, layers:
                                                              "ffn_dim": ffn_dim, "num_bases": num_bases,
                                                              "window_size": window_size, "dtype": dtype},
                                "records": records})
-        click.echo(f"wrote {json_file}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from lavo_zoo.bench.timing import median_time, parse_ints, time_runs, write_json
+from lavo_zoo.bench.timing import median_time, parse_ints, time_runs, write_json, writes_records
 from lavo_zoo.options import device_option, json_records_option
 
 
@@ -82,6 +82,7 @@ Examples:
                    "train.precision=fp32 (the timing's precision)")
 @device_option
 @json_records_option
+@writes_records
 def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, overrides: tuple[str, ...], device: str | None,
            json_file: Path | None) -> None:
     """Training and evaluation tokens/s of LM CONFIGS at several context lengths, one sequence per step, in each
@@ -100,4 +101,3 @@ def lm_cmd(configs: tuple[str, ...], lengths: str, repeats: int, overrides: tupl
                    f"{r['eval_tokens_per_s']:>12.0f}{kernels}")
     if json_file is not None:
         write_json(json_file, {"machine": host, "results": rows})
-        click.echo(f"wrote {json_file}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json
+from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json, writes_records
 from lavo_zoo.options import device_option, json_records_option
 
 OPTIONS = {"lavo": {"num_bases": 32, "window_size": 256}}  # the paper's LRA setting; other mechanisms: defaults
@@ -114,6 +114,7 @@ Examples:
               help="Run the whole sweep this many times, every mechanism next to softmax at each length; the table "
                    "gives medians and the range of the per-round ratios (for machines whose speed drifts).")
 @json_records_option
+@writes_records
 def lra_cmd(device: str | None, batch: int, lengths: str, attentions: str, warmup: int, repeats: int,
             timeout: float, rounds: int, json_file: Path | None) -> None:
     """Training steps/s and peak memory of the LRA Text model at each length for every noncausal attention,
@@ -139,4 +140,3 @@ def lra_cmd(device: str | None, batch: int, lengths: str, attentions: str, warmu
     click.echo(table(results, length_list))
     if json_file is not None:
         write_json(json_file, {"machine": host, "results": results})
-        click.echo(f"wrote {json_file}")

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, run_fresh, time_runs, write_json
+from lavo_zoo.bench.timing import parse_ints, run_fresh, time_runs, write_json, writes_records
 from lavo_zoo.options import device_option, json_records_option
 
 TARGET_TOKENS = 48
@@ -89,6 +89,7 @@ Examples:
 @click.option("--repeats", type=int, default=3, show_default=True)
 @device_option
 @json_records_option
+@writes_records
 def summarization_cmd(configs: tuple[str, ...], lengths: str, decode_length: int, decode_steps: int, repeats: int,
                       device: str | None, json_file: Path | None) -> None:
     """Training throughput and peak memory against source length, and cached decoding speed, of CONFIGS (each
@@ -116,4 +117,3 @@ def summarization_cmd(configs: tuple[str, ...], lengths: str, decode_length: int
                        f"{r['summary_tokens_per_s']:8.1f} summary tok/s  (encode + cache {r['encode_s']:.2f} s)"))
     if json_file:
         write_json(json_file, {"machine": host, "results": rows})
-        click.echo(f"wrote {json_file}")

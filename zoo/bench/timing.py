@@ -117,10 +117,37 @@ def parse_ints(text: str, option: str) -> list[int]:
 
 
 def write_json(path: Any, data: Any) -> None:
-    """A benchmark's JSON (with its machine record inside ``data``), atomically."""
-    from lavo_zoo.atomic import write_file
+    """A benchmark's JSON (with its machine record inside ``data``) at ``path``, the place :func:`writes_records`
+    gave the command for it."""
+    from lavo_zoo.atomic import put_file
 
-    write_file(path, json.dumps(data, indent=2) + "\n", overwrite=True, option="--json")
+    put_file(path, json.dumps(data, indent=2) + "\n")
+
+
+def writes_records(command: Callable[..., None]) -> Callable[..., None]:
+    """A benchmark command's files (``--json``: its record, ``--plot``: a PNG) through the output policy
+    (:mod:`lavo_zoo.outputs`): claimed before any measurement (a file that is not an earlier benchmark's record of
+    that kind is refused, even an existing one; so is a second command writing it at once), written by ``command``
+    where the claim says (``json_file`` and ``plot_file`` are replaced by those places) and put in place, then
+    named, once it succeeds. A benchmark's JSON is its record of its last run: an earlier one is replaced without
+    ``--overwrite``."""
+    import functools
+
+    import click
+
+    from lavo_zoo.outputs import BENCH_RECORD, PNG, Outputs
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> None:
+        with Outputs(f"bench {command.__name__.removesuffix('_cmd')}") as outputs:
+            for name, kind, option in (("json_file", BENCH_RECORD, "--json"), ("plot_file", PNG, "--plot")):
+                if kwargs.get(name) is not None:
+                    kwargs[name] = outputs.file(kwargs[name], kind, option, replace=True)
+            command(**kwargs)
+        for path in outputs.written:
+            click.echo(f"wrote {path}")
+
+    return run
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from lavo_zoo.bench.timing import parse_ints, time_runs, write_json
+from lavo_zoo.bench.timing import parse_ints, time_runs, write_json, writes_records
 from lavo_zoo.options import device_option, json_records_option
 
 SENTENCE = ("Printing, in the only sense with which we are at present concerned, differs from most if not from all "
@@ -86,6 +86,7 @@ Examples:
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Decode this many times; report the fastest.")
 @json_records_option
+@writes_records
 def tts_cmd(frames: int, at: str, size: str, device: str | None, repeats: int, json_file: Path | None) -> None:
     """Per-frame synthesis time, frames/s and real-time factor of Transformer-TTS with LAVO and with softmax
     decoder self-attention (random weights, the stop token off: every run decodes --frames frames)."""
@@ -106,4 +107,3 @@ def tts_cmd(frames: int, at: str, size: str, device: str | None, repeats: int, j
                    f"{res['frames_per_s']:.0f} | {res['rtf']:.3f}")
     if json_file is not None:
         write_json(json_file, {"machine": host, "results": rows})
-        click.echo(f"wrote {json_file}")

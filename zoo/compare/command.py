@@ -19,7 +19,7 @@ from lavo_zoo.compare.launchers import (
     parse_slurm_options,
 )
 from lavo_zoo.compare.study import parse_options, run_study
-from lavo_zoo.compare.table import write_table
+from lavo_zoo.compare.table import check_table_files, write_table
 from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
@@ -114,8 +114,10 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
     if out is None:  # --collect too: the table is written, not only printed; the dry run checks the cells in OUT
         raise UsageError("give --out DIR, the study folder (cells/, table.md, table.csv, chart.png)"
                          + ("; with --collect, where the table goes" if collect_paths else ""))
+    given = [Path(p) for p in ([config] if config else []) + list(overrides)] if collect_paths else []
+    check_table_files(out, {f"--collect {p}": p for p in given} if collect_paths else {"CONFIG": config})
     if collect_paths:
-        paths = [Path(p) for p in ([config] if config else []) + list(overrides)]
+        paths = given
         if not paths:
             raise UsageError("--collect needs results JSONs or folders, e.g. lavo-zoo compare --collect runs/a runs/b "
                              "--out runs/table")

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from lavo_zoo.errors import ZooError, os_error_message
+from lavo_zoo.locking import release_lock, try_lock
 
 CELL_LOCK = ".cell.lock"  # in a cell folder while a process works on the cell
 SUBMIT_LOCK = ".submit.lock"  # in a study folder while a launcher submits its cells
@@ -51,25 +52,12 @@ class FolderLock:
         self._fd: int | None = None
 
     def _try(self) -> bool:
-        """Take the lock if it is free (True), else False. A lock file its holder removed while this process
-        opened it is opened again."""
-        import fcntl
-
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return False
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._fd = fd
-                return True
-            os.close(fd)
+        """Take the lock if it is free (True), else False."""
+        fd = try_lock(self.path, json.dumps(holder()).encode())
+        if fd is None:
+            return False
+        self._fd = fd
+        return True
 
     def read_holder(self) -> dict[str, Any] | None:
         try:
@@ -96,19 +84,12 @@ class FolderLock:
 
     def __enter__(self) -> Self:
         try:
-            import fcntl  # noqa: F401
-        except ImportError:  # pragma: no cover - not on Linux / macOS: no locks
-            return self
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             told = False
             while not self._try():
                 if not told and self.waiting is not None:
                     self.waiting(describe_holder(self.read_holder()))
                     told = True
                 time.sleep(POLL_S)
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, json.dumps(holder()).encode(), 0)
         except OSError as e:
             raise ZooError(os_error_message(e, "cannot lock")) from None
         return self
@@ -116,11 +97,5 @@ class FolderLock:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         """Remove the lock file while still holding it (so that nobody locks a file being removed), then release."""
-        if self._fd is None:
-            return
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError:
-            pass
-        os.close(self._fd)
+        release_lock(self._fd, self.path)
         self._fd = None

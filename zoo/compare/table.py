@@ -4,15 +4,26 @@ whether the budget separates softmax from the ``mean`` control (:func:`separatio
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.compare.efficiency import EFFICIENCY_COLUMNS, EFFICIENCY_DIR
 from lavo_zoo.compare.records import label_records
 from lavo_zoo.engine.records import CellRecord
+from lavo_zoo.outputs import (
+    FIGURE,
+    STUDY_CSV,
+    STUDY_FOLDER,
+    STUDY_TABLE,
+    check_folder_output,
+    check_writable,
+    save_figure,
+)
 
 
 class MetricSummary(NamedTuple):
@@ -155,11 +166,24 @@ def _separation_note(verdicts: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+TABLE_FILES = {"table.md": STUDY_TABLE, "table.csv": STUDY_CSV, "chart.png": FIGURE}  # what write_table writes
+
+
+def check_table_files(out_dir: Path, inputs: dict[str, Path | str | None] | None = None) -> None:
+    """Refuse, before a study's work, a folder ``out_dir`` where the table files cannot go (the output policy,
+    :mod:`lavo_zoo.outputs`): a checkpoint, a training run, the current folder, a table file that is not an earlier
+    study's table (each is the study's own, replaced as the study goes, without ``--overwrite``) or one of the
+    ``inputs``."""
+    check_folder_output(out_dir, STUDY_FOLDER, False, "--out", inputs)
+    for name, kind in TABLE_FILES.items():
+        check_writable(out_dir / name, True, "--out", inputs, kind)
+
+
 def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Path]:
-    """table.md, table.csv and chart.png in ``out_dir``; returns their paths. The efficiency columns appear when a
-    record has efficiency lengths (``record.efficiency``)."""
+    """table.md, table.csv and chart.png in ``out_dir`` (checked by :func:`check_table_files`), each written
+    atomically (a reader sees the previous table or the new one, and a full disk leaves the previous one); returns
+    their paths. The efficiency columns appear when a record has efficiency lengths (``record.efficiency``)."""
     rows, directions = summarise(records)
-    out_dir.mkdir(parents=True, exist_ok=True)
     efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
     header = ["attention", "seeds", *(f"{m} ({'higher' if h else 'lower'} is better)" for m, h in directions.items()),
               *efficiency, "parameters", "step time (ms)", "step memory (MiB)"]
@@ -179,9 +203,9 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
     lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold. " + STEP_NOTE,
               *_launch_note(records), *_separation_note(separation(rows, directions)),
               *(_efficiency_note(rows) if efficiency else [])]
-    md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
-    md.write_text("\n".join(lines) + "\n")
-    with csv_path.open("w", newline="") as f:
+    md, csv_path, png = (out_dir / name for name in TABLE_FILES)
+    write_file(md, "\n".join(lines) + "\n", overwrite=True)
+    with io.StringIO(newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
                          *efficiency, "parameters", "step_time_s", "step_memory_bytes"])
@@ -190,6 +214,7 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
             writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
                              *("" if text == "n/a" else text for text in found),
                              row.parameters, row.step_time_s, row.step_memory_bytes])
+        write_file(csv_path, f.getvalue(), overwrite=True)
     _chart(rows, directions, png, title)
     return [md, csv_path, png]
 
@@ -215,5 +240,7 @@ def _chart(rows: list[Row], directions: dict[str, bool], path: Path, title: str)
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)

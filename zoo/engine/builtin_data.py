@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lavo_zoo.atomic import NameTaken, move_into_place, swap_folder, temporary_folder
-from lavo_zoo.errors import UsageError, ZooError, did_you_mean, os_error_message, os_error_reason
-from lavo_zoo.options import check_folder_writable
+from lavo_zoo.atomic import swap_folder, temporary_folder
+from lavo_zoo.errors import UsageError, ZooError, did_you_mean, os_error_reason
+from lavo_zoo.outputs import DATA_FOLDER, Outputs
 
 DATA_PATH_FILE = ".data_path"  # inside a built-in dataset's folder: the data.path relative to it ("." = the folder)
 
@@ -176,45 +176,15 @@ def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Calla
 def write_dataset(out: Path, write: Callable[[Path], Path], overwrite: bool = False) -> Path:
     """Generate data with ``write`` (as :meth:`BuiltinData.write`) into the folder ``out``; returns the data path.
 
-    The files are generated in a temporary folder inside ``out`` (so that they are renamed within one file system)
-    and moved in once complete; a file of the same name already in ``out`` is refused before anything moves (replaced
-    with ``overwrite``), so a user's own data is never lost and a failure (a full or read-only disk) leaves no partial
-    file under a final name, no temporary folder and no empty ``out``, with a message naming the folder and why.
+    ``out`` is a dataset folder of the output policy (:data:`lavo_zoo.outputs.DATA_FOLDER`): the files are generated
+    in a staging folder beside it and moved in once complete, beside what else it holds; a name already taken is
+    refused before anything moves (with ``overwrite``, replaced only where an earlier ``lavo-zoo data`` wrote that
+    file, as its ``data-manifest.json`` records), so a user's own data is never lost, and a failure (a full or
+    read-only disk) leaves no partial file, no staging folder and no empty ``out``, with a message naming the folder
+    and why.
     """
     out = Path(out)
-    check_folder_writable(out)
-    created = [p for p in (out, *out.parents) if not p.exists()]
-    tmp: Path | None = None
-    moved: list[Path] = []
-    try:
-        tmp = temporary_folder(out / "lavo-zoo-data")  # inside out: the files are renamed within one file system
-        made = write(tmp).relative_to(tmp)
-        files = sorted(f.relative_to(tmp) for f in tmp.rglob("*") if f.is_file())
-        taken = [f for f in files if (out / f).exists() or (out / f).is_symlink()]
-        if taken and not overwrite:
-            raise _taken(out, taken)
-        for f in files:
-            (out / f).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                move_into_place(tmp / f, out / f, replace=overwrite)
-            except NameTaken:  # written by another process meanwhile
-                raise _taken(out, [f]) from None
-            moved.append(out / f)
-    except OSError as e:
-        done = (f"; {len(moved)} of the files were written before that (e.g. {moved[0]})" if moved
-                else "; nothing was written there")
-        e.filename = e.filename2 = None  # the temporary folder's files mean nothing to the user: name `out`
-        raise ZooError(f"could not write the built-in data into {out}: {os_error_message(e)}{done}") from None
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for folder in created:  # refused or failed before any file landed: no empty folder is left behind
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+    with Outputs("data", overwrite) as outputs:
+        staging = outputs.folder(out, DATA_FOLDER)
+        made = Path(write(staging)).relative_to(staging)
     return out / made
-
-
-def _taken(out: Path, taken: list[Path]) -> UsageError:
-    shown = ", ".join(str(out / f) for f in taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3 else "")
-    return UsageError(f"{len(taken)} file(s) the built-in data would write already exist: {shown}. Nothing was "
-                      "written; give another --out, or add --overwrite to replace them.")

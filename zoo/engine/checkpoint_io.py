@@ -14,9 +14,7 @@ the reason.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shutil
 import time
@@ -36,35 +34,11 @@ from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.env import git_revision, versions
 from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.errors import CheckpointError, ConfigError, UsageError, not_a_file, os_error_reason
-from lavo_zoo.options import CHECKPOINT_FILES
+from lavo_zoo.outputs import CHECKPOINT_FILES, sha256_file
 
 WEIGHTS, CONFIG, META, TRAIN_STATE = CHECKPOINT_FILES
 LAST = "last"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """The sha256 of the file ``path`` as hex digits, read ``chunk`` bytes at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-NOT_REGULAR = "(not a regular file)"  # what tree_hashes lists for a link or a special file
-
-
-def tree_hashes(folder: Path) -> dict[str, str]:
-    """{relative path: sha256} of every file under ``folder``; a link or a special file is listed as such (never
-    followed: :data:`NOT_REGULAR`), so that it never matches a manifest of regular files."""
-    found: dict[str, str] = {}
-    for root, dirs, names in os.walk(folder, followlinks=False):
-        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(root, d)))]:
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            found[rel] = sha256_file(path) if path.is_file() and not path.is_symlink() else NOT_REGULAR
-    return found
 
 
 def unwrap(model: nn.Module) -> nn.Module:

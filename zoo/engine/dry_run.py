@@ -21,7 +21,7 @@ from lavo_zoo.engine.memory import check_model_fits
 from lavo_zoo.engine.recipe import Recipe
 from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source, run_total
 from lavo_zoo.errors import MissingSplit
-from lavo_zoo.options import check_folder_writable
+from lavo_zoo.outputs import check_folder_writable
 
 
 def attention_sites(section: Any, prefix: str = "model") -> dict[str, str]:

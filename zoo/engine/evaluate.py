@@ -6,66 +6,88 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.atomic import write_file
 from lavo_zoo.config import to_dict
-from lavo_zoo.engine.checkpoint_io import NOT_REGULAR, load_model, tree_hashes
+from lavo_zoo.engine.checkpoint_io import load_model
 from lavo_zoo.engine.env import pick_device, versions
-from lavo_zoo.errors import CheckpointError, UsageError, ZooError
+from lavo_zoo.errors import CheckpointError, ZooError
 from lavo_zoo.evaluators import EVALUATORS
-from lavo_zoo.options import check_figure_path, check_writable
+from lavo_zoo.outputs import EVAL_FILES, FIGURE, Outputs
 
-MANIFEST = "eval-manifest.json"  # in an evaluation's file folder: what it wrote there, {path: sha256}
+MANIFEST = EVAL_FILES.manifest  # in an evaluation's file folder: what it wrote there, {path: sha256}
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "test", device: str | None = None,
                         max_batches: int | None = None, files_dir: Path | None = None,
                         out_file: Path | None = None, overwrite: bool = False, command: str | None = None,
-                        reference: str | None = None, require_finite: bool = False) -> dict[str, Any]:
+                        reference: str | None = None, require_finite: bool = False,
+                        outputs: Outputs | None = None) -> dict[str, Any]:
     """Results JSON (a dict) for checkpoint directory ``path`` on ``split``.
 
-    ``files_dir``: where a recipe whose eval config has an ``out_dir`` (e.g. tts: synthesised wavs, plots) writes
-    its files, unless set explicitly. The evaluation records what it wrote there in ``eval-manifest.json``; an
-    existing folder is refused, or with ``overwrite`` the files an earlier evaluation recorded (and which are
-    unchanged) are removed first; a folder holding anything else is refused either way, before the work, and
-    nothing in it is touched (:func:`clear_files_folder`). ``out_file`` (where the results JSON will go): the
-    evaluator's own outputs (e.g. the summaries) are written beside it and listed under ``outputs``; an existing one
-    is refused before the work without ``overwrite``. ``command``: the command line that ran this evaluation,
-    recorded in the results (a model card cites it). ``reference``: how the user named the checkpoint (an index name,
-    an archive), recorded as ``checkpoint`` (default: ``path``). ``require_finite`` (``lavo-zoo eval``): weights that
-    hold NaN or infinite values are refused before the work, and metrics that are not finite after it (a
-    :class:`~lavo_zoo.errors.ZooError`), rather than reported. The results are pinned (:func:`pin_results`)."""
+    What the evaluation writes goes through the output policy (:mod:`lavo_zoo.outputs`), claimed before the work and
+    put in place only once it has succeeded (a failure, a full disk or Ctrl-C leaves none of it): ``files_dir``,
+    where a recipe whose eval config has an ``out_dir`` (tts: synthesised wavs, plots) writes its files unless set
+    explicitly, listed in its ``eval-manifest.json`` (``overwrite`` replaces a folder holding only an earlier
+    evaluation's files, unchanged; a folder holding anything else is refused either way); the evaluator's own
+    outputs (the summaries) beside ``out_file`` (where the results JSON will go, listed under ``outputs``); a figure
+    the evaluation draws (``eval.plot``).
+
+    Args:
+        path: the checkpoint directory.
+        overrides: evaluation and data settings over the checkpoint's config (``key=value``).
+        split: the split to score.
+        device: where to run (default: the GPU when there is one).
+        max_batches: score only the first batches.
+        files_dir: the folder for an evaluation's files (where ``eval.out_dir`` is unset).
+        out_file: the results JSON the caller writes (the evaluator's outputs go beside it).
+        overwrite: earlier outputs of an evaluation may be replaced.
+        command: the command line that ran this evaluation, recorded in the results (a model card cites it).
+        reference: how the user named the checkpoint (an index name, an archive), recorded as ``checkpoint``
+            (default: ``path``).
+        require_finite: weights that hold NaN or infinite values are refused before the work, and metrics that are
+            not finite after it (a :class:`~lavo_zoo.errors.ZooError`), rather than reported (``lavo-zoo eval``).
+        outputs: the claim of the command's outputs, which has claimed ``out_file`` (:meth:`Outputs.file` returned
+            the path it is written to); default: one of its own for what the evaluation writes.
+
+    Returns:
+        The results, pinned (:func:`pin_results`).
+    """
+    if outputs is None:
+        with Outputs("eval", overwrite, command_line=command) as own:
+            return evaluate_checkpoint(path, overrides, split, device, max_batches, files_dir, out_file, overwrite,
+                                       command, reference, require_finite, own)
     start = time.time()
     dev = pick_device(device)
     recipe, cfg, model, meta = load_model(path, dev, list(overrides))
     recipe.check_split(split)
     if require_finite:
         check_finite_weights(model, path)
-    if files_dir is not None and hasattr(getattr(cfg, "eval", None), "out_dir") and not cfg.eval.out_dir:
-        cfg.eval.out_dir = str(files_dir)
-    folder = Path(cfg.eval.out_dir) if getattr(getattr(cfg, "eval", None), "out_dir", None) else None
-    if out_file is not None:
+    settings = getattr(cfg, "eval", None)
+    if files_dir is not None and hasattr(settings, "out_dir") and not settings.out_dir:
+        settings.out_dir = str(files_dir)
+    folder = Path(settings.out_dir) if getattr(settings, "out_dir", None) else None
+    plot = getattr(settings, "plot", None)  # a figure the evaluation draws (lm: eval.plot)
+    staged_results = None
+    if out_file is not None:  # the evaluator's outputs are staged beside where the results JSON is staged
+        staged_results = outputs.staged(Path(out_file)) or Path(out_file)
         for suffix in getattr(EVALUATORS.get(recipe.evaluator), "output_suffixes", ()):
-            check_writable(Path(out_file).with_name(Path(out_file).stem + suffix), overwrite)
-    plot = getattr(getattr(cfg, "eval", None), "plot", None)  # a figure the evaluation draws (lm: eval.plot)
+            outputs.file(Path(out_file).with_name(Path(out_file).stem + suffix), None)  # named by the evaluator
     if plot:
-        check_writable(Path(plot), overwrite, "eval.plot")
-        check_figure_path(Path(plot), "eval.plot")
+        settings.plot = str(outputs.file(Path(plot), FIGURE, "eval.plot"))
     if folder is not None:
-        clear_files_folder(folder, overwrite)
+        settings.out_dir = str(outputs.folder(folder, EVAL_FILES, "eval.out_dir" if files_dir is None else "--out"))
     try:
         evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
-    except BaseException:  # a failure or Ctrl-C: what was written is recorded, so that --overwrite can replace it
+    finally:  # the config the results record names where the files go, not where they were staged
+        if plot:
+            settings.plot = plot
         if folder is not None:
-            _record_after_failure(folder, command)
-        raise
-    if folder is not None:
-        record_files_folder(folder, command)
-    outputs = evaluator.save_outputs(Path(out_file)) if out_file is not None else []
+            settings.out_dir = str(folder)
+    written = evaluator.save_outputs(staged_results) if staged_results is not None else []
+    wrote_files = folder is not None and any(p.is_file() for p in outputs.staged(folder).rglob("*"))
     results = {
         "recipe": recipe.name,
         "checkpoint": reference or str(Path(path)),
@@ -80,8 +102,8 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
         "device": str(dev),
         "duration_s": round(time.time() - start, 3),
         **({"command": command} if command else {}),
-        **({"outputs": [str(p) for p in outputs]} if outputs else {}),
-        **({"files": str(folder)} if folder is not None and folder.is_dir() else {}),
+        **({"outputs": [str(outputs.final(p)) for p in written]} if written else {}),
+        **({"files": str(folder)} if wrote_files else {}),
     }
     details = evaluator.details()
     if details:  # non-scalar results (per-class accuracy, confusion matrix): only where an evaluator has them
@@ -156,79 +178,6 @@ def files_folder(results_file: Path) -> Path:
     without a suffix: ``results`` -> ``results.files/``)."""
     results_file = Path(results_file)
     return results_file.with_suffix("") if results_file.suffix else results_file.with_name(results_file.name + ".files")
-
-
-def _present_files(folder: Path) -> tuple[dict[str, str], list[str]]:
-    """({relative path: sha256} of the regular files under ``folder`` but its manifest, [the other entries: links,
-    special files]), without following links."""
-    found = tree_hashes(folder)
-    found.pop(MANIFEST, None)
-    others = [rel for rel, digest in found.items() if digest == NOT_REGULAR]
-    return {rel: digest for rel, digest in found.items() if digest != NOT_REGULAR}, others
-
-
-def _recorded(folder: Path) -> dict[str, str]:
-    """{relative path: sha256} of what an earlier evaluation wrote into ``folder`` (empty without a manifest)."""
-    try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        files = data["files"]
-        return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
-def clear_files_folder(folder: Path, overwrite: bool) -> None:
-    """Make ``folder`` ready for an evaluation's files: nothing to do when it is absent or holds no file; refused
-    when it holds a file that no earlier evaluation recorded writing (or one changed since: the user's own notes or
-    wavs, a link), naming them, and nothing is touched; without ``overwrite`` refused when it holds an earlier
-    evaluation's files; with ``overwrite`` exactly those files (and the folders they emptied) are removed."""
-    folder = Path(folder)
-    if not folder.exists() and not folder.is_symlink():
-        return
-    if folder.is_symlink() or not folder.is_dir():
-        raise UsageError(f"{folder}, where this evaluation would write its files, is "
-                         f"{'a link' if folder.is_symlink() else 'a file'}; give another --out (or eval.out_dir)")
-    present, others = _present_files(folder)
-    if not present and not others:
-        (folder / MANIFEST).unlink(missing_ok=True)
-        return
-    recorded = _recorded(folder)
-    foreign = sorted(others + [rel for rel, digest in present.items() if recorded.get(rel) != digest])
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise UsageError(f"{folder} holds files that no evaluation recorded writing there ({shown}); an evaluation "
-                         f"replaces only the files an earlier one listed in its {MANIFEST}, and touches nothing else. "
-                         "Nothing was changed: give another --out (or eval.out_dir), or move those files away")
-    if not overwrite:
-        raise UsageError(f"{folder} holds the {len(present)} files of an earlier evaluation (listed in its "
-                         f"{MANIFEST}); give another --out (or eval.out_dir), or add --overwrite to replace them")
-    for rel in present:
-        p = folder / rel
-        p.unlink()
-        parent = p.parent
-        while parent != folder and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
-    (folder / MANIFEST).unlink(missing_ok=True)
-
-
-def _record_after_failure(folder: Path, command: str | None) -> None:
-    """Record what a failed evaluation wrote, without hiding its failure when that fails too (a full disk)."""
-    try:
-        record_files_folder(folder, command)
-    except (OSError, ZooError) as e:
-        print(f"warning: the files this evaluation wrote in {folder} could not be recorded ({e}); remove them "
-              "yourself before another evaluation writes there", file=sys.stderr)
-
-
-def record_files_folder(folder: Path, command: str | None = None) -> None:
-    """Write ``folder``'s manifest: every file now in it, which this evaluation wrote (it started without any)."""
-    present, _ = _present_files(Path(folder)) if Path(folder).is_dir() else ({}, [])
-    if not present:
-        return
-    manifest = {"written_by": "lavo-zoo eval", **({"command": command} if command else {}),
-                "files": dict(sorted(present.items()))}
-    write_file(Path(folder) / MANIFEST, json.dumps(manifest, indent=2) + "\n", overwrite=True)
 
 
 def score_files(metric: str, pred: Path, ref: Path | None, command: str | None = None) -> dict[str, Any]:

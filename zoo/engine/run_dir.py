@@ -18,6 +18,7 @@ from lavo_zoo.atomic import remove_leftovers
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
 from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
+from lavo_zoo.locking import read_holder, release_lock, try_lock
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "tensorboard", "checkpoints")
 LOCK_FILE = ".lock"  # in a run directory while a process trains into it; holds that process's pid
@@ -46,50 +47,23 @@ class RunLock:
         """Take the lock, writing this process's pid into it; returns the lock. A held lock is a :class:`UsageError`
         naming the holder's pid, a folder where no lock can be made a :class:`ZooError` saying why."""
         try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not on Linux / macOS
-            return self
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            while True:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                    os.close(fd)
-                    raise UsageError(f"{self.path.parent} is in use: another process (pid {holder}) is training into "
-                                     "it. Two runs in one folder would overwrite each other's metrics and checkpoints; "
-                                     "wait for it to finish (then --resume auto continues it), stop it, or choose "
-                                     "another --out") from None
-                if _same_file(fd, self.path):  # not a lock file its holder removed while this process waited
-                    break
-                os.close(fd)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            fd = try_lock(self.path, f"{os.getpid()}\n".encode())
         except OSError as e:
             raise ZooError(os_error_message(e, "cannot start a run in")) from None
+        if fd is None:
+            holder = read_holder(self.path, 64) or "unknown"
+            raise UsageError(f"{self.path.parent} is in use: another process (pid {holder}) is training into "
+                             "it. Two runs in one folder would overwrite each other's metrics and checkpoints; "
+                             "wait for it to finish (then --resume auto continues it), stop it, or choose "
+                             "another --out") from None
         self._fd = fd
         return self
 
     def release(self) -> None:
         """Remove the lock file (while still holding it, so that no other process locks a file being removed) and
         release the lock."""
-        if self._fd is not None:
-            try:
-                self.path.unlink(missing_ok=True)
-            except OSError:
-                pass
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = None
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        here, there = os.fstat(fd), os.stat(path)
-    except FileNotFoundError:
-        return False
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+        release_lock(self._fd, self.path)
+        self._fd = None
 
 
 # Settings a resumed run may change; each takes effect from the first resumed step. Everything else (model, data,

@@ -58,7 +58,7 @@ from lavo_zoo.engine.run_dir import (
     run_total,
 )
 from lavo_zoo.errors import CheckpointError, MissingSplit, UsageError, ZooError
-from lavo_zoo.options import check_folder_writable
+from lavo_zoo.outputs import check_folder_writable
 
 
 def seed_everything(seed: int) -> None:

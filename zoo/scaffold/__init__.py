@@ -15,8 +15,10 @@ from pathlib import Path
 
 import click
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import out_option
+from lavo_zoo.outputs import PLUGIN_FOLDER, Outputs
 
 TEMPLATES = Path(__file__).parent / "templates"
 KINDS = ("recipe", "attention")
@@ -49,12 +51,10 @@ def substitutions(kind: str, name: str) -> dict[str, str]:
 
 
 def render(kind: str, name: str, out: Path) -> list[Path]:
-    """Write the ``kind`` template for ``name`` into ``out`` (which must not exist or be empty)."""
+    """Write the ``kind`` template for ``name`` into the empty folder ``out``; returns the files written."""
     if kind not in KINDS:
         raise UsageError(f"unknown kind '{kind}'; choose one of {', '.join(KINDS)}")
     check_name(kind, name)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"{out} already exists and is not an empty directory; give a new --out directory")
     subs = substitutions(kind, name)
     root = TEMPLATES / kind
     written = []
@@ -65,18 +65,21 @@ def render(kind: str, name: str, out: Path) -> list[Path]:
         text = src.read_text()
         for key, value in subs.items():
             text = text.replace("{{" + key + "}}", value)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
+        put_file(dest, text)
         written.append(dest)
     return written
 
 
 def _new(kind: str, name: str, out: Path | None) -> None:
+    """The plugin package folder ``out`` (an output of :mod:`lavo_zoo.outputs`: absent or empty, put in place whole
+    once written)."""
     out = out or Path(name)
-    files = render(kind, name, out)
+    with Outputs("new", False) as outputs:
+        staging = outputs.folder(out, PLUGIN_FOLDER)
+        files = [f.relative_to(staging) for f in render(kind, name, staging)]
     click.echo(f"wrote {len(files)} files into {out}/:")
     for f in files:
-        click.echo(f"  {f.relative_to(out)}")
+        click.echo(f"  {f}")
     click.echo(f"\nnext:\n  pip install -e {out}\n  lavo-zoo list {kind}s {name}\n  pytest -q {out}/tests")
     if kind == "recipe":
         click.echo(f"  lavo-zoo train {name}/tiny --out runs/{name}\n  lavo-zoo eval runs/{name}/checkpoints/last")

@@ -171,8 +171,14 @@ def test_complete_never_replaces_an_existing_file(trained: Path, tmp_path: Path)
     assert out.read_text() == "my own cloud"
     result = CliRunner().invoke(complete, [str(trained / "checkpoints" / "last"), str(scan), "--out", str(out),
                                            "--device", "cpu", "--overwrite"])
-    assert result.exit_code == 0, result.output
-    assert len(read_pcd(out)) > 0
+    assert result.exit_code != 0 and "is not a point cloud" in str(result.exception)  # not an earlier completion
+    assert out.read_text() == "my own cloud"
+    done = tmp_path / "done.pcd"
+    for extra in ([], ["--overwrite"]):  # an earlier completion is what --overwrite replaces
+        result = CliRunner().invoke(complete, [str(trained / "checkpoints" / "last"), str(scan), "--out", str(done),
+                                               "--device", "cpu", *extra])
+        assert result.exit_code == 0, result.output
+        assert len(read_pcd(done)) > 0
     missing = CliRunner().invoke(complete, [str(trained / "checkpoints" / "last"), str(tmp_path / "none.pcd"),
                                             "--out", str(tmp_path / "x.pcd")])
     assert missing.exit_code != 0 and "no such file" in str(missing.exception)

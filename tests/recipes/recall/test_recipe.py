@@ -194,6 +194,38 @@ def test_recall_plot_counts_each_cell_once_however_many_paths_reach_it(tmp_path,
     assert f"{study / 'lavo-seed1' / 'cell.json'}, line 2" in capsys.readouterr().err
 
 
+def test_recall_plot_never_writes_over_its_inputs_even_with_overwrite(tmp_path, capsys):
+    """`recall-plot --table` naming a study cell's own file (even one that reads like a table of ours), a study given
+    as an input, another command's table or a figure's name is refused before any work, with or without --overwrite,
+    and nothing changes; the command's own earlier table is what --overwrite replaces."""
+    recipe, cfg = tiny({"name": "lavo", "num_bases": 4, "window_size": 4})
+    study = tmp_path / "study"
+    cell = study / "cells" / "lavo-seed1"
+    _cell(cell, recipe.resolve(cfg), "lavo", ["model.attention.name=lavo"], 0.25, 1)
+    (study / "table.md").write_text("# compare's table\n\n| attention | seeds | accuracy |\n|---|---|---|\n")
+    (cell / "notes.md").write_text("| attention | setting |\n")  # a cell's own file, even one that looks like ours
+    before = {p: p.read_bytes() for p in study.rglob("*") if p.is_file()}
+    png = tmp_path / "s.png"
+    for table, inputs, said in [
+            (cell / "cell.json", [study], "is a file of the study cell"),
+            (cell / "config.yaml", [study], "is a file of the study cell"),
+            (cell / "notes.md", [study], "is a file of the study cell"),
+            (cell / "cell.json", [cell / "cell.json"], "is the study"),
+            (study / "table.md", [study], "is not a Markdown table of recall-plot"),
+            (png, [study], ".png does not name")]:
+        for extra in ([], ["--overwrite"]):
+            code = main(["recall-plot", *map(str, inputs), "--out", str(png), "--table", str(table), *extra])
+            err = capsys.readouterr().err
+            assert code == 2 and said in err, (table, extra, err)
+            assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file()} == before
+            assert not png.exists()
+    mine = tmp_path / "state.md"
+    for extra in ([], ["--overwrite"]):
+        assert main(["recall-plot", str(study), "--out", str(png), "--table", str(mine), *extra]) == 0
+        assert mine.read_text().startswith("| attention | setting |") and png.read_bytes().startswith(b"\x89PNG")
+    assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file()} == before
+
+
 def test_a_batch_that_cannot_fit_is_refused_before_it_runs(trained, monkeypatch):
     import lavo_zoo
     from lavo_zoo.engine import memory

@@ -94,6 +94,6 @@ def test_write_data_writes_the_multinews_layout(tmp_path, monkeypatch):
     sources = [s for s in stdlib_sources() if s[0] in ("bisect", "textwrap")]
     monkeypatch.setattr(builtin_module, "write_stdlib_corpus", lambda out: write_stdlib_corpus(out, sources))
     path = get_recipe("summarization").write_data(tmp_path / "mn")
-    assert sorted(p.name for p in path.iterdir()) == ["test.src", "test.tgt", "train.src", "train.tgt", "val.src",
-                                                      "val.tgt"]
+    assert sorted(p.name for p in path.iterdir()) == ["data-manifest.json", "test.src", "test.tgt", "train.src",
+                                                      "train.tgt", "val.src", "val.tgt"]  # and what data wrote
     assert all(line.startswith("– ") for line in (path / "train.tgt").read_text().splitlines())

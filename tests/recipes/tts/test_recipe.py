@@ -108,26 +108,30 @@ def test_eval_writes_results_wavs_and_plots(trained: Path, tmp_path: Path, capsy
     assert len(list((files / "synthesized").glob("*.wav"))) == 2
 
 
-def test_an_interrupted_eval_records_what_it_wrote_so_overwrite_can_replace_it(trained: Path, tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch
-                                                                                ) -> None:
+def test_an_interrupted_eval_leaves_none_of_its_files(trained: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or a full disk) once the first utterance's wavs are written: the evaluation's files were staged beside
+    their folder, and none of them is left (no folder, no results, no staging folder, no lock), so the rerun needs
+    no --overwrite."""
     from lavo_zoo.recipes.tts import plot
 
     def interrupted(*args, **kwargs):  # Ctrl-C once the first utterance's wavs are written
         raise KeyboardInterrupt
 
-    results = tmp_path / "results.json"
+    out = tmp_path / "out"
+    results = out / "results.json"
     args = ["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results), "--device", "cpu"]
     with monkeypatch.context() as m:
         m.setattr(plot, "plot_utterance", interrupted)
         assert main(args) == 130
-    files = tmp_path / "results"
-    manifest = json.loads((files / "eval-manifest.json").read_text())
-    assert sorted(manifest["files"]) == sorted(p.relative_to(files).as_posix() for p in files.rglob("*.wav"))
-    assert len(manifest["files"]) == 2 and not results.exists()
-    assert main(args) == 2  # an earlier evaluation's files: replaced only when asked
-    assert main([*args, "--overwrite"]) == 0
+    assert not out.exists()
+    assert main(args) == 0
+    files = out / "results"
     assert len(list((files / "synthesized").glob("*.wav"))) == 2 and len(list((files / "plots").glob("*.png"))) == 2
+    manifest = json.loads((files / "eval-manifest.json").read_text())
+    assert sorted(manifest["files"]) == sorted(p.relative_to(files).as_posix() for p in files.rglob("*")
+                                               if p.is_file() and p.name != "eval-manifest.json")
+    assert sorted(p.name for p in out.iterdir()) == ["results", "results.json"]
 
 
 def test_synthesize_writes_a_playable_wav(trained: Path, tmp_path: Path) -> None:
