@@ -141,10 +141,10 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
             write_table(done, out, _title(title, len(done), expected))
 
+        chosen = make_launcher(settings, device)  # its checks (Slurm's commands, --time, ...) run in a dry run too
         try:
             records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
-                                split, rerun, max_batches, how, dry_run,
-                                launcher=None if dry_run else make_launcher(settings, device),
+                                split, rerun, max_batches, how, dry_run, launcher=None if dry_run else chosen,
                                 progress=None if settings.name == "serial" else progress)
         except CellsFailed as e:
             if e.records:
@@ -152,6 +152,7 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
                 click.echo(f"wrote {out / 'table.md'} with the {len(e.records)} finished cell(s)")
             raise
         if dry_run:
+            click.echo(f"  launcher     {chosen.plan(expected)}")
             return
         if not records:
             click.echo("no cell has finished yet; the same command writes the table once one has")

@@ -231,6 +231,10 @@ class Launcher(Protocol):
         """Run the unfinished cells of ``jobs`` (a finished one, with its cell.json, is kept) and measure
         ``efficiency``; ``progress`` is told the finished cells each time one finishes."""
 
+    def plan(self, cells: int) -> str:
+        """How ``cells`` cells would run, in words (``--dry-run``), after the checks :meth:`run` makes before it
+        starts one (a :class:`~lavo_zoo.errors.UsageError` when they fail)."""
+
 
 def measure_after(result: StudyResult, out_dir: Path, efficiency: EfficiencyPlan | None) -> StudyResult:
     """The efficiency lengths of a study run on this machine, measured here once its cells have ended (none when a
@@ -245,6 +249,9 @@ def measure_after(result: StudyResult, out_dir: Path, efficiency: EfficiencyPlan
 class SerialLauncher:
     """The cells one after another, in this process (the default); a cell's error stops the study at once (the
     finished cells are kept, the interrupted one resumes when the study is run again)."""
+
+    def plan(self, cells: int) -> str:
+        return "serial: the cells one after another in this process"
 
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
