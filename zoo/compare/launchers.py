@@ -91,7 +91,51 @@ def launcher_settings(section: Any, given: dict[str, Any], source: str) -> Launc
         raise UsageError("--no-wait leaves the cells to a Slurm cluster: it goes with --launcher slurm")
     if settings.time is not None:
         slurm_minutes(settings.time)
+    if settings.mem is not None and not _MEM.match(str(settings.mem)):
+        raise UsageError(f"--mem {settings.mem!r}: give the memory of a cell's job as sbatch reads it, a whole number "
+                         "with an optional unit K, M, G or T (64G, 16000M)")
+    check_slurm_options(settings.slurm_options)
     return settings
+
+
+_MEM = re.compile(r"^\d+[KMGTkmgt]?$")
+_SBATCH_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+# sbatch options a setting of its own gives (the option to use instead), or that the launcher sets itself (None)
+_SBATCH_OWN = {"partition": "--partition", "p": "--partition", "time": "--time", "t": "--time", "mem": "--mem",
+               "account": "--account", "A": "--account", "qos": "--qos", "q": "--qos", "constraint": "--constraint",
+               "C": "--constraint", "cpus-per-task": "--cpus-per-cell", "c": "--cpus-per-cell",
+               "gpus-per-node": "--gpus-per-cell", "gpus": "--gpus-per-cell", "G": "--gpus-per-cell",
+               "gres": "--gpus-per-cell", "job-name": None, "J": None, "output": None, "o": None, "error": None,
+               "e": None, "requeue": None, "no-requeue": None, "signal": None, "dependency": None, "d": None,
+               "array": None, "a": None}
+
+
+def check_slurm_options(options: dict[str, Any]) -> None:
+    """Refuse, before anything is submitted, a free sbatch option (``--slurm-option`` / ``launcher.slurm_options``)
+    that is not one: a name sbatch cannot have (a space), a value that is not one line (a newline would become a
+    line of the job's script), one that a setting of its own gives (``time``: use ``--time``) or that the launcher
+    sets itself (the job's name, logs, requeueing, dependencies).
+
+    Raises:
+        UsageError: naming the option and what to give instead.
+    """
+    for key, value in options.items():
+        name = str(key).replace("_", "-")
+        if not _SBATCH_KEY.match(str(key)):
+            raise UsageError(f"--slurm-option {key!r}: an sbatch option's name is letters, digits and dashes "
+                             "(mail-type=END); give one option per --slurm-option")
+        if name in _SBATCH_OWN or key in _SBATCH_OWN:
+            instead = _SBATCH_OWN.get(name, _SBATCH_OWN.get(key))
+            raise UsageError(f"--slurm-option {key}: " + (f"give it as {instead} (or its key in the launcher: section)"
+                                                         if instead else "the launcher sets this sbatch option "
+                                                         "itself; leave it out"))
+        if value is True:  # a flag (exclusive)
+            continue
+        if value is False:
+            raise UsageError(f"--slurm-option {key}=false: an sbatch flag is given or left out; leave it out")
+        if not isinstance(value, (str, int, float)) or any(c in str(value) for c in "\n\r\0"):
+            raise UsageError(f"--slurm-option {key}={value!r}: the value must be one line of text (or true for a "
+                             "flag)")
 
 
 def option_name(key: str) -> str:
