@@ -50,7 +50,7 @@ class LauncherSettings:
     gpus_per_cell: Annotated[int, Range(ge=0)] | None = None
     cpus_per_cell: Annotated[int, Range(ge=1)] | None = None
     mem: str | None = None  # sbatch --mem: 64G, 16000M
-    # sbatch --time: minutes, or "[days-]hours:minutes:seconds" (quoted in YAML, which reads 4:00:00 as seconds)
+    # sbatch --time: minutes, or "[days-]hours:minutes:seconds" (the configs' YAML reads 4:00:00 as that text)
     time: str | int | None = None
     account: str | None = None
     qos: str | None = None
