@@ -144,3 +144,19 @@ def test_attention_options_are_read_as_the_config_overrides():
         parse_options(("gla.conv_size=[",))
     with pytest.raises(UsageError, match="based.feature_dim is given twice"):
         parse_options(("based.feature_dim=4", "based.feature_dim=8"))
+
+
+@pytest.mark.parametrize("damage", ["{broken", "[1, 2]", '{"attention": "sdpa"}', b"\xff\xfe"])
+def test_a_damaged_cell_record_is_named_not_a_raw_error(study, tmp_path, damage):
+    """A finished cell's cell.json edited or damaged since (not JSON, not a mapping, not a record, not UTF-8) is a
+    usage error naming the file and how to train the cell again; it was a raw JSONDecodeError."""
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    small_study(study, out, attentions=("sdpa",), seeds=(1,))
+    record = out / "cells" / "sdpa-seed1" / "cell.json"
+    record.write_bytes(damage if isinstance(damage, bytes) else damage.encode())
+    with pytest.raises(UsageError, match=r"cell.json, the record of a finished cell, cannot be read .* remove it"):
+        small_study(study, out, attentions=("sdpa",), seeds=(1,))
+    record.unlink()
+    assert [r.attention for r in small_study(study, out, attentions=("sdpa",), seeds=(1,))] == ["sdpa"]

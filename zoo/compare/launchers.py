@@ -255,7 +255,16 @@ def read_record(job: CellJob) -> CellRecord | None:
     done = Path(job.cell_dir) / CELL_FILE
     if not done.is_file():
         return None
-    return CellRecord.from_json(json.loads(done.read_text()))
+    try:
+        data = json.loads(done.read_text(encoding="utf-8"))
+        problem = None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not a mapping"
+        record = None if problem else CellRecord.from_json(data)
+    except (ValueError, UsageError) as e:  # JSON, UTF-8 or record errors: an edited or damaged file
+        problem, record = str(e), None
+    if record is None:
+        raise UsageError(f"{done}, the record of a finished cell, cannot be read ({problem}); the study writes it "
+                         "whole, so it was changed since: remove it (or the cell's folder) to train the cell again")
+    return record
 
 
 def in_study_order(jobs: list[CellJob], found: dict[str, CellRecord]) -> list[CellRecord]:
