@@ -18,7 +18,7 @@ from lavo_zoo.compare.launchers import (
     parse_slurm_options,
 )
 from lavo_zoo.compare.study import parse_options, run_study
-from lavo_zoo.compare.table import write_table
+from lavo_zoo.compare.table import table_text, write_table
 from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
@@ -160,7 +160,7 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         title = _title(title, len(records), expected)
     for path in write_table(records, out, title):
         click.echo(f"wrote {path}")
-    click.echo((out / "table.md").read_text())
+    click.echo(table_text(records, title))  # this command's table (another one may write the study's at once)
 
 
 def _title(title: str, done: int, expected: int) -> str:

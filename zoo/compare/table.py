@@ -4,15 +4,18 @@ whether the budget separates softmax from the ``mean`` control (:func:`separatio
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from lavo_zoo.atomic import write_file
 from lavo_zoo.compare.efficiency import EFFICIENCY_COLUMNS, EFFICIENCY_DIR
 from lavo_zoo.compare.records import label_records
 from lavo_zoo.engine.records import CellRecord
+from lavo_zoo.options import save_figure
 
 
 class MetricSummary(NamedTuple):
@@ -155,10 +158,31 @@ def _separation_note(verdicts: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Path]:
-    """table.md, table.csv and chart.png in ``out_dir``; returns their paths. The efficiency columns appear when a
-    record has efficiency lengths (``record.efficiency``)."""
+    """table.md, table.csv and chart.png in ``out_dir``, each written whole (another command writing the same study's
+    table at once never leaves a mixture); returns their paths. The efficiency columns appear when a record has
+    efficiency lengths (``record.efficiency``)."""
     rows, directions = summarise(records)
     out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
+    write_file(md, table_text(records, title), overwrite=True, option="the table")
+    efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
+                     *efficiency, "parameters", "step_time_s", "step_memory_bytes"])
+    for row in rows:
+        found = [efficiency_text(row.efficiency, c) for c in EFFICIENCY_COLUMNS] if efficiency else []
+        writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
+                         *("" if text == "n/a" else text for text in found),
+                         row.parameters, row.step_time_s, row.step_memory_bytes])
+    write_file(csv_path, text.getvalue(), overwrite=True, option="the table")
+    _chart(rows, directions, png, title)
+    return [md, csv_path, png]
+
+
+def table_text(records: list[CellRecord], title: str) -> str:
+    """The Markdown of table.md (what :func:`write_table` writes and ``compare`` prints)."""
+    rows, directions = summarise(records)
     efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
     header = ["attention", "seeds", *(f"{m} ({'higher' if h else 'lower'} is better)" for m, h in directions.items()),
               *efficiency, "parameters", "step time (ms)", "step memory (MiB)"]
@@ -178,19 +202,7 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
     lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold. " + STEP_NOTE,
               *_launch_note(records), *_separation_note(separation(rows, directions)),
               *(_efficiency_note(rows) if efficiency else [])]
-    md, csv_path, png = out_dir / "table.md", out_dir / "table.csv", out_dir / "chart.png"
-    md.write_text("\n".join(lines) + "\n")
-    with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
-                         *efficiency, "parameters", "step_time_s", "step_memory_bytes"])
-        for row in rows:
-            found = [efficiency_text(row.efficiency, c) for c in EFFICIENCY_COLUMNS] if efficiency else []
-            writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
-                             *("" if text == "n/a" else text for text in found),
-                             row.parameters, row.step_time_s, row.step_memory_bytes])
-    _chart(rows, directions, png, title)
-    return [md, csv_path, png]
+    return "\n".join(lines) + "\n"
 
 
 def _chart(rows: list[Row], directions: dict[str, bool], path: Path, title: str) -> None:
@@ -214,5 +226,5 @@ def _chart(rows: list[Row], directions: dict[str, bool], path: Path, title: str)
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, overwrite=True, option="the chart", dpi=110)
     plt.close(fig)
