@@ -34,6 +34,17 @@ def test_override_values_are_yaml_typed():
     assert parse_override("x=null") == (["x"], None)
 
 
+def test_a_time_of_day_is_text_not_a_base_60_number(tmp_path):
+    """YAML 1.1 reads 4:00:00 as 14400 (base 60), so a config's Slurm time limit `time: 4:00:00` became 14400
+    minutes (ten days) with exit 0; the configs' YAML reads it as the text it is (YAML 1.2), numbers unchanged."""
+    path = tmp_path / "c.yaml"
+    path.write_text("launcher: {time: 4:00:00, at: 1:30.5, minutes: 240, neg: -1:00}\nlr: 1.5\n")
+    data = load_yaml(path)
+    assert data["launcher"] == {"time": "4:00:00", "at": "1:30.5", "minutes": 240, "neg": "-1:00"}
+    assert data["lr"] == 1.5
+    assert parse_override("launcher.time=12:00:00") == (["launcher", "time"], "12:00:00")
+
+
 @pytest.mark.parametrize("bad", ["novalue", "=3", "a..b=1", "a.=1", "a=[1,"])
 def test_malformed_override_is_refused(bad):
     with pytest.raises(ConfigError, match="override"):

@@ -105,6 +105,13 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 _ConfigLoader.add_constructor("!delete", lambda loader, node: DELETE)
+# YAML 1.1 reads 4:00:00 as the base-60 integer 14400 (and 1:30.5 as 90.5), which YAML 1.2 dropped: a time limit
+# written as Slurm writes one became 14400 minutes. Such a scalar stays the text it is.
+_BASE_60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+_ConfigLoader.yaml_implicit_resolvers = {first: list(resolvers)
+                                         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+for _first in "+-0123456789":
+    _ConfigLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(0, ("tag:yaml.org,2002:str", _BASE_60))
 
 
 def _yaml_load(text: str) -> Any:

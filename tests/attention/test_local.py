@@ -109,3 +109,19 @@ def test_sinks_pass_the_kits_padded_row_check(pattern):
     """The contract kit's padded-row check (3 and 17 positions in front or behind) with sinks and a relative bias:
     the sinks are the row's first real tokens."""
     check_padded_row_alone("local", pattern, options={"window_size": 4, "num_sinks": 3, "relative_bias": True})
+
+
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_a_cache_of_another_window_or_sinks_is_refused(sinks):
+    """A cache filled by a layer of another window (or number of sinks) is refused, naming both: window 3's cache
+    continued a window-5 layer to outputs 0.2 away from the full call's, with exit 0."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 9, 16)
+    layer = build_attention("local", 16, 2, "causal", window_size=5, num_sinks=sinks)
+    for other in (build_attention("local", 16, 2, "causal", window_size=3, num_sinks=sinks),
+                  build_attention("local", 16, 2, "causal", window_size=5, num_sinks=sinks + 1)):
+        _, state = other(x[:, :6], return_state=True)
+        with pytest.raises((ValueError, TypeError), match="another configuration|SinkCache|KVCache"):
+            layer(x[:, 6:], state=state)
+    _, state = layer(x[:, :6], return_state=True)
+    assert layer(x[:, 6:], state=state).shape == (1, 3, 16)

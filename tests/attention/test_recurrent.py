@@ -101,3 +101,59 @@ def test_option_values_are_checked() -> None:
                        ("deltanet", {"conv_size": -1}), ("gated_deltanet", {"expand_v": 0.01})]:
         with pytest.raises(OptionError):
             build_attention(name, 64, 2, **opts)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_eps_and_widths_that_break_the_output_are_refused(name: str) -> None:
+    """An epsilon that is not a finite number > 0 (a negative one gave NaN outputs with exit 0), and a width
+    expand * D that is not whole (it was truncated: expand_v 0.3 at D 16 gave 4 channels) are refused, naming the
+    option."""
+    from lavo_zoo.errors import OptionError
+
+    eps = "eps" if name == "based" else "norm_eps"
+    for value in (-1.0, 0.0, math.inf):
+        with pytest.raises(OptionError, match=eps):
+            build_attention(name, 16, 2, **{eps: value})
+    build_attention(name, 16, 2, **{eps: 1e-3})
+    expand = {"gla": "expand_k", "gated_deltanet": "expand_v"}.get(name)
+    if expand:
+        with pytest.raises(OptionError, match=rf"{expand} 0.3 \* 16 = 4.8"):
+            build_attention(name, 16, 2, **{expand: 0.3})
+        assert build_attention(name, 16, 2, **{expand: 0.25}) is not None  # 4 channels, 2 per head
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_state_from_another_configuration_is_refused(name: str, request) -> None:
+    """A state returned by a layer of another configuration (short convolution of other taps, none, another width,
+    another mechanism) is refused with a message naming the mismatch, before any op runs on it: Based and DeltaNet
+    took a 4-tap convolution's cache into a 2-tap layer and returned 2 outputs too many for a 5-token chunk."""
+    g = gen(request)
+    x = randn(g, 2, 5, 16)
+    layer = build_attention(name, 16, 2, conv_size=2).double()
+    others = [build_attention(name, 16, 2, conv_size=4).double(), build_attention(name, 16, 2, conv_size=0).double(),
+              build_attention("deltanet" if name != "deltanet" else "gla", 16, 2, conv_size=2).double()]
+    for other in others:
+        _, state = other(x, return_state=True)
+        with pytest.raises(ValueError, match="another configuration"):
+            layer(x, state=state)
+    _, state = build_attention(name, 32, 2, conv_size=2).double()(randn(g, 2, 5, 32), return_state=True)
+    with pytest.raises(ValueError, match="another configuration"):
+        layer(x, state=state)
+    _, state = layer(x, return_state=True)  # its own state still continues it
+    assert layer(x, state=state).shape == x.shape
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_chunks_and_inputs(name: str, request) -> None:
+    """T = 0: an empty input gives an empty output, and an empty chunk in a stream leaves the state as it was (the
+    short convolution raised a raw RuntimeError on both)."""
+    g = gen(request)
+    attn = build(name, "causal", **SMALL[name]).double()
+    x = randn(g, 2, 6, D).double()
+    for pattern in ("causal", "noncausal"):
+        assert build(name, pattern, **SMALL[name]).double()(randn(g, 2, 0, D)).shape == (2, 0, D)
+    y1, state = attn(x[:, :3], return_state=True)
+    empty, state = attn(x[:, :0], state=state, return_state=True)
+    assert empty.shape == (2, 0, D)
+    y2 = attn(x[:, 3:], state=state)
+    torch.testing.assert_close(torch.cat([y1, y2], 1), attn(x), rtol=RTOL, atol=ATOL)

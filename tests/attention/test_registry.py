@@ -10,7 +10,7 @@ import torch
 
 import lavo_zoo.attention
 from lavo_zoo.attention import ATTENTIONS, Attention, AttentionSpec, build_attention, list_attentions, registry
-from lavo_zoo.errors import ConfigError, UsageError
+from lavo_zoo.errors import ConfigError, OptionError, UsageError
 
 
 @pytest.fixture
@@ -145,3 +145,28 @@ def test_every_builtin_mechanism_declares_its_family_and_state() -> None:
         if attention_class(name).__module__.startswith("lavo_zoo.attention."):
             info = attention_info(name)
             assert info.family and info.state, f"{name}: set `family` and `decoding_state` on its class"
+
+
+@pytest.mark.parametrize("name, option, value", [
+    ("based", "feature_dim", "8"), ("based", "conv_size", 2.0), ("mamba2", "state_size", float("nan")),
+    ("gla", "gate_logit_normalizer", float("nan")), ("gla", "gate_logit_normalizer", "16"),
+    ("gated_deltanet", "expand_v", "2"), ("local", "num_sinks", True), ("local", "num_sinks", 2.5),
+    ("deltanet", "kernels", 1), ("sdpa", "rope", "yes"), ("lavo", "num_bases", 3.5),
+])
+def test_an_option_of_the_wrong_type_is_refused_naming_it(name, option, value):
+    """An option value of another type than the constructor declares is an OptionError naming the option, its
+    value and its default (a raw TypeError from deep in the layer, a string expand_v that asked for 10^17 bytes,
+    a NaN normaliser that gave NaN outputs), and a ConfigError naming the key when a config is read."""
+    with pytest.raises(OptionError, match=rf"option '{option}' must be .* got {type(value).__name__}"):
+        build_attention(name, 16, 2, **{option: value})
+    with pytest.raises(ConfigError, match=rf"config key 'model.attention.{option}'"):
+        AttentionSpec(name, {option: value}).check("causal", "model.attention")
+
+
+def test_options_of_their_declared_type_are_taken():
+    """An int where a float is declared, null where None is allowed, and the defaults themselves pass."""
+    assert build_attention("gated_deltanet", 16, 2, expand_v=1).value_dim == 16
+    build_attention("lavo", 16, 2, num_bases=None, read_temperature=None)
+    for info in list_attentions():
+        build_attention(info.name, 16, 2, "causal" if "causal" in info.patterns else info.patterns[0],
+                        **{k: v for k, v in info.options.items() if v is not None})

@@ -59,3 +59,27 @@ def test_a_run_collected_twice_counts_once(study, tmp_path, capsys):
     for row in rows:
         values = [r.metrics["loss"]["value"] for r in records if r.attention == row.label]
         assert row.seeds == 2 and row.metrics["loss"].std == pytest.approx(statistics.stdev(values))
+
+
+def test_the_command_prints_its_own_table_not_a_concurrent_writers(study, tmp_path, capsys, monkeypatch):
+    """Two commands on one study write its table at once: each prints the table it built (one printed the other's
+    partial "(1 of 2 cells finished)" table, read back from disk), and the files are written whole."""
+    from lavo_zoo.cli import main
+    from lavo_zoo.compare import command
+
+    out = tmp_path / "cmp"
+    small_study(study, out)
+    real = command.write_table
+
+    def then_another_command_writes(records, folder, title):
+        paths = real(records, folder, title)
+        (folder / "table.md").write_text("# another command's table (1 of 4 cells finished)\n")
+        return paths
+
+    monkeypatch.setattr(command, "write_table", then_another_command_writes)
+    capsys.readouterr()
+    assert main(["compare", "--collect", str(out), "--out", str(tmp_path / "t"), "--no-efficiency"]) == 0
+    printed = capsys.readouterr().out
+    assert "# collected results" in printed and "another command's table" not in printed
+    assert "| sdpa | 2 |" in printed and "| local | 2 |" in printed
+    assert not [p.name for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]  # no temporary left

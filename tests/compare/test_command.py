@@ -53,3 +53,21 @@ def test_a_study_without_out_is_a_usage_error(args, capsys):
 
     assert main(["compare", *args]) == 2
     assert "give --out DIR, the study folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--launcher", "local", "--cells-per-gpu", "2", "--device", "cpu"], "--cells-per-gpu 2: the cells run on the CPU"),
+    (["--launcher", "slurm"], "--launcher slurm "),  # needs --time (or submitit, or sbatch where they lack)
+])
+def test_a_dry_run_makes_the_launchers_checks(args, match, tmp_path, capsys):
+    """A dry run refuses what the study itself would refuse before its first cell (a dry run of --cells-per-gpu
+    on the CPU, or of --launcher slurm without --time, said everything checked out), and says how the cells would
+    run."""
+    from lavo_zoo.cli import main
+
+    common = ["compare", "recall/tiny-sdpa", "--attentions", "sdpa", "--out", str(tmp_path / "s"), "--dry-run"]
+    assert main([*common, *args]) == 2
+    assert match in capsys.readouterr().err
+    assert main([*common, "--launcher", "local", "--jobs", "1000", "--device", "cpu"]) == 0
+    assert "launcher     local: 1 cell(s) at once" in capsys.readouterr().out
+    assert not (tmp_path / "s").exists()

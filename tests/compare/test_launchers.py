@@ -82,3 +82,23 @@ def test_a_cells_sbatch_script_carries_the_studys_options(tmp_path):
     assert f"#SBATCH --output={tmp_path}/%j_0_log.out" in lines  # the log in the cell's folder
     bare = SlurmQueue.parameters(LauncherSettings(name="slurm", time=30), "x", [])
     assert bare == {"job_name": "x", "time": 30, "additional_parameters": {"requeue": True}}
+
+
+@pytest.mark.parametrize("section, given, match", [
+    (None, {"slurm_options": {"comment": "a\nb"}}, "must be one line"),  # a newline became a line of the script
+    (None, {"slurm_options": {"mail type": "END"}}, "letters, digits and dashes"),
+    (None, {"slurm_options": {"time": "2:00:00"}}, "give it as --time"),  # two time limits, one silently lost
+    (None, {"slurm_options": {"cpus-per-task": "4"}}, "give it as --cpus-per-cell"),
+    (None, {"slurm_options": {"output": "x.log"}}, "the launcher sets this sbatch option itself"),
+    ({"slurm_options": {"exclusive": False}}, {}, "leave it out"),
+    ({"slurm_options": {"mail-type": ["END"]}}, {}, "one line of text"),
+    (None, {"mem": "64X"}, "--mem '64X'"),
+])
+def test_sbatch_options_that_are_not_one_are_refused_before_submitting(section, given, match):
+    """Free sbatch options (command line or the config's section) and --mem that sbatch would refuse, or that
+    would change the job's script, are refused when the settings are read (the dry run said they checked out)."""
+    with pytest.raises(UsageError, match=match):
+        launcher_settings({"name": "slurm", **(section or {})}, {**NONE_GIVEN, "time": "1:00:00", **given}, "c.yaml")
+    ok = launcher_settings({"name": "slurm"}, {**NONE_GIVEN, "time": "1:00:00", "mem": "16000M",
+                                               "slurm_options": {"mail-type": "END", "exclusive": True}}, "c.yaml")
+    assert ok.mem == "16000M" and ok.slurm_options == {"mail-type": "END", "exclusive": True}

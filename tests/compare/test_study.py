@@ -129,3 +129,34 @@ def test_a_cell_another_process_works_on_is_not_removed_by_rerun(study, tmp_path
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_attention_options_are_read_as_the_config_overrides():
+    """compare's -o reads its values as a config override does (1e-5 a number, not the string YAML 1.1 makes of
+    it), refuses a value that is not YAML with the item named (a raw YAML error before) and an option given twice
+    (the last one won silently)."""
+    from lavo_zoo.compare.study import parse_options
+    from lavo_zoo.errors import UsageError
+
+    assert parse_options(("mamba2.norm_eps=1e-5", "lavo.num_bases=8", "lavo.window_size=4")) == {
+        "mamba2": {"norm_eps": 1e-5}, "lavo": {"num_bases": 8, "window_size": 4}}
+    with pytest.raises(UsageError, match=r"-o gla.conv_size=\[: .*not valid YAML"):
+        parse_options(("gla.conv_size=[",))
+    with pytest.raises(UsageError, match="based.feature_dim is given twice"):
+        parse_options(("based.feature_dim=4", "based.feature_dim=8"))
+
+
+@pytest.mark.parametrize("damage", ["{broken", "[1, 2]", '{"attention": "sdpa"}', b"\xff\xfe"])
+def test_a_damaged_cell_record_is_named_not_a_raw_error(study, tmp_path, damage):
+    """A finished cell's cell.json edited or damaged since (not JSON, not a mapping, not a record, not UTF-8) is a
+    usage error naming the file and how to train the cell again; it was a raw JSONDecodeError."""
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    small_study(study, out, attentions=("sdpa",), seeds=(1,))
+    record = out / "cells" / "sdpa-seed1" / "cell.json"
+    record.write_bytes(damage if isinstance(damage, bytes) else damage.encode())
+    with pytest.raises(UsageError, match=r"cell.json, the record of a finished cell, cannot be read .* remove it"):
+        small_study(study, out, attentions=("sdpa",), seeds=(1,))
+    record.unlink()
+    assert [r.attention for r in small_study(study, out, attentions=("sdpa",), seeds=(1,))] == ["sdpa"]

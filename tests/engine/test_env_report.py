@@ -75,3 +75,31 @@ def test_a_failing_probe_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(env_report, "installed_version", real)
     assert main(["env"]) == 0
     assert "torchaudio: error: OSError: libtorchaudio.so: undefined symbol: x" in capsys.readouterr().out
+
+
+def test_an_extension_that_exits_on_import_is_reported(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture, cache: Path) -> None:
+    """A torchaudio whose import calls sys.exit (SystemExit is no Exception) ended the report with exit 3 and no
+    output; it is one line of the report like any failing probe."""
+    monkeypatch.setattr(env_report, "import_torchaudio", lambda: (_ for _ in ()).throw(SystemExit(3)))
+    monkeypatch.setattr(env_report, "check_torchaudio_matches", lambda: None)
+    assert main(["env"]) == 0
+    assert "torchaudio: error: SystemExit: 3" in capsys.readouterr().out
+
+
+def test_a_cache_that_is_a_file_or_too_big_to_count_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture, cache: Path) -> None:
+    """LAVO_ZOO_CACHE naming a file was reported "absent"; a tree too big to count in time (/: 22 s) is counted for
+    CACHE_COUNT_SECONDS and said to be at least that size. Nothing is written either way."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(afile))
+    assert main(["env"]) == 0
+    assert f"cache: {afile} (not a folder: set LAVO_ZOO_CACHE to a folder)" in capsys.readouterr().out
+    assert afile.read_text() == "x"
+    monkeypatch.setenv("LAVO_ZOO_CACHE", str(cache))
+    monkeypatch.setattr(env_report, "CACHE_COUNT_SECONDS", 0.0)  # stops after the first folder
+    assert main(["env", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["cache"]
+    assert report["complete"] is False and 0 < report["bytes"] < 3000 + 500 + len(str(cache / "b.json"))
+    assert env_report.folder_size(cache) == (3000 + 500 + (cache / "link").lstat().st_size, True)

@@ -35,6 +35,7 @@ from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
     SourceMemory,
+    check_eps,
     key_mask,
     merge_heads,
     split_heads,
@@ -80,11 +81,12 @@ class BasedAttention(RecurrentAttention):
 
         Raises:
             ValueError: a ``feature_dim`` or ``chunk_size`` below 1, a negative ``conv_size``, an unknown
-                ``kernels``.
+                ``kernels``, an ``eps`` that is not a finite number > 0.
         """
         super().__init__(embed_dim, num_heads, pattern, kernels)
         if feature_dim < 1 or chunk_size < 1:
             raise ValueError(f"feature_dim ({feature_dim}) and chunk_size ({chunk_size}) must be >= 1")
+        check_eps("eps", eps)
         self.feature_dim, self.chunk_size, self.eps = feature_dim, chunk_size, eps
         self.q_proj = nn.Linear(embed_dim, num_heads * feature_dim, bias=False)
         self.k_proj = nn.Linear(embed_dim, num_heads * feature_dim, bias=False)
@@ -94,6 +96,11 @@ class BasedAttention(RecurrentAttention):
         self.q_conv = ShortConv(num_heads * feature_dim, conv_size if pattern == "causal" else 0, activation=False)
         self.k_conv = ShortConv(num_heads * feature_dim, conv_size, activation=False)
         self.v_conv = ShortConv(embed_dim, conv_size, activation=False)
+
+    @property
+    def memory_shape(self) -> tuple[int, int]:
+        f = self.feature_dim
+        return 1 + f + f * (f + 1) // 2, self.embed_dim // self.num_heads + 1
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, feature_dim={self.feature_dim}"

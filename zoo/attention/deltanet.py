@@ -31,6 +31,8 @@ from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
     SourceMemory,
+    check_eps,
+    expanded_width,
     key_mask,
     l2norm,
     merge_heads,
@@ -63,15 +65,14 @@ class DeltaRuleAttention(RecurrentAttention):
 
         Raises:
             ValueError: an ``expand_v`` that does not give a positive multiple of ``num_heads``, a ``chunk_size``
-                below 1, a negative ``conv_size``, an unknown ``kernels``.
+                below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps`` that is not a finite
+                number > 0.
         """
         super().__init__(embed_dim, num_heads, pattern, kernels)
-        value_dim = int(embed_dim * expand_v)
-        if value_dim < num_heads or value_dim % num_heads:
-            raise ValueError(f"expand_v * embed_dim ({value_dim}) must be a positive multiple of num_heads "
-                             f"({num_heads})")
+        value_dim = expanded_width("expand_v", expand_v, embed_dim, num_heads)
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_eps("norm_eps", norm_eps)
         self.value_dim, self.chunk_size, self.norm_eps = value_dim, chunk_size, norm_eps
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
@@ -88,6 +89,10 @@ class DeltaRuleAttention(RecurrentAttention):
             self.g_proj = nn.Linear(embed_dim, value_dim, bias=False)
         self.norm_weight = nn.Parameter(torch.ones(value_dim // num_heads))
         self.out_proj = nn.Linear(value_dim, embed_dim, bias=False)
+
+    @property
+    def memory_shape(self) -> tuple[int, int]:
+        return self.embed_dim // self.num_heads, self.value_dim // self.num_heads
 
     def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """beta [B, H, T] and the log decay g [B, H, T] (None without gate) of x [B, T, D]."""
@@ -161,7 +166,8 @@ class DeltaNetAttention(DeltaRuleAttention):
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
 
         Raises:
-            ValueError: a ``chunk_size`` below 1, a negative ``conv_size``, an unknown ``kernels``.
+            ValueError: a ``chunk_size`` below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps``
+                that is not a finite number > 0.
         """
         super().__init__(embed_dim, num_heads, pattern, 1.0, conv_size, chunk_size, norm_eps, kernels)
 

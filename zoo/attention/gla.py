@@ -29,6 +29,8 @@ from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
     SourceMemory,
+    check_eps,
+    expanded_width,
     key_mask,
     merge_heads,
     rms_norm,
@@ -71,15 +73,14 @@ class GLAAttention(RecurrentAttention):
 
         Raises:
             ValueError: an ``expand_k`` that does not give a positive multiple of ``num_heads``, a non-positive
-                gate size, normaliser or ``chunk_size``, a negative ``conv_size``, an unknown ``kernels``.
+                gate size, normaliser or ``chunk_size``, a negative ``conv_size``, an unknown ``kernels``, a
+                ``norm_eps`` that is not a finite number > 0.
         """
         super().__init__(embed_dim, num_heads, pattern, kernels)
-        key_dim = int(embed_dim * expand_k)
-        if key_dim < num_heads or key_dim % num_heads:
-            raise ValueError(f"expand_k * embed_dim ({key_dim}) must be a positive multiple of num_heads "
-                             f"({num_heads})")
+        key_dim = expanded_width("expand_k", expand_k, embed_dim, num_heads)
         if gate_low_rank_dim < 1 or chunk_size < 1 or gate_logit_normalizer <= 0:
             raise ValueError("gate_low_rank_dim, chunk_size and gate_logit_normalizer must be positive")
+        check_eps("norm_eps", norm_eps)
         self.key_dim, self.chunk_size = key_dim, chunk_size
         self.gate_logit_normalizer, self.norm_eps = gate_logit_normalizer, norm_eps
         self.q_proj = nn.Linear(embed_dim, key_dim, bias=False)
@@ -93,6 +94,10 @@ class GLAAttention(RecurrentAttention):
         self.q_conv = ShortConv(key_dim, conv_size if pattern == "causal" else 0, activation=conv_size > 0)
         self.k_conv = ShortConv(key_dim, conv_size, activation=conv_size > 0)
         self.v_conv = ShortConv(embed_dim, conv_size, activation=conv_size > 0)
+
+    @property
+    def memory_shape(self) -> tuple[int, int]:
+        return self.key_dim // self.num_heads, self.embed_dim // self.num_heads
 
     def log_decay(self, x: torch.Tensor) -> torch.Tensor:
         """log alpha [B, H, T, d_k] of x [B, T, D]."""

@@ -89,6 +89,7 @@ class LocalAttention(ProjectedAttention):
         q, k, v = (split_heads(p(x), self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
         if state is not None:
             check_cache(state, x, self.num_heads)
+            self._check_window(state)
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
         out = window_attention(q, k, v, self.window_size, causal=self.pattern == "causal", bias=self.rel_bias,
@@ -102,6 +103,18 @@ class LocalAttention(ProjectedAttention):
         position = (state.position if state is not None else 0) + x.shape[1]
         return y, KVCache(last_positions(past_k, k, w), last_positions(past_v, v, w), position)
 
+    def _check_window(self, state: KVCache | SinkCache) -> None:
+        """Refuse a cache that another window or number of sinks filled: it holds the last min(n, w - 1) keys of
+        the n tokens it has seen (and the first min(n, num_sinks) as sinks); another count would shift every
+        window silently."""
+        n, w = state.position, self.window_size
+        sinks = state.sink_keys.shape[2] if isinstance(state, SinkCache) else 0
+        if state.keys.shape[2] != min(n, w - 1) or sinks != min(n, self.num_sinks):
+            raise ValueError(f"state holds {state.keys.shape[2]} recent and {sinks} sink keys after {n} tokens; this "
+                             f"layer (window_size {w}, num_sinks {self.num_sinks}) keeps {min(n, w - 1)} and "
+                             f"{min(n, self.num_sinks)}: the state is from a layer of another configuration; continue "
+                             "with the layer that returned it")
+
     def _attend_with_sinks(self, x: torch.Tensor, padding_mask: torch.Tensor | None, state: SinkCache | None,
                            return_state: bool) -> torch.Tensor | tuple[torch.Tensor, SinkCache]:
         if padding_mask is not None:  # the row's real tokens first: its sinks are its first real tokens
@@ -110,6 +123,11 @@ class LocalAttention(ProjectedAttention):
         q, k, v = (split_heads(p(x), self.num_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
         if state is not None and not isinstance(state, SinkCache):
             raise TypeError(f"state must be the SinkCache returned by this attention, got {type(state).__name__}")
+        if state is not None:
+            if state.keys.shape[:2] != (x.shape[0], self.num_heads):
+                raise ValueError(f"state is for batch/heads {list(state.keys.shape[:2])}, input has batch "
+                                 f"{x.shape[0]} and {self.num_heads} heads")
+            self._check_window(state)
         n = 0 if state is None else state.position
         fresh = self.num_sinks - n if n < self.num_sinks else 0  # sinks among this chunk's first tokens
         sink_k, sink_v = k[:, :, :fresh], v[:, :, :fresh]

@@ -31,6 +31,7 @@ from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
     SourceMemory,
+    check_eps,
     key_mask,
     merge_heads,
     rms_norm,
@@ -69,12 +70,13 @@ class Mamba2Attention(RecurrentAttention):
 
         Raises:
             ValueError: a ``state_size``, ``expand`` or ``chunk_size`` below 1, a negative ``conv_size``, an
-                unknown ``kernels``.
+                unknown ``kernels``, a ``norm_eps`` that is not a finite number > 0.
         """
         super().__init__(embed_dim, num_heads, pattern, kernels)
         if state_size < 1 or expand < 1 or chunk_size < 1:
             raise ValueError(f"state_size ({state_size}), expand ({expand}) and chunk_size ({chunk_size}) must "
                              "be >= 1")
+        check_eps("norm_eps", norm_eps)
         E = expand * embed_dim
         self.state_size, self.expand, self.inner, self.chunk_size, self.norm_eps = \
             state_size, expand, E, chunk_size, norm_eps
@@ -86,6 +88,10 @@ class Mamba2Attention(RecurrentAttention):
         self.D = nn.Parameter(torch.ones(num_heads))
         self.norm_weight = nn.Parameter(torch.ones(E))
         self.out_proj = nn.Linear(E, embed_dim, bias=False)
+
+    @property
+    def memory_shape(self) -> tuple[int, int]:
+        return self.state_size, self.inner // self.num_heads
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, state_size={self.state_size}, expand={self.expand}"

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.ops.dispatch import AUTO, HasKernels
 from lavo_zoo.attention.ops.padding import gather_rows, pack
+from lavo_zoo.attention.ops.short_conv import ShortConv
 
 
 @dataclass
@@ -49,6 +50,27 @@ class SourceMemory(StreamingState):
     """Noncausal / cross: the state after the whole real source (a decoder's cross cache, constant size)."""
 
     memory: torch.Tensor  # [B, H, K, V]
+
+
+def check_eps(name: str, value: float) -> float:
+    """``value`` if it is a finite number > 0, else a ValueError naming ``name``: an epsilon added to a norm or a
+    normaliser keeps it finite on a zero vector (a query that sees no weight, a zero head), and a negative one gives
+    NaN."""
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0 (it keeps a norm finite on zero inputs; the default "
+                         f"suits), got {value!r}")
+    return value
+
+
+def expanded_width(name: str, expand: float, embed_dim: int, num_heads: int) -> int:
+    """``expand * embed_dim`` as an integer that is a positive multiple of ``num_heads`` (the width of the keys or
+    values split into heads), else a ValueError naming ``name``: a fractional width is refused, not truncated."""
+    width = expand * embed_dim
+    if not (width >= num_heads and float(width).is_integer() and int(width) % num_heads == 0):
+        raise ValueError(f"{name} * embed_dim ({name} {expand!r} * {embed_dim} = {width:g}) must be a whole, positive "
+                         f"multiple of num_heads ({num_heads}); choose {name} so that it is, e.g. "
+                         f"{max(1, round(width / num_heads)) * num_heads / embed_dim:g}")
+    return int(width)
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -132,13 +154,27 @@ class RecurrentAttention(HasKernels, Attention):
             source = gather_rows(source, order)
         return self.write(source, mask)
 
+    @property
+    def memory_shape(self) -> tuple[int, int]:
+        """(K, V): the matrix memory per head is K x V (the state's ``memory`` is [B, H, K, V])."""
+        raise NotImplementedError
+
     def check_state(self, state: Any, x: torch.Tensor) -> None:
+        """Refuse a state that this layer did not return for a batch like ``x`` [B, T, D]: another type, batch size,
+        head count, memory size or number of short convolutions (a layer of another configuration), before any op
+        runs on it."""
         if not isinstance(state, RecurrentState):
             raise TypeError(f"state must be the RecurrentState returned by this attention, got "
                             f"{type(state).__name__}")
         if state.memory.shape[:2] != (x.shape[0], self.num_heads):
             raise ValueError(f"state is for batch/heads {list(state.memory.shape[:2])}, input has batch "
                              f"{x.shape[0]} and {self.num_heads} heads")
+        convs = sum(1 for m in self.modules() if isinstance(m, ShortConv) and m.kernel_size)
+        if tuple(state.memory.shape[2:]) != tuple(self.memory_shape) or len(state.conv) != convs:
+            raise ValueError(f"state holds a {' x '.join(map(str, state.memory.shape[2:]))} memory per head and "
+                             f"{len(state.conv)} convolution caches, this layer's are "
+                             f"{' x '.join(map(str, self.memory_shape))} and {convs}: the state is from a layer of "
+                             "another configuration; continue with the layer that returned it")
 
     # ------------------------------------------------------------------------------------------ decoding
     def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> SourceMemory:

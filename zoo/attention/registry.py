@@ -10,7 +10,9 @@ the ``lavo_zoo.plugins.attentions`` entry-point group.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,12 +122,13 @@ def check_pattern(pattern: str) -> None:
 def check_attention(name: str, pattern: str | None = None, options: Iterable[str] = (),
                     key: str | None = None) -> type[Attention]:
     """The one check of an attention selection: the name is registered, the mechanism supports ``pattern`` and takes
-    every option named. Option *values* are checked by the mechanism when it is built (:func:`build_attention`).
+    every option named, and (``options`` a mapping) each value is of its option's type (:func:`option_type_problem`).
+    Option *ranges* are checked by the mechanism when it is built (:func:`build_attention`).
 
     Args:
         name: a registry name (``lavo-zoo list attentions``).
         pattern: causal, noncausal or cross; None checks no pattern.
-        options: option names (a mapping's keys are its names).
+        options: option names, or a mapping {option: value} (its values are then type-checked too).
         key: the config key the selection was read from (``model.attention``, ``model.attention.cross``): the errors
             are then :class:`ConfigError` naming ``<key>.name``, ``<key>`` or ``<key>.<option>``.
 
@@ -134,7 +137,8 @@ def check_attention(name: str, pattern: str | None = None, options: Iterable[str
 
     Raises:
         UsageError: (a :class:`ConfigError` with ``key``) an unknown name, an unknown or unsupported pattern, an
-            option the mechanism does not take; each message says what to choose instead, with a did-you-mean.
+            option the mechanism does not take, an option value of the wrong type (an
+            :class:`~lavo_zoo.errors.OptionError` without ``key``); each message says what to choose instead.
     """
     error = UsageError if key is None else ConfigError
 
@@ -158,7 +162,61 @@ def check_attention(name: str, pattern: str | None = None, options: Iterable[str
             if option not in valid:
                 raise error(f"{where('.' + option)}attention '{name}' has no option '{option}'"
                             f"{did_you_mean(option, valid)}; its options: {', '.join(valid) or 'none'}")
+    if isinstance(options, Mapping):
+        params = inspect.signature(cls.__init__).parameters
+        for option, value in options.items():
+            annotation = params[option].annotation if option in params else None
+            problem = option_type_problem(annotation, value)
+            if problem is not None:
+                message = (f"{where('.' + option)}attention '{name}': option '{option}' {problem}; its default is "
+                           f"{params[option].default!r}")
+                raise (OptionError if key is None else ConfigError)(message)
     return cls
+
+
+# an option's annotation (the constructor's, a string under `from __future__ import annotations`) -> its kind
+_KINDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string"}
+
+
+def option_type_problem(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` is not of the option's declared type (None when it is, or the type is not a plain one).
+
+    The plain annotations are ``int``, ``float``, ``bool``, ``str`` and their unions with ``None``: an int option
+    takes an integer (not a bool, not 2.0), a float option any finite real number (not a bool, NaN or infinity), a
+    bool option true or false, a str option a string. Other annotations (a plug-in's own types) are not checked.
+
+    Args:
+        annotation: the constructor parameter's annotation (a type or its name).
+        value: the value given.
+
+    Returns:
+        "must be an integer, got str '8'"-style text, or None.
+    """
+    if isinstance(annotation, type):
+        annotation = annotation.__name__
+    if not isinstance(annotation, str):
+        return None
+    kinds = [part.strip() for part in annotation.split("|")]
+    optional = "None" in kinds
+    kinds = [k for k in kinds if k != "None"]
+    if len(kinds) != 1 or kinds[0] not in _KINDS:
+        return None
+    kind = kinds[0]
+    if value is None:
+        return None if optional else f"must be {_KINDS[kind]}, got nothing (null)"
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "str":
+        ok = isinstance(value, str)
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        ok = False
+    elif kind == "int":
+        ok = isinstance(value, numbers.Integral)
+    else:
+        ok = math.isfinite(value)
+    if ok:
+        return None
+    return f"must be {_KINDS[kind]}{' or null' if optional else ''}, got {type(value).__name__} {value!r}"
 
 
 def attention_info(name: str) -> AttentionInfo:
@@ -216,7 +274,7 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
     Raises:
         UsageError: an unknown name or pattern, a pattern the mechanism does not support, an option it does not
             take (:func:`check_attention`).
-        OptionError: an option value the mechanism refuses (also a ValueError).
+        OptionError: an option value of the wrong type or one the mechanism refuses (also a ValueError).
     """
     cls = check_attention(name, pattern, options)
     try:

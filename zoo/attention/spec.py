@@ -79,8 +79,8 @@ class AttentionSpec:
 
     def check(self, pattern: str, site: str) -> None:
         """Raise :class:`ConfigError` (naming ``site``, the config key) unless the mechanism exists, supports
-        ``pattern`` and takes every option given (:func:`~lavo_zoo.attention.registry.check_attention`). Option
-        values are checked when the attention is built.
+        ``pattern`` and takes every option given, each of its declared type (:func:`~lavo_zoo.attention.registry.
+        check_attention`). Option ranges are checked when the attention is built.
 
         Args:
             pattern: the site's pattern.

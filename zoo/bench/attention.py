@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from lavo_zoo.bench.efficiency import BASELINE, DEFAULT_STEP, DEFAULT_TOLERANCE, efficiency_search
 from lavo_zoo.bench.timing import parse_ints, run_isolated, time_runs, write_json, writes_records
-from lavo_zoo.errors import UsageError, ZooError
+from lavo_zoo.config import parse_override
+from lavo_zoo.errors import ConfigError, UsageError, ZooError
 from lavo_zoo.options import device_option, json_records_option
 from lavo_zoo.outputs import save_figure
 
@@ -143,10 +143,13 @@ def _parse_options(items: tuple[str, ...], names: list[str]) -> dict[str, dict[s
     known = {n: attention_info(n).options for n in names}
     per: dict[str, dict[str, Any]] = {n: {} for n in names}
     for item in items:
-        key, sep, raw = item.partition("=")
+        key, sep, _ = item.partition("=")
         if not sep or not key:
             raise UsageError(f"-o/--option takes [ATTENTION.]KEY=VALUE, got '{item}'")
-        value = yaml.safe_load(raw)
+        try:
+            _, value = parse_override(item)  # as the config overrides: YAML, 1e-5 a number
+        except ConfigError as e:
+            raise UsageError(f"-o {item}: {e}") from None
         target, _, key = key.rpartition(".")
         if target and target not in names:
             raise UsageError(f"-o {item}: attention '{target}' is not in --attentions ({', '.join(names)})")

@@ -19,7 +19,7 @@ from lavo_zoo.compare.launchers import (
     parse_slurm_options,
 )
 from lavo_zoo.compare.study import parse_options, run_study
-from lavo_zoo.compare.table import check_table_files, write_table
+from lavo_zoo.compare.table import check_table_files, table_text, write_table
 from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
@@ -144,10 +144,10 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
             write_table(done, out, _title(title, len(done), expected))
 
+        chosen = make_launcher(settings, device)  # its checks (Slurm's commands, --time, ...) run in a dry run too
         try:
             records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
-                                split, rerun, max_batches, how, dry_run,
-                                launcher=None if dry_run else make_launcher(settings, device),
+                                split, rerun, max_batches, how, dry_run, launcher=None if dry_run else chosen,
                                 progress=None if settings.name == "serial" else progress)
         except CellsFailed as e:
             if e.records:
@@ -155,6 +155,7 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
                 click.echo(f"wrote {out / 'table.md'} with the {len(e.records)} finished cell(s)")
             raise
         if dry_run:
+            click.echo(f"  launcher     {chosen.plan(expected)}")
             return
         if not records:
             click.echo("no cell has finished yet; the same command writes the table once one has")
@@ -162,7 +163,7 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         title = _title(title, len(records), expected)
     for path in write_table(records, out, title):
         click.echo(f"wrote {path}")
-    click.echo((out / "table.md").read_text())
+    click.echo(table_text(records, title))  # this command's table (another one may write the study's at once)
 
 
 def _title(title: str, done: int, expected: int) -> str:

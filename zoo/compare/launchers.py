@@ -50,7 +50,7 @@ class LauncherSettings:
     gpus_per_cell: Annotated[int, Range(ge=0)] | None = None
     cpus_per_cell: Annotated[int, Range(ge=1)] | None = None
     mem: str | None = None  # sbatch --mem: 64G, 16000M
-    # sbatch --time: minutes, or "[days-]hours:minutes:seconds" (quoted in YAML, which reads 4:00:00 as seconds)
+    # sbatch --time: minutes, or "[days-]hours:minutes:seconds" (the configs' YAML reads 4:00:00 as that text)
     time: str | int | None = None
     account: str | None = None
     qos: str | None = None
@@ -91,7 +91,51 @@ def launcher_settings(section: Any, given: dict[str, Any], source: str) -> Launc
         raise UsageError("--no-wait leaves the cells to a Slurm cluster: it goes with --launcher slurm")
     if settings.time is not None:
         slurm_minutes(settings.time)
+    if settings.mem is not None and not _MEM.match(str(settings.mem)):
+        raise UsageError(f"--mem {settings.mem!r}: give the memory of a cell's job as sbatch reads it, a whole number "
+                         "with an optional unit K, M, G or T (64G, 16000M)")
+    check_slurm_options(settings.slurm_options)
     return settings
+
+
+_MEM = re.compile(r"^\d+[KMGTkmgt]?$")
+_SBATCH_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+# sbatch options a setting of its own gives (the option to use instead), or that the launcher sets itself (None)
+_SBATCH_OWN = {"partition": "--partition", "p": "--partition", "time": "--time", "t": "--time", "mem": "--mem",
+               "account": "--account", "A": "--account", "qos": "--qos", "q": "--qos", "constraint": "--constraint",
+               "C": "--constraint", "cpus-per-task": "--cpus-per-cell", "c": "--cpus-per-cell",
+               "gpus-per-node": "--gpus-per-cell", "gpus": "--gpus-per-cell", "G": "--gpus-per-cell",
+               "gres": "--gpus-per-cell", "job-name": None, "J": None, "output": None, "o": None, "error": None,
+               "e": None, "requeue": None, "no-requeue": None, "signal": None, "dependency": None, "d": None,
+               "array": None, "a": None}
+
+
+def check_slurm_options(options: dict[str, Any]) -> None:
+    """Refuse, before anything is submitted, a free sbatch option (``--slurm-option`` / ``launcher.slurm_options``)
+    that is not one: a name sbatch cannot have (a space), a value that is not one line (a newline would become a
+    line of the job's script), one that a setting of its own gives (``time``: use ``--time``) or that the launcher
+    sets itself (the job's name, logs, requeueing, dependencies).
+
+    Raises:
+        UsageError: naming the option and what to give instead.
+    """
+    for key, value in options.items():
+        name = str(key).replace("_", "-")
+        if not _SBATCH_KEY.match(str(key)):
+            raise UsageError(f"--slurm-option {key!r}: an sbatch option's name is letters, digits and dashes "
+                             "(mail-type=END); give one option per --slurm-option")
+        if name in _SBATCH_OWN or key in _SBATCH_OWN:
+            instead = _SBATCH_OWN.get(name, _SBATCH_OWN.get(key))
+            raise UsageError(f"--slurm-option {key}: " + (f"give it as {instead} (or its key in the launcher: section)"
+                                                         if instead else "the launcher sets this sbatch option "
+                                                         "itself; leave it out"))
+        if value is True:  # a flag (exclusive)
+            continue
+        if value is False:
+            raise UsageError(f"--slurm-option {key}=false: an sbatch flag is given or left out; leave it out")
+        if not isinstance(value, (str, int, float)) or any(c in str(value) for c in "\n\r\0"):
+            raise UsageError(f"--slurm-option {key}={value!r}: the value must be one line of text (or true for a "
+                             "flag)")
 
 
 def option_name(key: str) -> str:
@@ -211,7 +255,16 @@ def read_record(job: CellJob) -> CellRecord | None:
     done = Path(job.cell_dir) / CELL_FILE
     if not done.is_file():
         return None
-    return CellRecord.from_json(json.loads(done.read_text()))
+    try:
+        data = json.loads(done.read_text(encoding="utf-8"))
+        problem = None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not a mapping"
+        record = None if problem else CellRecord.from_json(data)
+    except (ValueError, UsageError) as e:  # JSON, UTF-8 or record errors: an edited or damaged file
+        problem, record = str(e), None
+    if record is None:
+        raise UsageError(f"{done}, the record of a finished cell, cannot be read ({problem}); the study writes it "
+                         "whole, so it was changed since: remove it (or the cell's folder) to train the cell again")
+    return record
 
 
 def in_study_order(jobs: list[CellJob], found: dict[str, CellRecord]) -> list[CellRecord]:
@@ -231,6 +284,10 @@ class Launcher(Protocol):
         """Run the unfinished cells of ``jobs`` (a finished one, with its cell.json, is kept) and measure
         ``efficiency``; ``progress`` is told the finished cells each time one finishes."""
 
+    def plan(self, cells: int) -> str:
+        """How ``cells`` cells would run, in words (``--dry-run``), after the checks :meth:`run` makes before it
+        starts one (a :class:`~lavo_zoo.errors.UsageError` when they fail)."""
+
 
 def measure_after(result: StudyResult, out_dir: Path, efficiency: EfficiencyPlan | None) -> StudyResult:
     """The efficiency lengths of a study run on this machine, measured here once its cells have ended (none when a
@@ -245,6 +302,9 @@ def measure_after(result: StudyResult, out_dir: Path, efficiency: EfficiencyPlan
 class SerialLauncher:
     """The cells one after another, in this process (the default); a cell's error stops the study at once (the
     finished cells are kept, the interrupted one resumes when the study is run again)."""
+
+    def plan(self, cells: int) -> str:
+        return "serial: the cells one after another in this process"
 
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:

@@ -152,6 +152,13 @@ class LocalLauncher:
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
 
+    def _slots(self, cells: int) -> list[Slot]:
+        return plan_slots(self.jobs, self.cells_per_gpu, visible_gpus(self.device), available_cores(), cells)
+
+    def plan(self, cells: int) -> str:
+        slots = self._slots(cells)
+        return f"local: {len(slots)} cell(s) at once: " + "; ".join(s.describe() for s in slots)
+
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
         found: dict[str, CellRecord] = {}
@@ -165,7 +172,7 @@ class LocalLauncher:
                 todo.append(job)
         if not todo:
             return measure_after(StudyResult(in_study_order(jobs, found)), out_dir, efficiency)
-        slots = plan_slots(self.jobs, self.cells_per_gpu, visible_gpus(self.device), available_cores(), len(todo))
+        slots = self._slots(len(todo))
         click.echo(f"{len(todo)} cell(s) to train, {len(slots)} at once: "
                    + "; ".join(s.describe() for s in slots), err=True)
         failures: list[CellFailure] = []

@@ -248,6 +248,9 @@ class SlurmLauncher:
                              "from its last checkpoint")
         self.settings = settings
 
+    def plan(self, cells: int) -> str:
+        return f"slurm: one {self.queue.name} job per cell, each --time {self.settings.time}"
+
     # ---------------------------------------------------------------------------------------------- submitting
     def _submit(self, target: Any, folder: Path, name: str, record: dict[str, Any],
                 dependency: list[str] | None = None) -> str:

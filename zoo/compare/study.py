@@ -26,7 +26,7 @@ from lavo_zoo.compare.launchers import CellsFailed, EfficiencyPlan, Launcher, Pr
 from lavo_zoo.compare.locks import CELL_LOCK, FolderLock
 from lavo_zoo.compare.records import attention_label
 from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
-from lavo_zoo.errors import UsageError, did_you_mean
+from lavo_zoo.errors import ConfigError, UsageError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -132,16 +132,28 @@ def check_reusable(cell_dir: Path, resolved: dict[str, Any], rerun: bool) -> Non
 
 
 def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """``("lavo.num_bases=64", ...)`` -> ``{"lavo": {"num_bases": 64}}`` (values read as YAML)."""
-    import yaml
+    """``("lavo.num_bases=64", ...)`` -> ``{"lavo": {"num_bases": 64}}`` (values read as the config overrides
+    read theirs, :func:`~lavo_zoo.config.parse_override`: YAML, ``1e-5`` a number).
+
+    Raises:
+        UsageError: an item that is not ATTENTION.KEY=VALUE, a value that is not valid YAML, an option given twice.
+    """
+    from lavo_zoo.config import parse_override
 
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         name, dot, rest = item.partition(".")
-        key, eq, value = rest.partition("=")
-        if not (dot and eq and name and key):
+        key, eq, _ = rest.partition("=")
+        if not (dot and eq and name and key) or "." in key:
             raise UsageError(f"-o {item}: write an attention option as ATTENTION.KEY=VALUE, e.g. lavo.num_bases=64")
-        out.setdefault(name, {})[key] = yaml.safe_load(value)
+        try:
+            _, value = parse_override(rest)
+        except ConfigError as e:
+            raise UsageError(f"-o {item}: {e}") from None
+        if key in out.get(name, {}):
+            raise UsageError(f"-o {item}: {name}.{key} is given twice (-o {name}.{key}={out[name][key]!r} before); "
+                             "give each option once")
+        out.setdefault(name, {})[key] = value
     return out
 
 

@@ -181,8 +181,30 @@ def check_table_files(out_dir: Path, inputs: dict[str, Path | str | None] | None
 
 def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Path]:
     """table.md, table.csv and chart.png in ``out_dir`` (checked by :func:`check_table_files`), each written
-    atomically (a reader sees the previous table or the new one, and a full disk leaves the previous one); returns
-    their paths. The efficiency columns appear when a record has efficiency lengths (``record.efficiency``)."""
+    atomically (a reader sees the previous table or the new one, another command writing the same study's table at
+    once never leaves a mixture, and a full disk leaves the previous one); returns their paths. The efficiency
+    columns appear when a record has efficiency lengths (``record.efficiency``)."""
+    rows, directions = summarise(records)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv_path, png = (out_dir / name for name in TABLE_FILES)
+    write_file(md, table_text(records, title), overwrite=True)
+    efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
+    with io.StringIO(newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
+                         *efficiency, "parameters", "step_time_s", "step_memory_bytes"])
+        for row in rows:
+            found = [efficiency_text(row.efficiency, c) for c in EFFICIENCY_COLUMNS] if efficiency else []
+            writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
+                             *("" if text == "n/a" else text for text in found),
+                             row.parameters, row.step_time_s, row.step_memory_bytes])
+        write_file(csv_path, f.getvalue(), overwrite=True)
+    _chart(rows, directions, png, title)
+    return [md, csv_path, png]
+
+
+def table_text(records: list[CellRecord], title: str) -> str:
+    """The Markdown of table.md (what :func:`write_table` writes and ``compare`` prints)."""
     rows, directions = summarise(records)
     efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
     header = ["attention", "seeds", *(f"{m} ({'higher' if h else 'lower'} is better)" for m, h in directions.items()),
@@ -203,20 +225,7 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
     lines += ["", "Mean ± standard deviation over seeds; the best value of each metric in bold. " + STEP_NOTE,
               *_launch_note(records), *_separation_note(separation(rows, directions)),
               *(_efficiency_note(rows) if efficiency else [])]
-    md, csv_path, png = (out_dir / name for name in TABLE_FILES)
-    write_file(md, "\n".join(lines) + "\n", overwrite=True)
-    with io.StringIO(newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["attention", "seeds", *(c for m in directions for c in (f"{m}_mean", f"{m}_std")),
-                         *efficiency, "parameters", "step_time_s", "step_memory_bytes"])
-        for row in rows:
-            found = [efficiency_text(row.efficiency, c) for c in EFFICIENCY_COLUMNS] if efficiency else []
-            writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
-                             *("" if text == "n/a" else text for text in found),
-                             row.parameters, row.step_time_s, row.step_memory_bytes])
-        write_file(csv_path, f.getvalue(), overwrite=True)
-    _chart(rows, directions, png, title)
-    return [md, csv_path, png]
+    return "\n".join(lines) + "\n"
 
 
 def _chart(rows: list[Row], directions: dict[str, bool], path: Path, title: str) -> None:

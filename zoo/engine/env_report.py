@@ -32,7 +32,7 @@ def _probe(fn: Callable[[], Any]) -> Any:
     """``fn()``, or ``"error: <type>: <first line>"`` where it raises: a report never fails on one probe."""
     try:
         return fn()
-    except Exception as e:  # noqa: BLE001 - the report shows what failed instead of failing
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the report shows what failed (a module that calls exit)
         text = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return f"error: {type(e).__name__}{': ' + text if text else ''}"
 
@@ -103,22 +103,50 @@ def _espeak() -> dict[str, Any]:
             "library": str(library), "data": str(espeakng_loader.get_data_path())}
 
 
-def folder_size(folder: Path) -> int:
-    """The bytes of the files under ``folder`` (links not followed)."""
-    total = 0
+CACHE_COUNT_SECONDS = 5.0  # the cache's size is counted for at most this long (LAVO_ZOO_CACHE=/ took 22 s)
+
+
+def folder_size(folder: Path, seconds: float | None = None) -> tuple[int, bool]:
+    """(the bytes of the files under ``folder`` (links not followed), whether every file was counted): counting
+    stops after ``seconds`` (None: never), so a report on a huge tree still comes at once."""
+    import time
+
+    total, deadline = 0, None if seconds is None else time.monotonic() + seconds
     for root, _, files in os.walk(folder):
         for name in files:
             try:
                 total += os.lstat(os.path.join(root, name)).st_size
             except OSError:  # removed while walking
                 pass
-    return total
+        if deadline is not None and time.monotonic() > deadline:
+            return total, False
+    return total, True
 
 
 def _cache() -> dict[str, Any]:
     root = cache_root()
     exists = root.is_dir()
-    return {"folder": str(root), "exists": exists, "bytes": folder_size(root) if exists else 0}
+    info: dict[str, Any] = {"folder": str(root), "exists": exists, "bytes": 0}
+    if exists:
+        info["bytes"], complete = folder_size(root, CACHE_COUNT_SECONDS)
+        if not complete:
+            info["complete"] = False  # bytes is a lower bound
+    elif root.exists() or root.is_symlink():
+        info["problem"] = "not a folder: set LAVO_ZOO_CACHE to a folder"
+    return info
+
+
+def _cache_line(cache: Any) -> str:
+    if not isinstance(cache, dict):
+        return f"cache: {cache}"
+    if cache.get("problem"):
+        return f"cache: {cache['folder']} ({cache['problem']})"
+    if not cache["exists"]:
+        return f"cache: {cache['folder']} (absent)"
+    size = format_bytes(cache["bytes"])
+    if not cache.get("complete", True):
+        size = f"at least {size}: counting stopped after {CACHE_COUNT_SECONDS:g} s"
+    return f"cache: {cache['folder']} ({size})"
 
 
 def collect() -> dict[str, Any]:
@@ -182,8 +210,7 @@ def format_report(info: dict[str, Any]) -> str:
     es = info["espeak_ng"]
     lines.append("espeak-ng: " + (f"loads ({es['version']}, data {es['data']})" if isinstance(es, dict) else es))
     cache = info["cache"]
-    lines.append("cache: " + (f"{cache['folder']} ({format_bytes(cache['bytes']) if cache['exists'] else 'absent'})"
-                              if isinstance(cache, dict) else cache))
+    lines.append(_cache_line(cache))
     if info["variables"]:
         lines += ["", "environment variables:"] + [f"  {k}={v}" for k, v in info["variables"].items()]
     return "\n".join(lines)

@@ -47,6 +47,12 @@ class ShortConv(nn.Module):
         K = self.kernel_size
         if cache is None:
             cache = x.new_zeros(x.shape[0], K - 1, x.shape[2])
+        elif cache.shape != (x.shape[0], K - 1, x.shape[2]):
+            raise ValueError(f"state holds a short convolution's last inputs of shape {list(cache.shape)}, this "
+                             f"layer's are [{x.shape[0]}, {K - 1}, {x.shape[2]}] (conv_size {K}): the state is from "
+                             "a layer of another configuration; continue with the layer that returned it")
+        if not x.shape[1]:  # nothing to convolve: the cache stays as it is
+            return (F.silu(x) if self.activation else x), cache
         full = torch.cat([cache.to(x.dtype), x], 1)  # [B, K - 1 + T, C]
         y = F.conv1d(full.transpose(1, 2), self.weight[:, None, :].to(x.dtype),
                      None if self.bias is None else self.bias.to(x.dtype), groups=x.shape[2]).transpose(1, 2)
