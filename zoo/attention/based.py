@@ -38,6 +38,7 @@ from lavo_zoo.attention.recurrent import (
     check_eps,
     key_mask,
     merge_heads,
+    real_rows,
     split_heads,
 )
 
@@ -143,14 +144,8 @@ class BasedAttention(RecurrentAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone: causal by the token recurrence of the sums, noncausal / cross as every query
     against the sums over the (source's) real tokens; the normalised quotient, then out_proj."""
-    src = x if context is None else context
-    src_mask = context_mask if m.pattern == "cross" else padding_mask
-    B, T, D = x.shape
-    out = torch.zeros(B, T, D, dtype=x.dtype)
-    for b in range(B):
-        rows = torch.arange(T) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
-        srows = torch.arange(src.shape[1]) if src_mask is None else src_mask[b].nonzero()[:, 0]
-        xq, xs = x[b:b + 1, rows], src[b:b + 1, srows]
+    out = torch.zeros_like(x)
+    for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = naive_short_conv(m.q_conv, m.q_proj(xq))
         k = naive_short_conv(m.k_conv, m.k_proj(xs))
         v = split_heads(naive_short_conv(m.v_conv, m.v_proj(xs)), m.num_heads)

@@ -33,6 +33,7 @@ from lavo_zoo.attention.recurrent import (
     expanded_width,
     key_mask,
     merge_heads,
+    real_rows,
     rms_norm,
     split_heads,
     swish_gate,
@@ -144,14 +145,8 @@ class GLAAttention(RecurrentAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the token recurrence S_t = diag(alpha_t) S_{t-1} + k_t v_t^T: causal
     reads S_t at t, noncausal / cross read the state after the last real (source) token."""
-    src = x if context is None else context
-    src_mask = context_mask if m.pattern == "cross" else padding_mask
-    B, T, D = x.shape
-    out = torch.zeros(B, T, D, dtype=x.dtype)
-    for b in range(B):
-        rows = torch.arange(T) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
-        srows = torch.arange(src.shape[1]) if src_mask is None else src_mask[b].nonzero()[:, 0]
-        xq, xs = x[b:b + 1, rows], src[b:b + 1, srows]
+    out = torch.zeros_like(x)
+    for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))
         k = split_heads(naive_short_conv(m.k_conv, m.k_proj(xs)), m.num_heads)
         v = split_heads(naive_short_conv(m.v_conv, m.v_proj(xs)), m.num_heads)

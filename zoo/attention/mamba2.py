@@ -34,6 +34,7 @@ from lavo_zoo.attention.recurrent import (
     check_eps,
     key_mask,
     merge_heads,
+    real_rows,
     rms_norm,
     split_heads,
 )
@@ -146,11 +147,8 @@ class Mamba2Attention(RecurrentAttention):
 def naive(m, u, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the SSM recurrence h_t = a_t h_{t-1} + B_t (dt_t x_t)^T: causal reads
     y_t = h_t^T C_t + D x_t, noncausal / cross read the state after the last real (source) token."""
-    src = u if context is None else context
-    src_mask = context_mask if m.pattern == "cross" else padding_mask
-    B, T, D = u.shape
     E, N, H = m.inner, m.state_size, m.num_heads
-    out = torch.zeros(B, T, D, dtype=u.dtype)
+    out = torch.zeros_like(u)
 
     def streams(v, conv):
         z, xbc, dt = m.in_proj(v).split([E, E + 2 * N, H], -1)
@@ -159,10 +157,7 @@ def naive(m, u, padding_mask=None, context=None, context_mask=None):
         dt = F.softplus(dt + m.dt_bias).transpose(1, 2)  # [1, H, T]
         return z, split_heads(x, H), Bm[:, None].expand(-1, H, -1, -1), Cm[:, None].expand(-1, H, -1, -1), dt
 
-    for b in range(B):
-        rows = torch.arange(T) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
-        srows = torch.arange(src.shape[1]) if src_mask is None else src_mask[b].nonzero()[:, 0]
-        uq, us = u[b:b + 1, rows], src[b:b + 1, srows]
+    for b, rows, uq, us in real_rows(m, u, padding_mask, context, context_mask):
         _, xs, Bs, _, dts = streams(us, True)
         g = -torch.exp(m.A_log)[:, None] * dts
         if m.pattern == "causal":

@@ -25,6 +25,7 @@ product and runs no op.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +188,19 @@ class RecurrentAttention(HasKernels, Attention):
             raise TypeError(f"cache must be the SourceMemory that this attention's cross_cache() returned, got "
                             f"{type(cache).__name__}")
         return self.read(x, cache)
+
+
+def real_rows(m: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
+              context_mask: torch.Tensor | None) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The slow references' rows, one at a time, each as its real tokens alone: (b, rows, xq, xs) with rows the
+    positions of row b's real queries, xq [1, Tq, D] those queries and xs [1, S, D] the real tokens of the source
+    (the row itself, or its ``context`` in cross attention)."""
+    src = x if context is None else context
+    src_mask = context_mask if m.pattern == "cross" else padding_mask
+    for b in range(x.shape[0]):
+        rows = torch.arange(x.shape[1]) if padding_mask is None else padding_mask[b].nonzero()[:, 0]
+        srows = torch.arange(src.shape[1]) if src_mask is None else src_mask[b].nonzero()[:, 0]
+        yield b, rows, x[b:b + 1, rows], src[b:b + 1, srows]
 
 
 def key_mask(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:

@@ -267,6 +267,15 @@ def read_record(job: CellJob) -> CellRecord | None:
     return record
 
 
+def kept_record(job: CellJob, place: str) -> CellRecord | None:
+    """The record of a cell finished earlier (:func:`read_record`), said as kept with its ``place`` in the study
+    ("[2/6]"); None when the cell is still to train."""
+    record = read_record(job)
+    if record is not None:
+        click.echo(f"{place} {job.name}: finished earlier with the same config, kept", err=True)
+    return record
+
+
 def in_study_order(jobs: list[CellJob], found: dict[str, CellRecord]) -> list[CellRecord]:
     return [found[job.name] for job in jobs if job.name in found]
 
@@ -310,10 +319,8 @@ class SerialLauncher:
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
         records = []
         for i, job in enumerate(jobs, 1):
-            record = read_record(job)
-            if record is not None:
-                click.echo(f"{count(len(jobs), i)} {job.name}: finished earlier with the same config, kept", err=True)
-            else:
+            record = kept_record(job, count(len(jobs), i))
+            if record is None:
                 click.echo(f"{count(len(jobs), i)} {job.name}: training in {job.cell_dir}", err=True)
                 job.launch = {"launcher": "serial"}
                 record = CellRecord.from_json(job())

@@ -32,6 +32,7 @@ from lavo_zoo.compare.launchers import (
     StudyResult,
     count,
     in_study_order,
+    kept_record,
     log_tail,
     measure_after,
     read_record,
@@ -164,9 +165,8 @@ class LocalLauncher:
         found: dict[str, CellRecord] = {}
         todo = []
         for i, job in enumerate(jobs, 1):
-            record = read_record(job)
+            record = kept_record(job, count(len(jobs), i))
             if record is not None:
-                click.echo(f"{count(len(jobs), i)} {job.name}: finished earlier with the same config, kept", err=True)
                 found[job.name] = record
             else:
                 todo.append(job)

@@ -245,12 +245,12 @@ class MemoryReadTritonFunction(torch.autograd.Function):
         """The backward kernel in the largest block of :data:`BACKWARD_BLOCKS` that fits the device (the caller's
         ``block_m`` alone where it fixed one)."""
         sizes = (ctx.config[2],) if ctx.config[2] else BACKWARD_BLOCKS
-        for i, block_m in enumerate(sizes):
+        for block_m in sizes[:-1]:
             try:
-                return MemoryReadTritonFunction._backward_in(ctx, grad, block_m, smaller_fits=i + 1 < len(sizes))
-            except OutOfResources:  # only where a smaller block is left to try
+                return MemoryReadTritonFunction._backward_in(ctx, grad, block_m, smaller_fits=True)
+            except OutOfResources:  # the next, smaller block
                 continue
-        raise AssertionError("unreachable: the last block size's failure is a KernelUnavailable")
+        return MemoryReadTritonFunction._backward_in(ctx, grad, sizes[-1], smaller_fits=False)
 
     @staticmethod
     def _backward_in(ctx, grad, block_m: int, smaller_fits: bool):
