@@ -13,11 +13,20 @@ GPU and the numbers computed are meaningless: only the compilation is checked.
 
     python benchmarks/gpu/compile_kernels.py [--arch 90] [--shared-limit 232448] [--quick] [--front-end] [--json F]
 
+Every kernel's Triton IR is also checked for a product's result that is transposed (``tl.trans`` of a value
+computed from a ``tl.dot``): on Hopper, Triton 3.4 to 3.7.0 can miscompile that pattern for some tile shapes (a
+wrong result, no error; flash-linear-attention met it in its backward kernels, Triton 3.7.1 fixed it), and LAVO's
+pinned Triton is 3.6. The one wrong gradient of the second device run (a noncausal layer, d = 128, bf16 autocast:
+the input's and the weights' gradients off, its output and its bias and bases gradients right) fits it: the
+window's dK / dV kernel transposed its products' results, and so did the read's backward; both now compute the
+transposed tiles directly (k q^T rather than (q k^T)^T). Until a device run passes that case, this is the likely
+cause, not a measured one.
+
 Prints one line per kernel (configurations compiled, the largest shared memory one of them needs, the smallest);
-exits 1 when a kernel failed to compile (:func:`lavo_zoo.attention.ops.triton_utils.failures`) or a layer fell
-back to its PyTorch kernels. Takes about 10 minutes on two cores with an empty Triton cache (``--quick``, the fp32
-layers with d = 128 and the decoding step: 4); ``--front-end`` (what the test suite runs) stops at Triton's IR, in
-seconds, and has no shared memory figures.
+exits 1 when a kernel failed to compile (:func:`lavo_zoo.attention.ops.triton_utils.failures`), transposes a
+product's result, or a layer fell back to its PyTorch kernels. Takes about 10 minutes on two cores with an empty
+Triton cache (``--quick``, the fp32 layers with d = 128 and the decoding step: 4); ``--front-end`` (what the test
+suite runs) stops at Triton's IR, in seconds, and has no shared memory figures.
 """
 from __future__ import annotations
 
@@ -25,7 +34,10 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # every (pattern, head dim, dtype, dropout) a layer is run in; d = 128 in fp32 needs the most shared memory
 LAYERS = [("causal", 128, "float32", 0.0), ("noncausal", 128, "float32", 0.0), ("cross", 128, "float32", 0.0),
@@ -50,12 +62,9 @@ class CompileOnlyDriver:
         return self.target
 
 
-def front_end_only(src, target=None, options=None, _env_vars=None):
-    """In place of ``triton.compiler.compile``: Triton's front end alone (the kernel's Python to Triton IR, where a
-    kernel the compiler refuses fails; what the interpreter never does), no cubin: a stand-in kernel whose shared
-    memory is unknown (0)."""
-    from types import SimpleNamespace
-
+def triton_ir(src, target, options):
+    """Triton's front end: the kernel's Python to Triton IR, its helpers inlined (the ``ttir`` stage; where a kernel
+    the compiler refuses fails, which the interpreter never does)."""
     from triton._C.libtriton import ir
     from triton.compiler.compiler import make_backend
 
@@ -64,14 +73,78 @@ def front_end_only(src, target=None, options=None, _env_vars=None):
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
-    return SimpleNamespace(metadata=SimpleNamespace(shared=0))
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                         context)
+    return backend.make_ttir(module, {}, options, target.arch)
 
 
-def install(arch: int, shared_limit: int, front_end: bool = False) -> dict[str, list[int]]:
+def transposed_products(module) -> list[str]:
+    """The source lines (``path:line``) where a kernel's Triton IR transposes a value computed from a product's
+    result (``tt.trans`` of anything a ``tt.dot`` flows into, through a loop's carried values too); transposing a
+    loaded tile is fine."""
+    ops: list = []
+    module.walk(ops.append)
+    owner = {op.get_region(i).id(): op for op in ops for i in range(op.get_num_regions())}
+    deps: dict[int, set[int]] = defaultdict(set)   # value -> the values it is computed from
+    derived: set[int] = set()                      # values computed from a product
+    for op in ops:
+        operands = [op.get_operand(i).id() for i in range(op.get_num_operands())]
+        for i in range(op.get_num_results()):
+            deps[op.get_result(i).id()].update(operands)
+            if op.get_name() == "tt.dot":
+                derived.add(op.get_result(i).id())
+        if op.get_name() != "scf.yield":
+            continue
+        block = op.get_block()
+        parent = owner[block.get_parent().id()]
+        for i, value in enumerate(operands):       # a region's results (and a loop's carried values) come from here
+            if i < parent.get_num_results():
+                deps[parent.get_result(i).id()].add(value)
+            if parent.get_name() == "scf.for":     # body arguments: the induction variable, then one per value
+                carried = block.arg(i + 1).id()
+                deps[carried].update((value, parent.get_operand(3 + i).id()))
+    changed = True
+    while changed:
+        grown = {v for v, sources in deps.items() if v not in derived and sources & derived}
+        derived |= grown
+        changed = bool(grown)
+    return sorted({_source_line(op) for op in ops
+                   if op.get_name() == "tt.trans" and op.get_operand(0).id() in derived})
+
+
+def _source_line(op) -> str:
+    """``path:line`` of the innermost source position of an operation's location, the path from the repository."""
+    import re
+
+    found = re.search(r'"([^"]+)":(\d+):\d+', str(op.get_result(0).get_loc()))
+    if not found:
+        return "?"
+    path = found.group(1)
+    root = str(ROOT) + "/"
+    return f"{path.removeprefix(root)}:{found.group(2)}"
+
+
+def checking(compile_fn, transposed: dict[str, list[str]], current: list[str]):
+    """In place of ``triton.compiler.compile``: the Triton IR check (findings under the launch's name, ``current[0]``),
+    then ``compile_fn`` (the real compilation), or with None a stand-in kernel whose shared memory is unknown (0)."""
+    from types import SimpleNamespace
+
+    def compile(src, target=None, options=None, _env_vars=None):
+        found = transposed_products(triton_ir(src, target, options))
+        if found:
+            transposed[current[0]] = sorted(set(transposed.get(current[0], [])) | set(found))
+        if compile_fn is None:
+            return SimpleNamespace(metadata=SimpleNamespace(shared=0))
+        return compile_fn(src, target=target, options=options, _env_vars=_env_vars)
+    return compile
+
+
+def install(arch: int, shared_limit: int, front_end: bool = False) -> tuple[dict[str, list[int]],
+                                                                          dict[str, list[str]]]:
     """Make Triton compile for ``arch`` without a GPU and replace the project's launches by compilation (the front
-    end alone with ``front_end``); returns the record it fills: kernel name -> the shared memory (bytes) of each
-    configuration compiled."""
+    end alone with ``front_end``), each kernel's Triton IR checked (:func:`transposed_products`); returns the records
+    it fills: kernel name -> the shared memory (bytes) of each configuration compiled, and kernel name -> the source
+    lines that transpose a product's result."""
     import torch
     import triton
     import triton.compiler
@@ -82,8 +155,9 @@ def install(arch: int, shared_limit: int, front_end: bool = False) -> dict[str, 
     from lavo_zoo.attention.ops.window import triton as window_kernels
 
     triton.runtime.driver.set_active(CompileOnlyDriver(arch))
-    if front_end:
-        triton.compiler.compile = front_end_only   # read by each kernel's first launch
+    transposed: dict[str, list[str]] = {}
+    current = [""]                                 # the launch being compiled
+    triton.compiler.compile = checking(None if front_end else triton.compiler.compile, transposed, current)
     shared: dict[str, list[int]] = defaultdict(list)
     triton_utils.usable = lambda t: t.dtype in triton_utils.DTYPES and t.numel() > 0   # CPU tensors stand in
 
@@ -93,6 +167,7 @@ def install(arch: int, shared_limit: int, front_end: bool = False) -> dict[str, 
             if isinstance(kernel, triton.runtime.Autotuner):
                 kernel = kernel.fn
             kwargs = {**kwargs, **config}
+        current[0] = name
         with triton_utils.compiling(name, smaller_fits=smaller_fits):
             compiled = kernel.warmup(*args, grid=(1,), **kwargs)
             compiled = compiled if isinstance(compiled, list) else [compiled]
@@ -104,7 +179,7 @@ def install(arch: int, shared_limit: int, front_end: bool = False) -> dict[str, 
     window_kernels.launch = compile_launch
     read_kernels.launch = compile_launch
     torch.manual_seed(0)
-    return shared
+    return shared, transposed
 
 
 def run_layers(layers: list[tuple[str, int, str, float]], decode: bool) -> list[str]:
@@ -153,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
 
-    shared = install(args.arch, args.shared_limit, front_end=args.front_end)
+    shared, transposed = install(args.arch, args.shared_limit, front_end=args.front_end)
     from lavo_zoo.attention.ops import triton_utils
 
     fell_back = run_layers(QUICK if args.quick else LAYERS, decode=True)
@@ -163,14 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<18} {len(sizes):>3} configurations, shared memory {min(sizes):>7} to {max(sizes):>7} bytes")
     for name, why in failures.items():
         print(f"  FAILED {name}: {why}")
+    for name, lines in sorted(transposed.items()):
+        print(f"  TRANSPOSED PRODUCT in {name} (miscompiled on Hopper by Triton 3.4 to 3.7.0): {', '.join(lines)}")
     for what in fell_back:
         print(f"  not on the Triton kernels: {what}")
     result: dict[str, Any] = {"arch": args.arch, "shared_limit": args.shared_limit, "shared": dict(shared),
-                              "failures": failures, "fell_back": fell_back}
+                              "failures": failures, "transposed": transposed, "fell_back": fell_back}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
-    return 1 if failures or fell_back else 0
+    return 1 if failures or transposed or fell_back else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ token: group = 1) and noncausal / cross attention (one row per sequence).
   On a GPU its block (32, 64 or 128 queries) and warps are autotuned (``T`` not specialised).
 - ``_bwd``: one program per run of ``blocks`` query blocks of one head recomputes the same and writes dq, the
   per-query gradient of h (dh [T, r], fp32) and its partial gradient of the bases (summed over its queries: no
-  atomics, so the result is deterministic). Torch then sums dh per memory row (an index_add over T / group rows)
+  atomics, so the result is deterministic). It works slots-first ([r, queries] tiles: h^T = B m^T, p^T, ...), so
+  that each product takes loaded tiles or a result as it stands, never a result transposed: on Hopper, Triton 3.4
+  to 3.7.0 can miscompile that (the window's ``_bwd_dkdv`` avoids it the same way; the CPU check:
+  ``benchmarks/gpu/compile_kernels.py``). Torch then sums dh per memory row (an index_add over T / group rows)
   and forms dmem = dh_rows B.
 
 - ``_decode`` (:func:`decode_step_triton`): a whole causal decoding step of the layer in one program per (b, h),
@@ -56,11 +59,10 @@ BACKWARD_BLOCKS = (BLOCK_M, BLOCK_M // 2, 16)
 
 
 @triton.jit
-def _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R, n_rows, offset, group,
-           scale, qscale, PREC: tl.constexpr):
-    """Queries t [BM] of head (b, h), times ``qscale`` (the read temperature's factor): q [BM, BD], their memory rows
-    [BM, BD], the bases [BR, BD], h = m B^T and B q [BM, BR], and the probabilities p [BM, BR] (all fp32; zero
-    outside t < T, rr < R, dd < D)."""
+def _operands(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R, n_rows, offset,
+              group, qscale):
+    """Queries t [BM] of head (b, h), times ``qscale`` (the read temperature's factor): q [BM, BD], their memory
+    rows m [BM, BD] and the bases [BR, BD] (fp32; zero outside t < T, rr < R, dd < D)."""
     tq, dm = t < T, dd < D
     q = tl.load(Q + b * sqb + h * sqh + t[:, None] * sqt + dd[None, :], mask=tq[:, None] & dm[None, :],
                 other=0.0).to(tl.float32) * qscale
@@ -69,18 +71,35 @@ def _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sb
                 mask=(tq & (row < n_rows))[:, None] & dm[None, :], other=0.0).to(tl.float32)
     basis = tl.load(BASES + h * sbh + rr[:, None] * sbr + dd[None, :], mask=(rr < R)[:, None] & dm[None, :],
                     other=0.0).to(tl.float32)                                           # [BR, BD]
+    return q, m, basis
+
+
+@triton.jit
+def _probs(q, m, basis, rr, R, scale, PREC: tl.constexpr):
+    """h = B m and B q [BM, BR] of the operands, and the probabilities p [BM, BR] over the slots (fp32)."""
     hm = tl.dot(m, tl.trans(basis), input_precision=PREC)                              # [BM, BR]  h = B m
     qb = tl.dot(q, tl.trans(basis), input_precision=PREC)                              # [BM, BR]  B q
     s = tl.where((rr < R)[None, :], scale * hm * qb, NEG)
     e = tl.exp(s - tl.max(s, 1)[:, None])
-    return q, m, basis, hm, qb, e / tl.sum(e, 1)[:, None]
+    return hm, qb, e / tl.sum(e, 1)[:, None]
 
 
 @triton.jit
-def _drop(seed, p_drop, bh, t, rr, T, R):
-    """Dropout factors [BM, BR] of queries t [BM] and slots rr [BR]: element (bh, t, slot) of the call's
-    [B H, T, r] mask."""
-    return dropout_factor(seed, (bh * T + t[:, None]) * R + rr[None, :], p_drop)
+def _probs_t(q, m, basis, rr, R, scale, PREC: tl.constexpr):
+    """:func:`_probs` slots-first, for backward: h^T = B m^T and (B q)^T [BR, BM] and p^T [BR, BM] (the products
+    of loaded tiles, so that backward transposes no product's result: ``_bwd``)."""
+    hm = tl.dot(basis, tl.trans(m), input_precision=PREC)                              # [BR, BM]
+    qb = tl.dot(basis, tl.trans(q), input_precision=PREC)                              # [BR, BM]
+    s = tl.where((rr < R)[:, None], scale * hm * qb, NEG)
+    e = tl.exp(s - tl.max(s, 0)[None, :])
+    return hm, qb, e / tl.sum(e, 0)[None, :]
+
+
+@triton.jit
+def _drop(seed, p_drop, bh, tt, rs, T, R):
+    """Dropout factors of queries tt and slots rs, broadcast against each other (t[:, None] and rr[None, :], or
+    slots-first): element (bh, t, slot) of the call's [B H, T, r] mask."""
+    return dropout_factor(seed, (bh * T + tt) * R + rs, p_drop)
 
 
 @triton.jit
@@ -111,10 +130,11 @@ def _fwd(Q, MEM, BASES, TEMP, LOCAL, GAIN, O, sqb, sqh, sqt, smb, smh, smt, sbh,
     dd, rr = tl.arange(0, BD), tl.arange(0, BR)
     keep = (t < T)[:, None] & (dd < D)[None, :]
     qscale, g = _head_factors(TEMP, GAIN, h, gain, HAS_TEMP, GAIN_PER_HEAD)
-    _, _, basis, hm, _, p = _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R,
-                                   n_rows, offset, group, scale, qscale, PREC)
+    q, m, basis = _operands(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R,
+                            n_rows, offset, group, qscale)
+    hm, _, p = _probs(q, m, basis, rr, R, scale, PREC)
     if DROPOUT:
-        p = p * _drop(seed, p_drop, bh, t, rr, T, R)
+        p = p * _drop(seed, p_drop, bh, t[:, None], rr[None, :], T, R)
     o = tl.dot(p * hm, basis, input_precision=PREC)                                    # [BM, BD]  B^T (p Z h)
     if HAS_LOCAL:
         local = tl.load(LOCAL + b * slb + h * slh + t[:, None] * slt + dd[None, :], mask=keep, other=0.0)
@@ -143,33 +163,35 @@ def _bwd(Q, MEM, BASES, TEMP, GAIN, G, DQ, DH, PART, PART_HEAD, sqb, sqh, sqt, s
     for i in range(blocks):
         t = (pid * blocks + i) * BM + tl.arange(0, BM)
         tq = t < T
-        q, m, basis, hm, qb, p = _probs(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D,
-                                        R, n_rows, offset, group, scale, qscale, PREC)
+        q, m, basis = _operands(Q, MEM, BASES, b, h, t, dd, rr, sqb, sqh, sqt, smb, smh, smt, sbh, sbr, T, D, R,
+                                n_rows, offset, group, qscale)
+        hm, qb, p = _probs_t(q, m, basis, rr, R, scale, PREC)                          # [BR, BM] each
         go = tl.load(G + b * sgb + h * sgh + t[:, None] * sgt + dd[None, :], mask=tq[:, None] & dm[None, :],
                      other=0.0).to(tl.float32)                                          # [BM, BD]
         kept = p
         if DROPOUT:
-            z = _drop(seed, p_drop, bh, t, rr, T, R)
+            z = _drop(seed, p_drop, bh, t[None, :], rr[:, None], T, R)
             kept = p * z
+        du = tl.dot(basis, tl.trans(go), input_precision=PREC)                          # [BR, BM]  B dO^T
         if HAS_LOCAL:                                                                   # out = local + g o
             if GAIN_PER_HEAD:
-                dgain += tl.sum(go * tl.dot(kept * hm, basis, input_precision=PREC), 1)
+                dgain += tl.sum(kept * hm * du, 0)                                      # dO . o per query
             go = go * g                                                                 # dL/do
-        du = tl.dot(go, tl.trans(basis), input_precision=PREC)                          # [BM, BR]  d(p Z h)
-        dp = du * hm
+            du = du * g
+        dp = du * hm                                                                    # d(p Z) h
         if DROPOUT:
             dp = dp * z
-        ds = p * (dp - tl.sum(p * dp, 1)[:, None]) * scale                              # d(h * Bq)
-        dq = tl.dot(ds * hm, basis, input_precision=PREC)                               # [BM, BD] w.r.t. q'
+        ds = p * (dp - tl.sum(p * dp, 0)[None, :]) * scale                              # d(h * Bq)
         if HAS_TEMP:
-            dtemp += tl.sum(dq * q, 1)
-        tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], (dq * qscale).to(DQ.dtype.element_ty),
-                 mask=tq[:, None] & dm[None, :])
-        dh = du * kept + ds * qb                                                        # [BM, BR]
-        tl.store(DH + bh * T * BR + t[:, None] * BR + rr[None, :], dh, mask=tq[:, None])
-        dbases += tl.dot(tl.trans(kept * hm), go, input_precision=PREC)
-        dbases += tl.dot(tl.trans(ds * hm), q, input_precision=PREC)
-        dbases += tl.dot(tl.trans(dh), m, input_precision=PREC)
+            dtemp += tl.sum(ds * hm * qb, 0)                                            # dq' . q' per query
+        dq = tl.dot(tl.trans(basis), ds * hm, input_precision=PREC)                     # [BD, BM] w.r.t. q'
+        tl.store(DQ + b * sdb + h * sdh + t[None, :] * sdt + dd[:, None], (dq * qscale).to(DQ.dtype.element_ty),
+                 mask=dm[:, None] & tq[None, :])
+        dh = du * kept + ds * qb                                                        # [BR, BM]
+        tl.store(DH + bh * T * BR + t[None, :] * BR + rr[:, None], dh, mask=tq[None, :])
+        dbases += tl.dot(kept * hm, go, input_precision=PREC)
+        dbases += tl.dot(ds * hm, q, input_precision=PREC)
+        dbases += tl.dot(dh, m, input_precision=PREC)
     tl.store(PART + (prog * BR + rr[:, None]) * BD + dd[None, :], dbases)
     tl.store(PART_HEAD + prog * 2, tl.sum(dtemp, 0))
     tl.store(PART_HEAD + prog * 2 + 1, tl.sum(dgain, 0))

@@ -12,7 +12,9 @@ FlashAttention-style:
 - ``_delta``: backward's pre-pass, delta = rowsum(dO * O) in fp32 from the stored output;
 - ``_bwd_dq``: per query block, recomputes the probabilities from the log-sum-exp; dQ = scale dS K;
 - ``_bwd_dkdv``: per block of BM keys, over the BM + span queries that see them in BN-query tiles;
-  dV = P^T dO, dK = scale dS^T Q;
+  dV = P^T dO, dK = scale dS^T Q, with P^T and dS^T computed keys-first (k q^T, v dO^T), never transposed: on
+  Hopper, Triton 3.4 to 3.7.0 can miscompile a product's result transposed into another product (the CPU check:
+  ``benchmarks/gpu/compile_kernels.py``);
 - ``_bwd_dbias``: per query block, the 2w - 1 (w causal) diagonals of dS, one relative offset at a time (the bias
   gradient is a sum along diagonals, which no tile product gives); partial sums per block, added up in torch.
 dS = P (dP - delta).
@@ -74,31 +76,33 @@ def _tuned(kernel):
 
 
 @triton.jit
-def _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
+def _scores(a, b, tt, ss, bias_ptr, mask_ptr, T, P, scale, W: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, PREC: tl.constexpr):
-    """Scores of queries q [BM, BD] (query t [BM] of T sits at key position t + P) against keys k [BN, BD] at key
-    positions s [BN] (of T + P: the prefix, then the keys): [BM, BN] fp32 (NEG outside the window, the sequence or
-    the key mask) and the [BM, BN] allowed mask."""
-    rel = s[None, :] - (t[:, None] + P)                                  # key position - query position
-    ok = (rel > -W) & (t[:, None] >= 0) & (t[:, None] < T) & (s[None, :] >= 0) & (s[None, :] < T + P)
+    """Scores a b^T of two loaded tiles, queries against keys (a = q [BM, BD], b = k [BN, BD]; query positions
+    tt = t[:, None], key positions ss = s[None, :]) or keys against queries (a = k, b = q; tt = t[None, :],
+    ss = s[:, None]); query t of T sits at key position t + P, keys are positions of T + P (the prefix, then the
+    keys). Returns the fp32 scores (NEG outside the window, the sequence or the key mask) and the allowed mask, both
+    of a b^T's shape (b is a loaded tile: see ``_bwd_dkdv`` for why no product's result is transposed)."""
+    rel = ss - (tt + P)                                                  # key position - query position
+    ok = (rel > -W) & (tt >= 0) & (tt < T) & (ss >= 0) & (ss < T + P)
     if CAUSAL:
         ok = ok & (rel <= 0)
     else:
         ok = ok & (rel < W)
     if HAS_MASK:
-        real = tl.load(mask_ptr + s, mask=(s >= 0) & (s < T + P), other=0)  # (a key mask comes without prefix)
-        ok = ok & (real[None, :] != 0)
-    sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+        real = tl.load(mask_ptr + ss, mask=(ss >= 0) & (ss < T + P), other=0)  # (a key mask comes without prefix)
+        ok = ok & (real != 0)
+    sc = tl.dot(a, tl.trans(b), input_precision=PREC) * scale
     if HAS_BIAS:
         sc += tl.load(bias_ptr + rel + W - 1, mask=ok, other=0.0).to(tl.float32)
     return tl.where(ok, sc, NEG), ok
 
 
 @triton.jit
-def _drop(seed, p_drop, bh, t, s, T, P, W: tl.constexpr):
-    """Dropout factors [BM, BN] of queries t [BM] against keys s [BN] (positions of T + P): element (bh, t,
-    s - t - P + w - 1) of the call's [B H, T, 2w - 1] mask (entries outside the window are never used)."""
-    return dropout_factor(seed, (bh * T + t[:, None]) * (2 * W - 1) + (s[None, :] - t[:, None] - P + W - 1), p_drop)
+def _drop(seed, p_drop, bh, tt, ss, T, P, W: tl.constexpr):
+    """Dropout factors of queries tt against keys ss (positions of T + P), broadcast as in :func:`_scores`: element
+    (bh, t, s - t - P + w - 1) of the call's [B H, T, 2w - 1] mask (entries outside the window are never used)."""
+    return dropout_factor(seed, (bh * T + tt) * (2 * W - 1) + (ss - tt - P + W - 1), p_drop)
 
 
 @triton.jit
@@ -131,13 +135,14 @@ def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, s
         s = pid * BM + P - (W - 1) + j * BN + tl.arange(0, BN)
         k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)   # [BN, BD]
         v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
-        sc, _ = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        sc, _ = _scores(q, k, t[:, None], s[None, :], bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS,
+                        HAS_MASK, PREC)
         m_new = tl.maximum(m_i, tl.max(sc, 1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(sc - m_new[:, None])                                               # [BM, BN]
         l_i = l_i * alpha + tl.sum(p, 1)
         if DROPOUT:                                                                   # (P Z) V; l from P
-            p = p * _drop(seed, p_drop, bh, t, s, T, P, W)
+            p = p * _drop(seed, p_drop, bh, t[:, None], s[None, :], T, P, W)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
     tq = t < T
@@ -184,11 +189,12 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
         s = pid * BM + P - (W - 1) + j * BN + tl.arange(0, BN)
         k = _load_rows(K + b * skb + h * skh + s[:, None] * skt, s, dd, T + P, D)   # [BN, BD]
         v = _load_rows(V + b * svb + h * svh + s[:, None] * svt, s, dd, T + P, D)
-        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
+        sc, ok = _scores(q, k, t[:, None], s[None, :], bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS,
+                         HAS_MASK, PREC)
         p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BM, BN]
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         if DROPOUT:
-            dp = dp * _drop(seed, p_drop, bh, t, s, T, P, W)
+            dp = dp * _drop(seed, p_drop, bh, t[:, None], s[None, :], T, P, W)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], (dq * scale).to(DQ.dtype.element_ty),
@@ -202,7 +208,7 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
               SPAN: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
               DROPOUT: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     """Program (b h, block of BM keys of T + P): the BM + SPAN queries that see them, in tiles of BN;
-    dV = (P Z)^T dO, dK = scale dS^T Q."""
+    dV = (P Z)^T dO, dK = scale dS^T Q, each [BM, BN] tile keys x queries (P^T = exp(k q^T - lse))."""
     nb = tl.cdiv(T + P, BM)
     prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, key block); 64-bit offsets throughout
     bh, pid = prog // nb, prog % nb
@@ -222,17 +228,18 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
         do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
         lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
         delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
-        sc, ok = _scores(q, k, t, s, bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS, HAS_MASK, PREC)
-        p = tl.where(ok, tl.exp(sc - lse[:, None]), 0.0)                              # [BN, BM]
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        sc, ok = _scores(k, q, t[None, :], s[:, None], bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS,
+                         HAS_MASK, PREC)                                              # [BM, BN] keys x queries
+        p = tl.where(ok, tl.exp(sc - lse[None, :]), 0.0)                              # P^T [BM, BN]
+        dp = tl.dot(v, tl.trans(do), input_precision=PREC)                            # dP^T [BM, BN]
         if DROPOUT:
-            z = _drop(seed, p_drop, bh, t, s, T, P, W)
-            dv += tl.dot(tl.trans(p * z).to(do.dtype), do, input_precision=PREC)
+            z = _drop(seed, p_drop, bh, t[None, :], s[:, None], T, P, W)
+            dv += tl.dot((p * z).to(do.dtype), do, input_precision=PREC)
             dp = dp * z
         else:
-            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC)
+            dv += tl.dot(p.to(do.dtype), do, input_precision=PREC)
+        ds = p * (dp - delta[None, :])                                                # dS^T [BM, BN]
+        dk += tl.dot(ds.to(q.dtype), q, input_precision=PREC)
     keep = ((s < T + P)[:, None]) & (dd < D)[None, :]
     tl.store(DK + b * sdb + h * sdh + s[:, None] * sdt + dd[None, :], (dk * scale).to(DK.dtype.element_ty), mask=keep)
     tl.store(DV + b * sdb + h * sdh + s[:, None] * sdt + dd[None, :], dv.to(DV.dtype.element_ty), mask=keep)
