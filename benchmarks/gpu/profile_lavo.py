@@ -10,7 +10,10 @@ Usage (a GPU; ``--device cpu`` with small sizes runs the same at toy size, the t
 
 Each run (an attention, its kernels, a length) is warmed up (Triton compiles and autotunes there), timed (median of
 ``--repeats``), then profiled for one fwd+bwd. Written to ``--out``: ``profile.md`` (per run: the kernels LAVO ran,
-the median time, peak memory, and the top ``--top`` kernels by self device time with calls, total and share),
+the median time, peak memory, the PyTorch operations one step dispatches (views and casts too: each costs host
+time), the kernel launches and the share of the median step the device is busy (far below
+1: the host's launching sets the time, not the kernels), and the top ``--top`` kernels by self device time with
+calls, total and share),
 ``profile.json`` (the same records), and with ``--trace`` a Chrome trace per run. ``--attentions`` lists the runs as
 ``name[:kernels]``: ``lavo:triton`` (the Triton kernels), ``lavo:auto`` (the CUDA default: the flex window and the
 recompute read), ``sdpa``.
@@ -26,6 +29,7 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.ops.dispatch import kernels_used
@@ -72,8 +76,9 @@ def _self_time(event: Any, on_device: bool) -> float:
     return event.self_cpu_time_total
 
 
-def _top_kernels(prof: Any, on_device: bool, top: int) -> tuple[list[dict[str, Any]], float]:
-    """The ``top`` events by self time (CUDA kernels on a GPU, operators on a CPU) and the total of all."""
+def _top_kernels(prof: Any, on_device: bool, top: int) -> tuple[list[dict[str, Any]], float, int]:
+    """The ``top`` events by self time (CUDA kernels on a GPU, operators on a CPU), the total of all and their
+    number of calls (kernel launches on a GPU)."""
     events = [e for e in prof.key_averages() if _self_time(e, on_device) > 0]
     if on_device:  # the kernels themselves (CPU-side operators have no self device time of their own)
         events = [e for e in events if getattr(e, "device_type", None) != torch.autograd.DeviceType.CPU]
@@ -81,7 +86,19 @@ def _top_kernels(prof: Any, on_device: bool, top: int) -> tuple[list[dict[str, A
     events.sort(key=lambda e: _self_time(e, on_device), reverse=True)
     rows = [{"kernel": e.key, "calls": e.count, "self_ms": _self_time(e, on_device) / 1e3,
              "share": _self_time(e, on_device) / total if total else 0.0} for e in events[:top]]
-    return rows, total / 1e3
+    return rows, total / 1e3, sum(e.count for e in events)
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the PyTorch operations dispatched (views and casts included: each costs the host time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -104,6 +121,8 @@ def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace
         attn.zero_grad(set_to_none=True)
 
     timed = time_runs(step, args.warmup, args.repeats, device)
+    with _CountOps() as ops:
+        step()
     times, peak = timed["times_s"], timed["peak_memory_bytes"] if cuda else None
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, acc_events=True) as prof:
@@ -112,10 +131,13 @@ def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace
     label = f"{name}:{kernels}" if kernels else name
     if args.trace:
         prof.export_chrome_trace(str(args.out / f"trace_{label.replace(':', '_')}_{T}.json"))
-    rows, total_ms = _top_kernels(prof, cuda, args.top)
+    rows, total_ms, calls = _top_kernels(prof, cuda, args.top)
+    median_ms = statistics.median(times) * 1e3
     return {"attention": label, "length": T, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-            "autocast": amp, "kernels": kernels_used(attn), "median_ms": statistics.median(times) * 1e3,
-            "peak_memory_mib": None if peak is None else peak / 2**20, "profiled_ms": total_ms,
+            "autocast": amp, "kernels": kernels_used(attn), "median_ms": median_ms,
+            "peak_memory_mib": None if peak is None else peak / 2**20, "profiled_ms": total_ms, "calls": calls,
+            "ops": ops.count,
+            "busy": total_ms / median_ms if cuda and median_ms else None,
             "timed_by": "device" if cuda else "cpu", "top": rows}
 
 
@@ -124,9 +146,12 @@ def _markdown(records: list[dict[str, Any]]) -> str:
     for r in records:
         memory = "" if r["peak_memory_mib"] is None else f", peak {r['peak_memory_mib']:.0f} MiB"
         kernels = f" [{r['kernels']}]" if r["kernels"] else ""
+        busy = f"; {r['ops']} PyTorch operations dispatched" + ("" if r["busy"] is None else (
+            f", {r['calls']} kernel launches, the device busy for {100 * r['busy']:.0f}% of the median step (well "
+            "under 100%: the host's launching, not the kernels, sets the time)"))
         lines += [f"## {r['attention']}{kernels}, T = {r['length']}, {r['device']}, autocast {r['autocast']}", "",
                   (f"median {r['median_ms']:.3f} ms{memory}; the profiled step's kernels: {r['profiled_ms']:.3f} "
-                   f"ms of self {r['timed_by']} time in all, the top {len(r['top'])} below"), "",
+                   f"ms of self {r['timed_by']} time in all, the top {len(r['top'])} below{busy}"), "",
                   "| kernel | calls | self ms | share |", "|---|---:|---:|---:|"]
         lines += [f"| `{row['kernel'][:100]}` | {row['calls']} | {row['self_ms']:.3f} | {100 * row['share']:.1f}% |"
                   for row in r["top"]]

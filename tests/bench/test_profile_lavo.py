@@ -30,3 +30,17 @@ def test_profile_runs_at_toy_size_and_writes_the_tables(tmp_path):
     table = (out / "profile.md").read_text()
     assert table.count("## ") == 3 and "## lavo:auto [recompute], T = 48, cpu, autocast none" in table
     assert table.count("| kernel | calls | self ms | share |") == 3
+    assert all(r["calls"] >= sum(row["calls"] for row in r["top"]) > 0 and r["busy"] is None for r in records)
+    lavo, sdpa = records[1]["ops"], records[2]["ops"]
+    assert lavo > sdpa > 0 and f"; {lavo} PyTorch operations dispatched" in table
+
+
+def test_a_device_profile_says_how_busy_the_device_was():
+    """On a GPU the table says the kernel launches and the share of the median step the device spent in kernels
+    (its kernels' self time over the step's wall time): what tells a launch-bound step from a compute-bound one."""
+    record = {"attention": "lavo:triton", "length": 8192, "device": "NVIDIA H200", "autocast": "bfloat16",
+              "kernels": "triton", "median_ms": 5.0, "peak_memory_mib": 132.0, "profiled_ms": 1.25, "calls": 180,
+              "ops": 219, "busy": 0.25, "timed_by": "device",
+              "top": [{"kernel": "k", "calls": 1, "self_ms": 1.25, "share": 1.0}]}
+    table = _script()._markdown([record])
+    assert "219 PyTorch operations dispatched, 180 kernel launches, the device busy for 25% of the median step" in table
