@@ -625,7 +625,9 @@ def worker(index: int, jobs: int, out: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, required=True, help="Where to write the records.")
-    parser.add_argument("--jobs", type=int, default=1 if TOY else 8, help="Worker processes.")
+    parser.add_argument("--jobs", type=int, default=1 if TOY else min(16, os.cpu_count() or 8),
+                        help="Worker processes (default: one per CPU core, at most 16: each compiles its kernels "
+                        "on one core, which takes most of a case's time).")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--part", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
