@@ -14,13 +14,8 @@ GPU and the numbers computed are meaningless: only the compilation is checked.
     python benchmarks/gpu/compile_kernels.py [--arch 90] [--shared-limit 232448] [--quick] [--front-end] [--json F]
 
 Every kernel's Triton IR is also checked for a product's result that is transposed (``tl.trans`` of a value
-computed from a ``tl.dot``): on Hopper, Triton 3.4 to 3.7.0 can miscompile that pattern for some tile shapes (a
-wrong result, no error; flash-linear-attention met it in its backward kernels, Triton 3.7.1 fixed it), and LAVO's
-pinned Triton is 3.6. The one wrong gradient of the second device run (a noncausal layer, d = 128, bf16 autocast:
-the input's and the weights' gradients off, its output and its bias and bases gradients right) fits it: the
-window's dK / dV kernel transposed its products' results, and so did the read's backward; both now compute the
-transposed tiles directly (k q^T rather than (q k^T)^T). Until a device run passes that case, this is the likely
-cause, not a measured one.
+computed from a ``tl.dot``), which the pinned Triton can miscompile on Hopper (docs/lavo.md, "No product's result
+is transposed"; benchmarks/RESULTS.md has the device run that points to it).
 
 Prints one line per kernel (configurations compiled, the largest shared memory one of them needs, the smallest);
 exits 1 when a kernel failed to compile (:func:`lavo_zoo.attention.ops.triton_utils.failures`), transposes a

@@ -11,9 +11,8 @@ Usage (a GPU; ``--device cpu`` with small sizes runs the same at toy size, the t
 Each run (an attention, its kernels, a length) is warmed up (Triton compiles and autotunes there), timed (median of
 ``--repeats``), then profiled for one fwd+bwd. Written to ``--out``: ``profile.md`` (per run: the kernels LAVO ran,
 the median time, peak memory, the PyTorch operations one step dispatches (views and casts too: each costs host
-time), the kernel launches and the share of the median step the device is busy (far below
-1: the host's launching sets the time, not the kernels), and the top ``--top`` kernels by self device time with
-calls, total and share),
+time), the kernel launches and the share of the median step the device is busy (far below 1: the host's launching
+sets the time, not the kernels), and the top ``--top`` kernels by self device time with calls, total and share),
 ``profile.json`` (the same records), and with ``--trace`` a Chrome trace per run. ``--attentions`` lists the runs as
 ``name[:kernels]``: ``lavo:triton`` (the Triton kernels), ``lavo:auto`` (the CUDA default: the flex window and the
 recompute read), ``sdpa``.
@@ -148,7 +147,7 @@ def _markdown(records: list[dict[str, Any]]) -> str:
         kernels = f" [{r['kernels']}]" if r["kernels"] else ""
         busy = f"; {r['ops']} PyTorch operations dispatched" + ("" if r["busy"] is None else (
             f", {r['calls']} kernel launches, the device busy for {100 * r['busy']:.0f}% of the median step (well "
-            "under 100%: the host's launching, not the kernels, sets the time)"))
+            "under 100% means the host's launching, not the kernels, sets the time)"))
         lines += [f"## {r['attention']}{kernels}, T = {r['length']}, {r['device']}, autocast {r['autocast']}", "",
                   (f"median {r['median_ms']:.3f} ms{memory}; the profiled step's kernels: {r['profiled_ms']:.3f} "
                    f"ms of self {r['timed_by']} time in all, the top {len(r['top'])} below{busy}"), "",

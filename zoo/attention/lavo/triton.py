@@ -13,9 +13,8 @@ token: group = 1) and noncausal / cross attention (one row per sequence).
 - ``_bwd``: one program per run of ``blocks`` query blocks of one head recomputes the same and writes dq, the
   per-query gradient of h (dh [T, r], fp32) and its partial gradient of the bases (summed over its queries: no
   atomics, so the result is deterministic). It works slots-first ([r, queries] tiles: h^T = B m^T, p^T, ...), so
-  that each product takes loaded tiles or a result as it stands, never a result transposed: on Hopper, Triton 3.4
-  to 3.7.0 can miscompile that (the window's ``_bwd_dkdv`` avoids it the same way; the CPU check:
-  ``benchmarks/gpu/compile_kernels.py``). Torch then sums dh per memory row (an index_add over T / group rows)
+  that each product takes loaded tiles or a result as it stands, never a result transposed (docs/lavo.md, "No
+  product's result is transposed"). Torch then sums dh per memory row (an index_add over T / group rows)
   and forms dmem = dh_rows B.
 
 - ``_decode`` (:func:`decode_step_triton`): a whole causal decoding step of the layer in one program per (b, h),

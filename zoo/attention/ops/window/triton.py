@@ -12,9 +12,8 @@ FlashAttention-style:
 - ``_delta``: backward's pre-pass, delta = rowsum(dO * O) in fp32 from the stored output;
 - ``_bwd_dq``: per query block, recomputes the probabilities from the log-sum-exp; dQ = scale dS K;
 - ``_bwd_dkdv``: per block of BM keys, over the BM + span queries that see them in BN-query tiles;
-  dV = P^T dO, dK = scale dS^T Q, with P^T and dS^T computed keys-first (k q^T, v dO^T), never transposed: on
-  Hopper, Triton 3.4 to 3.7.0 can miscompile a product's result transposed into another product (the CPU check:
-  ``benchmarks/gpu/compile_kernels.py``);
+  dV = P^T dO, dK = scale dS^T Q, with P^T and dS^T computed keys-first (k q^T, v dO^T), never a product's
+  result transposed (docs/lavo.md, "No product's result is transposed");
 - ``_bwd_dbias``: per query block, the 2w - 1 (w causal) diagonals of dS, one relative offset at a time (the bias
   gradient is a sum along diagonals, which no tile product gives); partial sums per block, added up in torch.
 dS = P (dP - delta).
