@@ -8,8 +8,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveFloat, RunConfig, TrainConfig
+from lavo_zoo.config import NonNegativeInt, PositiveFloat
 from lavo_zoo.engine.recipe import EvalPlaces, Recipe, register_recipe
+from lavo_zoo.engine.run_config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.nn.tokenizers import get_tokenizer

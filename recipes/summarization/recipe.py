@@ -8,9 +8,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, NonNegativeFloat, NonNegativeInt, PositiveInt, RunConfig, TrainConfig
+from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt
 from lavo_zoo.engine.checkpoint_io import unwrap
 from lavo_zoo.engine.recipe import EvalPlaces, Recipe, register_recipe
+from lavo_zoo.engine.run_config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.nn.losses import label_smoothed_cross_entropy

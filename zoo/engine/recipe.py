@@ -22,10 +22,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from lavo_zoo.config import RunConfig, from_dict, to_dict
+from lavo_zoo.config import from_dict, to_dict
 from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, check_footprint, generated_dataset, write_dataset
 from lavo_zoo.engine.env import cache_root
 from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.engine.run_config import RunConfig
 from lavo_zoo.errors import MissingInput, UsageError, ZooError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.registry import Registry
