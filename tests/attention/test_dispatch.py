@@ -341,6 +341,22 @@ def test_a_mechanism_plugs_in_and_gets_the_choice_the_fallback_and_the_report():
         kernels.choose(q, "flex")
 
 
+def test_a_kernel_takes_only_the_dtypes_it_declares():
+    """A kernel's declared ``dtypes`` (fla's delta rule: half precision) bound every choice and every call: a request
+    or 'auto' takes the fallback for other queries, and a call handed other queries after the choice reruns there."""
+    calls = []
+    half = dispatch.Kernel("half", lambda q: calls.append("half") or q, auto=lambda q: True, dtypes=(torch.float16,))
+    fallback = dispatch.Kernel("chunk", lambda q: calls.append("chunk") or q)
+    op = dispatch.Op("op", (half, fallback), fallback=fallback)
+    q16, q32 = torch.zeros(1, 2, 3, 4, dtype=torch.float16), torch.zeros(1, 2, 3, 4)
+    assert half.takes(q16) and not half.takes(q32)
+    assert op.choose(q16).name == op.choose(q16, "half").name == "half"
+    assert op.choose(q32).name == op.choose(q32, "half").name == "chunk"
+    run = op.bind("half")
+    run(q32)
+    assert run.name == "chunk" and calls == ["chunk"]
+
+
 def test_a_kernel_that_cannot_be_built_reruns_on_the_fallback_and_the_report_says_so():
     calls = []
     run = _toy_set(calls, fails=True).choose(torch.randn(1, 2, 5, 4))
