@@ -14,13 +14,14 @@ import os
 import pytest
 import torch
 
-from lavo_zoo.attention import build_attention
+from lavo_zoo.attention import attention_class, build_attention
 from lavo_zoo.attention.lavo.ops import LAVO_KERNELS
 from lavo_zoo.attention.ops import KernelUnavailable, dispatch, fla
 from lavo_zoo.attention.ops.delta_rule import DELTA_RULE_KERNELS
 from lavo_zoo.attention.ops.gated_linear import GATED_LINEAR_KERNELS
 from lavo_zoo.attention.ops.window import WINDOW, WINDOW_KERNELS, flex
 from lavo_zoo.errors import UsageError
+from tests.attention.mechanism_testing import recurrent_names
 
 CUDA = torch.cuda.is_available()
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -270,15 +271,12 @@ def test_a_triton_compile_failure_turns_fla_off(monkeypatch):
     assert choose_recurrent("delta_rule", _q(dtype=torch.bfloat16), "fla") == "chunk"
 
 
-RECURRENT_NAMES = {"based": "gated_linear", "gla": "gated_linear", "mamba2": "gated_linear",
-                   "deltanet": "delta_rule", "gated_deltanet": "delta_rule"}
-
-
-@pytest.mark.parametrize("name", list(RECURRENT_NAMES))
+@pytest.mark.parametrize("name", recurrent_names())
 def test_one_choice_per_recurrent_forward_and_the_report(name, monkeypatch):
     """A recurrent layer's op is chosen once per call that runs it (causal: the chunk; noncausal and cross: the
-    source's state, Based's a plain sum), from its ``kernels`` option; ``kernels_used`` says what ran."""
-    kernel_set = RECURRENT[RECURRENT_NAMES[name]]
+    source's state, unless the layer declares it a plain sum: ``source_op``), from its ``kernels`` option;
+    ``kernels_used`` says what ran."""
+    kernel_set = attention_class(name).kernel_set
     chosen = []
     choose = kernel_set.choose
     monkeypatch.setattr(kernel_set, "choose", lambda *a, **k: chosen.append(kernel_set.name) or choose(*a, **k))
@@ -288,7 +286,7 @@ def test_one_choice_per_recurrent_forward_and_the_report(name, monkeypatch):
         assert attn.kernels == "fla" and attn.kernels_used == "chunk"  # before a call: what it would take (CPU)
         chosen.clear()
         attn(x, context=x if pattern == "cross" else None)
-        runs_op = pattern == "causal" or name != "based"
+        runs_op = pattern == "causal" or attention_class(name).source_op
         assert chosen == ([kernel_set.name] if runs_op else []), pattern
         assert attn.kernels_used == "chunk"
     attn = build_attention(name, 16, 2, "causal")

@@ -8,13 +8,14 @@ import sys
 import pytest
 import torch
 
+from lavo_zoo.attention import attention_class
 from lavo_zoo.attention.ops.delta_rule import chunk_delta_rule
 from lavo_zoo.attention.ops.delta_rule.naive import naive_delta_rule
 from lavo_zoo.attention.ops.gated_linear import chunk_gated_linear
 from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
 from lavo_zoo.attention.ops.padding import gather_rows, pack
 from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
-from tests.attention.mechanism_testing import ATOL, RTOL, gen, randn
+from tests.attention.mechanism_testing import ATOL, RTOL, gen, randn, recurrent_names
 
 B, H, T, K, V = 2, 3, 29, 5, 4
 
@@ -318,21 +319,29 @@ def test_fla_missing_or_broken_is_not_available(error: Exception, warns: bool, m
         fla.available.cache_clear()
 
 
-@pytest.mark.parametrize("name", ["based", "gla", "mamba2", "deltanet", "gated_deltanet"])
+def _fla_kernel(name: str):
+    """The ``fla`` kernel of the one op of recurrent mechanism ``name`` (from its layer's ``kernel_set``)."""
+    (op,) = attention_class(name).kernel_set.ops.values()
+    return op.kernel("fla")
+
+
+@pytest.mark.parametrize("name", recurrent_names())
 @pytest.mark.parametrize("pattern", ["causal", "noncausal"])
 def test_a_layer_on_fla_gives_its_pytorch_output(name: str, pattern: str, fla_on_cuda, request) -> None:
     """Each mechanism with kernels='fla' (fla's stand-in) gives what kernels='chunk' gives and reports 'fla' where
-    its op ran on it: the layer hands the op its inputs in the op's order (delta rule: in half precision, as fla)."""
+    its op ran on it: the layer hands the op its inputs in the op's order (in fp32 where the op's fla kernel takes it,
+    else in half precision, as its declared ``dtypes`` say)."""
     from lavo_zoo.attention import build_attention
 
-    dtype = torch.float16 if "delta" in name else torch.float32
+    dtypes = _fla_kernel(name).dtypes
+    dtype = torch.float32 if dtypes is None or torch.float32 in dtypes else dtypes[0]
     torch.manual_seed(0)
     fast = build_attention(name, 32, 4, pattern, kernels="fla").to(dtype).eval()
     slow = build_attention(name, 32, 4, pattern, kernels="chunk").to(dtype).eval()
     slow.load_state_dict(fast.state_dict())
     x = randn(gen(request), 2, 21, 32).to(dtype)
     got, want = fast(x), slow(x)
-    runs_op = pattern == "causal" or name != "based"  # Based's noncausal state is a plain sum
+    runs_op = pattern == "causal" or attention_class(name).source_op  # else a plain sum
     assert bool(fla_on_cuda) == runs_op and slow.kernels_used == "chunk"
     if runs_op:
         assert fast.kernels_used == "fla"

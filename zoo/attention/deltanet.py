@@ -18,6 +18,7 @@ rule's state is an associative memory of the source's key-value pairs; see :mod:
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -153,6 +154,7 @@ class DeltaNetAttention(DeltaRuleAttention):
     family = "linear attention, delta rule"
     decoding_state = "H x (D/H) x (D/H) + (conv_size - 1) x 3 D conv inputs"
     description = "DeltaNet (delta-rule associative memory per head, short convs; chunked WY form, recurrent state)"
+    test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", conv_size: int = 4,
                  chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto") -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +115,8 @@ class RecurrentAttention(HasKernels, Attention):
 
     patterns = PATTERNS
     streaming = True
+    # whether writing a source's state (noncausal, cross) runs the op; False where it is a plain sum (no decay)
+    source_op: ClassVar[bool] = True
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", kernels: str = AUTO) -> None:
         super().__init__(embed_dim, num_heads, pattern)
