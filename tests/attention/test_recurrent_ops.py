@@ -157,6 +157,21 @@ def _fake_fla(calls: list[str]) -> dict:
     return modules
 
 
+def test_the_stand_in_implements_every_call_the_ops_declare() -> None:
+    """Every fla function the op of a registered mechanism declares (``FLA_CALLS`` of its folder's ``fla.py``) has a
+    stand-in here, so that the layer tests on fla run each of them: a new op's call without one fails here."""
+    import importlib
+
+    stand_ins = {f"{module}.{name}" for module, m in _fake_fla([]).items() for name in vars(m)
+                 if name.startswith("chunk_")}
+    for name in recurrent_names():
+        for op in attention_class(name).kernel_set.ops.values():
+            fla_module = importlib.import_module(op.kernel("fla").fn.__module__)
+            for label, (function, _) in fla_module.FLA_CALLS.items():
+                assert any(s.endswith(f".{function}") for s in stand_ins), (
+                    f"{name}: its op's fla call '{label}' ({function}) has no stand-in in _fake_fla")
+
+
 @pytest.fixture
 def fla_on_cuda(monkeypatch):
     """The stand-in fla, importable and 'on CUDA' (the dispatch's device test says yes); returns the fla functions
