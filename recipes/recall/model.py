@@ -18,7 +18,8 @@ from typing import Literal
 
 import torch
 
-from lavo_zoo.attention import AttentionSpec, tensor_bytes
+from lavo_zoo.attention import AttentionSchedule, AttentionSpec, tensor_bytes
+from lavo_zoo.attention.schedule import resolve_schedules
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.transformer import TiedDecoderLM
 
@@ -33,12 +34,16 @@ class ModelConfig:
     embed_dropout: Probability = 0.1  # on the embeddings (Zoology's)
     # any causal attention from `lavo-zoo list attentions`; YAML {name: lavo, num_bases: 32, window_size: 16}
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
+    # a hybrid: the attention of each layer, a list repeated over num_layers whose entries naming model.attention's
+    # mechanism take its options ([lavo, lavo, lavo, sdpa] or lavo*3+sdpa); null: model.attention in every layer
+    attention_schedule: AttentionSchedule | None = None
     # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary, local's relative bias)
     positions: Literal["auto", "sinusoidal", "none"] = "auto"
     vocab_size: NonNegativeInt = 0  # data.vocab_size (RecallRecipe.resolve); saved with the run
 
     def __post_init__(self) -> None:
         self.attention.check("causal", "model.attention")
+        resolve_schedules(self, "causal")
 
 
 class RecallModel(TiedDecoderLM):
