@@ -14,7 +14,7 @@ recurrent state, or the softmax attentions' KV cache) and the position offset ac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -27,6 +27,8 @@ from lavo_zoo.nn.transformer import DecoderState, TiedDecoderLM
 
 @dataclass
 class ModelConfig:
+    attention_patterns: ClassVar[str] = "causal"  # the pattern every layer's attention is built with
+
     num_layers: PositiveInt = 12
     embed_dim: PositiveInt = 768
     num_heads: PositiveInt = 12
@@ -43,8 +45,8 @@ class ModelConfig:
     vocab_size: NonNegativeInt = 0  # from data.tokenizer (LMRecipe.resolve); saved with the run so eval needs no data
 
     def __post_init__(self) -> None:
-        self.attention.check("causal", "model.attention")
-        resolve_schedules(self, "causal")
+        self.attention.check(self.attention_patterns, "model.attention")
+        resolve_schedules(self)
 
 
 class TransformerLM(TiedDecoderLM):

@@ -14,6 +14,7 @@ padding its batch has.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -26,6 +27,8 @@ from lavo_zoo.nn.transformer import TransformerEncoder
 
 @dataclass
 class ModelConfig:
+    attention_patterns: ClassVar[str] = "noncausal"  # the pattern every layer's attention is built with
+
     embed_dim: PositiveInt = 64
     num_heads: PositiveInt = 2
     ffn_dim: PositiveInt = 128
@@ -45,7 +48,7 @@ class ModelConfig:
     two_tower: bool = False  # Retrieval: classify a pair of documents
 
     def __post_init__(self) -> None:
-        resolve_schedules(self, "noncausal")
+        resolve_schedules(self)
 
 
 class LRAEncoder(nn.Module):

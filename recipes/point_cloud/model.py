@@ -19,7 +19,7 @@ there); the coarse output appends FPS(partial, min(M, N)) so that M may exceed t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
@@ -64,6 +64,8 @@ class ModelConfig:
     """PoinTr's PCN model (``cfgs/PCN_models/PoinTr.yaml``: trans_dim 384, depth [6, 8], 6 heads, mlp_ratio 2,
     knn_layer 1, num_query 224, num_pred 14336)."""
 
+    attention_patterns: ClassVar[dict[str, str]] = POINTR_SITE_PATTERNS  # each site's pattern
+
     embed_dim: PositiveInt = 384
     num_heads: PositiveInt = 6
     ffn_dim: PositiveInt = 768
@@ -87,7 +89,7 @@ class ModelConfig:
     attention_schedule: SiteSchedule = field(default_factory=SiteSchedule)
 
     def __post_init__(self) -> None:
-        resolve_schedules(self, POINTR_SITE_PATTERNS)
+        resolve_schedules(self)
 
 
 def build_site(cfg: ModelConfig, site: str, spec: AttentionSpec | None = None) -> Attention:

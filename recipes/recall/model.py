@@ -14,7 +14,7 @@ cannot stream keeps its whole input), summed over the tensors of the state objec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -26,6 +26,8 @@ from lavo_zoo.nn.transformer import TiedDecoderLM
 
 @dataclass
 class ModelConfig:
+    attention_patterns: ClassVar[str] = "causal"  # the pattern every layer's attention is built with
+
     num_layers: PositiveInt = 2
     embed_dim: PositiveInt = 128
     num_heads: PositiveInt = 1
@@ -42,8 +44,8 @@ class ModelConfig:
     vocab_size: NonNegativeInt = 0  # data.vocab_size (RecallRecipe.resolve); saved with the run
 
     def __post_init__(self) -> None:
-        self.attention.check("causal", "model.attention")
-        resolve_schedules(self, "causal")
+        self.attention.check(self.attention_patterns, "model.attention")
+        resolve_schedules(self)
 
 
 class RecallModel(TiedDecoderLM):

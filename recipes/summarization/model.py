@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from lavo_zoo.attention import SITE_PATTERNS, SiteAttention, SiteSchedule
+from lavo_zoo.attention import SiteAttention, SiteSchedule
 from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.errors import InputError
@@ -46,7 +46,7 @@ class ModelConfig:
     attention_schedule: SiteSchedule = field(default_factory=SiteSchedule)
 
     def __post_init__(self) -> None:
-        resolve_schedules(self, SITE_PATTERNS)
+        resolve_schedules(self)
 
 
 class SummarizationTransformer(nn.Module):

@@ -63,7 +63,7 @@ class ModelConfig:
     step: str = ""  # the time step between rows, a pandas offset (h, 15min, MS, B); "" = unknown
 
     def __post_init__(self) -> None:
-        resolve_schedules(self, SITE_PATTERNS)
+        resolve_schedules(self)
 
 
 class DataEmbedding(nn.Module):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import SITE_PATTERNS, SiteAttention, SiteSchedule
+from lavo_zoo.attention import SiteAttention, SiteSchedule
 from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.position import sinusoidal_positions
@@ -62,7 +62,7 @@ class ModelConfig:
     feature_std: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        resolve_schedules(self, SITE_PATTERNS)
+        resolve_schedules(self)
 
 
 class EncoderPrenet(nn.Module):

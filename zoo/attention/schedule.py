@@ -133,7 +133,7 @@ class AttentionSchedule:
         """The attention of each of ``num_layers`` layers: the entries repeated (the length must divide it)."""
         return [self.entries[i % len(self.entries)] for i in range(num_layers)]
 
-    def resolved(self, base: AttentionSpec, num_layers: int, pattern: str, key: str, layers_key: str
+    def resolved(self, base: AttentionSpec, num_layers: int, pattern: str | None, key: str, layers_key: str
                  ) -> AttentionSchedule:
         """The schedule with every entry layered over ``base`` (an entry naming ``base``'s mechanism starts from its
         options), each checked for ``pattern``.
@@ -141,7 +141,7 @@ class AttentionSchedule:
         Args:
             base: the site's ``model.attention`` (or its site's spec).
             num_layers: the stack's layers, which the schedule's length must divide.
-            pattern: the site's pattern (causal, noncausal, cross).
+            pattern: the site's pattern (causal, noncausal, cross; None: not checked).
             key, layers_key: the config keys of the schedule and of the layer count, for the messages.
 
         Raises:
@@ -197,15 +197,16 @@ class SiteSchedule:
 
 
 # --------------------------------------------------------------------------------------- a model config's layers
-def resolve_schedules(model: Any, patterns: str | Mapping[str, str], prefix: str = "model") -> None:
-    """Check a model config's ``attention_schedule`` against its ``attention`` and layer counts and store it
-    resolved (:meth:`AttentionSchedule.resolved`); the models' ``ModelConfig.__post_init__`` calls it.
+def resolve_schedules(model: Any, prefix: str = "model") -> None:
+    """Check a model config's ``attention_schedule`` against its ``attention``, its sites' patterns
+    (:func:`site_patterns`) and its layer counts, and store it resolved (:meth:`AttentionSchedule.resolved`); the
+    models' ``ModelConfig.__post_init__`` calls it.
 
     Args:
         model: the model config: ``attention`` (an :class:`AttentionSpec` or :class:`SiteAttention`),
-            ``attention_schedule`` (an :class:`AttentionSchedule` or None, or a :class:`SiteSchedule`) and the layer
-            counts (``num_layers``; ``encoder_layers`` / ``decoder_layers`` for sites).
-        patterns: the single site's pattern, or {site: pattern} (``SITE_PATTERNS``, or a recipe's own).
+            ``attention_schedule`` (an :class:`AttentionSchedule` or None, or a :class:`SiteSchedule`), the layer
+            counts (``num_layers``; ``encoder_layers`` / ``decoder_layers`` for sites) and, on its class,
+            ``attention_patterns``.
         prefix: the config key of ``model``, for the messages.
 
     Raises:
@@ -214,16 +215,17 @@ def resolve_schedules(model: Any, patterns: str | Mapping[str, str], prefix: str
     schedule = getattr(model, SCHEDULE_KEY, None)
     if schedule is None:
         return
-    if isinstance(patterns, str):
-        setattr(model, SCHEDULE_KEY, schedule.resolved(model.attention, model.num_layers, patterns,
-                                                       f"{prefix}.{SCHEDULE_KEY}", f"{prefix}.num_layers"))
-        return
-    for site, pattern in patterns.items():
-        own = getattr(schedule, site)
-        if own is not None:
-            setattr(schedule, site, own.resolved(getattr(model.attention, site), getattr(model, SITE_LAYERS[site]),
-                                                 pattern, f"{prefix}.{SCHEDULE_KEY}.{site}",
-                                                 f"{prefix}.{SITE_LAYERS[site]}"))
+    for site, pattern in site_patterns(model).items():
+        own = schedule if site == "" else getattr(schedule, site)
+        if own is None:
+            continue
+        where, count = (f".{site}", SITE_LAYERS[site]) if site else ("", "num_layers")
+        resolved = own.resolved(getattr(model.attention, site) if site else model.attention, getattr(model, count),
+                                pattern, f"{prefix}.{SCHEDULE_KEY}{where}", f"{prefix}.{count}")
+        if site:
+            setattr(schedule, site, resolved)
+        else:
+            setattr(model, SCHEDULE_KEY, resolved)
 
 
 def attention_layers(model: Any) -> dict[str, list[AttentionSpec]]:
@@ -242,6 +244,16 @@ def attention_layers(model: Any) -> dict[str, list[AttentionSpec]]:
             out[site] = own.layers(n) if isinstance(own, AttentionSchedule) else [getattr(attention, site)] * n
         return out
     return {}
+
+
+def site_patterns(model: Any) -> dict[str, str | None]:
+    """{site: pattern} of a model config's attention sites ("" for a model with one attention), from its class's
+    ``attention_patterns`` (a pattern, or {site: pattern}; default for sites: :data:`SITE_PATTERNS`); None where
+    the config does not declare it (a plug-in's)."""
+    declared = getattr(type(model), "attention_patterns", None)
+    if isinstance(getattr(model, "attention", None), SiteAttention):
+        return dict(declared if isinstance(declared, Mapping) else SITE_PATTERNS)
+    return {"": declared if isinstance(declared, str) else None}
 
 
 def layer_groups(specs: list[AttentionSpec]) -> list[tuple[list[int], AttentionSpec]]:
@@ -268,23 +280,65 @@ def stack_label(names: list[str]) -> str:
     return "hybrid:" + schedule_text(names[:period])
 
 
+def state_text(name: str, pattern: str | None) -> str:
+    """What a layer of mechanism ``name`` keeps while decoding in ``pattern``: its declared causal state
+    (``Attention.decoding_state``: ``2 T D (KV cache, grows with T)``), how a cross layer decodes, or that a
+    noncausal (encoder) layer keeps none; the mechanism's causal state where the pattern is not known."""
+    from lavo_zoo.attention.registry import ATTENTIONS, attention_class
+
+    if name not in ATTENTIONS:
+        return "?"
+    cls = attention_class(name)
+    if pattern == "noncausal":
+        return "none (noncausal: not decoded step by step)"
+    if pattern == "cross":
+        how = cls.decoding("cross")
+        return {"cache": "the source prepared once (cross cache)", "source": "the source, re-projected each step",
+                "prefix": "the source and the target so far, re-run each step"}.get(how, how or "?")
+    if pattern == "causal" and cls.decoding("causal") == "prefix" and not cls.decoding_state:
+        return "T D inputs (no streaming: re-runs the prefix)"
+    return cls.decoding_state or "?"
+
+
+@dataclass
+class LayerGroup:
+    """Layers of one attention site that run the same attention (:func:`describe_layers`)."""
+
+    site: str               # "" for a model with one attention, else encoder_self / decoder_self / cross
+    key: str                # the config key that sets them: model.attention[.site] or model.attention_schedule[.site]
+    layers: list[int]       # their indices in the site's stack
+    num_layers: int         # the stack's layers
+    spec: AttentionSpec     # what they run
+    state: str              # what each keeps while decoding (:func:`state_text`)
+
+    @property
+    def where(self) -> str:
+        """``layers 0-2, 4-6`` / ``layer 3`` / ``all 4 layers``."""
+        if len(self.layers) == self.num_layers:
+            return f"all {self.num_layers} layers" if self.num_layers > 1 else "its layer"
+        return f"layer{'s' if len(self.layers) > 1 else ''} {layer_ranges(self.layers)}"
+
+
 def spec_text(spec: AttentionSpec) -> str:
     """A spec as one line: ``lavo num_bases=32 window_size=16``."""
     return " ".join([spec.name, *(f"{k}={v}" for k, v in spec.options.items())])
 
 
-def describe_layers(model: Any, prefix: str = "model") -> list[tuple[str, str]]:
-    """(config key, text) for each attention site of a model config, saying what each layer runs: ``("model.attention",
-    "lavo num_bases=32")`` where every layer runs one attention, ``("model.attention_schedule", "layers 0-2, 4-6: lavo
-    num_bases=32; layers 3, 7: sdpa")`` for a hybrid (:func:`attention_layers`)."""
+def describe_layers(model: Any, prefix: str = "model") -> list[LayerGroup]:
+    """Each attention site of a model config, layer by layer: one :class:`LayerGroup` per distinct attention of a
+    site's stack (one for a site whose layers all run ``model.attention``), with what each layer keeps while
+    decoding; what ``lavo-zoo list configs``, ``train --dry-run`` and the model cards show."""
+    patterns = site_patterns(model)
     out = []
     for site, specs in attention_layers(model).items():
         groups = layer_groups(specs)
         where = f".{site}" if site else ""
-        if len(groups) == 1:
-            out.append((f"{prefix}.attention{where}", spec_text(groups[0][1])))
-            continue
-        text = "; ".join(f"layer{'s' if len(layers) > 1 else ''} {layer_ranges(layers)}: {spec_text(spec)}"
-                         for layers, spec in groups)
-        out.append((f"{prefix}.{SCHEDULE_KEY}{where}", text))
+        key = f"{prefix}.attention{where}" if len(groups) == 1 else f"{prefix}.{SCHEDULE_KEY}{where}"
+        out += [LayerGroup(site, key, layers, len(specs), spec, state_text(spec.name, patterns.get(site)))
+                for layers, spec in groups]
     return out
+
+
+def site_labels(model: Any) -> dict[str, str]:
+    """{site: its stack's attention in one word (:func:`stack_label`)} of a model config ("" for one site)."""
+    return {site: stack_label([spec.name for spec in specs]) for site, specs in attention_layers(model).items()}
