@@ -9,7 +9,8 @@ D^-0.5, scaled by sqrt(D)). Logits are computed only at the positions asked for 
 
 :func:`state_bytes` measures the recurrent state: what each layer's attention keeps after a sequence to go on with
 it (``Attention.step``: LAVO's sums and window, a KV cache, a feature-map prefix sum, an SSM state; a mechanism that
-cannot stream keeps its whole input), summed over the tensors of the state object itself.
+cannot stream keeps its whole input), summed over the tensors of the state object itself; ``model.layer_states``
+gives it layer by layer (a hybrid's layers keep different states).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from lavo_zoo.attention import AttentionSchedule, AttentionSpec, tensor_bytes
+from lavo_zoo.attention import AttentionSchedule, AttentionSpec
 from lavo_zoo.attention.schedule import resolve_schedules
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.transformer import TiedDecoderLM
@@ -67,18 +68,11 @@ class RecallModel(TiedDecoderLM):
         return self.logits(h)
 
 
-@torch.no_grad()
 def state_bytes(model: RecallModel, seq_len: int) -> tuple[int, bool]:
     """(bytes, grows): the recurrent state of ``model`` for ONE sequence of ``seq_len`` tokens, summed over its
-    layers, as each attention's ``step`` returns it (measured on random inputs of the model's dtype: the size does
-    not depend on the values), and whether it grows with the sequence (larger after ``2 * seq_len`` tokens: a KV
-    cache, or the whole input of a mechanism that cannot stream)."""
-    sizes = []
-    for length in (seq_len, 2 * seq_len):
-        total = 0
-        for block in model.blocks:
-            weight = next(block.attn.parameters(), model.embed_tokens.weight)
-            x = torch.randn(1, length, model.cfg.embed_dim, dtype=weight.dtype, device=weight.device)  # [1, T, D]
-            total += tensor_bytes(block.attn.step(x)[1])
-        sizes.append(total)
-    return sizes[0], sizes[1] > sizes[0]
+    layers (:meth:`~lavo_zoo.nn.transformer.TiedDecoderLM.layer_states`: each attention's ``step`` state, measured
+    on random inputs of the model's dtype: the size does not depend on the values), and whether it grows with the
+    sequence (larger after ``2 * seq_len`` tokens: a KV cache, or the whole input of a mechanism that cannot stream)
+    in any layer."""
+    layers = model.layer_states(seq_len)
+    return sum(layer.bytes for layer in layers), any(layer.grows for layer in layers)

@@ -428,10 +428,15 @@ class TiedDecoderLM(nn.Module):
 class LayerState:
     """One layer's decoding state, as :func:`attention_states` measures it."""
 
-    layer: int      # the layer's index in its stack
-    attention: str  # its mechanism
-    bytes: int      # what its state object holds for one sequence of the measured length
-    grows: bool     # larger after twice the tokens: a KV cache, or the whole input of a mechanism that cannot stream
+    layer: int        # the layer's index in its stack
+    attention: str    # its mechanism
+    bytes: int        # what its state object holds for one sequence of the measured length
+    per_token: float  # what it gains per token from there to twice the length (0: bounded)
+
+    @property
+    def grows(self) -> bool:
+        """Whether it grows with the sequence: a KV cache, or the whole input of a mechanism that cannot stream."""
+        return self.per_token > 0
 
 
 @torch.no_grad()
@@ -439,8 +444,8 @@ def attention_states(attentions: list[Attention], names: list[str], seq_len: int
                      like: torch.Tensor | None = None) -> list[LayerState]:
     """Each causal attention layer's decoding state for ONE sequence of ``seq_len`` tokens: the bytes of the tensors
     of the state its ``step`` returns (LAVO's sums and window, a KV cache, a matrix state with its convolution's
-    inputs, ...), and whether it grows (larger after ``2 * seq_len`` tokens). Measured on random inputs of each
-    layer's dtype and device (the size does not depend on the values).
+    inputs, ...), and what it gains per token up to ``2 * seq_len`` tokens (a state that grows: a KV cache). Measured
+    on random inputs of each layer's dtype and device (the size does not depend on the values).
 
     Args:
         attentions: the layers' attention modules (causal).
@@ -454,5 +459,5 @@ def attention_states(attentions: list[Attention], names: list[str], seq_len: int
         dtype, device = (weight.dtype, weight.device) if weight is not None else (torch.float32, "cpu")
         sizes = [tensor_bytes(attn.step(torch.randn(1, length, attn.embed_dim, dtype=dtype, device=device))[1])
                  for length in (seq_len, 2 * seq_len)]  # x [1, T, D]
-        out.append(LayerState(i, name, sizes[0], sizes[1] > sizes[0]))
+        out.append(LayerState(i, name, sizes[0], max(sizes[1] - sizes[0], 0) / seq_len))
     return out
