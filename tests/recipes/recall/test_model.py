@@ -4,17 +4,18 @@ the size its state object's fields give by hand (KV cache, window, LAVO's sums, 
 import pytest
 import torch
 
-from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.attention import AttentionSchedule, AttentionSpec
 from lavo_zoo.recipes.recall.model import ModelConfig, RecallModel, state_bytes
 
 D, H, T, V = 16, 2, 24, 20
 
 
-def _model(attention: dict, layers: int = 2) -> RecallModel:
+def _model(attention: dict, layers: int = 2, schedule: str | None = None) -> RecallModel:
     torch.manual_seed(0)
     spec = AttentionSpec.from_config(attention, "model.attention", "test")
+    schedule = AttentionSchedule.from_config(schedule, "model.attention_schedule", "test") if schedule else None
     return RecallModel(ModelConfig(num_layers=layers, embed_dim=D, num_heads=H, ffn_dim=32, embed_dropout=0.0,
-                                   attention=spec, vocab_size=V)).eval()
+                                   attention=spec, attention_schedule=schedule, vocab_size=V)).eval()
 
 
 @pytest.mark.parametrize("attention", [{"name": "sdpa"}, {"name": "lavo", "num_bases": 4, "window_size": 4},
@@ -56,3 +57,15 @@ FLOAT = 4  # bytes of a float32
 def test_state_bytes_are_what_the_state_objects_hold(attention, per_layer, grows):
     assert state_bytes(_model(attention, layers=2), T) == (2 * per_layer, grows)
 
+
+
+def test_a_hybrids_state_is_measured_layer_by_layer():
+    """Three LAVO layers keep their window and sums, the fourth (sdpa) a KV cache that grows by 2 D floats a token:
+    each layer says what it keeps, and the model's state is their sum."""
+    model = _model({"name": "lavo", "num_bases": 4, "window_size": 6}, layers=4, schedule="lavo*3+sdpa")
+    lavo, sdpa = (2 * 5 * D + 2 * D) * FLOAT, 2 * T * D * FLOAT
+    layers = model.layer_states(T)
+    assert [(s.layer, s.attention, s.bytes, s.grows) for s in layers] == [
+        (0, "lavo", lavo, False), (1, "lavo", lavo, False), (2, "lavo", lavo, False), (3, "sdpa", sdpa, True)]
+    assert [s.per_token for s in layers] == [0, 0, 0, 2 * D * FLOAT]
+    assert state_bytes(model, T) == (3 * lavo + sdpa, True)
