@@ -152,7 +152,8 @@ class AttentionSchedule:
         if num_layers % n:
             fits = [d for d in range(1, num_layers + 1) if num_layers % d == 0]
             raise ConfigError(f"config key '{key}' has {n} entries, which does not divide {layers_key} "
-                              f"({num_layers}): the schedule repeats over the layers, so give {_or(fits)} entries "
+                              f"({num_layers}): the schedule repeats over the layers, so give {_or(fits)} "
+                              f"entr{'y' if fits == [1] else 'ies'} "
                               f"(one per layer to set each), or change {layers_key}")
         out = []
         for i, entry in enumerate(self.entries):
