@@ -24,7 +24,7 @@ import click
 from lavo_zoo.atomic import put_file
 from lavo_zoo.errors import UsageError, ZooError, os_error_message
 from lavo_zoo.options import device_option, json_flag, out_option, overwrite_option
-from lavo_zoo.outputs import RESULTS, Outputs
+from lavo_zoo.outputs import RESULTS, Outputs, check_run_output
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
@@ -242,6 +242,7 @@ def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str
     recipe, cfg = resolve_config(config, overrides)
     if out is None:
         out = Path("runs") / str(config).replace("/", "-").removesuffix(".yaml")
+    check_run_output(out)  # the output policy: never another command's run, a study's cell, nor inside a run
     if dry_run:
         from lavo_zoo.engine.dry_run import describe_run
 

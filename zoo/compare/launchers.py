@@ -249,7 +249,12 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def read_record(job: CellJob) -> CellRecord | None:
-    """The record of a finished cell (its cell.json), else None."""
+    """The record of a finished cell (its cell.json, the record's ``source``), else None.
+
+    Raises:
+        UsageError: a cell.json that cannot be read, or the record of another cell (another attention or seed: copied
+            or moved there), naming the file and how to train the cell again.
+    """
     import json
 
     done = Path(job.cell_dir) / CELL_FILE
@@ -258,12 +263,16 @@ def read_record(job: CellJob) -> CellRecord | None:
     try:
         data = json.loads(done.read_text(encoding="utf-8"))
         problem = None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not a mapping"
-        record = None if problem else CellRecord.from_json(data)
+        record = None if problem else CellRecord.from_json(data, source=str(done))
     except (ValueError, UsageError) as e:  # JSON, UTF-8 or record errors: an edited or damaged file
         problem, record = str(e), None
     if record is None:
         raise UsageError(f"{done}, the record of a finished cell, cannot be read ({problem}); the study writes it "
                          "whole, so it was changed since: remove it (or the cell's folder) to train the cell again")
+    if (record.attention, record.seed) != (job.attention, job.seed):
+        raise UsageError(f"{done} is the record of {record.attention} seed {record.seed}, not of this cell "
+                         f"({job.attention} seed {job.seed}): it was copied or moved here, and would count another "
+                         "run as this one. Remove it (or the cell's folder) to train the cell")
     return record
 
 
@@ -323,6 +332,6 @@ class SerialLauncher:
             if record is None:
                 click.echo(f"{count(len(jobs), i)} {job.name}: training in {job.cell_dir}", err=True)
                 job.launch = {"launcher": "serial"}
-                record = CellRecord.from_json(job())
+                record = CellRecord.from_json(job(), source=str(Path(job.cell_dir) / CELL_FILE))
             records.append(record)
         return measure_after(StudyResult(records), out_dir, efficiency)

@@ -40,12 +40,13 @@ def attention_sites(section: Any, prefix: str = "model") -> dict[str, str]:
 
 
 def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None, resume: str | None = None,
-                 config_name: str = "") -> list[tuple[str, str]]:
+                 config_name: str = "", fresh: bool = False) -> list[tuple[str, str]]:
     """(label, text) rows of what ``lavo-zoo train`` would do with ``cfg`` into ``out``; raises what the run would
-    raise before its first step (a refused ``--out``, a bad data path or layout, a model the config cannot build)."""
+    raise before its first step (a refused ``--out``, a bad data path or layout, a model the config cannot build).
+    ``fresh``: ``out`` is emptied before the run (``compare --rerun``), which then starts afresh."""
     out = Path(out)
     check_folder_writable(out)
-    start = resume_source(out, resume)
+    start = None if fresh else resume_source(out, resume)
     cfg = recipe.resolve(cfg)
     tc = cfg.train
     if start is not None:

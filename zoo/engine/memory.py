@@ -23,7 +23,7 @@ import resource
 from pathlib import Path
 from typing import Any, Self
 
-from lavo_zoo.errors import InputError
+from lavo_zoo.errors import InputError, ZooError
 
 
 def memory_now() -> tuple[int, int]:
@@ -154,11 +154,31 @@ def check_fits(need: float, device: Any, request: str, fix: str) -> None:
                          f"{format_bytes(room)} free; {fix}")
 
 
+def build_on_meta(build: Any) -> Any:
+    """The model ``build()`` returns, built on PyTorch's meta device (which allocates nothing), or None where it cannot
+    be built there. The build's own refusals (an option out of range: a :class:`~lavo_zoo.errors.ZooError`) are
+    raised, as the real build would raise them, so that a check made before any work refuses what the work would.
+    The real build afterwards draws the random numbers it drew before.
+
+    Args:
+        build: a zero-argument callable returning the model (``lambda: recipe.build_model(cfg)``).
+    """
+    import torch
+
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            return build()
+    except ZooError:
+        raise
+    except Exception:  # noqa: BLE001 - a module that cannot be built on meta: no model to check
+        return None
+
+
 def check_model_fits(build: Any, device: Any, copies: int, request: str) -> None:
     """Refuse, before it is built, a model whose parameters ``device`` cannot hold ``copies`` times (1 to run it; 4 to
     train it with Adam: weights, gradients and two moments): the model is built once on PyTorch's meta device, which
-    allocates nothing, to count its parameters. A model that cannot be built there is not checked (it is then built
-    as before).
+    allocates nothing, to count its parameters (:func:`build_on_meta`: an option the build refuses is refused here).
+    A model that cannot be built there is not checked (it is then built as before).
 
     Args:
         build: a zero-argument callable returning the model (``lambda: recipe.build_model(cfg)``).
@@ -169,14 +189,10 @@ def check_model_fits(build: Any, device: Any, copies: int, request: str) -> None
     Raises:
         InputError: the parameters cannot fit, naming their count and the bytes they need.
     """
-    import torch
-
-    try:
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the real build draws what it drew before
-            model = build()
-        params = list(model.parameters()) + list(model.buffers())
-    except Exception:  # noqa: BLE001 - a module that cannot be built on meta: no estimate, no refusal
+    model = build_on_meta(build)
+    if model is None:
         return
+    params = list(model.parameters()) + list(model.buffers())
     count = sum(p.numel() for p in params)
     need = sum(p.numel() * p.element_size() for p in params) * copies
     check_fits(need, device, f"{request} ({count:,} parameters and buffers, x{copies})",
