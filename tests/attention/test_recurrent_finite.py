@@ -89,3 +89,23 @@ def test_every_accepted_option_gives_finite_numbers(name, options, request) -> N
         x = scale * torch.randn(2, 40, 16, generator=g0)
         with torch.no_grad():
             _close_and_finite(layer(x), reference(exact, x.double()))
+
+
+@pytest.mark.parametrize("chunk", [29, 32, 64])
+def test_the_stable_form_of_a_channel_gate_matches_the_recurrence_with_gradients(chunk, request) -> None:
+    """Decays far beyond the fast form's range (it takes the stable one, even in float64): outputs, final state and
+    every gradient equal the recurrence's."""
+    g0 = gen(request)
+    B, H, T, K, V = 1, 2, 70, 4, 3
+    q, k, v, S0 = (torch.randn(*shape, generator=g0, dtype=torch.float64) for shape in
+                   ((B, H, T, K), (B, H, T, K), (B, H, T, V), (B, H, K, V)))
+    g = -40 * torch.rand(B, H, T, K, generator=g0, dtype=torch.float64)  # ~ -20 a token: > 354 across a chunk
+    g[..., ::3, :] *= 1e-3  # mixed with weak decays, so that the factors that survive are of every size
+    inputs = [t.requires_grad_() for t in (q, k, v, g, S0)]
+    fast, slow = chunk_gated_linear(q, k, v, g, S0, chunk), naive_gated_linear(q, k, v, g, S0)
+    weights = [torch.randn(o.shape, generator=g0, dtype=torch.float64) for o in fast]
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
+    grads = [torch.autograd.grad(sum((o * w).sum() for o, w in zip(out, weights)), inputs) for out in (fast, slow)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
