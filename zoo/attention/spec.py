@@ -54,6 +54,36 @@ def merge_attention(base: Any, over: Any, merge: Callable[[dict[str, Any], dict[
     return merge(base, over)
 
 
+class OptionDefault:
+    """An attention option a config leaves out, at its mechanism's default: equal to that value (so that an option
+    given at its default is the same setting), and shown as the default (``32 (its default)``; ``its default`` for
+    one the mechanism works out itself, a None such as LAVO's ``num_bases``), never as a bare ``None``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return (other.value if isinstance(other, OptionDefault) else other) == self.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "its default" if self.value is None else f"{self.value!r} (its default)"
+
+
+def with_option_defaults(config: Any, inside: bool = False) -> Any:
+    """A config in its YAML form (:func:`~lavo_zoo.config.to_dict`) with every attention's options that are left out
+    filled with the mechanism's defaults (:class:`OptionDefault`), so that two configs compare by what they build
+    (an option given at its default equals one left out) and a difference names the default (``num_bases: its
+    default -> 16``, not ``None -> 16``). Only mappings under an ``attention`` key are read as attentions."""
+    if not isinstance(config, dict):
+        return config
+    name = config.get("name")
+    if inside and isinstance(name, str) and name in ATTENTIONS:
+        return {**{k: OptionDefault(v) for k, v in option_defaults(attention_class(name)).items()}, **config}
+    return {k: with_option_defaults(v, inside or k == "attention") for k, v in config.items()}
+
+
 @dataclass
 class AttentionSpec:
     """One attention mechanism from the registry (``lavo-zoo list attentions``) and its constructor options.

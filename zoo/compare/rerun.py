@@ -42,7 +42,9 @@ def config_difference(cell_dir: Path, resolved: dict[str, Any]) -> list[str]:
     saved_file = Path(cell_dir) / "config.yaml"
     if not saved_file.is_file():
         return []
-    saved, now = _flat(yaml.safe_load(saved_file.read_text())), _flat(resolved)
+    from lavo_zoo.attention.spec import with_option_defaults  # options left out compare at their defaults
+
+    saved, now = (_flat(with_option_defaults(c)) for c in (yaml.safe_load(saved_file.read_text()), resolved))
     return [f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now" for k in sorted(set(saved) | set(now))
             if saved.get(k) != now.get(k)]
 
