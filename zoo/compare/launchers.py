@@ -113,8 +113,9 @@ _SBATCH_OWN = {"partition": "--partition", "p": "--partition", "time": "--time",
 def check_slurm_options(options: dict[str, Any]) -> None:
     """Refuse, before anything is submitted, a free sbatch option (``--slurm-option`` / ``launcher.slurm_options``)
     that is not one: a name sbatch cannot have (a space), a value that is not one line (a newline would become a
-    line of the job's script), one that a setting of its own gives (``time``: use ``--time``) or that the launcher
-    sets itself (the job's name, logs, requeueing, dependencies).
+    line of the job's script), one that a setting of its own gives (``time``: use ``--time``), that the launcher
+    sets itself (the job's name, logs, requeueing, dependencies) or that starts the job without this environment
+    (an ``export`` without ``ALL``).
 
     Raises:
         UsageError: naming the option and what to give instead.
@@ -129,6 +130,11 @@ def check_slurm_options(options: dict[str, Any]) -> None:
             raise UsageError(f"--slurm-option {key}: " + (f"give it as {instead} (or its key in the launcher: section)"
                                                          if instead else "the launcher sets this sbatch option "
                                                          "itself; leave it out"))
+        if name == "export" and not str(value).upper().startswith("ALL"):
+            raise UsageError(f"--slurm-option export={value}: a cell's job runs this Python with this environment (the "
+                             "virtual environment, PYTHONPATH, and the variables submitit finds its job by); an export "
+                             "without ALL leaves them out and every job fails before its cell starts. Give "
+                             "export=ALL,NAME=VALUE to add variables, or leave the option out")
         if value is True:  # a flag (exclusive)
             continue
         if value is False:
