@@ -67,3 +67,16 @@ def score_summaries(hypotheses: list[str], references: list[str]) -> dict[str, f
     evaluator = Rouge()
     evaluator.update(list(hypotheses), list(references))
     return evaluator.compute()
+
+
+def broken_plugins(folder: Path) -> Path:
+    """A package, found through ``folder`` on the path, that declares two plugins: an attention whose module raises
+    and a recipe whose module exits when imported (what a half-installed or mistaken plugin does)."""
+    dist = folder / "badplug-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[lavo_zoo.plugins.attentions]\nbad_attn = badplug_attn:BadAttention\n"
+                                           "[lavo_zoo.plugins.recipes]\nbad_recipe = badplug_exit:Recipe\n")
+    (folder / "badplug_attn.py").write_text('raise RuntimeError("boom at import")\n')
+    (folder / "badplug_exit.py").write_text("import sys\nsys.exit(3)\n")
+    return folder

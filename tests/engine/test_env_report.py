@@ -103,3 +103,32 @@ def test_a_cache_that_is_a_file_or_too_big_to_count_is_said(tmp_path: Path, monk
     report = json.loads(capsys.readouterr().out)["cache"]
     assert report["complete"] is False and 0 < report["bytes"] < 3000 + 500 + len(str(cache / "b.json"))
     assert env_report.folder_size(cache) == (3000 + 500 + (cache / "link").lstat().st_size, True)
+
+
+def test_the_hf_extras_real_state_the_plugins_and_pythonpath_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """env reported the hf extra as installed from its metadata while transformers did not import, listed no plugins
+    and did not show PYTHONPATH."""
+    import sys
+
+    from tests.helpers import broken_plugins
+
+    broken_plugins(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{tmp_path / 'gone'}")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # installed by its metadata, but it does not import
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["extras"] == {"hf": "transformers is not installed"}
+    plugins = {p["name"]: p for p in info["plugins"]}
+    assert set(plugins) == {"bad_attn", "bad_recipe"} and plugins["bad_attn"]["package"] == "badplug 0.1"
+    assert "RuntimeError: boom at import" in plugins["bad_attn"]["state"]
+    assert info["python_path"] == [{"folder": str(tmp_path), "exists": True},
+                                   {"folder": str(tmp_path / "gone"), "exists": False}]
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    for line in ("  hf: transformers is not installed", "plugins (entry points of other packages):",
+                 "  attentions: bad_attn = badplug_attn:BadAttention (badplug 0.1): the plugin 'bad_attn'",
+                 "PYTHONPATH:", f"  {tmp_path / 'gone'} (does not exist)"):
+        assert line in text, line
+
