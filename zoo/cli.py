@@ -459,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {os_error_message(e)}", err=True)
         return 1
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
-        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or (  # numpy's, Python's, torch's
-                isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):  # torch's CPU allocator
+        from lavo_zoo.engine.memory import is_out_of_memory
+
+        if is_out_of_memory(e):  # Python's, torch's (CUDA), torch's CPU allocator
             if debug:
                 traceback.print_exc()
             click.echo(f"error: out of memory ({str(e).splitlines()[0] if str(e) else type(e).__name__}): a size "

@@ -89,6 +89,13 @@ class PeakMemory:
         self.bytes = max(peak - self._base, 0)
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says memory ran out: Python's MemoryError, torch's OutOfMemoryError (CUDA) or its CPU
+    allocator's refusal."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
+
+
 def check_fits(need: float, device: Any, request: str, fix: str) -> None:
     """Refuse, before it starts, a request whose estimated memory ``need`` (bytes) exceeds what ``device`` can still
     hold (:func:`available_memory`).
