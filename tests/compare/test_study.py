@@ -196,3 +196,20 @@ def test_an_option_a_later_cells_model_refuses_stops_the_study_before_any_trains
         run_study(str(study), ["sdpa", "lavo"], [1, 2], None, [], {"lavo": {"num_bases": 64}}, out, "cpu", "test",
                   dry_run=dry_run)
     assert not out.exists() and "check out" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link"])
+def test_a_cells_place_that_is_not_a_folder_is_refused_before_any_cell_trains(study, tmp_path, kind):
+    """Found by the sweep: a file where a later cell's folder goes let the earlier cells train, then stopped with
+    'cannot lock ...: it already exists' (and the dry run said the cell would train)."""
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    place = out / "cells" / "sdpa-seed2"
+    place.parent.mkdir(parents=True)
+    place.write_text("x") if kind == "file" else place.symlink_to(tmp_path / "nothing")
+    for dry_run in (True, False):
+        with pytest.raises(UsageError, match=f"sdpa-seed2 is a {'file' if kind == 'file' else 'link to nothing'}, "
+                                             "where the study keeps the folder of its cell sdpa-seed2"):
+            small_study(study, out, attentions=("sdpa",), seeds=(1, 2), dry_run=dry_run)
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["sdpa-seed2"]  # sdpa-seed1 did not train

@@ -66,6 +66,19 @@ def attention_key(cfg: Any, site: str | None) -> str:
                      "no attention to compare")
 
 
+def check_cell_folder(cell_dir: Path, cell: Cell) -> None:
+    """Refuse, before any cell trains, a cell's place that holds something other than a folder (a file, a link to
+    nothing): the cell could neither be trained there nor kept.
+
+    Raises:
+        UsageError: naming the place and what to do.
+    """
+    if (cell_dir.exists() or cell_dir.is_symlink()) and not cell_dir.is_dir():
+        what = "a link to nothing" if cell_dir.is_symlink() else "a file"
+        raise UsageError(f"{cell_dir} is {what}, where the study keeps the folder of its cell {cell.name}; move it "
+                         "away and run the command again")
+
+
 def check_distinct(items: list, option: str, what: str) -> None:
     """A run counts once: refuse an attention or a seed given twice, which would train (or keep) the same cell again
     and count it as another run (a spread of 0, a verdict from one run)."""
@@ -166,6 +179,7 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
         cell_cfg = recipe.resolve(cell_cfg)
         build_on_meta(partial(recipe.build_model, cell_cfg))  # an option the cell's model refuses, as its run would
         cell_dir = out_dir / "cells" / cell.name
+        check_cell_folder(cell_dir, cell)
         if check_reusable(cell_dir, to_dict(cell_cfg), rerun):
             stale.append(cell_dir)
         planned.append((cell, recipe, cell_cfg, cell_overrides_, cell_dir))
