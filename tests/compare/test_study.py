@@ -180,7 +180,8 @@ def test_a_copied_cell_record_counts_once_as_collect_counts_it(study, tmp_path, 
     capsys.readouterr()
     records = small_study(study, out, attentions=("sdpa",), seeds=(1, 2))
     assert [(r.attention, r.seed) for r in records] == [("sdpa", 1)]
-    assert "sdpa-seed2/cell.json holds the same run as" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "sdpa-seed2/cell.json holds the same run as" in said and "remove it, or the cell's folder" in said
     assert len(collect([out])) == len(records)  # the same count --collect gives
 
 

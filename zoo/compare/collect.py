@@ -39,8 +39,9 @@ def collect(paths: list[Path], efficiency: bool = True) -> list[CellRecord]:
                 data = json.loads(file.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 if file.name == CELL_FILE or path.is_file():  # a record, or a file given by name: say so
-                    note(f"{file} cannot be read ({e}), so it is left out; if it is a finished cell's record, remove "
-                         "it (or the cell's folder) and run the study's command to train the cell again")
+                    again = ("; it is a finished cell's record: remove it (or the cell's folder) and run the study's "
+                             "command to train the cell again") if file.name == CELL_FILE else ""
+                    note(f"{file} cannot be read ({e}), so it is left out{again}")
                 continue
             if not isinstance(data, dict) or "metrics" not in data:
                 if file.name == CELL_FILE or path.is_file():

@@ -58,7 +58,9 @@ class RunsSeen:
             kind = next(i for i in identities if i in self.runs)
             why = (f"the same weights, sha256 {kind[1][:12]}..., scored on the {kind[2] or 'same'} split"
                    if kind[0] == "weights" else "the same content")
-            self.note(f"{file} holds the same run as {first} ({why}): counted once")
+            again = (" (a copy in a study's cell: remove it, or the cell's folder, and run the study's command to "
+                     "train that cell)") if Path(file).name == CELL_FILE and Path(first).name == CELL_FILE else ""
+            self.note(f"{file} holds the same run as {first} ({why}): counted once{again}")
             return False
         self.runs.update(dict.fromkeys(identities, Path(file)))
         return True
