@@ -2,7 +2,8 @@
 ops/delta_rule) in float32, over each option's accepted range and input scales far from the unit one, against their
 token-by-token recurrences in float64 (finite wherever the recurrence is, and close to it). GLA's chunked form
 returned NaN where its recurrence was finite (gate_logit_normalizer 0.1 at unit-scale inputs; the default 16 at 1000x
-inputs)."""
+inputs); weak decays after a strong one lost a few percent to rounding in every gated form; Mamba-2's output at
+10,000x inputs was zero where its recurrence's was not (the RMSNorm's squares overflowed)."""
 from __future__ import annotations
 
 import importlib
@@ -17,7 +18,7 @@ from lavo_zoo.attention.ops.gated_linear import chunk_gated_linear
 from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
 from tests.attention.mechanism_testing import gen
 
-SCALES = (1e-3, 1.0, 1e3)  # input scales, around the unit one
+SCALES = (1e-3, 1.0, 1e3, 1e4)  # input scales, around the unit one
 CLOSE = 2e-3  # float32 against float64: error at most this share of the reference's largest value
 
 
@@ -109,3 +110,22 @@ def test_the_stable_form_of_a_channel_gate_matches_the_recurrence_with_gradients
     grads = [torch.autograd.grad(sum((o * w).sum() for o, w in zip(out, weights)), inputs) for out in (fast, slow)]
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["head", "channel", "delta"])
+def test_weak_decays_after_a_strong_one_keep_their_precision(kind, request) -> None:
+    """One token of log decay -1e6, then weak ones: every factor after it is a sum of the weak decays, which a
+    difference of cumulative sums (-1e6 + small, less -1e6) lost to float32 rounding (2 to 3 % off)."""
+    g0 = gen(request)
+    B, H, T, K, V = 1, 2, 70, 4, 3
+    q, k, v = (torch.randn(B, H, T, n, generator=g0) for n in (K, K, V))
+    g = -0.1 * torch.rand(*((B, H, T, K) if kind == "channel" else (B, H, T)), generator=g0)
+    g[:, :, 5] = -1e6
+    if kind == "delta":
+        k, beta = torch.nn.functional.normalize(k, dim=-1), torch.rand(B, H, T, generator=g0)
+        out, _ = chunk_delta_rule(q, k, v, beta, g, None, 64)
+        ref, _ = naive_delta_rule(q.double(), k.double(), v.double(), beta.double(), g.double())
+    else:
+        out, _ = chunk_gated_linear(q, k, v, g, None, 64)
+        ref, _ = naive_gated_linear(q.double(), k.double(), v.double(), g.double())
+    torch.testing.assert_close(out.double(), ref, atol=1e-5 * ref.abs().max().item(), rtol=1e-5)

@@ -80,10 +80,14 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dimension, in fp32 (fp64 for fp64), with a learned scale."""
+    """RMSNorm over the last dimension, in fp32 (fp64 for fp64), with a learned scale: x / sqrt(mean(x^2) + eps),
+    computed on x divided by its largest magnitude (the same function), so that squares of values beyond 1.8e19 (a
+    state read out at inputs far from the unit scale) do not overflow float32 into a zero output."""
     dtype = torch.promote_types(x.dtype, torch.float32)
     x = x.to(dtype)
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.to(dtype)
+    scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+    unit = x / scale
+    return unit * torch.rsqrt(unit.pow(2).mean(-1, keepdim=True) + eps / scale.pow(2)) * weight.to(dtype)
 
 
 def swish_gate(o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,10 @@ state S_0 is computed for all chunks at once; one short loop over the T / C chun
 
     W = U - Kw S_0,   O = diag(Gamma) Q S_0 + (Q K^T . L) W,   S_C = Gamma_C S_0 + (K . Gamma_C / Gamma)^T W
 
-No T x T matrix: O(T C (K + V) + T C^2 + T K V) time, O(T (K + V + C)) memory. Every decay factor is <= 1 (masked
-before the exp). The token-by-token recurrence is :mod:`.naive`. Sums in fp32 (fp64 for fp64 inputs), autocast
-off.
+No T x T matrix: O(T C (K + V) + T C^2 + T K V) time, O(T (K + V + C)) memory. Every decay factor is <= 1 (masked before
+the exp), its exponent a sum of the decays between the two tokens, never a difference of cumulative sums
+(:func:`~lavo_zoo.attention.ops.gated_linear.segment_sums`), so weak decays after a strong one keep their precision. The
+token-by-token recurrence is :mod:`.naive`. Sums in fp32 (fp64 for fp64 inputs), autocast off.
 
 Kernels, declared for the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) as the op :data:`DELTA_RULE` and the
 set its mechanisms choose from, :data:`DELTA_RULE_KERNELS` (a layer's ``kernels`` option: 'auto', 'fla' or
@@ -33,7 +34,7 @@ import torch
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.ops import dispatch, fla
 from lavo_zoo.attention.ops.dispatch import Kernel, KernelSet, Op
-from lavo_zoo.attention.ops.gated_linear import _chunks
+from lavo_zoo.attention.ops.gated_linear import _chunks, segment_sums, suffix_sums
 
 
 def chunk_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
@@ -74,11 +75,12 @@ def _chunk(q, k, v, beta, g, state, C):
         ratio = causal.to(q.dtype)  # Gamma_i / Gamma_j for j <= i
         q_in, k_out, k_in = q, k, k
     else:
-        b = _chunks(g, n, C).cumsum(-1)  # [B, H, n, C]
-        ratio = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # [B, H, n, C, C]
+        g = _chunks(g, n, C)
+        b = g.cumsum(-1)  # [B, H, n, C]
+        ratio = segment_sums(g, -1).exp()  # [B, H, n, C, C] Gamma_i / Gamma_j, summed (not differenced), 0 above
         q_in = q * b.exp()[..., None]
         k_in = k * b.exp()[..., None]
-        k_out = k * (b[..., -1:] - b).exp()[..., None]
+        k_out = k * suffix_sums(g, -1).exp()[..., None]
         decay = b[..., -1].exp()[..., None, None]
     strict = (k @ k.transpose(-1, -2)) * ratio * beta[..., None]  # M, before masking the diagonal
     system = strict.masked_fill(causal.logical_not().logical_or(torch.eye(C, dtype=torch.bool, device=q.device)),
