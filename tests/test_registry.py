@@ -46,3 +46,8 @@ def test_a_plugin_that_raises_or_exits_is_named_with_its_entry_point(tmp_path, m
         line = next(line for line in listed.stdout.splitlines() if line.strip().startswith(name))
         assert "cannot be loaded" in line and "pip uninstall badplug" in line
     assert "  lavo " in listed.stdout and "  lm " in listed.stdout  # the others are listed
+    # a recipe plugin whose commands module raises broke every command (the CLI imports them all): left out, said once
+    helped = run_cli("--help", env={"PYTHONPATH": str(tmp_path)})
+    assert helped.returncode == 0 and "generate" in helped.stdout
+    assert helped.stderr.count("warning: the commands of the plugin 'bad_commands'") == 1
+    assert "ImportError: the commands module is broken" in helped.stderr

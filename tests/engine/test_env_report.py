@@ -121,7 +121,8 @@ def test_the_hf_extras_real_state_the_plugins_and_pythonpath_are_reported(tmp_pa
     info = json.loads(capsys.readouterr().out)
     assert info["extras"] == {"hf": "transformers is not installed"}
     plugins = {p["name"]: p for p in info["plugins"]}
-    assert set(plugins) == {"bad_attn", "bad_recipe"} and plugins["bad_attn"]["package"] == "badplug 0.1"
+    assert set(plugins) == {"bad_attn", "bad_recipe", "bad_commands"}
+    assert plugins["bad_attn"]["package"] == "badplug 0.1"
     assert "RuntimeError: boom at import" in plugins["bad_attn"]["state"]
     assert info["python_path"] == [{"folder": str(tmp_path), "exists": True},
                                    {"folder": str(tmp_path / "gone"), "exists": False}]
