@@ -135,3 +135,4 @@ def test_a_killed_cell_says_what_killed_it_and_shared_cores_are_said():
 
     assert "each on cores of its own" in note() and "shared their cores" not in note()
     assert "shared their cores" in note(cores_shared=True) and "cores of its own" not in note(cores_shared=True)
+    assert "more cells than the machine had cores for" in note(cores_shared=True)

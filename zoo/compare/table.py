@@ -121,13 +121,12 @@ def _launch_note(records: list[CellRecord]) -> list[str]:
         return []
     at_once = "/".join(map(str, sorted({launch["cells_at_once"] for launch in local})))
     if any(launch.get("cores_shared") for launch in local):
-        how = ("more of them than the cores it could use, so that some shared their cores (and a GPU of their own on "
-               "CUDA): their step times include waiting for the cores")
+        how = ("more cells than the machine had cores for, so that some shared their cores: their step times include "
+               "waiting for a core, and")
     else:
-        how = "each on cores of its own (and a GPU of its own on CUDA)"
-    return ["", (f"Cells trained {at_once} at once on one machine (`--launcher local`), {how}: their step times "
-                 "share the machine's memory bandwidth and caches, so compare them with step times measured the same "
-                 "way.")]
+        how = "each on cores of its own (and a GPU of its own on CUDA): their step times"
+    return ["", (f"Cells trained {at_once} at once on one machine (`--launcher local`), {how} share the machine's "
+                 "memory bandwidth and caches, so compare them with step times measured the same way.")]
 
 
 SOFTMAX, CONTROL = "sdpa", "mean"
