@@ -72,7 +72,8 @@ def test_an_option_too_large_for_the_machine_is_refused_before_any_allocation(na
 
     monkeypatch.setattr(registry, "available_memory", lambda device: 10_000_000)  # 10 MB free
     value = {"state_size": 10**6, "expand_v": 1024.0, "feature_dim": 400}[option]
-    with pytest.raises(OptionError, match=rf"attention '{name}' with {option}={value!r} needs about .* for its "
-                                          r"parameters \(and one sequence's state\), but this machine has 10 MB free"):
+    with pytest.raises(OptionError, match=rf"attention '{name}' \(embed_dim 32, 4 heads, {option}={value!r}\) needs "
+                                          r"about .* for its parameters \(and one sequence's state\), but this machine "
+                                          r"has 10 MB free"):
         build_attention(name, 32, 4, "causal", **{option: value})
     assert build_attention(name, 32, 4, "causal") is not None  # its defaults fit
