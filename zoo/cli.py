@@ -418,8 +418,8 @@ Examples:
 @json_flag
 def env_cmd(as_json: bool) -> None:
     """Show this installation: versions of Python, lavo-zoo and every dependency (and the range each must be in),
-    whether torchaudio and Triton load, CUDA / GPUs / NCCL, LAVO's kernels on CUDA, espeak-ng, the cache folder and
-    its size. Writes nothing."""
+    whether it is the project's lock (requirements/lock.txt, in a source checkout), whether torchaudio and Triton
+    load, CUDA / GPUs / NCCL, LAVO's kernels on CUDA, espeak-ng, the cache folder and its size. Writes nothing."""
     from lavo_zoo.engine.env_report import collect, format_report
 
     info = collect()

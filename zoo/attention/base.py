@@ -111,6 +111,12 @@ class Attention(nn.Module):
     # False for a control whose output ignores its queries (``mean``): in cross attention the target then gets no
     # gradient through the site, which the contract allows for such a mechanism only.
     reads_queries: ClassVar[bool] = True
+    # True where the causal decoding state grows with the tokens decoded (a KV cache); False: it has a constant size
+    state_grows: ClassVar[bool] = False
+    # Small non-default options with which the tests cross every chunk, window, segment and landmark boundary of the
+    # mechanism at a few dozen tokens (as timm keeps ``default_cfg`` beside each model): the zoo's tests build every
+    # registered mechanism with them beside its defaults (:meth:`test_options_for`)
+    test_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
         """What every mechanism's constructor passes on first (its own options follow).
@@ -189,6 +195,16 @@ class Attention(nn.Module):
                ) -> torch.Tensor | tuple[torch.Tensor, Any]:
         """Mechanism-specific computation on validated inputs; returns y or (y, state) when return_state."""
         raise NotImplementedError
+
+    @classmethod
+    def test_options_for(cls, pattern: str) -> dict[str, Any]:
+        """:attr:`test_options` for ``pattern`` (a mechanism whose option suits some patterns only drops it where it
+        does not apply).
+
+        Args:
+            pattern: one of the class's ``patterns``.
+        """
+        return dict(cls.test_options)
 
     # ------------------------------------------------------------------------------------------ decoding
     @classmethod

@@ -23,6 +23,7 @@ reference.
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -64,6 +65,8 @@ class BasedAttention(RecurrentAttention):
     decoding_state = "H x (1 + f + f(f+1)/2) x (D/H + 1) (+ conv inputs when conv_size > 0)"
     description = "Based linear attention (2nd-order Taylor features of exp, normalised; chunked, recurrent state)"
     kernel_set = GATED_LINEAR_KERNELS
+    test_options: ClassVar[dict[str, Any]] = {"feature_dim": 4, "chunk_size": 8, "conv_size": 3}
+    source_op = False  # no decay: a source's state is the plain sum of its writes
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", feature_dim: int = 16,
                  conv_size: int = 0, chunk_size: int = 64, eps: float = 1e-12, kernels: str = "auto") -> None:

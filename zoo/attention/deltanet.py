@@ -18,6 +18,7 @@ rule's state is an associative memory of the source's key-value pairs; see :mod:
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,9 @@ from lavo_zoo.attention.recurrent import (
 
 class DeltaRuleAttention(RecurrentAttention):
     """The delta-rule layers: DeltaNet (``gated`` False: no decay, no output gate, values of width D / H) and Gated
-    DeltaNet (``gated`` True: a Mamba-2 decay per head, a swish output gate, values ``expand_v`` times wider)."""
+    DeltaNet (``gated`` True: a Mamba-2 decay per head, a swish output gate, values ``expand_v`` times wider); the
+    layers of the family's later forms (KDA, :mod:`lavo_zoo.attention.kda`) build on it and override the op's gates
+    (:meth:`gates`) and the output stage (:meth:`output`)."""
 
     gated = False
     kernel_set = DELTA_RULE_KERNELS
@@ -95,18 +98,23 @@ class DeltaRuleAttention(RecurrentAttention):
     def memory_shape(self) -> tuple[int, int]:
         return self.embed_dim // self.num_heads, self.value_dim // self.num_heads
 
-    def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """beta [B, H, T] and the log decay g [B, H, T] (None without gate) of x [B, T, D]."""
+    def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The op's gates of x [B, T, D], by their argument names (:func:`~lavo_zoo.attention.ops.delta_rule.
+        chunk_delta_rule`): beta [B, H, T] and, with the gate, the log decay g [B, H, T]. A layer of the family
+        overrides it (KDA's decay per key channel, Gated DeltaNet-2's erase and write gates)."""
         beta = torch.sigmoid(self.b_proj(x)).transpose(1, 2)
         if not self.gated:
-            return beta, None
-        return beta, (-torch.exp(self.A_log)[:, None] * F.softplus(self.a_proj(x) + self.dt_bias).transpose(1, 2))
+            return {"beta": beta}
+        return {"beta": beta,
+                "g": -torch.exp(self.A_log)[:, None] * F.softplus(self.a_proj(x) + self.dt_bias).transpose(1, 2)}
 
     def queries(self, q: torch.Tensor) -> torch.Tensor:
         """Convolved / activated query projections [B, T, D] -> unit-norm, scaled [B, H, T, d]."""
         return l2norm(split_heads(q, self.num_heads)) * (self.embed_dim // self.num_heads) ** -0.5
 
     def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The read values o [B, H, T, d_v] of the tokens x [B, T, D] -> the layer's output [B, T, D]: per-head
+        RMSNorm, the swish output gate (Gated DeltaNet), the output projection."""
         o = rms_norm(o, self.norm_weight, self.norm_eps)
         if self.gated:
             o = swish_gate(o, split_heads(self.g_proj(x), self.num_heads))
@@ -122,19 +130,19 @@ class DeltaRuleAttention(RecurrentAttention):
         caches = state.conv if state is not None else ()
         q, cq = self.q_conv(self.q_proj(x), caches[0] if caches else None)
         k, v, ckv = self._keys_values(x, caches[1:] if caches else (None, None))
-        beta, g = self.gates(x)
         q = self.queries(q)
-        o, memory = self.start_kernels(q).delta_rule(q, k, v, beta, g, None if state is None else state.memory,
-                                                     self.chunk_size)
+        o, memory = self.start_kernels(q).delta_rule(q, k, v, state=None if state is None else state.memory,
+                                                     chunk_size=self.chunk_size, **self.gates(x))
         return self.output(o, x), RecurrentState(memory, ((cq,) if cq is not None else ()) + ckv)
 
     def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
         k, v, _ = self._keys_values(source, (None, None))
-        beta, g = self.gates(source)
-        m = key_mask(mask, beta)
-        if m is not None:  # the packed tail writes nothing and decays nothing
-            beta, g = beta * m, (None if g is None else g * m)
-        _, memory = self.start_kernels(k).delta_rule(k.new_zeros(k.shape), k, v, beta, g, None, self.chunk_size)
+        gates = self.gates(source)
+        m = key_mask(mask, k)
+        if m is not None:  # the packed tail erases, writes and decays nothing
+            gates = {n: t * (m if t.dim() == 3 else m[..., None]) for n, t in gates.items()}
+        _, memory = self.start_kernels(k).delta_rule(k.new_zeros(k.shape), k, v, chunk_size=self.chunk_size,
+                                                     **gates)
         return SourceMemory(memory)
 
     def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
@@ -153,6 +161,7 @@ class DeltaNetAttention(DeltaRuleAttention):
     family = "linear attention, delta rule"
     decoding_state = "H x (D/H) x (D/H) + (conv_size - 1) x 3 D conv inputs"
     description = "DeltaNet (delta-rule associative memory per head, short convs; chunked WY form, recurrent state)"
+    test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", conv_size: int = 4,
                  chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto") -> None:

@@ -17,6 +17,8 @@ Patterns: causal, noncausal and cross, every query reading the memory after the 
 """
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.deltanet import DeltaRuleAttention, naive
 
@@ -35,6 +37,7 @@ class GatedDeltaNetAttention(DeltaRuleAttention):
     family = "linear attention, gated delta rule"
     decoding_state = "H x (D/H) x (expand_v D/H) + (conv_size - 1) x (2 + expand_v) D conv inputs"
     description = "Gated DeltaNet (delta rule + Mamba-2 decay per head, output gate; chunked WY form, recurrent state)"
+    test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8, "expand_v": 1.0}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", expand_v: float = 2.0,
                  conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto") -> None:

@@ -17,6 +17,8 @@ Patterns: causal, noncausal and cross, every query reading the state after the w
 """
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,6 +54,7 @@ class GLAAttention(RecurrentAttention):
     decoding_state = "H x (expand_k D/H) x (D/H) (+ conv inputs when conv_size > 0)"
     description = "GLA gated linear attention (data-dependent decay per key channel; chunked, recurrent state)"
     kernel_set = GATED_LINEAR_KERNELS
+    test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8, "conv_size": 3}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", expand_k: float = 0.5,
                  gate_low_rank_dim: int = 16, gate_logit_normalizer: float = 16.0, conv_size: int = 0,

@@ -18,6 +18,7 @@ after the whole real source (see :mod:`lavo_zoo.attention.recurrent`).
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,7 @@ class Mamba2Attention(RecurrentAttention):
     decoding_state = "expand D x state_size + (conv_size - 1) x (expand D + 2 state_size) conv inputs"
     description = "Mamba-2 selective state space (SSD; scalar decay per head, short conv, gated RMSNorm)"
     kernel_set = GATED_LINEAR_KERNELS
+    test_options: ClassVar[dict[str, Any]] = {"state_size": 8, "chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", state_size: int = 128,
                  expand: int = 2, conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5,

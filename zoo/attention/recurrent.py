@@ -1,6 +1,6 @@
-"""What the recurrent mechanisms of the field's frontier share (``based``, ``gla``, ``mamba2``, ``deltanet``,
-``gated_deltanet``): one matrix state per head, written token by token and read by the queries, behind the
-attention contract.
+"""What the field's recurrent mechanisms share (every registered subclass of :class:`RecurrentAttention`;
+``lavo-zoo list attentions`` names them): one matrix state per head, written token by token and read by the
+queries, behind the attention contract.
 
 Patterns. Causal is each mechanism's own definition: the state after token t, read by query t. Noncausal and cross
 follow from what the family is, a compression of a sequence into that state: every query reads the state the
@@ -15,19 +15,18 @@ Padding: each mechanism runs on rows packed to their real tokens (:func:`~lavo_z
 so a padded row gives what the row alone gives, with left, right or inner padding; in noncausal and cross the
 padded tail of a packed source writes nothing and decays nothing. Padded query rows' outputs are unspecified.
 
-Kernels: each mechanism's recurrence is one op of the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`), the gated
-linear attention's (``ops/gated_linear``: Based, GLA, Mamba-2) or the delta rule's (``ops/delta_rule``: DeltaNet,
-Gated DeltaNet), each with a PyTorch chunked kernel ('chunk', every device) and flash-linear-attention's ('fla',
-CUDA). A layer's ``kernels`` option requests 'auto' or one of them; the call that runs the op chooses once
-(:meth:`~lavo_zoo.attention.ops.dispatch.HasKernels.start_kernels` on the op's queries) and ``kernels_used``
-reports what ran. Reading a source's state (noncausal and cross queries, a cross decoding step) is one matrix
-product and runs no op.
+Kernels: each mechanism's recurrence is one op of the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`), the one
+its layer's ``kernel_set`` declares (``ops/gated_linear``, ``ops/delta_rule``), each with a PyTorch chunked kernel
+('chunk', every device) and flash-linear-attention's ('fla', CUDA). A layer's ``kernels`` option requests 'auto'
+or one of them; the call that runs the op chooses once (:meth:`~lavo_zoo.attention.ops.dispatch.HasKernels.
+start_kernels` on the op's queries) and ``kernels_used`` reports what ran. Reading a source's state (noncausal and
+cross queries, a cross decoding step) is one matrix product and runs no op.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -119,6 +118,8 @@ class RecurrentAttention(HasKernels, Attention):
 
     patterns = PATTERNS
     streaming = True
+    # whether writing a source's state (noncausal, cross) runs the op; False where it is a plain sum (no decay)
+    source_op: ClassVar[bool] = True
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", kernels: str = AUTO) -> None:
         super().__init__(embed_dim, num_heads, pattern)

@@ -164,6 +164,7 @@ class LavoAttention(HasKernels, Attention):
     eval_options = ("global_read",)
     # the reading before the causal defaults changed (docs/lavo.md): configs saved earlier keep it
     former_defaults: ClassVar[dict[str, Any]] = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
+    test_options: ClassVar[dict[str, Any]] = {"num_bases": 3, "window_size": 5}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
