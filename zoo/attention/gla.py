@@ -82,8 +82,10 @@ class GLAAttention(RecurrentAttention):
         """
         super().__init__(embed_dim, num_heads, pattern, kernels)
         key_dim = expanded_width("expand_k", expand_k, embed_dim, num_heads)
-        if gate_low_rank_dim < 1 or chunk_size < 1 or gate_logit_normalizer <= 0:
-            raise ValueError("gate_low_rank_dim, chunk_size and gate_logit_normalizer must be positive")
+        for option, value in (("gate_low_rank_dim", gate_low_rank_dim), ("chunk_size", chunk_size),
+                              ("gate_logit_normalizer", gate_logit_normalizer)):
+            if not value > 0 or value == float("inf"):
+                raise ValueError(f"{option} must be a finite number > 0, got {value!r}")
         check_eps("norm_eps", norm_eps)
         self.key_dim, self.chunk_size = key_dim, chunk_size
         self.gate_logit_normalizer, self.norm_eps = gate_logit_normalizer, norm_eps

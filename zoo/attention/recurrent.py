@@ -79,10 +79,14 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dimension, in fp32 (fp64 for fp64), with a learned scale."""
+    """RMSNorm over the last dimension, in fp32 (fp64 for fp64), with a learned scale: x / sqrt(mean(x^2) + eps),
+    computed on x divided by its largest magnitude (the same function), so that squares of values beyond 1.8e19 (a
+    state read out at inputs far from the unit scale) do not overflow float32 into a zero output."""
     dtype = torch.promote_types(x.dtype, torch.float32)
     x = x.to(dtype)
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.to(dtype)
+    scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+    unit = x / scale
+    return unit * torch.rsqrt(unit.pow(2).mean(-1, keepdim=True) + eps / scale.pow(2)) * weight.to(dtype)
 
 
 def swish_gate(o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -161,6 +165,13 @@ class RecurrentAttention(HasKernels, Attention):
         """(K, V): the matrix memory per head is K x V (the state's ``memory`` is [B, H, K, V])."""
         raise NotImplementedError
 
+    @property
+    def sequence_state_bytes(self) -> int:
+        """Bytes of one sequence's state (fp32; H x K x V), which no call can do without: what
+        :func:`~lavo_zoo.attention.registry.build_attention` checks, with the parameters, against free memory."""
+        K, V = self.memory_shape
+        return 4 * self.num_heads * K * V
+
     def check_state(self, state: Any, x: torch.Tensor) -> None:
         """Refuse a state that this layer did not return for a batch like ``x`` [B, T, D]: another type, batch size,
         head count, memory size or number of short convolutions (a layer of another configuration), before any op
@@ -188,6 +199,11 @@ class RecurrentAttention(HasKernels, Attention):
         if not isinstance(cache, SourceMemory):
             raise TypeError(f"cache must be the SourceMemory that this attention's cross_cache() returned, got "
                             f"{type(cache).__name__}")
+        expected = (self.num_heads, *self.memory_shape)
+        if tuple(cache.memory.shape[1:]) != expected:
+            raise ValueError(f"cache holds a {' x '.join(map(str, cache.memory.shape[1:]))} state (heads x K x V), "
+                             f"this layer's is {' x '.join(map(str, expected))}: the cache is from a layer of another "
+                             "mechanism or configuration; decode with the cache this layer's cross_cache() returned")
         return self.read(x, cache)
 
 
