@@ -184,3 +184,14 @@ def test_the_match_ignores_build_tags_only(monkeypatch: pytest.MonkeyPatch, torc
     else:
         with pytest.raises(DependencyError, match=f"torchaudio {audio_version} does not match torch {torch_version}"):
             dependencies.check_torchaudio_matches()
+
+
+def test_a_missing_transformers_says_how_to_install_it(monkeypatch) -> None:
+    """What needs the transformers format with transformers missing was a raw ModuleNotFoundError (a missing
+    submitit already got its pip install line)."""
+    from lavo_zoo.checkpoints.hf_format import transformers_plugin
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(DependencyError, match=r"export --format hf needs lavo-zoo's \[hf\] extra, and transformers "
+                                              r"is not installed: pip install 'lavo-zoo\[hf\]'"):
+        transformers_plugin("lm", "export --format hf")

@@ -176,3 +176,38 @@ def lock_status() -> dict[str, Any]:
     return {"lock": str(path), "for": f"Python {lock.python} on {lock.system}",
             "fits_this_machine": lock.fits_this_machine(), "matches": not differences,
             "differences": differences, "repair": INSTALL_COMMAND}
+
+
+# ------------------------------------------------------------------------------------------- optional extras
+EXTRA_MODULES = {"hf": ("transformers", "huggingface_hub")}  # what each extra must import (the transformers form)
+
+
+def extra_problem(extra: str) -> str | None:
+    """Why lavo-zoo's ``extra`` (``hf``) cannot be used here, or None when each of its modules imports: its real
+    state, not its metadata (a package whose files are gone or broken still has its metadata)."""
+    for module in EXTRA_MODULES[extra]:
+        try:
+            importlib.import_module(module)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a broken install may raise anything on import
+            if isinstance(e, ModuleNotFoundError) and e.name == module:
+                return f"{module} is not installed"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"{module} {installed_version(module) or ''} does not import ({type(e).__name__}: {first})"
+    return None
+
+
+def require_extra(extra: str, purpose: str) -> None:
+    """Refuse, before any work, what needs lavo-zoo's ``extra`` where it cannot be used (:func:`extra_problem`),
+    with the command that repairs it.
+
+    Args:
+        extra: the extra's name (``hf``).
+        purpose: what needs it, for the message (``the transformers format``).
+
+    Raises:
+        DependencyError: naming the missing or broken module and ``pip install 'lavo-zoo[extra]'``.
+    """
+    problem = extra_problem(extra)
+    if problem is not None:
+        raise DependencyError(f"{purpose} needs lavo-zoo's [{extra}] extra, and {problem}: pip install "
+                              f"'lavo-zoo[{extra}]' (or, in a checkout, pip install -e '.[{extra}]')")

@@ -158,3 +158,13 @@ def test_empty_chunks_and_inputs(name: str, request) -> None:
     assert empty.shape == (2, 0, D)
     y2 = attn(x[:, 3:], state=state)
     torch.testing.assert_close(torch.cat([y1, y2], 1), attn(x), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("option, value", [("gate_logit_normalizer", -1.0), ("gate_logit_normalizer", 0.0),
+                                           ("chunk_size", 0), ("gate_low_rank_dim", 0)])
+def test_a_gla_option_out_of_range_is_named_with_its_value(option: str, value: float) -> None:
+    """Found by the sweep: the refusal named three options at once and no value."""
+    from lavo_zoo.errors import OptionError
+
+    with pytest.raises(OptionError, match=rf"^attention 'gla': {option} must be a finite number > 0, got {value!r}$"):
+        build_attention("gla", 16, 2, **{option: value})

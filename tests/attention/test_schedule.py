@@ -77,6 +77,16 @@ def test_the_schedule_is_checked_when_the_config_is_read_naming_key_entry_and_la
         _lm("[]")
     with pytest.raises(ConfigError, match="must be a list of attentions"):
         _lm("3")
+    # an option value a mechanism refuses, when the layer is built: named where it was set
+    from lavo_zoo.errors import OptionError
+
+    for overrides, key in ((["model.attention_schedule=[{name: lavo, num_bases: 999}, sdpa]"],
+                            r"model.attention_schedule\[0\]' .*num_bases \(999\).*change that entry's options"),
+                           (["model.attention_schedule=lavo*3+sdpa", "model.attention.num_bases=999"],
+                            r"model.attention' .*num_bases \(999\)")):
+        recipe, cfg = resolve_config("lm/tiny-lavo", overrides)
+        with pytest.raises(OptionError, match=key):
+            recipe.build_model(recipe.resolve(cfg))
     # an encoder-decoder site: its own layers and pattern
     with pytest.raises(ConfigError, match=r"'model.attention_schedule.decoder_self\[1\]': attention 'lara' does "
                                           r"not support pattern 'causal'.*of model.decoder_layers=2"):

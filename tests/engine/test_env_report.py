@@ -143,3 +143,33 @@ def test_a_bad_lock_or_none_is_one_line_of_the_report(tmp_path: Path, monkeypatc
     monkeypatch.setattr(dependencies, "lock_path", lambda: None)
     assert main(["env"]) == 0
     assert "lock: none (not a source checkout: an install from a release is not locked)" in capsys.readouterr().out
+
+
+def test_the_hf_extras_real_state_the_plugins_and_pythonpath_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """env reported the hf extra as installed from its metadata while transformers did not import, listed no plugins
+    and did not show PYTHONPATH."""
+    import sys
+
+    from tests.helpers import broken_plugins
+
+    broken_plugins(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{tmp_path / 'gone'}")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # installed by its metadata, but it does not import
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["extras"] == {"hf": "transformers is not installed"}
+    plugins = {p["name"]: p for p in info["plugins"]}
+    assert set(plugins) == {"bad_attn", "bad_recipe", "bad_commands"}
+    assert plugins["bad_attn"]["package"] == "badplug 0.1"
+    assert "RuntimeError: boom at import" in plugins["bad_attn"]["state"]
+    assert info["python_path"] == [{"folder": str(tmp_path), "exists": True},
+                                   {"folder": str(tmp_path / "gone"), "exists": False}]
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    for line in ("  hf: transformers is not installed", "plugins (entry points of other packages):",
+                 "  attentions: bad_attn = badplug_attn:BadAttention (badplug 0.1): the plugin 'bad_attn'",
+                 "PYTHONPATH:", f"  {tmp_path / 'gone'} (does not exist)"):
+        assert line in text, line
+

@@ -109,7 +109,8 @@ class AttentionSchedule:
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
-            entries = [AttentionSpec(name) for name in parse_schedule(value, key, source)]
+            entries = [AttentionSpec(name, origin=(f"{key}[{i}]", source))
+                       for i, name in enumerate(parse_schedule(value, key, source))]
         elif isinstance(value, (list, tuple)):
             entries = [AttentionSpec.from_config(v, f"{key}[{i}]", source) for i, v in enumerate(value)]
         else:
@@ -175,10 +176,12 @@ def _or(items: list[int]) -> str:
 
 def layered(entry: AttentionSpec, base: AttentionSpec) -> AttentionSpec:
     """``entry`` over ``base``: the same mechanism keeps ``base``'s options under the entry's own; another mechanism
-    is the entry alone."""
+    is the entry alone. An option refused when the layer is built names where it was set (the spec's ``origin``):
+    the entry's key where the entry sets options, else ``base``'s."""
     if entry.name != base.name:
-        return AttentionSpec(entry.name, dict(entry.options))
-    return AttentionSpec(entry.name, {**base.options, **entry.options})
+        return AttentionSpec(entry.name, dict(entry.options), origin=entry.origin)
+    return AttentionSpec(entry.name, {**base.options, **entry.options},
+                         origin=entry.origin if entry.options else base.origin)
 
 
 @dataclass

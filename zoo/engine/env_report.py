@@ -4,8 +4,9 @@ As ``python -m torch.utils.collect_env``, ``transformers env`` and ``accelerate 
 lavo-zoo and every dependency it declares (with the range each must satisfy), whether the environment is the
 project's lock (``requirements/lock.txt``, the set the suite passed with; in a source checkout), whether each
 compiled extension loads (torchaudio beside this torch, Triton), CUDA, the GPUs and NCCL, which kernels LAVO takes
-by default on CUDA, espeak-ng (the text-to-speech recipe's built-in corpus), and the cache folder with its size.
-Every probe is guarded: a failing one is reported in its line, never raised.
+by default on CUDA, espeak-ng (the text-to-speech recipe's built-in corpus), the cache folder with its size, whether
+each optional extra can be used (its modules import), the plugins other packages add and whether each loads, and
+PYTHONPATH. Every probe is guarded: a failing one is reported in its line, never raised.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from lavo_zoo.engine.env import cache_root, git_revision
 from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.version import __version__
 
+# the entry-point groups through which other packages extend lavo-zoo (pyproject.toml names them)
+PLUGIN_GROUPS = ("lavo_zoo.plugins.attentions", "lavo_zoo.plugins.recipes", "lavo_zoo.plugins.evaluators",
+                 "lavo_zoo.plugins.transformers")
 # environment variables that change what lavo-zoo does; their values are reported where set
 VARIABLES = ("LAVO_ZOO_CACHE", LOCK_VARIABLE, "LAVO_ZOO_OFFLINE", "LAVO_ZOO_TRITON", "LAVO_ZOO_FLEX",
              "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "HF_ENDPOINT")
@@ -183,6 +187,66 @@ def _lock_line(lock: Any) -> str:
     return "\n".join(lines)
 
 
+def _extras() -> dict[str, Any]:
+    """Whether each optional extra can be used here (its modules import), not only whether its packages' metadata is
+    there: ``{"hf": "usable"}`` or ``{"hf": "transformers is not installed"}``."""
+    from lavo_zoo.dependencies import EXTRA_MODULES, extra_problem
+
+    return {extra: extra_problem(extra) or "usable" for extra in EXTRA_MODULES}
+
+
+def _plugins() -> list[dict[str, Any]]:
+    """Every package that extends lavo-zoo through an entry point (lavo-zoo's own left out), with whether its module
+    imports: a broken plugin is what makes a command fail, and a report should say which."""
+    from importlib.metadata import entry_points
+
+    from lavo_zoo.registry import plugin_failure
+
+    rows = []
+    found = [ep for group in PLUGIN_GROUPS for ep in entry_points(group=group)]
+    for ep in sorted(found, key=lambda ep: (ep.group, ep.name)):
+        if ep.value.startswith("lavo_zoo."):
+            continue
+        dist = getattr(ep, "dist", None)
+        try:
+            ep.load()
+            state = "loads"
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin may raise anything on import, or exit
+            state = plugin_failure(ep, e)
+        rows.append({"group": ep.group, "name": ep.name, "value": ep.value, "state": state,
+                     "package": f"{dist.name} {dist.version}" if dist is not None else None})
+    return rows
+
+
+def _python_path() -> list[dict[str, Any]]:
+    """The folders ``PYTHONPATH`` puts before the installed packages (each: whether it exists): what makes this
+    process import other code than the installation's."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [{"folder": p, "exists": Path(p).is_dir()} for p in entries]
+
+
+def _installation_lines(info: dict[str, Any]) -> list[str]:
+    """The report's lines on the optional extras' real state, the plugins and PYTHONPATH."""
+    lines = ["", "optional extras (do their modules import?):"]
+    extras = info.get("extras")
+    lines += ([f"  {name}: {state}" for name, state in extras.items()] if isinstance(extras, dict)
+              else [f"  {extras}"])
+    plugins = info.get("plugins")
+    lines += ["", "plugins (entry points of other packages):"]
+    if isinstance(plugins, list):
+        lines += [f"  {p['group'].rsplit('.', 1)[-1]}: {p['name']} = {p['value']} ({p['package'] or 'unknown package'}"
+                  f"): {p['state']}" for p in plugins] or ["  none"]
+    else:
+        lines.append(f"  {plugins}")
+    path = info.get("python_path")
+    lines += ["", "PYTHONPATH:"]
+    if isinstance(path, list):
+        lines += [f"  {p['folder']}" + ("" if p["exists"] else " (does not exist)") for p in path] or ["  unset"]
+    else:
+        lines.append(f"  {path}")
+    return lines
+
+
 def collect() -> dict[str, Any]:
     """The whole report as a JSON-ready dict (``lavo-zoo env --json``)."""
     import torch
@@ -203,6 +267,7 @@ def collect() -> dict[str, Any]:
         "espeak_ng": _probe(_espeak),
         "cache": _probe(_cache),
         "variables": {name: os.environ[name] for name in VARIABLES if name in os.environ},
+        "extras": _probe(_extras), "plugins": _probe(_plugins), "python_path": _probe(_python_path),
     }
 
 
@@ -249,4 +314,5 @@ def format_report(info: dict[str, Any]) -> str:
     lines.append(_cache_line(cache))
     if info["variables"]:
         lines += ["", "environment variables:"] + [f"  {k}={v}" for k, v in info["variables"].items()]
+    lines += _installation_lines(info)
     return "\n".join(lines)

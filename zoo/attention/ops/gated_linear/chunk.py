@@ -6,20 +6,27 @@ decay between them (no T x T matrix anywhere), across chunks the state, carried 
 chunks. Cost O(T C (K + V) + T K V), memory O(T (K + V) + (T / C) K V). The token-by-token recurrence is
 :mod:`.naive`.
 
-Numerics: every decay factor is exp of a difference of within-chunk cumulative log decays. One gate per head
-(``g`` [B, H, T]) gives the C x C factor matrix exp(b_i - b_j) directly, masked to j <= i before the exp, so every
-factor is <= 1. A gate per key channel (``g`` [B, H, T, K]) cannot form that [C, C, K] tensor cheaply; the queries
-and keys are scaled by exp(b_i - b_m) and exp(b_m - b_j) around the chunk's middle token m, so a factor exceeds 1
-only across half a chunk: with the default 32-token chunks, fp32 overflows only if a channel's log decay averages
-below -5.5 per token over 16 tokens (GLA's gate, logsigmoid / 16, reaches that only for gate logits below -88).
-The sums run in fp32 (fp64 for fp64 inputs), autocast off.
+Numerics: every decay factor is exp of the sum of the log decays between two tokens of a chunk, summed from the decays
+themselves (:mod:`~lavo_zoo.attention.ops.chunking`'s `segment_sums`, `suffix_sums`): a difference of cumulative sums,
+b_i - b_j, loses the weak decays that follow a strong one to rounding. One gate per head (``g`` [B, H, T]) gives the C x
+C factor matrix directly, -inf above the diagonal before the exp, so every factor is <= 1. A gate per key channel (``g``
+[B, H, T, K]) cannot form that [C, C, K] tensor cheaply; the queries and keys are scaled by exp(b_i - b_m) and exp(b_m -
+b_j) around the chunk's middle token m, which is exact while exp(+-(the most a channel decays across a chunk)) is finite
+(half the log of the dtype's largest number: 44 in fp32, a mean log decay below -1.4 per token over 32 tokens to exceed
+it; GLA's gate, logsigmoid / 16, reaches that only for gate logits below -22). A chunk that decays more (a small
+``gate_logit_normalizer``, inputs far outside the unit scale) takes the stable form, :func:`_channel_scores`, whose
+every factor is <= 1 as it is computed (sub-chunks of 16 tokens, flash-linear-attention's layout; about ten times slower
+on a CPU), so the chunked form is finite wherever the token-by-token recurrence is. The sums run in fp32 (fp64 for fp64
+inputs), autocast off.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from lavo_zoo.attention.common import compute_dtype
-from lavo_zoo.attention.ops.chunking import split_chunks
+from lavo_zoo.attention.ops.chunking import segment_sums, split_chunks, suffix_sums
 
 
 def chunk_gated_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor | None = None,
@@ -59,18 +66,23 @@ def _chunk(q, k, v, g, state, C):
         scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)  # [B, H, n, C, C]
         q_in, k_out, decay = q, k, None
     elif g.dim() == 3:  # one gate per head
-        b = split_chunks(g, n, C).cumsum(-1)  # [B, H, n, C] inclusive cumulative log decay
-        diff = (b[..., :, None] - b[..., None, :]).masked_fill(~causal, float("-inf"))
-        scores = (q @ k.transpose(-1, -2)) * diff.exp()
+        g = split_chunks(g, n, C)
+        b = g.cumsum(-1)  # [B, H, n, C] inclusive cumulative log decay
+        scores = (q @ k.transpose(-1, -2)) * segment_sums(g, -1).exp()  # [B, H, n, C, C], exp(-inf) = 0 above
         q_in = q * b.exp()[..., None]
-        k_out = k * (b[..., -1:] - b).exp()[..., None]
+        k_out = k * suffix_sums(g, -1).exp()[..., None]
         decay = b[..., -1].exp()[..., None, None]  # [B, H, n, 1, 1]
     else:  # one gate per key channel
-        b = split_chunks(g, n, C).cumsum(-2)  # [B, H, n, C, K]
-        mid = b[..., C // 2: C // 2 + 1, :]
-        scores = ((q * (b - mid).exp()) @ (k * (mid - b).exp()).transpose(-1, -2)).masked_fill(~causal, 0.0)
+        g = split_chunks(g, n, C)
+        b = g.cumsum(-2)  # [B, H, n, C, K]
+        spread = float((b[..., 0, :] - b[..., -1, :]).max().detach())  # the most a channel decays across a chunk
+        if spread <= math.log(torch.finfo(q.dtype).max) / 2:  # exp(+-spread) is finite: the fast form is exact
+            mid = b[..., C // 2: C // 2 + 1, :]
+            scores = ((q * (b - mid).exp()) @ (k * (mid - b).exp()).transpose(-1, -2)).masked_fill(~causal, 0.0)
+        else:
+            scores = _channel_scores(q, k, g)
         q_in = q * b.exp()
-        k_out = k * (b[..., -1:, :] - b).exp()
+        k_out = k * suffix_sums(g, -2).exp()
         decay = b[..., -1, :].exp()[..., None]  # [B, H, n, K, 1]
     o = scores @ v  # [B, H, n, C, V] within the chunk
     writes = k_out.transpose(-1, -2) @ v  # [B, H, n, K, V] each chunk's contribution to the state at its end
@@ -82,3 +94,39 @@ def _chunk(q, k, v, g, state, C):
         S = (S if a is None else a * S) + write
     o = o + q_in @ torch.stack(before, 2)
     return o.flatten(2, 3)[:, :, :T], S
+
+
+SUB_CHUNK = 16  # tokens per sub-chunk of a chunk's per-channel decay factors (at most; a divisor of the chunk)
+
+
+def _channel_scores(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """A chunk's causal scores under a decay per key channel, every factor <= 1 as it is computed, so that no decay
+    overflows however strong (flash-linear-attention's sub-chunk layout):
+
+        scores_ij = sum_K q_iK k_jK exp(sum_{j < t <= i} g_tK)
+
+    The chunk's C tokens are cut into sub-chunks of c (:data:`SUB_CHUNK`, a divisor of C). A query's sub-chunk s
+    reads the keys of an earlier sub-chunk u through the start of s: q_i scaled by the decay from the start of s to
+    i, k_j by the decay from j to the start of s, both <= 1 (one [c, K] product per pair of sub-chunks); within a
+    sub-chunk the factors are formed one by one ([c, c, K], :func:`segment_sums`). Every exponent is a sum of
+    decays, never a difference.
+
+    Args:
+        q, k: [B, H, n, C, K]; g: the log decays [B, H, n, C, K].
+
+    Returns:
+        scores [B, H, n, C, C], zero above the diagonal.
+    """
+    C = q.shape[-2]
+    c = math.gcd(C, SUB_CHUNK)
+    m = C // c
+    qs, ks, gs = (t.unflatten(-2, (m, c)) for t in (q, k, g))  # [.., C, K] -> [.., m, c, K]
+    into = gs.cumsum(-2)  # [.., m, c, K] the decay from the start of each sub-chunk to each of its tokens
+    # from key j of sub-chunk u to the start of sub-chunk s > u: the rest of u, then the whole sub-chunks between
+    between = segment_sums(gs.sum(-2), -2)  # [.., m, m, K]: over the sub-chunks w, u < w <= a
+    between = torch.cat([torch.full_like(between[..., :1, :, :], float("-inf")), between[..., :-1, :, :]], -3)
+    k_across = ks.unsqueeze(-4) * (suffix_sums(gs, -2).unsqueeze(-4) + between.unsqueeze(-2)).exp()  # [.., s, u, c, K]
+    across = (qs * into.exp()).unsqueeze(-3) @ k_across.transpose(-1, -2)  # [.., s, u, c, c]
+    diagonal = (qs.unsqueeze(-2) * ks.unsqueeze(-3) * segment_sums(gs, -2).exp()).sum(-1)  # [.., m, c, c]
+    blocks = across + torch.eye(m, dtype=q.dtype, device=q.device)[:, :, None, None] * diagonal.unsqueeze(-3)
+    return blocks.transpose(-3, -2).flatten(-4, -3).flatten(-2, -1)  # [.., s, c, u, c] -> [.., C, C]
