@@ -126,10 +126,6 @@ class AttentionSchedule:
         """The YAML form: every entry's :meth:`AttentionSpec.to_config`."""
         return [entry.to_config() for entry in self.entries]
 
-    def text(self) -> str:
-        """The schedule in text, options left out: ``lavo*3+sdpa``."""
-        return schedule_text([entry.name for entry in self.entries])
-
     def layers(self, num_layers: int) -> list[AttentionSpec]:
         """The attention of each of ``num_layers`` layers: the entries repeated (the length must divide it)."""
         return [self.entries[i % len(self.entries)] for i in range(num_layers)]
