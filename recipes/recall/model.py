@@ -5,7 +5,11 @@ attention of the registry at the site under test, and the size of the state that
   ``num_layers`` pre-LN blocks (attention, feed-forward) -> LayerNorm -> a head tied to the embeddings, two layers
   by default (:class:`RecallModel`, on the trunk the ``lm`` recipe shares).
 - **noncausal** (noncausal MQAR): the same with the zoo's encoder stack (noncausal self attention of
-  ``model.attention``, every position reading the whole sequence): :class:`RecallEncoder`.
+  ``model.attention``, every position reading the whole sequence), after an optional first layer of
+  ``model.binding`` (the CPU configs': ``local`` attention over each token's neighbours with a learned relative
+  bias, which binds each value to the key before it, as the cross task's encoder does, so that the layers under test
+  do the recall; full softmax with sinusoidal or rotary positions takes longer than a CPU budget to learn that
+  binding over pairs at random places): :class:`RecallEncoder`.
 - **cross** (cross MQAR): the zoo's encoder-decoder (``zoo/nn``'s encoder and decoder blocks, as summarization,
   TTS and the point-cloud decoder use them), ``num_layers`` layers each, one attention per site
   (``model.attention: {encoder_self, decoder_self, cross}``): the source is encoded, the target (the queries)
@@ -101,6 +105,19 @@ class RecallAttention:
         return merge_attention(base, over, merge)
 
 
+def check_task_model(model: ModelConfig, pattern: str, task: str) -> None:
+    """Refuse a model the task cannot take (:func:`check_task_attention`; ``model.binding`` outside the noncausal
+    task).
+
+    Raises:
+        ConfigError: naming the key and the task.
+    """
+    check_task_attention(model.attention, pattern, task)
+    if model.binding is not None and pattern != "noncausal":
+        raise ConfigError(f"model.binding is the noncausal task's first encoder layer; data.task={task} has none "
+                          "(the cross task's encoder is model.attention.encoder_self): leave it out")
+
+
 def check_task_attention(attention: AttentionSpec | SiteAttention, pattern: str, task: str,
                          key: str = "model.attention") -> None:
     """Refuse an attention the task's model cannot take: sites for the cross task's encoder-decoder, one attention
@@ -140,6 +157,9 @@ class ModelConfig:
     # an attention from `lavo-zoo list attentions` of the task's pattern, YAML {name: lavo, num_bases: 32,
     # window_size: 16}; the cross task: one per site, {encoder_self: ..., decoder_self: ..., cross: ...}
     attention: RecallAttention = field(default_factory=lambda: AttentionSpec("sdpa"))
+    # the noncausal task: an encoder layer of this noncausal attention before the num_layers of model.attention,
+    # e.g. {name: local, window_size: 2, relative_bias: true} to bind each value to its key; none: no such layer
+    binding: AttentionSpec | None = None
     # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary, local's relative bias)
     positions: Literal["auto", "sinusoidal", "none"] = "auto"
     vocab_size: NonNegativeInt = 0  # data.vocab_size (RecallRecipe.resolve); saved with the run
@@ -148,6 +168,8 @@ class ModelConfig:
         if not isinstance(self.attention, (AttentionSpec, SiteAttention)):
             raise ConfigError(f"model.attention must be an AttentionSpec or a SiteAttention, got "
                               f"{type(self.attention).__name__}")
+        if self.binding is not None:
+            self.binding.check("noncausal", "model.binding")
 
 
 class RecallModel(TiedDecoderLM):
@@ -212,21 +234,27 @@ def _fairseq_init(blocks: nn.ModuleList) -> None:
 
 
 class RecallEncoder(_TiedEmbedding):
-    """Noncausal recall: tokens [B, T] -> the encoder (``num_layers`` pre-LN blocks of noncausal
-    ``model.attention``, final LayerNorm) -> logits at the selected positions."""
+    """Noncausal recall: tokens [B, T] -> the encoder (a pre-LN block of ``model.binding`` where given, then
+    ``num_layers`` pre-LN blocks of noncausal ``model.attention``, final LayerNorm) -> logits at the selected
+    positions. Positions follow the layers under test (sinusoidal unless ``model.attention`` encodes position)."""
 
     pattern = "noncausal"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, cfg.num_heads, cfg.ffn_dim,
-                                          attention=cfg.attention, dropout=cfg.dropout)
+        common = {"num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim, "dropout": cfg.dropout}
+        self.binding = None if cfg.binding is None else \
+            TransformerEncoder(1, cfg.embed_dim, attention=cfg.binding, final_norm=False, **common)
+        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, attention=cfg.attention, **common)
         self.use_positions = _uses_positions(cfg, [b.attn for b in self.encoder.layers])
         _fairseq_init(self.encoder.layers)
+        if self.binding is not None:
+            _fairseq_init(self.binding.layers)
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] -> the encoder's output [B, T, D]."""
-        return self.encoder(self.embed(tokens, self.use_positions))
+        x = self.embed(tokens, self.use_positions)  # [B, T, D]
+        return self.encoder(x if self.binding is None else self.binding(x))
 
     def forward(self, tokens: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, T] -> logits [N, V] at the N positions where ``select`` [B, T] is True (row-major order);

@@ -18,7 +18,7 @@ from lavo_zoo.evaluators.classification import recall_groups
 from lavo_zoo.recipes.recall.builtin import BuiltinRecall
 from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, read_examples, split_file
 from lavo_zoo.recipes.recall.infer import Recaller, query_logits
-from lavo_zoo.recipes.recall.model import ModelConfig, build_recall_model, check_task_attention
+from lavo_zoo.recipes.recall.model import ModelConfig, build_recall_model, check_task_model
 
 
 def paper_train_config() -> TrainConfig:
@@ -39,8 +39,9 @@ class RecallConfig(RunConfig):
     data: DataConfig = field(default_factory=DataConfig)
 
     def __post_init__(self) -> None:
-        """The task fixes the model, so ``model.attention`` is checked against the task's pattern here."""
-        check_task_attention(self.model.attention, self.data.pattern, self.data.task)
+        """The task fixes the model, so ``model.attention`` (and ``model.binding``) are checked against the task's
+        pattern here."""
+        check_task_model(self.model, self.data.pattern, self.data.task)
 
 
 @register_recipe("recall")

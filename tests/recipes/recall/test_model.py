@@ -62,11 +62,14 @@ def test_state_bytes_are_what_the_state_objects_hold(attention, per_layer, grows
 
 
 # ----------------------------------------------------------------------------------- noncausal and cross recall
-def _encoder(attention: dict, layers: int = 2) -> RecallEncoder:
+BINDING = AttentionSpec("local", {"window_size": 2, "relative_bias": True})
+
+
+def _encoder(attention: dict, layers: int = 2, binding: AttentionSpec | None = None) -> RecallEncoder:
     torch.manual_seed(0)
     spec = AttentionSpec.from_config(attention, "model.attention", "test")
     model = RecallEncoder(ModelConfig(num_layers=layers, embed_dim=D, num_heads=H, ffn_dim=32, embed_dropout=0.0,
-                                      attention=spec, vocab_size=V)).eval()
+                                      attention=spec, vocab_size=V, binding=binding)).eval()
     randomise_zero_parameters(model)
     return model
 
@@ -166,3 +169,17 @@ def test_model_attention_reads_one_attention_or_sites_and_refuses_neither():
     assert sites.encoder_self.name == "sdpa"  # a site left out keeps the default
     with pytest.raises(ConfigError, match="needs 'name:' .* or, for the cross task, a mapping of sites"):
         RecallAttention.from_config({"num_bases": 4}, "model.attention", "f")
+
+
+def test_the_binding_layer_comes_first_and_is_not_the_state_under_test():
+    """model.binding: one encoder block of its own attention before the layers under test, whose state alone is
+    measured; positions follow the layers under test (sdpa: sinusoidal, though the binding layer has a relative
+    bias)."""
+    model = _encoder({"name": "sdpa"}, layers=1, binding=BINDING)
+    assert [b.attn.pattern for b in model.binding.layers] == ["noncausal"] and model.binding.norm is None
+    assert type(model.binding.layers[0].attn).__name__ == "LocalAttention" and model.use_positions
+    tokens = torch.randint(0, V, (2, T))
+    x = model.embed(tokens, True)
+    torch.testing.assert_close(model.hidden(tokens), model.encoder(model.binding(x)))
+    assert state_bytes(model, T) == state_bytes(_encoder({"name": "sdpa"}, layers=1), T) == (2 * T * D * FLOAT, True)
+    assert not _encoder({"name": "lavo", "num_bases": 4}, layers=1, binding=BINDING).use_positions  # EPE

@@ -347,6 +347,8 @@ def test_the_recipe_contract_holds_for_each_pattern(config, tmp_path):
     ({"data": {"task": "cross_mqar"}, "model": {"attention": {**SITES, "cross": {"name": "local"}}}},
      "model.attention.cross"),
     ({"data": {"num_queries": 5}}, "data.num_queries=5 is more than data.num_pairs=4"),
+    ({"model": {"binding": {"name": "local"}}}, "model.binding is the noncausal task's first encoder layer"),
+    ({"data": {"task": "noncausal_mqar"}, "model": {"binding": {"name": "sdpa", "rope": 1}}}, "model.binding"),
     ({"model": {"attention": {"num_bases": 4}}}, "attention 'sdpa' has no option 'num_bases'"),  # over the default
     ({"data": {"task": "cross_mqar"}, "model": {"attention": {"cross": {"name": "sdpa"}, "crosss": {}}}},
      "unknown attention site 'model.attention.crosss'"),
