@@ -117,6 +117,21 @@ def recall_groups(task: str, distance: int, position: int) -> tuple[str, str, st
     return task, signed_distance_bucket(distance), position_bucket(position)
 
 
+BUCKETS = ("dist:", "ahead:", "pos:")  # recall's bucketed groups, in this order after the named ones
+
+
+def group_order(name: str) -> tuple:
+    """The sort key that puts groups in a readable order: names first, then distance buckets (a key before its
+    query, then after it), then position buckets, each by its lower bound (``accuracy@`` before a name is ignored,
+    so that metric names sort the same way)."""
+    name = name.removeprefix("accuracy@")
+    for rank, prefix in enumerate(BUCKETS, 1):
+        low = name.removeprefix(prefix).split("-")[0]
+        if name.startswith(prefix) and low.isdigit():
+            return (rank, int(low), name)
+    return (0, 0, name)
+
+
 # the recall recipe's tasks whose queries may stand before their keys (its noncausal tasks; in every other task of a
 # split's one sequence, a source comes before its query)
 QUERIES_BEFORE_KEYS = frozenset({"noncausal_mqar"})
@@ -272,23 +287,11 @@ class Accuracy(Evaluator):
         k = self.confusion.shape[0]
         self.confusion += torch.bincount(true * k + pred, minlength=k * k).view(k, k)
 
-    BUCKETS = ("dist:", "ahead:", "pos:")  # recall's bucketed groups, in this order after the named ones
-
-    @classmethod
-    def _group_order(cls, name: str) -> tuple:
-        """Groups in a readable order: names first, then distance buckets (a key before its query, then after it),
-        then position buckets, each by its lower bound."""
-        for rank, prefix in enumerate(cls.BUCKETS, 1):
-            low = name.removeprefix(prefix).split("-")[0]
-            if name.startswith(prefix) and low.isdigit():
-                return (rank, int(low), name)
-        return (0, 0, name)
-
     def compute(self) -> dict[str, float]:
         if self.num_samples == 0:
             raise ValueError("Accuracy.compute() called before any update()")
         out = {"accuracy": self.correct / self.num_samples}
-        for name in sorted(self.groups, key=self._group_order):
+        for name in sorted(self.groups, key=group_order):
             correct, examples = self.groups[name]
             out[f"accuracy@{name}"] = correct / examples
         return out
@@ -297,7 +300,7 @@ class Accuracy(Evaluator):
         out: dict[str, Any] = {}
         if self.groups:
             out["groups"] = {name: {"correct": self.groups[name][0], "examples": self.groups[name][1]}
-                             for name in sorted(self.groups, key=self._group_order)}
+                             for name in sorted(self.groups, key=group_order)}
         if not self.confusion_kept:
             return out
         per_class = self.confusion.sum(1)

@@ -97,10 +97,12 @@ class Recaller(Predictor):
             raise InputError("this model answers from a source (cross recall, data.task=cross_mqar): give "
                              "context=[ids of the source] (one per sequence of tokens)")
         found, one = as_batch(context, is_flat_sequence, "context", "a sequence of token ids (a list of int)")
-        if one != single or len(found) != count:
-            raise InputError(f"context must hold one source per sequence of tokens ({count}"
-                             f"{', one sequence' if single else ''}), got "
-                             + ("one sequence" if one else f"{len(found)}"))
+        given = "one sequence of ids" if one else f"a list of {len(found)} sequence{'s' * (len(found) != 1)}"
+        if single and not one:
+            raise InputError(f"tokens is one sequence, so context is its source, one sequence of ids; got {given}")
+        if not single and (one or len(found) != count):
+            raise InputError(f"tokens holds {count} sequences, so context holds one source per sequence ({count} "
+                             f"lists of ids); got {given}")
         sources = []
         vocab = self.cfg.model.vocab_size
         for i, source in enumerate(found):

@@ -13,6 +13,7 @@ from typing import Any
 from lavo_zoo.engine.records import CELL_FILE, CellRecord
 from lavo_zoo.engine.run_identity import RunsSeen
 from lavo_zoo.errors import UsageError, os_error_message
+from lavo_zoo.evaluators.classification import BUCKETS, group_order
 
 
 def collect_cells(paths: list[Path]) -> list[tuple[CellRecord, Path]]:
@@ -88,9 +89,7 @@ def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
     for (name, setting), cells in groups.items():
         size, grows, seq_len = measure_state(cells[0][1])
         records = [record for record, _ in cells]
-        metrics = sorted({m for r in records for m in r.metrics},
-                         key=lambda m: (m != "accuracy", not m.startswith("accuracy@dist:"),
-                                        int(m.split(":")[1].split("-")[0]) if m.startswith("accuracy@dist:") else 0, m))
+        metrics = sorted({m for r in records for m in r.metrics}, key=lambda m: (m != "accuracy", group_order(m)))
         rows.append({"attention": name, "setting": setting, "state_bytes": size, "grows": grows, "seq_len": seq_len,
                      "seeds": sorted(r.seed for r in records),
                      "metrics": {m: _mean_std([r.metrics[m]["value"] for r in records if m in r.metrics])
@@ -103,8 +102,10 @@ def _kib(n: int) -> str:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table: accuracy and each distance bucket's accuracy, mean ± std over the seeds."""
-    buckets = list(dict.fromkeys(m for r in rows for m in r["metrics"] if m.startswith("accuracy@dist:")))
+    """The rows as a Markdown table: accuracy and each bucket's accuracy (by distance, ``dist:`` and ``ahead:``, then
+    by the pair's position, ``pos:``), mean ± std over the seeds."""
+    buckets = sorted({m for r in rows for m in r["metrics"] if m.startswith(tuple(f"accuracy@{b}" for b in BUCKETS))},
+                     key=group_order)
     head = ["attention", "setting", "state per sequence (KiB)", "seeds", "accuracy",
             *[b.removeprefix("accuracy@") for b in buckets]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]

@@ -301,13 +301,15 @@ def test_a_cross_model_answers_from_its_source_and_refuses_a_request_without_one
     source = [3, 12, 5, 14, 0, 1, 7, 9] * 2
     single = model.answer([5, 3], [0, 1], context=source)
     assert model.answer([[5, 3], [5, 3, 5]], [[0, 1], [0, 1]], context=[source, source[:9]])[0] == single
-    for context, match in [(None, "give context="), ([source], r"one source per sequence of tokens \(1, one sequence"),
+    for context, match in [(None, "give context="), ([source], "one sequence of ids; got a list of 1 sequence$"),
                            ([1, 99], r"context: the model reads ids 0..15"), ([], "context is empty"),
                            ([1, 2.5], r"context\[1\] must be a token id")]:
         with pytest.raises(InputError, match=match):
             model.answer([5, 3], [0, 1], context=context)
-    with pytest.raises(InputError, match=r"one source per sequence of tokens \(2\), got 1"):
+    with pytest.raises(InputError, match=r"context holds one source per sequence \(2 lists of ids\); got a list of 1"):
         model.answer([[5, 3], [5, 3]], [[0], [1]], context=[source])
+    with pytest.raises(InputError, match="got one sequence of ids"):
+        model.answer([[5, 3], [5, 3]], [[0], [1]], context=source)
 
 
 def test_a_one_sequence_model_refuses_a_source(trained):
@@ -380,3 +382,14 @@ def test_the_evaluator_knows_which_tasks_ask_before_their_keys():
     from lavo_zoo.recipes.recall.data import TASK_PATTERNS
 
     assert QUERIES_BEFORE_KEYS == {task for task, pattern in TASK_PATTERNS.items() if pattern == "noncausal"}
+
+
+def test_recall_plots_table_shows_every_bucket_kind_in_order():
+    """Noncausal and cross studies: the keys after their queries (ahead:) and the pairs' positions (pos:) are columns
+    too, after the distances, each kind by its lower bound."""
+    metrics = {m: (0.5, 0.1) for m in ("accuracy", "accuracy@pos:4-7", "accuracy@ahead:9-16", "accuracy@dist:17-32",
+                                       "accuracy@pos:0", "accuracy@dist:3-4", "accuracy@noncausal_mqar")}
+    row = {"attention": "sdpa", "setting": "", "state_bytes": 2048, "grows": True, "seq_len": 64, "seeds": [1, 2],
+           "metrics": metrics}
+    head = markdown_table([row]).splitlines()[0]
+    assert head.endswith("| accuracy | dist:3-4 | dist:17-32 | ahead:9-16 | pos:0 | pos:4-7 |")
