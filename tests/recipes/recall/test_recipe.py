@@ -393,3 +393,21 @@ def test_recall_plots_table_shows_every_bucket_kind_in_order():
            "metrics": metrics}
     head = markdown_table([row]).splitlines()[0]
     assert head.endswith("| accuracy | dist:3-4 | dist:17-32 | ahead:9-16 | pos:0 | pos:4-7 |")
+
+
+def test_recall_plot_keeps_each_task_apart(tmp_path):
+    """The same attention on two tasks (causal and noncausal MQAR) is two rows, each with its own state (a causal
+    KV cache, a noncausal layer's keys and values of the sequence), and the table names the task."""
+    for task, seed in (("mqar", 1), ("noncausal_mqar", 2)):
+        recipe, cfg = tiny(task=task)
+        _cell(tmp_path / "study" / f"sdpa-seed{seed}", recipe.resolve(cfg), "sdpa", ["model.attention.name=sdpa"],
+              0.5 * seed, seed)
+    rows = state_rows([tmp_path / "study"])
+    assert [(r["task"], r["attention"], r["seeds"]) for r in rows] == [("mqar", "sdpa", [1]),
+                                                                        ("noncausal_mqar", "sdpa", [2])]
+    for row in rows:  # each measured on its own model (a decoder's KV cache, an encoder's keys and values)
+        recipe, cfg = tiny(task=row["task"])
+        assert (row["state_bytes"], row["grows"]) == state_bytes(recipe.build_model(cfg), 16)
+    table = markdown_table(rows)
+    assert table.startswith("| task | attention |") and "| noncausal_mqar | sdpa | defaults |" in table
+    assert plot_state(rows).startswith(b"\x89PNG")
