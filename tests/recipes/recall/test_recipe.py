@@ -369,7 +369,8 @@ def test_a_site_named_on_the_command_line_switches_its_mechanism_alone():
 
     over = ["model.attention.cross.name=lavo", "model.attention.cross.num_bases=4"]
     _, cfg = resolve_config("recall/tiny-cross-sdpa", over + ["model.attention.cross.name=mean"])
-    assert cfg.model.attention.cross == AttentionSpec("mean") and cfg.model.attention.encoder_self.name == "sdpa"
+    assert cfg.model.attention.cross == AttentionSpec("mean")
+    assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 2, "relative_bias": True})
     _, cfg = resolve_config("recall/tiny-cross-sdpa", ["model.attention.encoder_self={name: local, window_size: 3}"])
     assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 3})
     _, cfg = resolve_config("recall/tiny-noncausal-sdpa", ["model.attention.name=lavo", "model.attention.num_bases=4",
