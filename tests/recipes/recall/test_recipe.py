@@ -371,8 +371,10 @@ def test_a_site_named_on_the_command_line_switches_its_mechanism_alone():
     _, cfg = resolve_config("recall/tiny-cross-sdpa", over + ["model.attention.cross.name=mean"])
     assert cfg.model.attention.cross == AttentionSpec("mean")
     assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 2, "relative_bias": True})
-    _, cfg = resolve_config("recall/tiny-cross-sdpa", ["model.attention.encoder_self={name: local, window_size: 3}"])
-    assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 3})
+    _, cfg = resolve_config("recall/tiny-cross-sdpa", ["model.attention.encoder_self={name: sdpa, rope: true}"])
+    assert cfg.model.attention.encoder_self == AttentionSpec("sdpa", {"rope": True})  # another name: its options
+    _, cfg = resolve_config("recall/tiny-cross-sdpa", ["model.attention.encoder_self.window_size=3"])
+    assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 3, "relative_bias": True})
     _, cfg = resolve_config("recall/tiny-noncausal-sdpa", ["model.attention.name=lavo", "model.attention.num_bases=4",
                                                            "model.attention.name=gla"])
     assert cfg.model.attention == AttentionSpec("gla")
