@@ -279,8 +279,7 @@ class BuiltinRecall(BuiltinData):
     validation and test examples."""
 
     datasets = TASKS
-    size_settings = ("--size (data.builtin_size)", "data.eval_size", "data.seq_len", "data.num_pairs",
-                     "data.num_queries")
+    size_settings = ("--size (data.builtin_size)", "data.eval_size", "data.seq_len", "data.num_pairs")
 
     def config(self, data: DataConfig, dataset: str, size: int | None) -> DataConfig:
         """Task ``dataset`` with the default settings and ``size`` training examples."""
