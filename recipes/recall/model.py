@@ -43,7 +43,14 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lavo_zoo.attention import SITE_PATTERNS, AttentionSpec, SiteAttention, attention_class, tensor_bytes
+from lavo_zoo.attention import (
+    SITE_PATTERNS,
+    AttentionSpec,
+    SiteAttention,
+    attention_class,
+    build_attention,
+    tensor_bytes,
+)
 from lavo_zoo.attention.spec import merge_attention
 from lavo_zoo.config import DELETE, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.errors import ConfigError
@@ -326,12 +333,12 @@ def noncausal_state(attn: nn.Module, spec: AttentionSpec, x: torch.Tensor) -> An
     """What a noncausal layer of ``spec`` keeps of the sequence x [1, T, D] for its queries to read (the module
     docstring): the cross cache of the same mechanism and options over x where the mechanism keeps a cache of its own
     (``Attention.decoding("cross") == "cache"``), else x itself (every token kept)."""
-    if attention_class(spec.name).decoding("cross") != "cache":
-        return x
-    try:
-        twin = spec.build(attn.embed_dim, attn.num_heads, "cross").to(x.device, x.dtype)
-    except ValueError:  # options with no such cache in cross attention (LAVO's global_read=false: its window alone)
-        return x
+    if attention_class(spec.name).decoding("cross") != "cache" or spec.options.get("global_read") is False:
+        return x  # no cache of its own, or no memory read (LAVO's global_read=false: its window alone)
+    # what LAVO's memory averages (memory_source) does not change its size, and the cross form has no local branch
+    # to average: it is built without that choice
+    options = {k: v for k, v in spec.options.items() if k != "memory_source"}
+    twin = build_attention(spec.name, attn.embed_dim, attn.num_heads, "cross", **options).to(x.device, x.dtype)
     return twin.cross_cache(x)
 
 

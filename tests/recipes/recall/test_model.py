@@ -152,6 +152,7 @@ def test_a_cross_sites_state_is_its_cache_of_the_source(cross, per_layer, grows)
     ({"name": "s4d", "state_size": 8}, T * D * FLOAT, True),
     ({"name": "lavo", "num_bases": 4, "window_size": 4}, D * FLOAT, False),  # its memory
     ({"name": "lavo", "num_bases": 4, "window_size": 4, "global_read": False}, T * D * FLOAT, True),  # the window
+    ({"name": "lavo", "num_bases": 4, "memory_source": "local_out"}, D * FLOAT, False),  # a mean of other vectors
     ({"name": "mean"}, D * FLOAT, False),
     ({"name": "deltanet"}, H * (D // H) ** 2 * FLOAT, False),  # the state after the whole sequence
 ])
