@@ -28,11 +28,12 @@ tensors of the state object itself: causal, what each layer's attention keeps af
 cannot stream keeps its whole input); cross, each decoder layer's cache of the source (``Attention.cross_cache``:
 LAVO's mean memory, a recurrent mechanism's state after the source, softmax's keys and values, or the source itself
 where a mechanism keeps no cache of its own); noncausal, what a layer keeps of the whole sequence for its queries to
-read: the cross cache the same mechanism and options keep of that sequence where the mechanism has a cache of its
-own (the state after the whole sequence, as the recurrent mechanisms' noncausal form reads it; LAVO's memory, which
-its window branch reads beside; softmax's keys and values), and the sequence itself where it has none (``local``'s
-windows, S4D's kernel): that grows with T. Each is measured at two lengths to tell a constant state from one that
-grows.
+read: its own state object where it has one (``sequence_state``: a recurrent mechanism's every token's writes, which
+its forward and backward scans read, or with ``noncausal_form=final_state`` and for Based the state after the
+sequence), else the cross cache the same mechanism and options keep of that sequence where the mechanism has a cache
+of its own (LAVO's memory, which its window branch reads beside; softmax's keys and values), and the sequence itself
+where it has none (``local``'s windows, S4D's kernel): that grows with T. Each is measured at two lengths to tell a
+constant state from one that grows.
 """
 from __future__ import annotations
 
@@ -331,8 +332,11 @@ def _like(module: nn.Module, model: nn.Module, length: int) -> torch.Tensor:
 
 def noncausal_state(attn: nn.Module, spec: AttentionSpec, x: torch.Tensor) -> Any:
     """What a noncausal layer of ``spec`` keeps of the sequence x [1, T, D] for its queries to read (the module
-    docstring): the cross cache of the same mechanism and options over x where the mechanism keeps a cache of its own
+    docstring): the layer's own state object where it has one (``sequence_state``: the recurrent mechanisms'), else
+    the cross cache of the same mechanism and options over x where the mechanism keeps a cache of its own
     (``Attention.decoding("cross") == "cache"``), else x itself (every token kept)."""
+    if callable(getattr(attn, "sequence_state", None)):
+        return attn.sequence_state(x)
     if attention_class(spec.name).decoding("cross") != "cache" or spec.options.get("global_read") is False:
         return x  # no cache of its own, or no memory read (LAVO's global_read=false: its window alone)
     # what LAVO's memory averages (memory_source) does not change its size, and the cross form has no local branch

@@ -154,7 +154,9 @@ def test_a_cross_sites_state_is_its_cache_of_the_source(cross, per_layer, grows)
     ({"name": "lavo", "num_bases": 4, "window_size": 4, "global_read": False}, T * D * FLOAT, True),  # the window
     ({"name": "lavo", "num_bases": 4, "memory_source": "local_out"}, D * FLOAT, False),  # a mean of other vectors
     ({"name": "mean"}, D * FLOAT, False),
-    ({"name": "deltanet"}, H * (D // H) ** 2 * FLOAT, False),  # the state after the whole sequence
+    ({"name": "deltanet"}, T * (2 * D + H) * FLOAT, True),  # both scans read every token's key, value and beta
+    ({"name": "deltanet", "noncausal_form": "final_state"}, H * (D // H) ** 2 * FLOAT, False),  # the state after it
+    ({"name": "based", "feature_dim": 4}, H * (1 + 4 + 10) * (D // H + 1) * FLOAT, False),  # sums: no decay
 ])
 def test_a_noncausal_layers_state_is_what_it_keeps_of_the_sequence(attention, per_layer, grows):
     assert state_bytes(_encoder(attention, layers=2), T) == (2 * per_layer, grows)
