@@ -19,10 +19,10 @@ list is): ``lavo*3+sdpa`` (``NAME*COUNT`` repeats a name, ``+`` joins). Without 
 ``model.attention``, as before.
 
 Encoder-decoder models have one schedule per site (:class:`SiteSchedule`, ``model.attention_schedule.decoder_self:
-[lavo, lavo, lavo, sdpa]``), over that site's layers: ``encoder_layers`` for ``encoder_self``, ``decoder_layers``
-for ``decoder_self`` and ``cross``; each entry is checked for the site's pattern when the config is read
-(:func:`resolve_schedules`), naming the key, the entry and the layers it sets. A schedule is saved resolved (every
-entry with the options it runs with), so a checkpoint rebuilds the same layers.
+[lavo, lavo, lavo, sdpa]``), over that site's layers: ``encoder_layers`` for ``encoder_self``, ``decoder_layers`` for
+``decoder_self`` and ``cross`` (``num_layers`` where one count sets both stacks); each entry is checked for the site's
+pattern when the config is read (:func:`resolve_schedules`), naming the key, the entry and the layers it sets. A
+schedule is saved resolved (every entry with the options it runs with), so a checkpoint rebuilds the same layers.
 """
 from __future__ import annotations
 
@@ -197,31 +197,49 @@ class SiteSchedule:
 
 
 # --------------------------------------------------------------------------------------- a model config's layers
-def resolve_schedules(model: Any, prefix: str = "model") -> None:
-    """Check a model config's ``attention_schedule`` against its ``attention``, its sites' patterns
-    (:func:`site_patterns`) and its layer counts, and store it resolved (:meth:`AttentionSchedule.resolved`); the
-    models' ``ModelConfig.__post_init__`` calls it.
+def layer_count(model: Any, site: str) -> tuple[str, int]:
+    """(config field, number of layers) of a site's stack: ``num_layers`` for a model with one attention (site
+    ""), the site's own count (:data:`SITE_LAYERS`) for an encoder-decoder, or ``num_layers`` where it has one
+    count for both stacks; 1 for a model without a count (a plug-in's)."""
+    for name in ((SITE_LAYERS[site],) if site else ()) + ("num_layers",):
+        if isinstance(getattr(model, name, None), int):
+            return name, getattr(model, name)
+    return "num_layers", 1
+
+
+def resolve_schedules(model: Any, patterns: str | Mapping[str, str] | None = None, prefix: str = "model") -> None:
+    """Check a model config's ``attention_schedule`` against its ``attention``, its sites' patterns and its layer
+    counts, and store it resolved (:meth:`AttentionSchedule.resolved`); the models' ``ModelConfig.__post_init__``
+    calls it.
 
     Args:
         model: the model config: ``attention`` (an :class:`AttentionSpec` or :class:`SiteAttention`),
             ``attention_schedule`` (an :class:`AttentionSchedule` or None, or a :class:`SiteSchedule`), the layer
-            counts (``num_layers``; ``encoder_layers`` / ``decoder_layers`` for sites) and, on its class,
-            ``attention_patterns``.
+            counts (:func:`layer_count`) and ``attention_patterns``.
+        patterns: the site's pattern or {site: pattern}; default: the model's (:func:`site_patterns`).
         prefix: the config key of ``model``, for the messages.
 
     Raises:
-        ConfigError: see :meth:`AttentionSchedule.resolved`.
+        ConfigError: a schedule of the other form than the attention's (a list for sites, sites for one attention),
+            and see :meth:`AttentionSchedule.resolved`.
     """
     schedule = getattr(model, SCHEDULE_KEY, None)
     if schedule is None:
         return
-    for site, pattern in site_patterns(model).items():
-        own = schedule if site == "" else getattr(schedule, site)
+    sites = isinstance(model.attention, SiteAttention)
+    if sites != isinstance(schedule, SiteSchedule):
+        raise ConfigError(f"config key '{prefix}.{SCHEDULE_KEY}' must be " + (
+            f"a mapping of sites ({', '.join(SITE_PATTERNS)}) to schedules, as {prefix}.attention gives one attention "
+            "per site" if sites else f"a list of attentions (or lavo*3+sdpa), as {prefix}.attention is one attention"))
+    if patterns is None:
+        patterns = site_patterns(model)
+    for site, pattern in ({"": patterns} if isinstance(patterns, str) else patterns).items():
+        own = getattr(schedule, site) if site else schedule
         if own is None:
             continue
-        where, count = (f".{site}", SITE_LAYERS[site]) if site else ("", "num_layers")
-        resolved = own.resolved(getattr(model.attention, site) if site else model.attention, getattr(model, count),
-                                pattern, f"{prefix}.{SCHEDULE_KEY}{where}", f"{prefix}.{count}")
+        count, n = layer_count(model, site)
+        resolved = own.resolved(getattr(model.attention, site) if site else model.attention, n, pattern,
+                                f"{prefix}.{SCHEDULE_KEY}{f'.{site}' if site else ''}", f"{prefix}.{count}")
         if site:
             setattr(schedule, site, resolved)
         else:
@@ -234,12 +252,12 @@ def attention_layers(model: Any) -> dict[str, list[AttentionSpec]]:
     ``attention``. A model without a layer count (a plug-in's) has one layer per site here."""
     attention, schedule = getattr(model, "attention", None), getattr(model, SCHEDULE_KEY, None)
     if isinstance(attention, AttentionSpec):
-        n = int(getattr(model, "num_layers", 1))
+        n = layer_count(model, "")[1]
         return {"": schedule.layers(n) if isinstance(schedule, AttentionSchedule) else [attention] * n}
     if isinstance(attention, SiteAttention):
         out = {}
         for site in SITE_PATTERNS:
-            n = int(getattr(model, SITE_LAYERS[site], 1))
+            n = layer_count(model, site)[1]
             own = getattr(schedule, site, None)
             out[site] = own.layers(n) if isinstance(own, AttentionSchedule) else [getattr(attention, site)] * n
         return out
@@ -247,10 +265,11 @@ def attention_layers(model: Any) -> dict[str, list[AttentionSpec]]:
 
 
 def site_patterns(model: Any) -> dict[str, str | None]:
-    """{site: pattern} of a model config's attention sites ("" for a model with one attention), from its class's
-    ``attention_patterns`` (a pattern, or {site: pattern}; default for sites: :data:`SITE_PATTERNS`); None where
-    the config does not declare it (a plug-in's)."""
-    declared = getattr(type(model), "attention_patterns", None)
+    """{site: pattern} of a model config's attention sites ("" for a model with one attention), from its
+    ``attention_patterns`` (a pattern, or {site: pattern}; a class variable, or set on the instance where another
+    section decides it, as recall's task; default for sites: :data:`SITE_PATTERNS`); None where the config does not
+    declare it (a plug-in's)."""
+    declared = getattr(model, "attention_patterns", None)
     if isinstance(getattr(model, "attention", None), SiteAttention):
         return dict(declared if isinstance(declared, Mapping) else SITE_PATTERNS)
     return {"": declared if isinstance(declared, str) else None}
