@@ -33,6 +33,12 @@ def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).transpose(1, 2)
 
 
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v [B, H, T, d] as views of a fused projection qkv [B, T, 3D] (q, k, v side by side: strides
+    (T 3D, d, 3D, 1))."""
+    return qkv.unflatten(-1, (3, num_heads, qkv.shape[-1] // (3 * num_heads))).permute(2, 0, 3, 1, 4).unbind(0)
+
+
 def merge_heads(t: torch.Tensor) -> torch.Tensor:
     """[B, H, T, d] -> [B, T, D] (no output projection: see :meth:`ProjectedAttention.output`)."""
     return t.transpose(1, 2).flatten(2)

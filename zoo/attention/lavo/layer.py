@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
-from lavo_zoo.attention.common import compute_dtype
+from lavo_zoo.attention.common import compute_dtype, split_qkv
 from lavo_zoo.attention.lavo import ops
 from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORY_NORMS, MemoryState
 from lavo_zoo.attention.ops.dispatch import Choice, Chosen, HasKernels
@@ -264,6 +265,26 @@ class LavoAttention(HasKernels, Attention):
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """Self-attention's q, k and v projections as one product (one input cast and one kernel, forward and
+        backward, where three ran): x [B, T, D] -> [B, T, 3D]. The parameters stay the three projections'."""
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])       # [3D, D]
+        bias = None if self.q_proj.bias is None else \
+            torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])                  # [3D]
+        return F.linear(x, weight, bias)
+
+    def _fusable(self, state: LavoState | None, return_state: bool) -> bool:
+        """Whether the fused operation (the ``layer`` op's kernel, ``fused.py``) covers a self-attention call: the
+        memory of the local outputs read with the local window, no streaming state in or out, causal attention with
+        context dissection and combine 'sum' or 'gain', or noncausal attention."""
+        if state is not None or return_state or not self.global_read or self.memory_source != "local_out":
+            return False
+        return self.pattern == "noncausal" or (self.context_dissection and self.combine != "half")
+
+    def _output(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The output projection of out [B, T, D]; outside autocast in x's dtype (autocast casts it itself)."""
+        return self.out_proj(out if torch.is_autocast_enabled(x.device.type) else out.to(x.dtype))
+
     def _gain(self) -> float | torch.Tensor:
         """The global branch's factor: the learned per-head gain [H] ('gain'), else the constant ``read_gain``."""
         return self.learned_gain if self.learned_gain is not None else self.read_gain
@@ -301,16 +322,27 @@ class LavoAttention(HasKernels, Attention):
         if T == 0:
             y = x.new_empty(B, 0, D)
             return (y, state) if return_state else y
-        q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
-        run = self.start_kernels(q)                                                  # the one choice, recorded
         new_state = None
         if self.pattern == "cross":
-            out = self._read(q, self.cross_memory(context, context_mask), run.read)  # [B, H, T, d]
+            q = self._heads(self.q_proj(x))                                          # [B, H, T, d]
+            out = self._read(q, self.cross_memory(context, context_mask), self.start_kernels(q).read)
         else:
-            out, new_state = self._self(x, q, padding_mask, state, return_state, run)
+            qkv = self._qkv(x)                                                       # [B, T, 3D]
+            q, k, v = split_qkv(qkv, self.num_heads)                                 # [B, H, T, d] views
+            run = self.start_kernels(q)                                              # the one choice, recorded
+            if self._fusable(state, return_state):
+                fused = run.layer(qkv, self.bases, self.window_size, heads=self.num_heads,
+                                  causal=self.pattern == "causal", bias=self.epe,
+                                  log_temperature=self.log_read_temperature, gain=self._gain(), combine=self.combine,
+                                  memory_norm=self.memory_norm, key_mask=padding_mask,
+                                  dropout=self.dropout if self.training else 0.0)    # [B, T, D] or None
+                if fused is not None:
+                    y = self._output(fused, x)
+                    return (y, None) if return_state else y
+            out, new_state = self._self(x, q, k, v, padding_mask, state, return_state, run)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
-        y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
+        y = self._output(out.transpose(1, 2).reshape(B, T, D), x)  # a view when out is laid out [B, T, H, d]
         return (y, new_state) if return_state else y
 
     # ------------------------------------------------------------------------------------------ cross attention
@@ -337,16 +369,17 @@ class LavoAttention(HasKernels, Attention):
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
     # --------------------------------------------------------------------------------------------- self-attention
-    def _self(self, x: torch.Tensor, q: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None,
-              return_state: bool, run: Choice) -> tuple[torch.Tensor, LavoState | None]:
-        """Causal and noncausal self-attention: local window branch plus memory, on the call's kernels ``run``.
-        Returns [B, H, T, d] and the new streaming state (when asked for)."""
+    def _self(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              padding_mask: torch.Tensor | None, state: LavoState | None, return_state: bool, run: Choice
+              ) -> tuple[torch.Tensor, LavoState | None]:
+        """Causal and noncausal self-attention of q, k, v [B, H, T, d]: local window branch plus memory, on the
+        call's kernels ``run``, composed op by op. Returns [B, H, T, d] and the new streaming state (when asked
+        for)."""
         B, T, _ = x.shape
         w = self.window_size
         if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
                 not (self.dropout and self.training):  # the step has no dropout
-            return self._decode_one(x, q, state, run)
-        k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
+            return self._decode_one(x, q, k, v, state, run)
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
         local = window_attention(q, k, v, w, causal=self.pattern == "causal", bias=self.epe,
@@ -372,14 +405,13 @@ class LavoAttention(HasKernels, Attention):
         return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), final.sum_complete,
                               final.sum_partial, final.position)
 
-    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, run: Choice
-                    ) -> tuple[torch.Tensor, LavoState]:
+    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: LavoState,
+                    run: Choice) -> tuple[torch.Tensor, LavoState]:
         """One causal token after ``state`` (context dissection, no padding): the output and state of the chunked
         path in a handful of small operations, since a decoding step's cost is all fixed overhead; the fused step
-        kernel where the call's kernels have one (``run.step``). x [B, 1, D], q [B, H, 1, d] -> ([B, H, 1, d] in the
-        compute dtype, the new state)."""
+        kernel where the call's kernels have one (``run.step``). x [B, 1, D], q, k, v [B, H, 1, d] -> ([B, H, 1, d]
+        in the compute dtype, the new state)."""
         w = self.window_size
-        k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
         memory = MemoryState(state.sum_complete, state.sum_partial, state.position)
         reading = {"log_temperature": self.log_read_temperature, "memory_norm": self.memory_norm,
                    "combine": self.combine, "gain": self._gain(), "empty_memory": self.empty_memory}

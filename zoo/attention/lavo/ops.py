@@ -4,16 +4,17 @@
 Given the queries q, the local branch's output and the features the memory averages ([B, H, T, d] each), the op
 builds the memory rows the queries read, reads them through the orthogonal bases and joins the two branches:
 
-- the memory rows: :func:`dissected_memory` (causal with context dissection: window j reads the mean features of the
-  complete windows before it, from the per-window sums of :func:`window_sums` and their prefix sum),
-  :func:`running_memory` (causal without: token t reads the running mean of features 0..t), :func:`mean_memory`
-  (noncausal and cross attention: one mean per sequence);
+- the memory rows (``memory.py``): :func:`dissected_memory` (causal with context dissection: window j reads the
+  mean features of the complete windows before it), :func:`running_memory` (causal without: token t reads the
+  running mean of features 0..t), :func:`mean_memory` (noncausal and cross attention: one mean per sequence);
 - :func:`read`: the rms-normalised memory, then the read kernel (:data:`READ`: :func:`recompute_read`,
   :func:`autograd_read` over ``read.py``, :func:`triton_read` over ``triton.py``; each applies the temperature on q);
 - :func:`combine_branches`: local + global as ``combine`` says;
 - :func:`memory_branch`: all of the above for a chunk of self-attention, with the streaming state in and out
   (:class:`MemoryState`, flash-linear-attention's initial_state / output_final_state convention);
-  :func:`memory_step`: the same for one causal token (a decoding step), in a handful of small operations.
+  :func:`memory_step`: the same for one causal token (a decoding step), in a handful of small operations;
+- the kernels of each op, declared for the dispatch (:data:`LAVO_KERNELS`): the window's, the read's, the decoding
+  step's fused kernel and the whole self-attention call's (:func:`triton_layer`, ``fused.py``).
 
 ``naive.py`` holds the per-position forms of :func:`memory_branch` and :func:`read` that the tests compare with.
 Sums, counts and the read run in the compute dtype (fp32, fp64 for fp64 inputs), whatever the dtype of the features
@@ -22,14 +23,19 @@ accumulates in fp32 without a cast copy.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype
-from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
+from lavo_zoo.attention.lavo.memory import (  # noqa: F401 (window_sums: the op's names, as the tests use them)
+    MemoryState,
+    dissected_memory,
+    mean_memory,
+    running_memory,
+    window_sums,
+)
+from lavo_zoo.attention.lavo.read import RMS_EPS, read_memory, read_memory_autograd
 from lavo_zoo.attention.ops.dispatch import Chosen, Kernel, KernelSet, Op, triton_auto, triton_runs
 from lavo_zoo.attention.ops.dropout import new_seed
 from lavo_zoo.attention.ops.window import WINDOW
@@ -37,92 +43,6 @@ from lavo_zoo.attention.ops.window import WINDOW
 COMBINES = ("half", "sum", "gain")
 EMPTY_MEMORY = ("local", "half")
 MEMORY_NORMS = ("mean", "rms")
-RMS_EPS = 1e-6
-
-
-class MemoryState(NamedTuple):
-    """The memory's part of the causal streaming state (constant size)."""
-
-    sum_complete: torch.Tensor  # [B, H, d] compute dtype: features summed over complete windows (all tokens w/o cd)
-    sum_partial: torch.Tensor   # [B, H, d] ... over the current, incomplete window (zeros without context dissection)
-    position: int               # tokens consumed so far
-
-
-def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
-    """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
-    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d] in the compute
-    dtype. The whole windows are summed through a view, so no padded (or cast) copy of feats is made."""
-    T, ct = feats.shape[2], compute_dtype(feats.dtype)
-    head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
-    whole = (T - head) // w * w
-    parts = [feats[:, :, :head].sum(2, keepdim=True, dtype=ct)] if head else []
-    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3, dtype=ct))
-    if head + whole < T:
-        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True, dtype=ct))
-    return torch.cat(parts, 2)
-
-
-def mean_memory(feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """One memory per sequence (noncausal and cross attention): the mean of feats [B, H, T, d] (zero at padded
-    positions) over the valid [B, 1, T] positions (1 real, 0 padded); [B, H, 1, d] (zeros where nothing is real)."""
-    return feats.sum(2, keepdim=True, dtype=compute_dtype(feats.dtype)) / valid.sum(-1).clamp(min=1)[..., None, None]
-
-
-def dissected_memory(feats: torch.Tensor, valid: torch.Tensor, window: int, state: MemoryState | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums over
-    windows, O(T d)).
-
-    Args:
-        feats: [B, H, T, d] features, zero at padded positions; the chunk starts at ``state.position``.
-        valid: [B, 1, T] 1 for real positions, 0 for padded ones.
-        window: w.
-        state: the memory state before the chunk, or None (the sequence starts here).
-
-    Returns:
-        mem [B, H, n, d], the memory rows (query t reads row (a + t) // w, a = position % w: :func:`read`'s offset
-        and group); empty [B, 1, T, 1] bool, where the memory has no real token; the (sum_complete, sum_partial)
-        after the chunk (views of per-window tensors).
-    """
-    B, H, T, d = feats.shape
-    w, ct = window, compute_dtype(feats.dtype)
-    pos = state.position if state is not None else 0
-    a = pos % w                                   # the chunk starts a tokens into its first window
-    n = math.ceil((a + T) / w)
-    end = n * w - a - T
-    sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
-    counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
-    prev = torch.zeros(B, H, d, dtype=ct, device=feats.device) if state is None else state.sum_complete
-    if state is not None:
-        sums = torch.cat([sums[:, :, :1] + state.sum_partial[:, :, None], sums[:, :, 1:]], 2)
-        counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
-    before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
-    count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
-    mem = before / count.clamp(min=1)[..., None]                                # [B, H, n, d]
-    empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
-    if (pos + T) % w == 0:
-        return mem, empty, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
-    return mem, empty, (before[:, :, -1], sums[:, :, -1])
-
-
-def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState | None = None
-                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t.
-
-    Args:
-        feats: [B, H, T, d] features, zero at padded positions; valid: [B, 1, T] 1 real, 0 padded.
-        state: the memory state before the chunk (its ``sum_complete`` is the running sum), or None.
-
-    Returns:
-        mem [B, H, T, d], one row per token (this ablation's memory is one more [T, d] tensor than dissection's);
-        the (running sum, zeros) after the chunk (the sum a view of a [B, H, T, d] tensor).
-    """
-    B, H, _, d = feats.shape
-    ct = compute_dtype(feats.dtype)
-    prev = torch.zeros(B, H, d, dtype=ct, device=feats.device) if state is None else state.sum_complete
-    cum = prev[:, :, None] + feats.cumsum(2, dtype=ct)                          # [B, H, T, d] inclusive sums
-    count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
-    return cum / count.clamp(min=1)[..., None], (cum[:, :, -1], torch.zeros_like(prev))
 
 
 # -------------------------------------------------------------------------------------------- the read kernels
@@ -179,6 +99,15 @@ def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
     return out, keys, values, MemoryState(complete, partial, memory.position + 1)
 
 
+def triton_layer(qkv: torch.Tensor, bases: torch.Tensor, window: int, **options: Any) -> torch.Tensor:
+    """A whole self-attention call from the fused q, k, v projection [B, T, 3D] to the joined output [B, T, D] on the
+    Triton kernels (:func:`.fused.fused_self_attention`, whose arguments ``options`` holds). Raises
+    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where a forward kernel cannot be compiled."""
+    from lavo_zoo.attention.lavo import fused
+
+    return fused.fused_self_attention(qkv, bases, window, **options)
+
+
 def _step_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                   memory: MemoryState, *args: Any, **kwargs: Any) -> bool:
     """The fused step covers a token after the first (a memory to read) with no autograd graph to record."""
@@ -192,7 +121,11 @@ READ = Op("memory read", (RECOMPUTE_READ, AUTOGRAD_READ, TRITON_READ), fallback=
 # a shortcut: where it does not run, the layer composes the step from the window's and the read's
 STEP = Op("decoding step", (Kernel("triton", triton_step, runs=triton_runs, auto=triton_auto, dropout=False,
                                    compiled=True, applies=_step_applies),), fallback=None)
-LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP)
+# a shortcut: the whole self-attention call in one operation where it covers the call (the layer's ``_fusable``);
+# elsewhere the layer composes it from the window's and the read's kernels
+LAYER = Op("fused layer", (Kernel("triton", triton_layer, runs=triton_runs, auto=triton_auto, compiled=True),),
+           fallback=None)
+LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP, layer=LAYER)
 
 
 def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str | Chosen = "recompute", *,
