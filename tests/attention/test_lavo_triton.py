@@ -518,17 +518,21 @@ def test_layer_triton_equals_recompute_in_float64(kernels, pattern, opts, T):
 @interpreted
 def test_streaming_on_triton_equals_the_full_call(kernels):
     """Chunks carrying the constant-size state (the window reaching into the state's keys, the memory sums) give the
-    one-pass output, decoding token by token too, and the one-pass gradients through an undetached state."""
+    one-pass output, decoding token by token too, and the one-pass gradients through an undetached state. A chunk of
+    several tokens runs the Triton kernels; a one-token chunk recording a graph the PyTorch decoding step (the Triton
+    step has no backward)."""
     attn = _layer("causal")
     x = torch.randn(2, 14, 16, requires_grad=True)
     g = torch.randn(2, 14, 16)
     y = attn(x)
     full = torch.autograd.grad((y * g).sum(), [x, *attn.parameters()])
-    state, ys = None, []
+    state, ys, used = None, [], []
     for a, b in ((0, 5), (5, 6), (6, 11), (11, 12), (12, 13), (13, 14)):
         y_t, state = attn(x[:, a:b], state=state, return_state=True)
         ys.append(y_t)
-    assert attn.kernels_used == "triton" and state.keys.shape[2] == 3
+        used.append(attn.kernels_used)
+    assert used == ["triton", "recompute", "triton", "recompute", "recompute", "recompute"]
+    assert state.keys.shape[2] == 3
     streamed = torch.cat(ys, 1)
     torch.testing.assert_close(streamed, y, **TOL)
     for a, b in zip(torch.autograd.grad((streamed * g).sum(), [x, *attn.parameters()]), full):

@@ -17,8 +17,9 @@ from lavo_zoo.attention.base import Attention
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax."""
-    return torch.promote_types(dtype, torch.float32)
+    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax (decided in Python:
+    ``torch.promote_types`` is an operation dispatched like any other, which a decoding step counts)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def heads_major_empty(B: int, H: int, T: int, d: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -89,7 +89,7 @@ def _backward(grad: Tensor, qkv: Tensor, bases: Tensor, bias: Tensor | None, log
     H, r, d = bases.shape
     q, k, v = split_qkv(qkv, o.heads)
     g = rowmajor(grad.to(qkv.dtype)).unflatten(-1, (H, d)).transpose(1, 2)          # [B, H, T, d]
-    dqkv = torch.empty_like(qkv)
+    dqkv = qkv.new_empty(qkv.shape)
     dq, dk, dv = split_qkv(dqkv, o.heads)
     mask = int8_mask(key_mask)
     block = o.block_m or None
@@ -206,10 +206,10 @@ def _lavo_backward_op(grad: Tensor, qkv: Tensor, bases: Tensor, bias: Tensor | N
 @_lavo_backward_op.register_fake
 def _(grad, qkv, bases, bias, log_temperature, gain, key_mask, local, lse, mem, heads, window, causal, rms,
       shared_gain, local_scale, dropout, seed_window, seed_read, block_m, bias_grad):
-    dbias = torch.empty_like(bias, dtype=torch.float32) if bias is not None and bias_grad else qkv.new_empty(0)
-    return (torch.empty_like(qkv), torch.empty_like(bases, dtype=torch.float32), dbias,
-            *(torch.empty_like(t, dtype=torch.float32) if t is not None else qkv.new_empty(0)
-              for t in (log_temperature, gain)))
+    f32 = torch.float32  # the shapes and strides of the real gradients: new (contiguous) tensors
+    dbias = bias.new_empty(bias.shape, dtype=f32) if bias is not None and bias_grad else qkv.new_empty(0)
+    return (qkv.new_empty(qkv.shape), bases.new_empty(bases.shape, dtype=f32), dbias,
+            *(t.new_empty(t.shape, dtype=f32) if t is not None else qkv.new_empty(0) for t in (log_temperature, gain)))
 
 
 def _lavo_setup(ctx, inputs, output):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.lavo.memory import (  # noqa: F401 (window_sums: the op's names, as the tests use them)
@@ -118,14 +119,6 @@ RECOMPUTE_READ = Kernel("recompute", recompute_read, fresh=True)
 AUTOGRAD_READ = Kernel("autograd", autograd_read)
 TRITON_READ = Kernel("triton", triton_read, runs=triton_runs, auto=triton_auto, compiled=True)
 READ = Op("memory read", (RECOMPUTE_READ, AUTOGRAD_READ, TRITON_READ), fallback=RECOMPUTE_READ)
-# a shortcut: where it does not run, the layer composes the step from the window's and the read's
-STEP = Op("decoding step", (Kernel("triton", triton_step, runs=triton_runs, auto=triton_auto, dropout=False,
-                                   compiled=True, applies=_step_applies),), fallback=None)
-# a shortcut: the whole self-attention call in one operation where it covers the call (the layer's ``_fusable``);
-# elsewhere the layer composes it from the window's and the read's kernels
-LAYER = Op("fused layer", (Kernel("triton", triton_layer, runs=triton_runs, auto=triton_auto, compiled=True),),
-           fallback=None)
-LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP, layer=LAYER)
 
 
 def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str | Chosen = "recompute", *,
@@ -259,27 +252,148 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
 
 def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases: torch.Tensor, window: int,
                 state: MemoryState, *, combine: str = "sum", gain: float | torch.Tensor = 1.0,
-                empty_memory: str = "local", log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
-                kernel: str | Chosen = "recompute", chunk: int | None = None) -> tuple[torch.Tensor, MemoryState]:
+                empty_memory: str = "local", log_temperature: torch.Tensor | None = None, memory_norm: str = "mean"
+                ) -> tuple[torch.Tensor, MemoryState]:
     """One causal token after ``state`` with context dissection, no padding (a decoding step): what
-    :func:`memory_branch` gives for a one-token chunk, in a handful of small operations.
+    :func:`memory_branch` gives for a one-token chunk, in about 15 small operations (a step's cost is its count of
+    operations: a read kernel's chunk loop would cost more than the arithmetic).
+
+    The read is softmax attention of q over the r rows K_i = h_i b_i (the score scale h_i (b_i . q) is scale q . K_i,
+    the output sum_i p_i h_i b_i is sum_i p_i K_i), so one ``scaled_dot_product_attention`` call does it; the rms of
+    the mean S / count is ``rms_norm`` of the sum S with eps count^2, which is the same.
 
     Args:
         q, local, feat: [B, H, 1, d] the token's query, local output and memory feature (compute dtype).
         bases, window: as :func:`memory_branch`; state: the state before the token.
-        combine, gain, empty_memory, log_temperature, memory_norm, kernel, chunk: as :func:`memory_branch`.
+        combine, gain, empty_memory, log_temperature, memory_norm: as :func:`memory_branch`.
 
     Returns:
         [B, H, 1, d] in the compute dtype, and the state after the token.
     """
     w, pos = window, state.position
-    count = pos - pos % w                                                        # tokens of complete windows
-    empty = torch.full((1, 1, 1, 1), count == 0, device=q.device)
-    glob = read(q, state.sum_complete[:, :, None] / max(count, 1), bases, kernel, log_temperature=log_temperature,
-                memory_norm=memory_norm, chunk=chunk)                            # zeros while empty
+    count = max(pos - pos % w, 1)                                                # tokens of complete windows
+    total = state.sum_complete                                                   # [B, H, d]
+    if memory_norm == "rms":                                                     # rms(S / c) = rms_norm(S, eps c^2)
+        m = F.rms_norm(total, total.shape[-1:], eps=RMS_EPS * count * count)
+    else:
+        m = total / count
+    h = (bases * m.unsqueeze(-2)).sum(-1)                                        # [B, H, r]  h = B m
+    rows = h.unsqueeze(-1) * bases                                               # [B, H, r, d]  K_i = h_i b_i
+    if log_temperature is not None:
+        q = q * log_temperature.exp().to(q.dtype).view(-1, 1, 1)
+    glob = F.scaled_dot_product_attention(q, rows, rows)                         # [B, H, 1, d]; 0 while empty
+    if combine == "half":
+        out = (local + glob) * 0.5 if pos >= w else local * (0.5 if empty_memory == "half" else 1.0)
+    elif isinstance(gain, torch.Tensor):
+        out = local + glob * gain.to(glob.dtype)[:, None, None]
+    else:
+        out = torch.add(local, glob, alpha=gain)
     partial = state.sum_partial + feat[:, :, 0]                                  # [B, H, d]
     complete = state.sum_complete
     if (pos + 1) % w == 0:                                                       # the window is complete
         complete, partial = complete + partial, torch.zeros_like(partial)
-    out = combine_branches(local, glob, empty, combine=combine, gain=gain, empty_memory=empty_memory)
     return out, MemoryState(complete, partial, pos + 1)
+
+
+def torch_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               memory: MemoryState, bases: torch.Tensor, window: int, *, bias: torch.Tensor | None = None,
+               feat: torch.Tensor | None = None, **reading: Any
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, MemoryState]:
+    """One causal token after a state in about 25 PyTorch operations: the decoding step's kernel wherever the Triton
+    one does not run (differentiable).
+
+    Args:
+        q, k, v: [B, H, 1, d] the step's query, key and value.
+        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
+        memory: the memory's state before the step; bases [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
+        **reading: log_temperature, memory_norm, combine, gain, empty_memory (:func:`memory_step`).
+
+    Returns:
+        The output [B, H, 1, d] in the compute dtype, the new last keys and values [B, H, min(w - 1, L + 1), d], the
+        new :class:`MemoryState`.
+    """
+    ct = compute_dtype(q.dtype)
+    H, L = keys.shape[1], keys.shape[2]
+    keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)            # [B, H, L + 1, d]
+    mask = None
+    if bias is not None:  # key s scores + bias[s - t + w - 1]: a [1, H, 1, L + 1] view of the EPE, in one operation
+        # (detached where no grad is recorded: a view of a parameter requires grad even under no_grad, and sdpa
+        # takes its fused kernel only for a mask that does not)
+        bias = (bias if torch.is_grad_enabled() else bias.detach()).to(ct)
+        mask = bias.as_strided((1, H, 1, L + 1), (0, bias.stride(0), 0, bias.stride(1)),
+                               bias.storage_offset() + (window - 1 - L) * bias.stride(1))
+    q = q.to(ct)
+    local = F.scaled_dot_product_attention(q, keys.to(ct), values.to(ct), attn_mask=mask)  # [B, H, 1, d]
+    out, memory = memory_step(q, local, local if feat is None else feat.to(ct), bases.to(ct), window, memory,
+                              **reading)
+    if L + 1 == window:                                                          # keep the last w - 1
+        keys, values = keys[:, :, 1:], values[:, :, 1:]
+    return out, keys, values, memory
+
+
+def static_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                sum_complete: torch.Tensor, sum_partial: torch.Tensor, position: torch.Tensor, bases: torch.Tensor,
+                window: int, *, bias: torch.Tensor | None = None, feat: torch.Tensor | None = None,
+                global_read: bool = True, log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+                combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local") -> torch.Tensor:
+    """One causal token after a state of fixed shapes, written back into that state (a CUDA graph can capture it:
+    static shapes, the position read from a tensor, no value read to the host, no branch on one).
+
+    Args:
+        q, k, v: [B, H, 1, d] the step's query, key and value.
+        keys, values: [B, H, w - 1, d] the last w - 1 keys and values, oldest first (a slot before the sequence's
+            first token is not read); updated in place.
+        sum_complete, sum_partial: [B, H, d] the memory's sums (compute dtype); updated in place.
+        position: [B] int64, tokens before the step; incremented in place.
+        bases, window, bias, feat: as :func:`torch_step`; global_read: False leaves the sums as they are.
+        log_temperature, memory_norm, combine, gain, empty_memory: as :func:`memory_step`.
+
+    Returns:
+        The output [B, H, 1, d] in the compute dtype: :func:`torch_step`'s, to rounding.
+    """
+    ct, w, B, H = compute_dtype(q.dtype), window, q.shape[0], q.shape[1]
+    all_keys, all_values = torch.cat([keys, k.to(keys.dtype)], 2), torch.cat([values, v.to(values.dtype)], 2)
+    real = torch.arange(w, device=q.device) >= (w - 1 - position).view(B, 1, 1, 1)  # [B, 1, 1, w] slot j: p - w + 1 + j
+    scores = q.new_zeros((), dtype=ct) if bias is None else bias[:, :w].to(ct).view(1, H, 1, w)
+    mask = torch.where(real, scores, float("-inf"))                                  # [B, H, 1, w]
+    q = q.to(ct)
+    out = F.scaled_dot_product_attention(q, all_keys.to(ct), all_values.to(ct), attn_mask=mask)  # the local branch
+    if global_read:
+        count = (position - position % w).to(ct).view(B, 1, 1)                      # tokens of complete windows
+        m = sum_complete / count.clamp(min=1)                                        # [B, H, d]
+        if memory_norm == "rms":
+            m = m * torch.rsqrt(m.square().mean(-1, keepdim=True) + RMS_EPS)
+        h = (bases.to(ct) * m.unsqueeze(-2)).sum(-1)                                 # [B, H, r]
+        rows = h.unsqueeze(-1) * bases.to(ct)                                        # [B, H, r, d]
+        if log_temperature is not None:
+            q = q * log_temperature.exp().to(ct).view(-1, 1, 1)
+        glob = F.scaled_dot_product_attention(q, rows, rows)                         # 0 while the memory is empty
+        local = out
+        if combine == "half":
+            empty = local * (0.5 if empty_memory == "half" else 1.0)
+            out = torch.where(count.view(B, 1, 1, 1) > 0, (local + glob) * 0.5, empty)
+        elif isinstance(gain, torch.Tensor):
+            out = local + glob * gain.to(ct).view(-1, 1, 1)
+        else:
+            out = torch.add(local, glob, alpha=gain)
+        partial = sum_partial + (local if feat is None else feat.to(ct))[:, :, 0]   # [B, H, d]
+        completes = ((position + 1) % w == 0).view(B, 1, 1)                          # the step ends a window
+        sum_complete.add_(torch.where(completes, partial, 0.0))
+        sum_partial.copy_(torch.where(completes, 0.0, partial))
+    keys.copy_(all_keys[:, :, 1:])
+    values.copy_(all_values[:, :, 1:])
+    position.add_(1)
+    return out
+
+
+# one causal token after a state: the Triton kernel (inference), else the PyTorch step (either PyTorch request)
+TORCH_STEP = Kernel("recompute", torch_step, dropout=False)
+STEP = Op("decoding step", (Kernel("triton", triton_step, runs=triton_runs, auto=triton_auto, dropout=False,
+                                   compiled=True, applies=_step_applies), TORCH_STEP,
+                            Kernel("autograd", torch_step, dropout=False)), fallback=TORCH_STEP, shortcut=True)
+# a shortcut: the whole self-attention call in one operation where it covers the call (the layer's ``_fusable``);
+# elsewhere the layer composes it from the window's and the read's kernels
+LAYER = Op("fused layer", (Kernel("triton", triton_layer, runs=triton_runs, auto=triton_auto, compiled=True),),
+           fallback=None, shortcut=True)
+LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP, layer=LAYER)

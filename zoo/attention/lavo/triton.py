@@ -295,7 +295,7 @@ def head_sums(part: torch.Tensor, part_head: torch.Tensor, B: int, H: int, r: in
     from :func:`read_backward`'s per-program partial sums (fp32)."""
     dbases = part.view(B, H, -1, *part.shape[2:]).sum((0, 2))
     if dbases.shape[1:] != (r, d):
-        dbases = dbases[:, :r, :d]
+        dbases = dbases[:, :r, :d].contiguous()
     return dbases, part_head.view(2, B, H, -1).sum((1, 3))
 
 
@@ -426,8 +426,9 @@ def _read_backward_op(grad: Tensor, q: Tensor, mem: Tensor, bases: Tensor, log_t
 
 @_read_backward_op.register_fake
 def _(grad, q, mem, bases, log_temperature, gain, offset, group, block_m, dropout, seed, has_local, shared_gain):
-    return (torch.empty_like(q), torch.empty_like(mem), torch.empty_like(bases),
-            *(torch.empty_like(t) if t is not None else q.new_empty(0) for t in (log_temperature, gain)))
+    # the shapes and strides of the real gradients: new (contiguous) tensors
+    return (q.new_empty(q.shape), mem.new_empty(mem.shape), bases.new_empty(bases.shape),
+            *(t.new_empty(t.shape) if t is not None else q.new_empty(0) for t in (log_temperature, gain)))
 
 
 def _read_setup(ctx, inputs, output):
@@ -549,7 +550,6 @@ def _decode(Q, K, V, FEAT, KEYS, VALUES, EPE, SUMC, SUMP, BASES, TEMP, GAIN, O, 
     tl.store(NSUMP + bh * D + dd, partial, mask=dm)
 
 
-@torch.compiler.disable
 def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                        sum_complete: torch.Tensor, sum_partial: torch.Tensor, position: int, bases: torch.Tensor,
                        window: int, *, bias: torch.Tensor | None = None, feat: torch.Tensor | None = None,
@@ -571,7 +571,18 @@ def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: 
     Returns:
         out [B, H, 1, d] fp32; the new keys and values [B, H, min(w - 1, L + 1), d]; the new sum_complete and
         sum_partial [B, H, d] fp32 (a window's partial sum folded into the complete one when the step ends it).
+        Under torch.compile it is the custom operator ``lavo_zoo::triton_decode_step`` (no graph break).
     """
+    per_head = gain if isinstance(gain, torch.Tensor) else None
+    args = (q, k, v, keys, values, sum_complete, sum_partial, position, bases, window, bias, feat, log_temperature,
+            memory_norm, combine, per_head, 1.0 if per_head is not None else float(gain), empty_memory)
+    if torch.compiler.is_compiling():
+        return torch.ops.lavo_zoo.triton_decode_step(*args)
+    return _decode_step(*args)
+
+
+def _decode_step(q, k, v, keys, values, sum_complete, sum_partial, position, bases, window, bias, feat,
+                 log_temperature, memory_norm, combine, gain_per_head, gain, empty_memory):
     B, H, _, d = q.shape
     L, w, r = keys.shape[2], window, bases.shape[1]
     new_len = min(w - 1, L + 1)
@@ -581,16 +592,36 @@ def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: 
     complete, partial = torch.empty_like(sum_complete), torch.empty_like(sum_partial)
     sc, sp = sum_complete.contiguous(), sum_partial.contiguous()
     keys, values, bases = rowmajor(keys), rowmajor(values), rowmajor(bases)
-    per_head = isinstance(gain, torch.Tensor)
+    per_head = gain_per_head is not None
     f = feat if feat is not None else q
     launch("decode", _decode, grid(B * H, "the decoding step"),
            q, k, v, f, keys, values, bias if bias is not None else q, sc, sp, bases,
-           log_temperature if log_temperature is not None else q, gain if per_head else q, out, new_keys, new_values,
-           complete, partial, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+           log_temperature if log_temperature is not None else q, gain_per_head if per_head else q, out, new_keys,
+           new_values, complete, partial, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
            f.stride(0), f.stride(1), *strides(keys), *strides(values), *strides(new_keys), *strides(bases),
-           H, d, r, L, position - position % w, d ** -0.5, 1.0 if per_head else float(gain), W=w,
+           H, d, r, L, position - position % w, d ** -0.5, gain, W=w,
            SHIFT=L + 1 - new_len, COMPLETES=(position + 1) % w == 0, HAS_BIAS=bias is not None,
            FEAT_IS_LOCAL=feat is None, HAS_TEMP=log_temperature is not None, RMS=memory_norm == "rms",
            HALF=combine == "half", EMPTY_HALF=empty_memory == "half", GAIN_PER_HEAD=per_head,
            BD=block_dim(d), BW=block_dim(w), BR=block_dim(r))
     return out, new_keys, new_values, complete, partial
+
+
+@torch.library.custom_op("lavo_zoo::triton_decode_step", mutates_args=())
+def _decode_step_op(q: Tensor, k: Tensor, v: Tensor, keys: Tensor, values: Tensor, sum_complete: Tensor,
+                    sum_partial: Tensor, position: int, bases: Tensor, window: int, bias: Tensor | None,
+                    feat: Tensor | None, log_temperature: Tensor | None, memory_norm: str, combine: str,
+                    gain_per_head: Tensor | None, gain: float, empty_memory: str
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _decode_step(q, k, v, keys, values, sum_complete, sum_partial, position, bases, window, bias, feat,
+                        log_temperature, memory_norm, combine, gain_per_head, gain, empty_memory)
+
+
+@_decode_step_op.register_fake
+def _(q, k, v, keys, values, sum_complete, sum_partial, position, bases, window, bias, feat, log_temperature,
+      memory_norm, combine, gain_per_head, gain, empty_memory):
+    B, H, L, d = keys.shape
+    new_len = min(window - 1, L + 1)
+    return (q.new_empty(B, H, 1, d, dtype=torch.float32), keys.new_empty(B, H, new_len, d),
+            values.new_empty(B, H, new_len, d), sum_complete.new_empty(sum_complete.shape),
+            sum_partial.new_empty(sum_partial.shape))

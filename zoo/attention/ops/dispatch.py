@@ -126,11 +126,14 @@ class Kernel:
 @dataclass(frozen=True)
 class Op:
     """The kernels of one op in the order 'auto' tries them, and its fallback (one of them, or None: the op is an
-    optional shortcut, and where no kernel of it runs the caller takes its general path)."""
+    optional shortcut, and where no kernel of it runs the caller takes its general path). ``shortcut``: the op
+    runs only on some calls (a decoding step, a whole call fused), so what a layer reports before any call
+    (:meth:`Choice.report`) leaves it out."""
 
     name: str
     kernels: tuple[Kernel, ...]
     fallback: Kernel | None
+    shortcut: bool = False
 
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name``.
@@ -320,10 +323,11 @@ class Choice:
         return {n: c.name for n, c in self._chosen.items()}
 
     def report(self) -> str:
-        """The kernels of the ops the call ran (before it runs any: the chosen ones) as one word: a name where they
-        are one ('triton', 'recompute'), else the names joined by '+' in the ops' order ('flex+recompute')."""
+        """The kernels of the ops the call ran (before it runs any: the chosen ones, shortcuts left out) as one word:
+        a name where they are one ('triton', 'recompute'), else the names joined by '+' in the ops' order
+        ('flex+recompute')."""
         names = [c.name for c in self._chosen.values() if c.ran]
-        names = names or [c.name for c in self._chosen.values() if c.name is not None]
+        names = names or [c.name for c in self._chosen.values() if c.name is not None and not c.op.shortcut]
         return "+".join(dict.fromkeys(names))
 
 

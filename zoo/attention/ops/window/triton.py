@@ -524,8 +524,8 @@ def _(grad, q, k, v, prefix_k, prefix_v, bias, key_mask, out, lse, window, causa
       bias_grad):
     B, H, T, d = q.shape
     P = 0 if prefix_k is None else prefix_k.shape[2]
-    dbias = torch.empty_like(bias) if bias is not None and bias_grad else q.new_empty(0)
-    return torch.empty_like(q), q.new_empty(B, H, P + T, d), q.new_empty(B, H, P + T, d), dbias
+    dbias = bias.new_empty(bias.shape) if bias is not None and bias_grad else q.new_empty(0)
+    return q.new_empty(q.shape), q.new_empty(B, H, P + T, d), q.new_empty(B, H, P + T, d), dbias  # contiguous
 
 
 def _window_setup(ctx, inputs, output):
