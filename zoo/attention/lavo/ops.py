@@ -313,6 +313,9 @@ def torch_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Te
         The output [B, H, 1, d] in the compute dtype, the new last keys and values [B, H, min(w - 1, L + 1), d], the
         new :class:`MemoryState`.
     """
+    if torch.is_autocast_enabled(q.device.type):  # the softmaxes in the compute dtype: no autocast to half inside
+        with torch.autocast(q.device.type, enabled=False):
+            return torch_step(q, k, v, keys, values, memory, bases, window, bias=bias, feat=feat, **reading)
     ct = compute_dtype(q.dtype)
     H, L = keys.shape[1], keys.shape[2]
     keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)            # [B, H, L + 1, d]
@@ -352,6 +355,11 @@ def static_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
     Returns:
         The output [B, H, 1, d] in the compute dtype: :func:`torch_step`'s, to rounding.
     """
+    if torch.is_autocast_enabled(q.device.type):  # the softmaxes in the compute dtype: no autocast to half inside
+        with torch.autocast(q.device.type, enabled=False):
+            return static_step(q, k, v, keys, values, sum_complete, sum_partial, position, bases, window, bias=bias,
+                               feat=feat, global_read=global_read, log_temperature=log_temperature,
+                               memory_norm=memory_norm, combine=combine, gain=gain, empty_memory=empty_memory)
     ct, w, B, H = compute_dtype(q.dtype), window, q.shape[0], q.shape[1]
     all_keys, all_values = torch.cat([keys, k.to(keys.dtype)], 2), torch.cat([values, v.to(values.dtype)], 2)
     real = torch.arange(w, device=q.device) >= (w - 1 - position).view(B, 1, 1, 1)  # [B, 1, 1, w] slot j: p - w + 1 + j
