@@ -35,6 +35,7 @@ from lavo_zoo.attention.ops.padding import left_aligned
 from lavo_zoo.attention.ops.window import CHUNK, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
+DECODING_OPS = ("step",)  # what a decoding step chooses a kernel for (the step's kernel composes the rest)
 CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
 # parameters renamed since checkpoints were first written (old state_dict key -> new): old checkpoints keep loading
 RENAMED_PARAMETERS = {"read_temp": "log_read_temperature", "read_gain": "learned_gain"}
@@ -323,9 +324,9 @@ class LavoAttention(HasKernels, Attention):
         """q, k, v [B, H, 1, d] of one token x [B, 1, D], by the three projections (a decoding step: joining their
         weights would copy 3 D^2 numbers for one token; as [B, D] rows, each is one product and one view)."""
         B, _, D = x.shape
-        rows = x.view(B, D)
-        return tuple(proj(rows).view(B, self.num_heads, 1, self.head_dim)
-                     for proj in (self.q_proj, self.k_proj, self.v_proj))
+        rows, shape = x.view(B, D), (B, self.num_heads, 1, self.head_dim)
+        return tuple(F.linear(rows, proj.weight, proj.bias).view(shape)   # as the training path, without the
+                     for proj in (self.q_proj, self.k_proj, self.v_proj))  # module call's overhead
 
     def _gain(self) -> float | torch.Tensor:
         """The global branch's factor: the learned per-head gain [H] ('gain'), else the constant ``read_gain``."""
@@ -375,7 +376,7 @@ class LavoAttention(HasKernels, Attention):
             return (y, state) if return_state else y
         if self._decodes(x, padding_mask, state):                                    # one token after a state
             q, k, v = self._project_token(x)                                         # [B, H, 1, d]
-            out, new_state = self._decode_one(x, q, k, v, state, self.start_kernels(q))
+            out, new_state = self._decode_one(x, q, k, v, state, self.start_kernels(q, only=DECODING_OPS))
             y = self.out_proj(self._output_dtype(out.reshape(B, D), x)).unsqueeze(1)  # [B, 1, D]
             return (y, new_state) if return_state else y
         if self.pattern == "cross":

@@ -280,7 +280,7 @@ def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases:
     h = (bases * m.unsqueeze(-2)).sum(-1)                                        # [B, H, r]  h = B m
     rows = h.unsqueeze(-1) * bases                                               # [B, H, r, d]  K_i = h_i b_i
     if log_temperature is not None:
-        q = q * log_temperature.exp().to(q.dtype).view(-1, 1, 1)
+        q = q * _as(log_temperature.exp(), q.dtype).view(-1, 1, 1)
     glob = F.scaled_dot_product_attention(q, rows, rows)                         # [B, H, 1, d]; 0 while empty
     if combine == "half":
         out = (local + glob) * 0.5 if pos >= w else local * (0.5 if empty_memory == "half" else 1.0)
@@ -293,6 +293,11 @@ def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases:
     if (pos + 1) % w == 0:                                                       # the window is complete
         complete, partial = complete + partial, torch.zeros_like(partial)
     return out, MemoryState(complete, partial, pos + 1)
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in ``dtype`` (``Tensor.to`` costs a decoding step about a microsecond even where there is nothing to do)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def torch_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -323,12 +328,12 @@ def torch_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Te
     if bias is not None:  # key s scores + bias[s - t + w - 1]: a [1, H, 1, L + 1] view of the EPE, in one operation
         # (detached where no grad is recorded: a view of a parameter requires grad even under no_grad, and sdpa
         # takes its fused kernel only for a mask that does not)
-        bias = (bias if torch.is_grad_enabled() else bias.detach()).to(ct)
+        bias = _as(bias if torch.is_grad_enabled() else bias.detach(), ct)
         mask = bias.as_strided((1, H, 1, L + 1), (0, bias.stride(0), 0, bias.stride(1)),
                                bias.storage_offset() + (window - 1 - L) * bias.stride(1))
-    q = q.to(ct)
-    local = F.scaled_dot_product_attention(q, keys.to(ct), values.to(ct), attn_mask=mask)  # [B, H, 1, d]
-    out, memory = memory_step(q, local, local if feat is None else feat.to(ct), bases.to(ct), window, memory,
+    q = _as(q, ct)
+    local = F.scaled_dot_product_attention(q, _as(keys, ct), _as(values, ct), attn_mask=mask)  # [B, H, 1, d]
+    out, memory = memory_step(q, local, local if feat is None else _as(feat, ct), _as(bases, ct), window, memory,
                               **reading)
     if L + 1 == window:                                                          # keep the last w - 1
         keys, values = keys[:, :, 1:], values[:, :, 1:]

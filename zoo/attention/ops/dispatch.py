@@ -200,14 +200,15 @@ class KernelSet:
 
     def __init__(self, name: str, **ops: Op) -> None:
         self.name, self.ops = name, dict(ops)
+        names = [AUTO]
+        for op in self.ops.values():
+            names += [k.name for k in op.kernels if k.name not in names]
+        self._requests = tuple(names)
 
     @property
     def requests(self) -> tuple[str, ...]:
         """What a ``kernels`` option may say: 'auto' and every kernel name of the ops, in their order."""
-        names = [AUTO]
-        for op in self.ops.values():
-            names += [k.name for k in op.kernels if k.name not in names]
-        return tuple(names)
+        return self._requests
 
     def check(self, request: str) -> str:
         """The one check of a ``kernels`` option.
@@ -225,21 +226,24 @@ class KernelSet:
             raise ValueError(f"kernels must be one of {', '.join(self.requests)}, got '{request}'")
         return request
 
-    def choose(self, q: torch.Tensor, request: str = AUTO, *, dropout: float = 0.0, training: bool = False
-               ) -> Choice:
+    def choose(self, q: torch.Tensor, request: str = AUTO, *, dropout: float = 0.0, training: bool = False,
+               only: tuple[str, ...] | None = None) -> Choice:
         """The kernels of one call on queries q [B, H, T, d], one per op (:meth:`Op.choose`).
 
         Args:
             q: the call's queries.
             request: 'auto' or a kernel name (:meth:`check`).
             dropout, training: attention dropout applies in training with p > 0.
+            only: the ops the call will run, where it knows (a decoding step: choosing the others would cost its
+                time for nothing); None: every op.
 
         Returns:
             A :class:`Choice`: ``choice.<op>(...)`` runs that op's kernel.
         """
         self.check(request)
         drop = bool(dropout) and training
-        return Choice({name: Chosen(op, op.choose(q, request, dropout=drop)) for name, op in self.ops.items()})
+        return Choice({name: Chosen(op, op.choose(q, request, dropout=drop)) for name, op in self.ops.items()
+                       if only is None or name in only})
 
     def preview(self, request: str, like: torch.Tensor, heads: int, head_dim: int, *, dropout: float = 0.0,
                 training: bool = False) -> Choice:
@@ -342,22 +346,24 @@ class HasKernels:
     kernels: str = AUTO
     _last_choice: Choice | None = None
 
-    def choose_kernels(self, q: torch.Tensor) -> Choice:
+    def choose_kernels(self, q: torch.Tensor, only: tuple[str, ...] | None = None) -> Choice:
         """The kernels a call gets (pure: records nothing).
 
         Args:
             q: the call's queries [B, H, T, d] (their device, dtype and length decide).
+            only: the ops the call runs (:meth:`KernelSet.choose`), or None: every op.
         """
         return self.kernel_set.choose(q, self.kernels, dropout=getattr(self, "dropout", 0.0),
-                                      training=self.training)
+                                      training=self.training, only=only)
 
-    def start_kernels(self, q: torch.Tensor) -> Choice:
+    def start_kernels(self, q: torch.Tensor, only: tuple[str, ...] | None = None) -> Choice:
         """The one choice of a call, recorded for :attr:`kernels_used`.
 
         Args:
             q: the call's queries [B, H, T, d].
+            only: the ops the call runs (:meth:`KernelSet.choose`), or None: every op.
         """
-        choice = self._last_choice = self.choose_kernels(q)
+        choice = self._last_choice = self.choose_kernels(q, only)
         return choice
 
     @property
