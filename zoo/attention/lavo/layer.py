@@ -372,12 +372,14 @@ class LavoAttention(HasKernels, Attention):
             return (y, state) if return_state else y
         new_state = None
         if isinstance(state, LavoStaticState):                                       # a step in place
-            y = self.out_proj(self._output_dtype(self._decode_static(x, state).reshape(B, D), x)).unsqueeze(1)
+            out = self._output_dtype(self._decode_static(x, state).reshape(B, D), x)
+            y = F.linear(out, self.out_proj.weight, self.out_proj.bias).unsqueeze(1)
             return (y, state) if return_state else y
         if self._decodes(x, padding_mask, state):                                    # one token after a state
             q, k, v = self._project_token(x)                                         # [B, H, 1, d]
             out, new_state = self._decode_one(x, q, k, v, state, self.start_kernels(q, only=DECODING_OPS))
-            y = self.out_proj(self._output_dtype(out.reshape(B, D), x)).unsqueeze(1)  # [B, 1, D]
+            out = F.linear(self._output_dtype(out.reshape(B, D), x), self.out_proj.weight, self.out_proj.bias)
+            y = out.unsqueeze(1)                                                     # [B, 1, D]
             return (y, new_state) if return_state else y
         if self.pattern == "cross":
             q = self._heads(self.q_proj(x))                                          # [B, H, T, d]
