@@ -29,8 +29,9 @@ layers on ``recurrent.py``):
    e.g. fla's, gets them by running its launch under ``with triton_utils.compiling(name):``); the call reruns on
    the fallback. ``applies(*args, **kwargs)``: a call it does not cover takes the fallback (default: every call).
 2. Group an op's kernels, in the order 'auto' tries them, with its fallback: a kernel that runs everywhere, dropout
-   included, or None for an op that is an optional shortcut (LAVO's fused decoding step: where none runs, the
-   caller composes the step from its other ops)::
+   included, or None for an op that is an optional shortcut (LAVO's fused layer: where none runs, the caller composes
+   the call from its other ops). ``shortcut=True`` marks an op that runs on some calls only (LAVO's decoding step and
+   fused layer), which what a layer reports before its first call leaves out::
 
        GLA = KernelSet("gla", attend=Op("gla", (FLA, CHUNK), fallback=CHUNK))
 
@@ -39,6 +40,7 @@ layers on ``recurrent.py``):
    GLA.check(kernels)`` (which refuses an unknown name), and in a call::
 
        run = self.start_kernels(q)       # the one choice of the call, recorded for kernels_used
+                                         # (only=("step",): a call that runs those ops alone chooses only theirs)
        o = run.attend(q, k, v, g)        # the chosen kernel; one that cannot be compiled here reruns on the fallback
 
    :attr:`HasKernels.kernels_used` then reports the kernels the last call ran ('fla', 'flex+recompute'; before
