@@ -115,11 +115,10 @@ class _NoHostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_a_static_step_reads_no_value_and_compiles_once_for_every_position(monkeypatch):
+def test_a_static_step_reads_no_value_and_compiles_once_for_every_position():
     """No operation of the step reads a value to the host, and torch.compile(fullgraph=True) of it traces one graph
     that serves 3 windows of positions without a recompilation (no Python branch on the position): what a CUDA graph
     capture needs. The compiled steps give the eager ones."""
-    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     torch._dynamo.reset()
     attn = _layer("causal", combine="gain").eval()
     x = torch.randn(2, 14, 16)
@@ -128,7 +127,8 @@ def test_a_static_step_reads_no_value_and_compiles_once_for_every_position(monke
         with _NoHostReads():
             want = [attn.step(x[:, t:t + 1], eager)[0] for t in range(1, 14)]
         step = torch.compile(lambda token: attn.step(token, compiled)[0], fullgraph=True, backend="aot_eager")
-        got = [step(x[:, t:t + 1]) for t in range(1, 14)]
+        with torch._dynamo.config.patch(error_on_recompile=True):                 # a recompilation is an error
+            got = [step(x[:, t:t + 1]) for t in range(1, 14)]
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(compiled.sum_complete, eager.sum_complete)
