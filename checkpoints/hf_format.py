@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from lavo_zoo.errors import CheckpointError, UsageError
 
@@ -31,15 +32,26 @@ def hf_recipe(path: Path) -> str | None:
     return recipe if isinstance(recipe, str) and recipe else None
 
 
+def transformers_plugin(recipe: str, purpose: str) -> Any:
+    """The transformers plugin of ``recipe`` (:func:`lavo_zoo.hf.get_plugin`), once the ``hf`` extra it needs is
+    checked: a missing or broken transformers is refused with the ``pip install`` that repairs it
+    (:func:`~lavo_zoo.dependencies.require_extra`), not a raw ModuleNotFoundError."""
+    from lavo_zoo.dependencies import require_extra
+    from lavo_zoo.hf import get_plugin, plugin_names
+
+    if recipe in plugin_names():  # a recipe without a transformers form is get_plugin's refusal, extra or not
+        require_extra("hf", purpose)
+    return get_plugin(recipe)
+
+
 def import_hf_folder(folder: Path, out: Path) -> Path:
     """The checkpoint directory (written under ``out``) of transformers folder ``folder``."""
-    from lavo_zoo.hf import get_plugin
-
     recipe = hf_recipe(folder)
     if recipe is None:
         raise CheckpointError(f"{folder} is not a transformers folder of a lavo-zoo model ({HF_CONFIG} names no "
                               "lavo_zoo.recipe)")
-    return get_plugin(recipe).import_folder(Path(folder), Path(out))
+    return transformers_plugin(recipe, f"reading the transformers folder {folder}").import_folder(Path(folder),
+                                                                                                 Path(out))
 
 
 def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, results: Path | None,
@@ -51,11 +63,10 @@ def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, r
     from lavo_zoo.checkpoints.archive import check_checkpoint_dir
     from lavo_zoo.checkpoints.card import build_card, load_results
     from lavo_zoo.checkpoints.index import NAME_RE, default_name
-    from lavo_zoo.hf import get_plugin
-
     meta = check_checkpoint_dir(checkpoint.resolve())
     recipe = str(meta.get("recipe") or "unknown")
-    plugin = get_plugin(recipe)  # before any work: a recipe without a transformers form is refused
+    # before any work: a recipe without a transformers form, or a missing transformers, is refused
+    plugin = transformers_plugin(recipe, "export --format hf")
     name = name or default_name(recipe, str(Path(named_after or out).resolve()))
     if not NAME_RE.match(name):
         raise UsageError(f"--name must look like <domain>/<config>@<tag>, got '{name}'")

@@ -67,3 +67,21 @@ def score_summaries(hypotheses: list[str], references: list[str]) -> dict[str, f
     evaluator = Rouge()
     evaluator.update(list(hypotheses), list(references))
     return evaluator.compute()
+
+
+def broken_plugins(folder: Path) -> Path:
+    """A package, found through ``folder`` on the path, that declares three plugins: an attention whose module raises
+    and a recipe whose module exits when imported, and a recipe whose commands module (its ``cli.py``) raises (what
+    a half-installed or mistaken plugin does)."""
+    dist = folder / "badplug-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[lavo_zoo.plugins.attentions]\nbad_attn = badplug_attn:BadAttention\n"
+                                           "[lavo_zoo.plugins.recipes]\nbad_recipe = badplug_exit:Recipe\n"
+                                           "bad_commands = badplug_pkg.recipe:Recipe\n")
+    (folder / "badplug_attn.py").write_text('raise RuntimeError("boom at import")\n')
+    (folder / "badplug_exit.py").write_text("import sys\nsys.exit(3)\n")
+    (folder / "badplug_pkg").mkdir()
+    (folder / "badplug_pkg" / "__init__.py").write_text("")
+    (folder / "badplug_pkg" / "cli.py").write_text('raise ImportError("the commands module is broken")\n')
+    return folder

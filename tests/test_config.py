@@ -7,8 +7,9 @@ import pytest
 from toy_recipe import ToyConfig
 
 from lavo_zoo.cli import main
-from lavo_zoo.config import RunConfig, apply_overrides, from_dict, load_yaml, parse_override
+from lavo_zoo.config import apply_overrides, from_dict, load_yaml, parse_override
 from lavo_zoo.engine.configs import resolve_config
+from lavo_zoo.engine.run_config import RunConfig
 from lavo_zoo.errors import ConfigError
 
 
@@ -168,6 +169,11 @@ def test_delete_of_a_key_that_is_not_inherited_is_refused(tmp_path):
         load_yaml(tmp_path / "alone.yaml")
     with pytest.raises(ConfigError, match="no key 'train.nope' to delete"):
         apply_overrides({"train": {}}, ["train.nope=!delete"])
+    for absent in ({}, {"model": None}):  # below a section that is not there: nothing to delete either
+        with pytest.raises(ConfigError, match="no key 'model.attention.x' to delete"):
+            apply_overrides(absent, ["model.attention.x=!delete"])
+    with pytest.raises(ConfigError, match="'lr' is a value, not a section"):
+        apply_overrides({"train": {"lr": 0.5}}, ["train.lr.x=1"])
 
 
 def test_duplicate_keys_and_non_utf8_files_are_refused_naming_the_file(tmp_path):

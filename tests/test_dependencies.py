@@ -1,6 +1,7 @@
-"""The tested dependency set (pyproject.toml) and the one import of torchaudio: a torchaudio built for another torch
-is refused at its first use (MCD features, resampling, Griffin-Lim) with one line naming both versions and the
-repair, never reached as a missing symbol in its compiled library."""
+"""The tested dependency set: pyproject.toml's ranges, the lock (requirements/lock.txt) inside them, this
+environment checked against the lock and no other list, and the one import of torchaudio: a torchaudio built for
+another torch is refused at its first use (MCD features, resampling, Griffin-Lim) with one line naming both versions
+and the repair, never reached as a missing symbol in its compiled library."""
 from __future__ import annotations
 
 import sys
@@ -14,7 +15,7 @@ import torch
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from lavo_zoo import dependencies
+from lavo_zoo import dependencies, lockfile
 from lavo_zoo.dependencies import DependencyError, import_torchaudio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,13 +43,82 @@ def _refused(excinfo: pytest.ExceptionInfo, torch_version: str) -> None:
     assert "pip install 'torch==" in message and "'torchaudio==" in message
 
 
-def test_the_torch_set_is_pinned_exactly_and_installed_as_pinned() -> None:
+@pytest.fixture(scope="module")
+def lock() -> lockfile.Lock:
+    """The lock this suite is held to (the repository's, or the candidate the lock-moving script is testing)."""
+    return dependencies.read_project_lock()
+
+
+def test_the_environment_is_the_lock(lock: lockfile.Lock) -> None:
+    """Every installed package but lavo-zoo is locked at its installed version, and every locked one is installed:
+    the README's install gave exactly the tested set. The only test that reads an installed version against a list,
+    and its list is the lock."""
+    if not lock.fits_this_machine():
+        pytest.skip(f"the lock is for Python {lock.python} on {lock.system}, this is Python {lockfile.this_python()} "
+                    f"on {lockfile.this_system()}: the installed set differs by platform")
+    status = dependencies.lock_status()
+    assert status["matches"], (f"this environment is not the lock {status['lock']}:\n  "
+                               + "\n  ".join(status["differences"])
+                               + f"\ninstall the locked set with: {lockfile.INSTALL_COMMAND}\n(or, to move the lock "
+                               f"to newer releases: {lockfile.MOVE_COMMAND})")
+
+
+def test_the_lock_names_no_index_host_or_path() -> None:
+    text = (ROOT / lockfile.LOCK_RELPATH).read_text()
+    for forbidden in ("--", "://", " @ ", "index", "find-links", "trusted-host", "/opt/", "file:"):
+        assert forbidden not in text, forbidden
+    lockfile.read_lock(ROOT / lockfile.LOCK_RELPATH)  # and every line is name==version
+
+
+def test_the_readme_installs_the_lock() -> None:
+    """The README's install command (what CI runs) constrains pip with the lock, as the drift message says."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- ci-commands -->", 1)[1].split("```", 2)[1]
+    install = next(line for line in block.splitlines() if "pip install" in line)
+    assert install.split("&& ", 1)[1] == lockfile.INSTALL_COMMAND
+
+
+def test_the_torch_set_is_pinned_exactly_and_locked_as_pinned(lock: lockfile.Lock) -> None:
     pins = {r.name: r for r in _requirements()}
     for name in dependencies.TORCH_SET:
         (spec,) = pins[name].specifier
         assert spec.operator == "==", f"{name} must be pinned exactly (==), not {spec}"
-        assert Version(metadata.version(name)).release == Version(spec.version).release, name
+        assert Version(lock.pins[name]).release == Version(spec.version).release, name
     assert dependencies.tested_torch_set() == [f"{n}{pins[n].specifier}" for n in dependencies.TORCH_SET]
+
+
+def test_the_lock_holds_every_requirement_inside_its_declared_range(lock: lockfile.Lock) -> None:
+    """Every requirement pyproject.toml declares (the dependencies and every extra's) is locked, at a version its
+    range admits: an upper bound below the locked version would be untested. The extras the README's install leaves
+    out (fla) are locked in their own section, inside their ranges too. (What they bring in turn is held by the
+    drift test: every installed package is locked.)"""
+    outside, missing = [], []
+    for req in _requirements():
+        name = lockfile.canonical(req.name)
+        if name == "lavo-zoo" or (req.marker and not req.marker.evaluate({"extra": ""})
+                                  and "extra" not in str(req.marker)):
+            continue
+        version = lock.version(name)
+        if version is None:
+            missing.append(name)
+        elif req.specifier and not req.specifier.contains(version, prereleases=True):
+            outside.append(f"{name} {version} not in {req.specifier}")
+    assert not missing, f"not locked: {missing} (move the lock: {lockfile.MOVE_COMMAND})"
+    assert not outside, outside
+
+
+def test_setting_the_lock_variable_points_every_check_at_that_lock(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "candidate.txt"
+    path.write_text(f"# for: Python {lockfile.this_python()} on {lockfile.this_system()}\nnumpy==0.0.1\n")
+    monkeypatch.setenv(dependencies.LOCK_VARIABLE, str(path))
+    assert dependencies.lock_path() == path
+    status = dependencies.lock_status()
+    assert not status["matches"] and status["lock"] == str(path)
+    assert f"numpy is installed at {metadata.version('numpy')}, the lock has 0.0.1" in status["differences"]
+    path.write_text("numpy>=1\n")
+    with pytest.raises(DependencyError, match=r"candidate\.txt:1: 'numpy>=1' is not name==version"):
+        dependencies.lock_status()
 
 
 def test_torch_pins_its_triton_where_it_needs_one() -> None:
@@ -57,22 +127,6 @@ def test_torch_pins_its_triton_where_it_needs_one() -> None:
     triton = [Requirement(r) for r in metadata.requires("torch") or [] if r.startswith("triton")]
     assert triton and all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "=="
                           for r in triton if r.marker is None or r.marker.evaluate(linux)), triton
-
-
-def test_installed_versions_are_inside_every_declared_range() -> None:
-    """The suite runs with versions the pins admit: an upper bound below what it runs with would be untested."""
-    outside = [f"{r.name} {metadata.version(r.name)} not in {r.specifier}" for r in _requirements()
-               if r.name != "lavo-zoo" and r.specifier and _installed(r.name)
-               and not r.specifier.contains(metadata.version(r.name), prereleases=True)]
-    assert not outside, outside
-
-
-def _installed(name: str) -> bool:
-    try:
-        metadata.version(name)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
 
 
 def test_api_dependencies_have_an_upper_bound_at_a_tested_release() -> None:
@@ -130,3 +184,14 @@ def test_the_match_ignores_build_tags_only(monkeypatch: pytest.MonkeyPatch, torc
     else:
         with pytest.raises(DependencyError, match=f"torchaudio {audio_version} does not match torch {torch_version}"):
             dependencies.check_torchaudio_matches()
+
+
+def test_a_missing_transformers_says_how_to_install_it(monkeypatch) -> None:
+    """What needs the transformers format with transformers missing was a raw ModuleNotFoundError (a missing
+    submitit already got its pip install line)."""
+    from lavo_zoo.checkpoints.hf_format import transformers_plugin
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(DependencyError, match=r"export --format hf needs lavo-zoo's \[hf\] extra, and transformers "
+                                              r"is not installed: pip install 'lavo-zoo\[hf\]'"):
+        transformers_plugin("lm", "export --format hf")

@@ -18,11 +18,13 @@ from lavo_zoo.outputs import (
     FIGURE,
     HF_FOLDER,
     RESULTS,
+    STUDY_FOLDER,
     TEXT,
     WAV,
     Outputs,
     check_folder_output,
     check_recorded,
+    check_run_output,
     check_writable,
 )
 
@@ -166,6 +168,44 @@ def test_no_output_is_an_input_a_checkpoints_or_a_runs_file_even_with_overwrite(
         with pytest.raises(UsageError, match=said):
             check_folder_output(folder, HF_FOLDER, True, "OUT", {"--data": data})
     assert written(tmp_path) == before and (run / "checkpoints" / "last").is_symlink()
+
+
+def a_study(folder: Path) -> Path:
+    """A study as compare leaves it: its table beside cells/, each cell a training run with its record."""
+    for cell in ("sdpa-seed1", "lavo-seed1"):
+        a_training_run(folder / "cells" / cell)
+        (folder / "cells" / cell / "cell.json").write_text('{"attention": "sdpa", "metrics": {}}')
+    (folder / "table.md").write_text("| attention | seeds |\n")
+    return folder
+
+
+def test_a_training_run_never_goes_in_another_commands_outputs(tmp_path: Path) -> None:
+    """train --out a study's cell (or a link to one) trained on and pruned the checkpoint the cell's record scored;
+    train --out RUN/checkpoints nested a run in a run; compare --out in a study's cells/ nested a study."""
+    study, run, ckpt = a_study(tmp_path / "study"), a_training_run(tmp_path / "run"), a_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "link").symlink_to(study / "cells" / "sdpa-seed1")
+    before = written(tmp_path)
+    refused = {
+        study / "cells" / "sdpa-seed1": f"is in the cells of the study {study}, which `lavo-zoo compare` trains",
+        tmp_path / "link": f"is in the cells of the study {study}",
+        study / "cells" / "new": f"is in the cells of the study {study}",
+        study / "cells": f"is in the cells of the study {study}",
+        study: "is the folder of a study",
+        run / "checkpoints": f"is inside the training run {run}: training there would nest a run",
+        run / "checkpoints" / "step-4" / "x": f"is inside the checkpoint {run / 'checkpoints' / 'step-4'}",
+        run / "sub": f"is inside the training run {run}",
+        ckpt: "is a checkpoint, not a run folder",
+    }
+    for folder, said in refused.items():
+        with pytest.raises(UsageError, match=said):
+            check_run_output(folder)
+    assert check_run_output(run) == run and check_run_output(tmp_path / "fresh") == tmp_path / "fresh"  # its own
+    for folder in (study / "cells" / "new", study / "cells" / "sdpa-seed1" / "sub"):  # a study nested in a study
+        with pytest.raises(UsageError, match=f"is in the cells of the study {study}"):
+            check_folder_output(folder, STUDY_FOLDER, False)
+    with pytest.raises(UsageError, match=f"is in the cells of the study {study}"):  # a new file in a cell, too
+        check_writable(study / "cells" / "sdpa-seed1" / "val.json", True, "--out", kind=RESULTS)
+    assert written(tmp_path) == before and not (tmp_path / "fresh").exists()
 
 
 def test_the_current_folder_is_never_a_folder_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from lavo_zoo.config import RunConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.engine.run_config import RunConfig
 
 
 @dataclass

@@ -266,8 +266,14 @@ def remove_leftovers(folder: Path) -> None:
                 _remove(p)
             else:
                 p.rename(final)
-        elif name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp")):
+        elif is_temporary(name):
             _remove(p)
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is one a writer gives what it has not finished (a file or link ``.NAME.PID.tmp``, a folder
+    ``.tmp-NAME-PID``); a folder it moved aside is ``.old-NAME-PID`` (:func:`swap_folder`)."""
+    return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def _remove(path: Path) -> None:

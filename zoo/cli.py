@@ -24,7 +24,8 @@ import click
 from lavo_zoo.atomic import put_file
 from lavo_zoo.errors import UsageError, ZooError, os_error_message
 from lavo_zoo.options import device_option, json_flag, out_option, overwrite_option
-from lavo_zoo.outputs import RESULTS, Outputs
+from lavo_zoo.outputs import RESULTS, Outputs, check_run_output
+from lavo_zoo.registry import plugin_failure
 
 LAZY_COMMANDS = {
     "bench": "lavo_zoo.bench:bench",
@@ -72,7 +73,14 @@ def recipe_commands() -> dict[str, tuple[str, click.Command]]:
     modules are torch-free, so that ``lavo-zoo --help`` stays fast."""
     out: dict[str, tuple[str, click.Command]] = {}
     for recipe, module in recipe_cli_modules().items():
-        for command in getattr(importlib.import_module(module), "COMMANDS", []):
+        try:
+            commands = getattr(importlib.import_module(module), "COMMANDS", [])
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's commands module that raises or exits
+            ep = next(ep for ep in entry_points(group="lavo_zoo.plugins.recipes") if ep.name == recipe)
+            click.echo(f"warning: the commands of {plugin_failure(ep, e)} (its commands module {module} is left "
+                       "out)", err=True)
+            continue
+        for command in commands:
             if command.name in out or command.name in LAZY_COMMANDS or command.name in cli.commands:
                 other = out[command.name][0] if command.name in out else "lavo-zoo itself"
                 raise UsageError(f"recipe '{recipe}' declares command '{command.name}', which {other} already "
@@ -147,9 +155,20 @@ def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> l
     if kind == "attentions":
         from dataclasses import asdict
 
-        from lavo_zoo.attention import list_attentions
+        from lavo_zoo.attention import ATTENTIONS, attention_info
         from lavo_zoo.attention.spec import SITE_PATTERNS
-        return [asdict(i) for i in list_attentions(pattern, SITE_PATTERNS.get(supports, supports))]
+        from lavo_zoo.errors import PluginError
+
+        wanted, rows = SITE_PATTERNS.get(supports, supports), []
+        for name in ATTENTIONS.names(pattern):  # as list_attentions, with a plugin that cannot load as its error
+            try:
+                info = attention_info(name)
+            except PluginError as e:
+                rows.append({"name": name, "error": str(e)})
+                continue
+            if wanted is None or wanted in info.patterns:
+                rows.append(asdict(info))
+        return rows
     if kind == "recipes":
         from lavo_zoo.engine.recipe import RECIPES
         commands = recipe_commands()
@@ -198,9 +217,12 @@ def list_cmd(kind: str | None, pattern: str | None, as_json: bool, supports: str
     for k, rows in result.items():
         click.echo(f"{k} ({len(rows)})")
         for row in rows:
+            if "error" in row:
+                click.echo(f"  {row['name']:<24} {row['error']}")
+                continue
             extra = {key: v for key, v in row.items() if key not in ("name", "options", "source")}
             desc = "  ".join(f"{key}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
-                             for key, v in extra.items() if key != "description")
+                             for key, v in extra.items() if key != "description" and v != "")
             text = row.get("description", "")
             click.echo(f"  {row['name']:<24} {desc}" + (f"  - {text}" if text else ""))
         if k == "attentions":
@@ -242,6 +264,7 @@ def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: str
     recipe, cfg = resolve_config(config, overrides)
     if out is None:
         out = Path("runs") / str(config).replace("/", "-").removesuffix(".yaml")
+    check_run_output(out)  # the output policy: never another command's run, a study's cell, nor inside a run
     if dry_run:
         from lavo_zoo.engine.dry_run import describe_run
 
@@ -395,8 +418,8 @@ Examples:
 @json_flag
 def env_cmd(as_json: bool) -> None:
     """Show this installation: versions of Python, lavo-zoo and every dependency (and the range each must be in),
-    whether torchaudio and Triton load, CUDA / GPUs / NCCL, LAVO's kernels on CUDA, espeak-ng, the cache folder and
-    its size. Writes nothing."""
+    whether it is the project's lock (requirements/lock.txt, in a source checkout), whether torchaudio and Triton
+    load, CUDA / GPUs / NCCL, LAVO's kernels on CUDA, espeak-ng, the cache folder and its size. Writes nothing."""
     from lavo_zoo.engine.env_report import collect, format_report
 
     info = collect()
@@ -436,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {os_error_message(e)}", err=True)
         return 1
     except Exception as e:  # noqa: BLE001 - last resort: a short message, the traceback with --debug
-        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or (  # numpy's, Python's, torch's
-                isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):  # torch's CPU allocator
+        from lavo_zoo.engine.memory import is_out_of_memory
+
+        if is_out_of_memory(e):  # Python's, torch's (CUDA), torch's CPU allocator
             if debug:
                 traceback.print_exc()
             click.echo(f"error: out of memory ({str(e).splitlines()[0] if str(e) else type(e).__name__}): a size "

@@ -1,7 +1,9 @@
 """YAML configs: find by name or path, inherit (``extends:``), override (``key.sub=value``), validate against the
 recipe's dataclass schema with errors that name the key, the file and the closest valid key.
 
-A recipe's schema is a dataclass subclass of :class:`RunConfig`; every section is a nested dataclass::
+A recipe's schema is a dataclass subclass of the engine's run schema
+(:class:`~lavo_zoo.engine.run_config.RunConfig`: ``recipe``, ``train:``, ``eval:``); every section is a nested
+dataclass::
 
     @dataclass
     class MyConfig(RunConfig):
@@ -32,7 +34,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -116,59 +118,6 @@ for _first in "+-0123456789":
 
 def _yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader subclass: safe
-
-
-@dataclass
-class TrainConfig:
-    """The shared training engine's settings (every recipe has them under ``train:``)."""
-
-    optimizer: Literal["adamw", "adam"] = "adamw"
-    lr: PositiveFloat = 5e-4
-    betas: list[Annotated[float, Range(ge=0, lt=1)]] = field(default_factory=lambda: [0.9, 0.98])
-    eps: PositiveFloat = 1e-8
-    weight_decay: NonNegativeFloat = 0.01
-    # constant | inverse_sqrt (fairseq: linear warmup, then lr*sqrt(warmup/step)) | cosine (warmup, then to min_lr)
-    # | exponential (lr * decay_gamma**epoch) | step (lr * decay_gamma**(step // decay_steps))
-    schedule: Literal["constant", "inverse_sqrt", "cosine", "exponential", "step"] = "constant"
-    warmup_steps: NonNegativeInt = 0
-    warmup_init_lr: NonNegativeFloat = 0.0
-    min_lr: NonNegativeFloat = 0.0
-    decay_gamma: PositiveFloat = 0.5
-    decay_steps: PositiveInt = 1000
-    max_steps: PositiveInt = 1000
-    max_epochs: PositiveInt | None = None
-    batch_size: PositiveInt = 8
-    grad_accum: PositiveInt = 1
-    clip_grad_norm: NonNegativeFloat = 1.0  # 0 disables clipping
-    seed: NonNegativeInt = 1
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False
-    log_every: PositiveInt = 10
-    eval_every: NonNegativeInt = 500  # validate every N steps (0 = not by steps)
-    eval_per_epoch: bool = False  # also validate at the end of every epoch
-    eval_batches: NonNegativeInt = 20  # validation batches per periodic evaluation (0 = the whole split)
-    early_stopping_patience: NonNegativeInt = 0  # stop after this many evaluations without a lower validation loss
-    save_best: bool = True  # keep checkpoints/best: the weights with the lowest validation loss so far
-    save_every: PositiveInt = 500
-    keep_last: NonNegativeInt = 3  # step-N checkpoints kept (0 = all)
-    tensorboard: bool = False
-    num_workers: NonNegativeInt = 0
-
-
-@dataclass
-class EvalConfig:
-    """Evaluation settings every recipe shares (a recipe that needs more subclasses this)."""
-
-    batch_size: NonNegativeInt = 0  # examples per evaluation batch (0: train.batch_size)
-
-
-@dataclass
-class RunConfig:
-    """The top level every recipe config shares: the recipe's name, the training and the evaluation settings."""
-
-    recipe: str = ""
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 # --------------------------------------------------------------------------------------------------------- loading
@@ -380,37 +329,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type | N
     out = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
-        node, tp = out, schema
-        for depth, k in enumerate(keys):
-            tp = _field_type(tp, k)
-            rule = getattr(tp, "merge_config", None)
-            last = depth == len(keys) - 1
-            if rule is not None and k in node and not (last and value is DELETE):  # merged by the section's rule
-                over = value
-                for sub in reversed(keys[depth + 1:]):
-                    over = {sub: over}
-                node[k] = rule(node[k], over, _merge_of(f"override '{text}'", ".".join(keys[:depth + 1]) + "."))
-                break
-            if last:
-                _set(node, keys, value, text)
-                break
-            if not isinstance(node.get(k), dict):
-                node[k] = {} if node.get(k) is None else node[k]
-                if not isinstance(node[k], dict):
-                    raise ConfigError(f"override '{text}': '{k}' is a value, not a section")
-            node = node[k]
+        _check_override_path(out, keys, value, text, schema)
+        over: Any = value
+        for key in reversed(keys):
+            over = {key: over}
+        out = merge(out, over, f"override '{text}'", "", schema)  # as a config written over it: one merge rule
     return out
 
 
-def _set(node: dict[str, Any], keys: list[str], value: Any, text: str) -> None:
-    """Set (or, for ``!delete``, remove) the last of ``keys`` in its section ``node``."""
-    if value is DELETE:
-        if keys[-1] not in node:
+def _check_override_path(data: dict[str, Any], keys: list[str], value: Any, text: str, schema: type | None) -> None:
+    """Refuse an override that :func:`merge` would read otherwise than the user meant: one that goes below a value
+    (``train.lr.x=1``), or deletes a key that is not there. A section with its own merge rule takes the rest."""
+    node, tp = data, schema
+    for depth, key in enumerate(keys):
+        tp = _field_type(tp, key)
+        if getattr(tp, "merge_config", None) is not None and key in node:
+            return  # the section's rule reads what is given under it (a bare name, a mapping)
+        last = depth == len(keys) - 1
+        if value is DELETE and (key not in node or (not last and node[key] is None)):
             raise ConfigError(f"override '{text}': there is no key '{'.'.join(keys)}' to delete"
-                              f"{did_you_mean(keys[-1], map(str, node))}")
-        del node[keys[-1]]
-    else:
-        node[keys[-1]] = value
+                              f"{did_you_mean(key, map(str, node))}")
+        if last or node.get(key) is None:
+            return  # the value is set, or its section created
+        if not isinstance(node[key], dict):
+            raise ConfigError(f"override '{text}': '{key}' is a value, not a section")
+        node = node[key]
 
 
 # ------------------------------------------------------------------------------------------------------ validation

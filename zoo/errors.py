@@ -33,6 +33,11 @@ class InputError(UsageError, ValueError):
     usage error for the CLI (exit 2) that library code can catch as a ValueError."""
 
 
+class PluginError(ZooError):
+    """A package that extends lavo-zoo through an entry point (a plugin) whose module cannot be imported: named with
+    its entry point and the package that declares it, so that the user can fix or uninstall it."""
+
+
 class CheckpointError(ZooError):
     """A checkpoint that is missing, corrupt, truncated or does not match the model."""
 

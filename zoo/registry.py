@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
-from lavo_zoo.errors import UsageError, did_you_mean
+from lavo_zoo.errors import PluginError, UsageError, did_you_mean
 
 
 @dataclass
@@ -27,16 +27,39 @@ class Entry:
     target: Any
     info: dict[str, Any] = field(default_factory=dict)
     source: str = "builtin"
+    entry_point: Any = None  # the entry point a plugin's entry came from (its failures are named by it)
 
     def load(self) -> Any:
-        """The registered object, its module imported on first use (an entry point's target is ``module:attr``)."""
+        """The registered object, its module imported on first use (an entry point's target is ``module:attr``).
+
+        Raises:
+            PluginError: a plugin's (an entry point's) module that raises or exits when imported, or lacks the
+                object: named with its entry point and package (:func:`plugin_failure`).
+        """
         if isinstance(self.target, str):
             module_name, _, attr = self.target.partition(":")
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split(".") if attr else []:
-                obj = getattr(obj, part)
+            try:
+                obj: Any = importlib.import_module(module_name)
+                for part in attr.split(".") if attr else []:
+                    obj = getattr(obj, part)
+            except (Exception, SystemExit) as e:
+                if self.entry_point is None:
+                    raise
+                raise PluginError(plugin_failure(self.entry_point, e)) from None
             self.target = obj
         return self.target
+
+
+def plugin_failure(ep: Any, error: BaseException) -> str:
+    """Why the plugin of entry point ``ep`` cannot be used, and how to repair it: the entry point, its group, the
+    package that declares it and the error of its import."""
+    dist = getattr(ep, "dist", None)
+    package = f"the package {dist.name} {dist.version}" if dist is not None else "a package"
+    what = f"{type(error).__name__}: {error}" if not isinstance(error, SystemExit) else f"it exits ({error.code})"
+    name = dist.name if dist is not None else "that package"
+    return (f"the plugin '{ep.name}' (entry point {ep.name} = {ep.value} in group {ep.group}, declared by {package}) "
+            f"cannot be loaded: {what}. Repair it (pip install --force-reinstall {name}) or remove it (pip uninstall "
+            f"{name}); lavo-zoo works without it")
 
 
 class Registry:
@@ -72,8 +95,9 @@ class Registry:
             importlib.import_module(module)
         for ep in entry_points(group=self.group):
             if ep.name not in self._entries:  # lavo-zoo's own entry points (the built-in recipes) are built-ins
-                source = "builtin" if ep.value.startswith("lavo_zoo.") else f"entry point ({ep.group})"
-                self._entries[ep.name] = Entry(ep.name, ep.value, {}, source=source)
+                builtin = ep.value.startswith("lavo_zoo.")
+                self._entries[ep.name] = Entry(ep.name, ep.value, {}, source="builtin" if builtin else
+                                               f"entry point ({ep.group})", entry_point=None if builtin else ep)
 
     def names(self, pattern: str | None = None) -> list[str]:
         """Every registered name, sorted, or those matching the glob ``pattern``."""
@@ -103,5 +127,12 @@ class Registry:
         return iter([self._entries[n] for n in sorted(self._entries)])
 
     def describe(self, pattern: str | None, describe_one: Callable[[Entry], dict[str, Any]]) -> list[dict[str, Any]]:
-        """Rows for ``lavo-zoo list``: ``describe_one`` turns a loaded entry into a JSON-able dict."""
-        return [{"name": n, **describe_one(self.entry(n))} for n in self.names(pattern)]
+        """Rows for ``lavo-zoo list``: ``describe_one`` turns a loaded entry into a JSON-able dict; a plugin that
+        cannot be loaded is a row with its ``error`` (the others are listed)."""
+        rows = []
+        for n in self.names(pattern):
+            try:
+                rows.append({"name": n, **describe_one(self.entry(n))})
+            except PluginError as e:
+                rows.append({"name": n, "error": str(e), "source": self.entry(n).source})
+        return rows

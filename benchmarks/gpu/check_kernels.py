@@ -13,12 +13,12 @@ and peak = max |got - ref| / max |ref| (a single wrong row shows in peak). Cases
 - ``stream``: chunks of 1000, 17 and 1 tokens carrying the (undetached) state, with gradients, against one pass.
 - ``decode``: a prefill, then one token at a time, against one pass. ``long``: bf16 and bf16 autocast at 64K
   tokens (GPT-2 layer shape) against fp32 on the same kernels.
-- ``fla``: flash-linear-attention's kernels (the ``fla`` extra, :mod:`lavo_zoo.attention.ops.fla`: the ``fla``
-  kernel of the dispatch's gated-linear and delta-rule ops) for the recurrent mechanisms' ops (gated linear attention
-  with a gate per key channel (GLA), per head (Mamba-2) and none (Based); the delta rule with and without a gate
-  (DeltaNet, Gated DeltaNet)) against the PyTorch chunked forms in float64: the output, the final state and the
-  gradients of every input and of the initial state. fla's kernels multiply fp32 in TF32 (bound ``tf32``) and run
-  the delta rule in half precision only. Device run only: fla's autotuned kernels do not run in Triton's
+- ``fla``: flash-linear-attention's kernels (the ``fla`` extra: the ``fla`` kernel of an op, declared in its folder
+  ``ops/<op>/``) against the op's PyTorch chunked form in float64: the output, the final state and the gradients of
+  every input and of the initial state. The calls are derived from the registry (:func:`fla_calls`): every op a
+  registered mechanism runs on, each fla function the op's folder declares (``FLA_CALLS``: which gate arguments
+  select it). fla's kernels multiply fp32 in TF32 (bound ``tf32``); an op whose fla kernel takes half precision only
+  (its declared ``dtypes``) runs in fp16 and bf16. Device run only: fla's autotuned kernels do not run in Triton's
   interpreter, so the toy run has no ``fla`` case.
 
 Precisions: ``fp32`` (IEEE products, torch's default), ``tf32`` (``torch.set_float32_matmul_precision('high')``),
@@ -63,9 +63,32 @@ SIZES = {
            "chunks": (20, 5, 1), "decode": (40, 6), "long": (72, 32, 2, 16, 4)},
 }
 PATTERNS = ("causal", "noncausal", "cross")
-# fla's ops checked (the gate each has) and their precisions: fp32 inputs multiply in TF32 in fla's kernels
-FLA_OPS = {"gla": ("tf32", "bf16"), "simple_gla": ("tf32", "bf16"), "linear": ("tf32", "bf16"),
-           "delta_rule": ("bf16", "fp16"), "gated_delta_rule": ("bf16", "fp16")}
+
+
+def fla_calls() -> dict[str, dict[str, Any]]:
+    """flash-linear-attention's calls of every op a registered mechanism runs on, derived from the registry: each
+    layer's ``kernel_set``, each op's ``fla`` kernel and the ``FLA_CALLS`` of the module that defines it. Call label
+    -> {"op": the Op, "function": fla's function, "gates": the op's gate arguments and their size per token
+    ("head", "key": per key channel, "value": per value channel), "precisions": fp32 inputs (TF32 products in fla's
+    kernels) and bf16, or fp16 and bf16 where the kernel declares half precision only}."""
+    import importlib
+
+    import torch
+
+    from lavo_zoo.attention import ATTENTIONS, attention_class
+
+    calls: dict[str, dict[str, Any]] = {}
+    for name in ATTENTIONS.names():
+        kernel_set = getattr(attention_class(name), "kernel_set", None)
+        for op in ([] if kernel_set is None else kernel_set.ops.values()):
+            kernel = next((k for k in op.kernels if k.name == "fla"), None)
+            if kernel is None:
+                continue
+            precisions = ("tf32", "bf16") if kernel.dtypes is None or torch.float32 in kernel.dtypes else \
+                ("bf16", "fp16")
+            for label, (function, gates) in importlib.import_module(kernel.fn.__module__).FLA_CALLS.items():
+                calls[label] = {"op": op, "function": function, "gates": gates, "precisions": precisions}
+    return calls
 
 
 # ------------------------------------------------------------------------------------------------- the cases
@@ -115,8 +138,8 @@ def build_cases(toy: bool) -> list[dict[str, Any]]:
         cases.append({"kind": "stream", "chunks": s["chunks"], "precision": precision, "d": d})
     cases.append({"kind": "decode", "T": s["decode"][0], "steps": s["decode"][1], "precision": "fp32", "d": d})
     if not toy:  # fla's kernels do not run in Triton's interpreter
-        for op, precisions in FLA_OPS.items():
-            for precision in precisions:
+        for op, call in fla_calls().items():
+            for precision in call["precisions"]:
                 for T in s["kernel_lengths"] + (4096,):
                     cases.append({"kind": "fla", "op": op, "T": T, "precision": precision, "d": d})
     if toy:
@@ -496,62 +519,58 @@ def check_long(case: dict[str, Any], dev: Any) -> dict[str, Any]:
 
 
 def check_fla(case: dict[str, Any], dev: Any) -> dict[str, Any]:
-    """One of fla's kernels against the PyTorch chunked form in float64 (the same rounded inputs): output, final
-    state, the gradients of q, k, v, the gates and the initial state; the PyTorch form in the case's precision is
-    the yardstick. The fla kernel is the dispatch's (``kernels='fla'``: the op's ``FLA``, bound as a layer's call
-    binds it); ``mode`` is 'triton' when it ran (it falls back to the PyTorch form where it cannot, e.g. a compile
-    failure). Skipped where fla refuses the case's backward (a per-head gate on Hopper under Triton 3.4 to 3.7.0
-    without tilelang)."""
+    """One of fla's calls (:func:`fla_calls`) against the op's PyTorch chunked form in float64 (the same rounded
+    inputs): output, final state, the gradients of q, k, v, the gates and the initial state; the PyTorch form in the
+    case's precision is the yardstick. The fla kernel is the dispatch's (``kernels='fla'``: the op's ``fla`` kernel,
+    bound as a layer's call binds it); ``mode`` is 'triton' when it ran (it falls back to the PyTorch form where it
+    cannot, e.g. a compile failure). Skipped where fla refuses the case's backward (a per-head gate on Hopper under
+    Triton 3.4 to 3.7.0 without tilelang)."""
     import torch
     import torch.nn.functional as F
 
     from lavo_zoo.attention.ops import fla, triton_utils
-    from lavo_zoo.attention.ops.delta_rule import DELTA_RULE, chunk_delta_rule
-    from lavo_zoo.attention.ops.gated_linear import GATED_LINEAR, chunk_gated_linear
 
-    op, T, d, precision = case["op"], case["T"], case["d"], case["precision"]
-    if op in ("simple_gla", "gated_delta_rule") and fla.gated_backward_refused(torch.device(dev)):
+    call = fla_calls()[case["op"]]
+    op, gates = call["op"], call["gates"]
+    T, d, precision = case["T"], case["d"], case["precision"]
+    if gates.get("g") == "head" and fla.gated_backward_refused(torch.device(dev)):
         return {"skipped": "flash-linear-attention refuses a per-head gate's backward on this GPU and Triton "
                            "(wrong results there; install tilelang or Triton >= 3.7.1): the layers take the PyTorch "
                            "form for it"}
     low = weights_dtype(precision)
     B, H = 2, 4
     q, k, v = (torch.randn(B, H, T, d, device=dev) for _ in range(3))
-    delta = op.endswith("delta_rule")
-    if delta:
-        k = F.normalize(k, dim=-1)
-    gates = []
-    if delta:
-        gates.append(torch.rand(B, H, T, device=dev))                                         # beta
-    if op == "gla":
-        gates.append(F.logsigmoid(torch.randn(B, H, T, d, device=dev)) / 16)                 # per key channel
-    elif op in ("simple_gla", "gated_delta_rule"):
-        gates.append(-0.1 * torch.rand(B, H, T, device=dev))                                  # per head
+    k = F.normalize(k, dim=-1)  # the delta rule's keys are unit vectors; any keys suit a linear attention
+
+    def gate(arg: str, size: str):
+        shape = (B, H, T) if size == "head" else (B, H, T, d)
+        if arg != "g":
+            return torch.rand(*shape, device=dev)                            # strengths in [0, 1]
+        if size == "head":
+            return -0.1 * torch.rand(*shape, device=dev)                     # one log decay per head
+        return F.logsigmoid(torch.randn(*shape, device=dev)) / 16            # one per key channel (GLA's gate)
+
+    named = {arg: gate(arg, size) for arg, size in gates.items()}
     state = 0.1 * torch.randn(B, H, d, d, device=dev)
-    inputs = [t.to(low).to(torch.float32) for t in (q, k, v, *gates)] + [state]
+    inputs = [t.to(low).to(torch.float32) for t in (q, k, v, *named.values())] + [state]
 
     def run(kernel, dtype):
         leaves = [t.to(dtype).detach().requires_grad_() for t in inputs[:-1]] + [
             inputs[-1].to(torch.float64 if dtype == torch.float64 else torch.float32).detach().requires_grad_()]
         qq, kk, vv, *gg, s0 = leaves
-        if delta:
-            beta, g = gg[0], (gg[1] if len(gg) > 1 else None)
-            o, final = kernel(qq, kk, vv, beta, g, s0)
-        else:
-            o, final = kernel(qq, kk, vv, gg[0] if gg else None, s0)
+        o, final = kernel(qq, kk, vv, **dict(zip(named, gg)), state=s0)
         w_o = torch.randn_like(o, dtype=torch.float64, device=dev)
         w_s = torch.randn_like(final, dtype=torch.float64, device=dev)
         loss = (o.double() * w_o).sum() + (final.double() * w_s).sum()
         return [o, final, *torch.autograd.grad(loss, leaves, materialize_grads=True)]
 
     torch.manual_seed(7)
-    names = ["out", "state", "d_q", "d_k", "d_v"] + [f"d_{n}" for n in (["beta"] if delta else [])] + \
-        (["d_g"] if op in ("gla", "simple_gla", "gated_delta_rule") else []) + ["d_state"]
-    chosen = (DELTA_RULE if delta else GATED_LINEAR).bind("fla")
+    names = ["out", "state", "d_q", "d_k", "d_v"] + [f"d_{n}" for n in named] + ["d_state"]
+    chosen = op.bind("fla")
     with computing_in(precision, dev):
         got = run(chosen, low)
     ran = chosen.name == "fla"
-    torch_form = chunk_delta_rule if delta else chunk_gated_linear
+    torch_form = op.fallback.fn
     torch.manual_seed(7)
     want = run(torch_form, torch.float64)
     torch.manual_seed(7)
@@ -560,7 +579,7 @@ def check_fla(case: dict[str, Any], dev: Any) -> dict[str, Any]:
     why = triton_utils.failures() or ("flash-linear-attention does not import" if not fla.available() else
                                       "a call fla does not cover")
     return {"errors": compare(names, got, want), "yardstick": compare(names, yard, want),
-            "mode": "triton" if ran else f"{chosen.name} ({why})"}
+            "mode": "triton" if ran else f"{chosen.name} ({why})", "function": call["function"]}
 
 
 CHECKS = {"fla": check_fla, "layer": check_layer, "window": check_window, "read": check_read, "stream": check_stream,

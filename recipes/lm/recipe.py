@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveFloat, RunConfig, TrainConfig
-from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.config import NonNegativeInt, PositiveFloat
+from lavo_zoo.engine.recipe import EvalPlaces, Recipe, register_recipe
+from lavo_zoo.engine.run_config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError, UsageError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.nn.tokenizers import get_tokenizer
@@ -102,11 +102,12 @@ class LMRecipe(Recipe):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: LMConfig, split: str, device: torch.device,
-                 max_batches: int | None = None) -> Evaluator:
+                 max_batches: int | None = None, places: EvalPlaces | None = None) -> Evaluator:
         """Perplexity at every length in ``eval.length_factors`` (``ppl@<length>``, the same tokens at each) and,
         with ``eval.stream``, over the streamed split (``ppl@stream`` and ``ppl@ctx:<lo>-<hi>`` per bucket of
         context length). ``max_batches`` caps the tokens scored at ``max_batches`` batches of length L (at least one
-        block of the longest length), and the stream at ``max_batches`` chunks."""
+        block of the longest length), and the stream at ``max_batches`` chunks; perplexity against length is drawn
+        at ``places.plot`` (default: ``eval.plot``)."""
         was_training = model.training
         model.eval()
         table = self.build_evaluator(cfg)
@@ -126,9 +127,10 @@ class LMRecipe(Recipe):
             limits = (cfg.eval.stream_tokens, max_batches * chunk if max_batches else 0)
             stream_perplexity(model, tokens, table, chunk=chunk, bucket_start=L,
                               max_tokens=min((x for x in limits if x), default=None), device=device)
-        if cfg.eval.plot:
+        plot = (places or EvalPlaces.from_config(cfg)).plot
+        if plot:
             from lavo_zoo.recipes.lm.plot import plot_perplexity
 
-            plot_perplexity(table.compute(), Path(cfg.eval.plot))
+            plot_perplexity(table.compute(), plot)
         model.train(was_training)
         return table

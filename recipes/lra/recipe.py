@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import RunConfig, TrainConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.engine.run_config import RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.recipes.lra.builtin import BuiltinTasks

@@ -91,7 +91,8 @@ def build_site(cfg: ModelConfig, site: str) -> Attention:
     options = dict(spec.options)
     if cfg.attention_dropout and "dropout" in attention_info(spec.name).options:
         options.setdefault("dropout", cfg.attention_dropout)
-    return AttentionSpec(spec.name, options).build(cfg.embed_dim, cfg.num_heads, POINTR_SITE_PATTERNS[site])
+    return AttentionSpec(spec.name, options, origin=spec.origin).build(cfg.embed_dim, cfg.num_heads,
+                                                                       POINTR_SITE_PATTERNS[site])
 
 
 # ---------------------------------------------------------------------------------------------- k-NN features

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lavo_zoo.config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.engine.run_config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.evaluators.chamfer import PointClouds, chamfer_l1
 from lavo_zoo.nn.points import nearest_sq_distances
 from lavo_zoo.recipes.point_cloud.builtin import BuiltinShapes

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, NonNegativeFloat, NonNegativeInt, PositiveInt, RunConfig, TrainConfig
+from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt
 from lavo_zoo.engine.checkpoint_io import unwrap
-from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.engine.recipe import EvalPlaces, Recipe, register_recipe
+from lavo_zoo.engine.run_config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators.base import Evaluator
 from lavo_zoo.nn.losses import label_smoothed_cross_entropy
@@ -116,11 +117,11 @@ class SummarizationRecipe(Recipe):
         return generate_summaries(model, cfg, batch["source"], batch["source_mask"]), batch["references"]
 
     def evaluate(self, model: nn.Module, cfg: SummarizationConfig, split: str, device: torch.device,
-                 max_batches: int | None = None) -> Evaluator:
+                 max_batches: int | None = None, places: EvalPlaces | None = None) -> Evaluator:
         """Decode ``split`` (at most ``max_batches`` batches) and score the summaries against the full references,
         keeping every (id, hypothesis, reference) for ``lavo-zoo eval --out`` to write beside the results
-        (:func:`~lavo_zoo.recipes.summarization.infer.summarize_batches`). Periodic validation during training goes
-        through :meth:`validation_step` (loss, then the same decoding and ROUGE)."""
+        (:func:`~lavo_zoo.recipes.summarization.infer.summarize_batches`); nothing is written at ``places``. Periodic
+        validation during training goes through :meth:`validation_step` (loss, then the same decoding and ROUGE)."""
         return summarize_batches(model, cfg, self.eval_loader(cfg, split), device, max_batches)
 
 

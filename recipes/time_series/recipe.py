@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.config import RunConfig, TrainConfig
 from lavo_zoo.engine.checkpoint_io import unwrap
 from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.engine.run_config import RunConfig, TrainConfig
 from lavo_zoo.recipes.time_series.builtin import BuiltinETT
 from lavo_zoo.recipes.time_series.data import DataConfig, ForecastWindows, PreparedSeries, num_time_features, prepare
 from lavo_zoo.recipes.time_series.infer import Forecaster

@@ -125,17 +125,29 @@ def synthesize_batch(model: nn.Module, batch: dict[str, Any]) -> list[dict[str, 
 
 @torch.no_grad()
 def evaluate_synthesis(model: nn.Module, cfg: Any, batches: Iterable[dict[str, Any]], evaluator: Evaluator,
-                       device: torch.device | str, max_batches: int | None = None) -> Evaluator:
+                       device: torch.device | str, max_batches: int | None = None,
+                       out: Path | None = None) -> Evaluator:
     """Synthesise ``batches`` (at most ``max_batches`` of them and ``eval.max_utterances`` utterances), vocode with
     Griffin-Lim and score them with ``evaluator`` (MCD / MSD) against the Griffin-Lim resynthesis of the target
-    features (or the recordings); with ``eval.out_dir`` write synthesized/<id>.wav, reference/<id>.wav and
-    plots/<id>.png there. Returns ``evaluator``, updated."""
+    features (or the recordings).
+
+    Args:
+        model: the trained model.
+        cfg: its config (``eval.max_utterances``, the features).
+        batches: the split's batches.
+        evaluator: the MCD / MSD evaluator to update.
+        device: where batches go.
+        max_batches: synthesise at most this many batches.
+        out: write synthesized/<id>.wav, reference/<id>.wav and plots/<id>.png in this folder (None: nothing).
+
+    Returns:
+        ``evaluator``, updated.
+    """
     from lavo_zoo.recipes.tts.plot import plot_utterance
 
     rate = cfg.data.features().sample_rate
     was_training = model.training
     model.eval()
-    out = Path(cfg.eval.out_dir) if cfg.eval.out_dir else None
     done, limit = 0, cfg.eval.max_utterances or None
     for b, batch in enumerate(batches):
         if (max_batches and b >= max_batches) or (limit and done >= limit):

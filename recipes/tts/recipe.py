@@ -11,9 +11,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from lavo_zoo.config import EvalConfig, NonNegativeInt, PositiveInt, Range, RunConfig, TrainConfig
+from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
 from lavo_zoo.engine.checkpoint_io import unwrap
-from lavo_zoo.engine.recipe import Recipe, register_recipe
+from lavo_zoo.engine.recipe import EvalPlaces, Recipe, register_recipe
+from lavo_zoo.engine.run_config import EvalConfig, RunConfig, TrainConfig
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.evaluators import build_evaluator
 from lavo_zoo.evaluators.base import Evaluator
@@ -140,10 +141,10 @@ class TTSRecipe(Recipe):
         return (loss, *self.predict(model, batch))
 
     def evaluate(self, model: nn.Module, cfg: TTSConfig, split: str, device: torch.device,
-                 max_batches: int | None = None) -> Evaluator:
+                 max_batches: int | None = None, places: EvalPlaces | None = None) -> Evaluator:
         """Synthesise the split (at most ``eval.max_utterances``), vocode with Griffin-Lim and score MCD / MSD
-        against the Griffin-Lim resynthesis of the target features (or the recordings); with ``eval.out_dir``
-        write synthesized/<id>.wav, reference/<id>.wav and plots/<id>.png there
-        (:func:`~lavo_zoo.recipes.tts.infer.evaluate_synthesis`)."""
+        against the Griffin-Lim resynthesis of the target features (or the recordings); with a files folder
+        (``places.files``, default ``eval.out_dir``) write synthesized/<id>.wav, reference/<id>.wav and
+        plots/<id>.png there (:func:`~lavo_zoo.recipes.tts.infer.evaluate_synthesis`)."""
         return evaluate_synthesis(model, cfg, self.eval_loader(cfg, split), self.build_evaluator(cfg), device,
-                                  max_batches)
+                                  max_batches, out=(places or EvalPlaces.from_config(cfg)).files)

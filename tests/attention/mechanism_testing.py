@@ -1,6 +1,7 @@
 """Helpers for the attention tests: float64 modules of width 32 with 4 heads, random inputs seeded from the test's node
-id, the small options that force several chunks / windows / segments / landmarks at T = 37, and the one comparison of
-a mechanism with its slow reference (:func:`assert_matches_reference`)."""
+id, the small options that force several chunks / windows / segments / landmarks at T = 37 (each mechanism declares
+them on its class, ``test_options``), the registry's recurrent mechanisms, and the one comparison of a mechanism with
+its slow reference (:func:`assert_matches_reference`)."""
 from __future__ import annotations
 
 import zlib
@@ -9,39 +10,21 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from lavo_zoo.attention import build_attention
+from lavo_zoo.attention import ATTENTIONS, attention_class, build_attention
+from lavo_zoo.attention.recurrent import RecurrentAttention
 
 D, H = 32, 4
 ATOL, RTOL = 1e-10, 1e-8
 
-# small non-default options per built-in mechanism: every chunk / window / segment boundary is crossed at T = 37
-SMALL = {
-    "vanilla": {},
-    "abc": {"num_slots": 5, "chunk_size": 8},
-    "performer": {"num_features": 12, "chunk_size": 8},
-    "cosformer": {"chunk_size": 8, "max_length": 64},
-    "longshort": {"window_size": 6, "num_landmarks": 5, "segment_rank": 2},
-    "s4d": {"state_size": 8},
-    "lara": {"num_landmarks": 6},
-    "nystromformer": {"num_landmarks": 6, "pinv_iterations": 0},
-    "lavo": {"num_bases": 3, "window_size": 5},
-    "sdpa": {"rope": True},
-    "local": {"window_size": 5, "relative_bias": True},
-    "probsparse": {"factor": 2},
-    "based": {"feature_dim": 4, "chunk_size": 8, "conv_size": 3},
-    "gla": {"chunk_size": 8, "conv_size": 3},
-    "mamba2": {"state_size": 8, "chunk_size": 8},
-    "deltanet": {"chunk_size": 8},
-    "gated_deltanet": {"chunk_size": 8, "expand_v": 1.0},
-}
-
-
 def small_options(name: str, pattern: str) -> dict:
-    """``SMALL[name]`` for ``pattern`` (rope needs self-attention: not in cross)."""
-    opts = dict(SMALL.get(name, {}))
-    if pattern == "cross":
-        opts.pop("rope", None)
-    return opts
+    """The small non-default options the mechanism declares for its tests (its class's ``test_options`` for
+    ``pattern``): with them every chunk / window / segment / landmark boundary is crossed at T = 37."""
+    return attention_class(name).test_options_for(pattern)
+
+
+def recurrent_names() -> list[str]:
+    """The registered mechanisms on the recurrent base (one matrix state per head, ``recurrent.py``)."""
+    return [n for n in ATTENTIONS.names() if issubclass(attention_class(n), RecurrentAttention)]
 
 
 def gen(request: pytest.FixtureRequest) -> torch.Generator:
@@ -61,7 +44,8 @@ def assert_causal_is_cumulative(name: str, request: pytest.FixtureRequest) -> No
     """The paper's benchmark library ran causal ABC without accumulation and causal Performer as noncausal: the
     causal output must differ from the noncausal one and equal it at the last position (where all keys are seen)."""
     g = gen(request)
-    causal, noncausal = build(name, "causal", **SMALL[name]), build(name, "noncausal", **SMALL[name])
+    causal = build(name, "causal", **small_options(name, "causal"))
+    noncausal = build(name, "noncausal", **small_options(name, "noncausal"))
     noncausal.load_state_dict(causal.state_dict())
     x = randn(g, 2, 29, D)
     yc, yn = causal(x), noncausal(x)

@@ -3,12 +3,26 @@
 import pytest
 import torch
 
-from lavo_zoo.attention import build_attention
+from lavo_zoo.attention import ATTENTIONS, attention_class, build_attention
 from lavo_zoo.attention.common import KVCache, merge_heads, segment_means, split_heads
+from lavo_zoo.attention.registry import option_defaults
+from tests.attention.mechanism_testing import small_options
 
 
-@pytest.mark.parametrize("name,options", [("sdpa", {}), ("sdpa", {"rope": True}), ("vanilla", {}),
-                                          ("local", {"window_size": 3})])
+def _kv_cache_users() -> list[tuple[str, dict]]:
+    """Every registered mechanism whose causal decoding state is the shared KVCache, on its defaults and its test
+    options."""
+    users = []
+    for name in ATTENTIONS.names():
+        cls = attention_class(name)
+        if "causal" in cls.patterns and cls.streaming:
+            _, state = build_attention(name, 16, 2, "causal")(torch.zeros(1, 1, 16), return_state=True)
+            if isinstance(state, KVCache):
+                users += [(name, {})] + ([(name, small_options(name, "causal"))] if cls.test_options else [])
+    return users
+
+
+@pytest.mark.parametrize("name,options", _kv_cache_users())
 def test_reordered_cache_continues_the_selected_rows(name, options):
     """Beam search: after reorder(index), the next chunk continues rows index[i] exactly as if those sequences had
     been run from the start."""
@@ -56,12 +70,17 @@ def test_segment_means_count_the_real_tokens_only():
     torch.testing.assert_close(few[1, :, :15], real)
 
 
-@pytest.mark.parametrize("name, pattern", [("lara", "noncausal"), ("lara", "cross"), ("nystromformer", "noncausal"),
-                                           ("nystromformer", "cross")])
+# every registered mechanism with landmarks (a num_landmarks option), in each of its patterns beyond causal
+LANDMARKS = [(n, p) for n in ATTENTIONS.names() if "num_landmarks" in option_defaults(attention_class(n))
+             for p in attention_class(n).patterns if p != "causal"]
+
+
+@pytest.mark.parametrize("name, pattern", LANDMARKS)
 def test_landmark_mechanisms_give_a_padded_row_the_row_alone(name, pattern):
-    """With fewer landmarks than tokens (6 < 29), a row padded behind or in front gives the row alone's outputs."""
+    """With fewer landmarks than tokens (6 < 29), a row padded behind or in front gives the row alone's outputs
+    (the mechanism's other test options as it declares them)."""
     torch.manual_seed(0)
-    opts = {"num_landmarks": 6, **({"pinv_iterations": 0} if name == "nystromformer" else {})}
+    opts = {**small_options(name, pattern), "num_landmarks": 6}
     attn = build_attention(name, 16, 2, pattern, **opts).double().eval()
     n, pad = 29, 5
     for real in (slice(0, n), slice(pad, pad + n)):

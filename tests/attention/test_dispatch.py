@@ -14,13 +14,14 @@ import os
 import pytest
 import torch
 
-from lavo_zoo.attention import build_attention
+from lavo_zoo.attention import attention_class, build_attention
 from lavo_zoo.attention.lavo.ops import LAVO_KERNELS
 from lavo_zoo.attention.ops import KernelUnavailable, dispatch, fla
 from lavo_zoo.attention.ops.delta_rule import DELTA_RULE_KERNELS
 from lavo_zoo.attention.ops.gated_linear import GATED_LINEAR_KERNELS
 from lavo_zoo.attention.ops.window import WINDOW, WINDOW_KERNELS, flex
 from lavo_zoo.errors import UsageError
+from tests.attention.mechanism_testing import recurrent_names
 
 CUDA = torch.cuda.is_available()
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -270,15 +271,12 @@ def test_a_triton_compile_failure_turns_fla_off(monkeypatch):
     assert choose_recurrent("delta_rule", _q(dtype=torch.bfloat16), "fla") == "chunk"
 
 
-RECURRENT_NAMES = {"based": "gated_linear", "gla": "gated_linear", "mamba2": "gated_linear",
-                   "deltanet": "delta_rule", "gated_deltanet": "delta_rule"}
-
-
-@pytest.mark.parametrize("name", list(RECURRENT_NAMES))
+@pytest.mark.parametrize("name", recurrent_names())
 def test_one_choice_per_recurrent_forward_and_the_report(name, monkeypatch):
     """A recurrent layer's op is chosen once per call that runs it (causal: the chunk; noncausal and cross: the
-    source's state, Based's a plain sum), from its ``kernels`` option; ``kernels_used`` says what ran."""
-    kernel_set = RECURRENT[RECURRENT_NAMES[name]]
+    source's state, unless the layer declares it a plain sum: ``source_op``), from its ``kernels`` option;
+    ``kernels_used`` says what ran."""
+    kernel_set = attention_class(name).kernel_set
     chosen = []
     choose = kernel_set.choose
     monkeypatch.setattr(kernel_set, "choose", lambda *a, **k: chosen.append(kernel_set.name) or choose(*a, **k))
@@ -288,7 +286,7 @@ def test_one_choice_per_recurrent_forward_and_the_report(name, monkeypatch):
         assert attn.kernels == "fla" and attn.kernels_used == "chunk"  # before a call: what it would take (CPU)
         chosen.clear()
         attn(x, context=x if pattern == "cross" else None)
-        runs_op = pattern == "causal" or name != "based"
+        runs_op = pattern == "causal" or attention_class(name).source_op
         assert chosen == ([kernel_set.name] if runs_op else []), pattern
         assert attn.kernels_used == "chunk"
     attn = build_attention(name, 16, 2, "causal")
@@ -339,6 +337,22 @@ def test_a_mechanism_plugs_in_and_gets_the_choice_the_fallback_and_the_report():
     assert kernels.choose(q, dropout=0.1, training=False).attend.name == "fused"  # dropout applies in training
     with pytest.raises(ValueError, match="kernels must be one of auto, fused, chunk, got 'flex'"):
         kernels.choose(q, "flex")
+
+
+def test_a_kernel_takes_only_the_dtypes_it_declares():
+    """A kernel's declared ``dtypes`` (fla's delta rule: half precision) bound every choice and every call: a request
+    or 'auto' takes the fallback for other queries, and a call handed other queries after the choice reruns there."""
+    calls = []
+    half = dispatch.Kernel("half", lambda q: calls.append("half") or q, auto=lambda q: True, dtypes=(torch.float16,))
+    fallback = dispatch.Kernel("chunk", lambda q: calls.append("chunk") or q)
+    op = dispatch.Op("op", (half, fallback), fallback=fallback)
+    q16, q32 = torch.zeros(1, 2, 3, 4, dtype=torch.float16), torch.zeros(1, 2, 3, 4)
+    assert half.takes(q16) and not half.takes(q32)
+    assert op.choose(q16).name == op.choose(q16, "half").name == "half"
+    assert op.choose(q32).name == op.choose(q32, "half").name == "chunk"
+    run = op.bind("half")
+    run(q32)
+    assert run.name == "chunk" and calls == ["chunk"]
 
 
 def test_a_kernel_that_cannot_be_built_reruns_on_the_fallback_and_the_report_says_so():

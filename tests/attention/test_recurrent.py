@@ -1,5 +1,5 @@
-"""The frontier's recurrent mechanisms (based, gla, mamba2, deltanet, gated_deltanet; recurrent.py) beyond the
-registry-wide contract and naive tests: a padded row gives what the row alone gives (left, right and inner padding,
+"""The recurrent mechanisms (every registered one on recurrent.py's base) beyond the registry-wide contract and
+naive tests: a padded row gives what the row alone gives (left, right and inner padding,
 every pattern), the state is constant in size and measured from its object, the cross cache keeps no source token,
 and each mechanism's defaults are its reference layer's."""
 from __future__ import annotations
@@ -9,12 +9,13 @@ import math
 import pytest
 import torch
 
-from lavo_zoo.attention import attention_info, build_attention, tensor_bytes
+from lavo_zoo.attention import attention_class, attention_info, build_attention, tensor_bytes
 from lavo_zoo.attention.based import taylor_features
 from lavo_zoo.attention.recurrent import SourceMemory
-from tests.attention.mechanism_testing import ATOL, RTOL, SMALL, D, H, build, gen, randn
+from lavo_zoo.attention.registry import option_defaults
+from tests.attention.mechanism_testing import ATOL, RTOL, D, H, build, gen, randn, recurrent_names, small_options
 
-NAMES = ["based", "gla", "mamba2", "deltanet", "gated_deltanet"]
+NAMES = recurrent_names()
 
 
 @pytest.mark.parametrize("pattern", ["causal", "noncausal", "cross"])
@@ -23,7 +24,7 @@ def test_padded_row_equals_row_alone(name: str, pattern: str, request) -> None:
     """Rows padded on the left, on the right and inside give, at their real tokens, the output of the real tokens
     alone (the short convolutions included)."""
     g = gen(request)
-    attn = build(name, pattern, **SMALL[name])
+    attn = build(name, pattern, **small_options(name, pattern))
     real = randn(g, 1, 9, D)
     masks = [torch.tensor([False] * 4 + [True] * 9), torch.tensor([True] * 9 + [False] * 4),
              torch.tensor([True, False, True, True, False, False, True, True, True, True, False, True, True])]
@@ -46,7 +47,7 @@ def test_padded_row_equals_row_alone(name: str, pattern: str, request) -> None:
 def test_state_is_constant_and_measured(name: str, request) -> None:
     """The causal state has the same tensors after 3 and after 53 tokens; tensor_bytes counts exactly them."""
     g = gen(request)
-    attn = build(name, "causal", **SMALL[name])
+    attn = build(name, "causal", **small_options(name, "causal"))
     _, s1 = attn(randn(g, 2, 3, D), return_state=True)
     _, s2 = attn(randn(g, 2, 50, D), state=s1, return_state=True)
     shapes = [s1.memory.shape, *(c.shape for c in s1.conv)]
@@ -60,7 +61,7 @@ def test_state_is_constant_and_measured(name: str, request) -> None:
 def test_cross_cache_is_one_state(name: str, request) -> None:
     """The cross cache of a source of 5 or 80 tokens is one state of the same size: no source token is kept."""
     g = gen(request)
-    attn = build(name, "cross", **SMALL[name])
+    attn = build(name, "cross", **small_options(name, "cross"))
     small, large = attn.cross_cache(randn(g, 2, 5, D)), attn.cross_cache(randn(g, 2, 80, D))
     assert isinstance(large, SourceMemory) and large.memory.shape == small.memory.shape
     assert large.memory.shape[:2] == (2, H)
@@ -110,13 +111,13 @@ def test_eps_and_widths_that_break_the_output_are_refused(name: str) -> None:
     option."""
     from lavo_zoo.errors import OptionError
 
-    eps = "eps" if name == "based" else "norm_eps"
+    options = option_defaults(attention_class(name))
+    eps = next(o for o in ("eps", "norm_eps") if o in options)
     for value in (-1.0, 0.0, math.inf):
         with pytest.raises(OptionError, match=eps):
             build_attention(name, 16, 2, **{eps: value})
     build_attention(name, 16, 2, **{eps: 1e-3})
-    expand = {"gla": "expand_k", "gated_deltanet": "expand_v"}.get(name)
-    if expand:
+    for expand in (o for o in options if o.startswith("expand_")):  # widths as multiples of D
         with pytest.raises(OptionError, match=rf"{expand} 0.3 \* 16 = 4.8"):
             build_attention(name, 16, 2, **{expand: 0.3})
         assert build_attention(name, 16, 2, **{expand: 0.25}) is not None  # 4 channels, 2 per head
@@ -131,7 +132,7 @@ def test_a_state_from_another_configuration_is_refused(name: str, request) -> No
     x = randn(g, 2, 5, 16)
     layer = build_attention(name, 16, 2, conv_size=2).double()
     others = [build_attention(name, 16, 2, conv_size=4).double(), build_attention(name, 16, 2, conv_size=0).double(),
-              build_attention("deltanet" if name != "deltanet" else "gla", 16, 2, conv_size=2).double()]
+              build_attention(next(n for n in NAMES if n != name), 16, 2, conv_size=2).double()]  # another one
     for other in others:
         _, state = other(x, return_state=True)
         with pytest.raises(ValueError, match="another configuration"):
@@ -148,12 +149,22 @@ def test_empty_chunks_and_inputs(name: str, request) -> None:
     """T = 0: an empty input gives an empty output, and an empty chunk in a stream leaves the state as it was (the
     short convolution raised a raw RuntimeError on both)."""
     g = gen(request)
-    attn = build(name, "causal", **SMALL[name]).double()
+    attn = build(name, "causal", **small_options(name, "causal")).double()
     x = randn(g, 2, 6, D).double()
     for pattern in ("causal", "noncausal"):
-        assert build(name, pattern, **SMALL[name]).double()(randn(g, 2, 0, D)).shape == (2, 0, D)
+        assert build(name, pattern, **small_options(name, pattern)).double()(randn(g, 2, 0, D)).shape == (2, 0, D)
     y1, state = attn(x[:, :3], return_state=True)
     empty, state = attn(x[:, :0], state=state, return_state=True)
     assert empty.shape == (2, 0, D)
     y2 = attn(x[:, 3:], state=state)
     torch.testing.assert_close(torch.cat([y1, y2], 1), attn(x), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("option, value", [("gate_logit_normalizer", -1.0), ("gate_logit_normalizer", 0.0),
+                                           ("chunk_size", 0), ("gate_low_rank_dim", 0)])
+def test_a_gla_option_out_of_range_is_named_with_its_value(option: str, value: float) -> None:
+    """Found by the sweep: the refusal named three options at once and no value."""
+    from lavo_zoo.errors import OptionError
+
+    with pytest.raises(OptionError, match=rf"^attention 'gla': {option} must be a finite number > 0, got {value!r}$"):
+        build_attention("gla", 16, 2, **{option: value})

@@ -8,13 +8,14 @@ import sys
 import pytest
 import torch
 
+from lavo_zoo.attention import attention_class
 from lavo_zoo.attention.ops.delta_rule import chunk_delta_rule
 from lavo_zoo.attention.ops.delta_rule.naive import naive_delta_rule
 from lavo_zoo.attention.ops.gated_linear import chunk_gated_linear
 from lavo_zoo.attention.ops.gated_linear.naive import naive_gated_linear
 from lavo_zoo.attention.ops.padding import gather_rows, pack
 from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
-from tests.attention.mechanism_testing import ATOL, RTOL, gen, randn
+from tests.attention.mechanism_testing import ATOL, RTOL, gen, randn, recurrent_names
 
 B, H, T, K, V = 2, 3, 29, 5, 4
 
@@ -43,18 +44,96 @@ def test_gated_linear_chunks_match_recurrence(gate: str, chunk: int, request) ->
                       inputs)
 
 
-@pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("chunk", [1, 8, 64])
-def test_delta_rule_chunks_match_recurrence(gated: bool, chunk: int, request) -> None:
+def _delta_gates(g0: torch.Generator, decay: str, strengths: str, scale: float = 2.0) -> dict:
+    """The delta rule's gates: ``decay`` none / head / channel (log decays in [-scale, 0]), ``strengths`` head (one
+    beta per head, also the write strength) or channel (erase per key channel, write per value channel)."""
+    rand = lambda *shape: torch.rand(*shape, generator=g0, dtype=torch.float64)
+    gates = {"beta": rand(B, H, T) if strengths == "head" else rand(B, H, T, K)}
+    if decay != "none":
+        gates["g"] = -scale * (rand(B, H, T) if decay == "head" else rand(B, H, T, K))
+    if strengths == "channel":
+        gates["write"] = rand(B, H, T, V)
+    return gates
+
+
+@pytest.mark.parametrize("strengths", ["head", "channel"])
+@pytest.mark.parametrize("decay", ["none", "head", "channel"])
+@pytest.mark.parametrize("chunk", [1, 8, 20, 64])
+def test_delta_rule_chunks_match_recurrence(decay: str, strengths: str, chunk: int, request) -> None:
+    """The chunked form against the recurrence, outputs, final state and every gradient, for each kind of decay
+    (none: DeltaNet, per head: Gated DeltaNet, per key channel: KDA) and of strengths (per head, or GDN-2's erase per
+    key channel and write per value channel), chunk sizes that do and do not divide T and the per-channel form's
+    blocks (20 = 8 + 8 + 4), with an initial state."""
     g0 = gen(request)
     q, v = randn(g0, B, H, T, K), randn(g0, B, H, T, V)
     k = torch.nn.functional.normalize(randn(g0, B, H, T, K), dim=-1)
-    beta = torch.rand(B, H, T, generator=g0, dtype=torch.float64)
     S0 = randn(g0, B, H, K, V)
-    g = -2 * torch.rand(B, H, T, generator=g0, dtype=torch.float64) if gated else None
-    inputs = [t.requires_grad_() for t in (q, k, v, beta, S0) + ((g,) if gated else ())]
-    _close_with_grads(lambda: chunk_delta_rule(q, k, v, beta, g, S0, chunk),
-                      lambda: naive_delta_rule(q, k, v, beta, g, S0), inputs)
+    gates = _delta_gates(g0, decay, strengths)
+    inputs = [t.requires_grad_() for t in (q, k, v, S0, *gates.values())]
+    _close_with_grads(lambda: chunk_delta_rule(q, k, v, state=S0, chunk_size=chunk, **gates),
+                      lambda: naive_delta_rule(q, k, v, state=S0, **gates), inputs)
+
+
+@pytest.mark.parametrize("decay", ["head", "channel"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_delta_rule_chunks_stay_finite_where_the_recurrence_is(decay: str, dtype: torch.dtype, request) -> None:
+    """Log decays of any size (down to -1e30 and -inf, which clear the state), values of any scale: the chunked form
+    in fp32 and fp64 is finite wherever the token-by-token recurrence (fp64) is, and equals it. Without the floor a
+    decay of -inf gives inf - inf; with per-channel factors split at one point per chunk instead of per block, a
+    factor over 1 overflows."""
+    g0 = gen(request)
+    q, k = randn(g0, 1, 2, 70, K), torch.nn.functional.normalize(randn(g0, 1, 2, 70, K), dim=-1)
+    beta = torch.rand(1, 2, 70, generator=g0, dtype=torch.float64)
+    shape = (1, 2, 70) if decay == "head" else (1, 2, 70, K)
+    for g_scale, v_scale in ((30.0, 1.0), (1e4, 1e20), (1e30, 1e-20), (float("inf"), 1e10)):
+        v = randn(g0, 1, 2, 70, V) * v_scale
+        g = -g_scale * torch.rand(*shape, generator=g0, dtype=torch.float64)
+        g = torch.where(torch.rand(*shape, generator=g0, dtype=torch.float64) < 0.7, -torch.rand(*shape,
+                        generator=g0, dtype=torch.float64), g)  # most decays mild, some huge
+        want, want_S = naive_delta_rule(q, k, v, beta, g)
+        assert torch.isfinite(want).all() and torch.isfinite(want_S).all()
+        got, got_S = chunk_delta_rule(*(t.to(dtype) for t in (q, k, v, beta, g)), chunk_size=64)
+        assert torch.isfinite(got).all() and torch.isfinite(got_S).all(), (g_scale, v_scale)
+        tol = 1e-10 if dtype == torch.float64 else 2e-4  # fp32: sums of huge log decays lose their small ones
+        torch.testing.assert_close(got.double() / v_scale, want / v_scale, atol=tol, rtol=tol)
+
+
+def test_delta_rule_gates_tied_reduce_to_one_per_head(request) -> None:
+    """Gated DeltaNet-2's gates tied (erase strengths equal over the key channels, write strengths equal to them over
+    the value channels) are KDA's one strength per head; KDA's decay equal over the key channels is Gated DeltaNet's
+    one per head: the chunked forms agree, outputs, state and the gradients (summed over the tied channels)."""
+    g0 = gen(request)
+    q, v, S0 = randn(g0, B, H, T, K), randn(g0, B, H, T, V), randn(g0, B, H, K, V)
+    k = torch.nn.functional.normalize(randn(g0, B, H, T, K), dim=-1)
+    beta, g = torch.rand(B, H, T, generator=g0, dtype=torch.float64), -torch.rand(B, H, T, generator=g0,
+                                                                                  dtype=torch.float64)
+    leaves = [t.requires_grad_() for t in (q, k, v, S0, beta, g)]
+    w = [randn(g0, B, H, T, V), randn(g0, B, H, K, V)]
+
+    def loss(o, S):
+        return (o * w[0]).sum() + (S * w[1]).sum()
+
+    per_head = chunk_delta_rule(q, k, v, beta, g, S0, 8)
+    per_key_decay = chunk_delta_rule(q, k, v, beta, g[..., None].expand(B, H, T, K), S0, 8)          # KDA's gate
+    per_channel = chunk_delta_rule(q, k, v, beta[..., None].expand(B, H, T, K), g[..., None].expand(B, H, T, K),
+                                   S0, 8, write=beta[..., None].expand(B, H, T, V))                  # GDN-2's gates
+    want = torch.autograd.grad(loss(*per_head), leaves)
+    for got in (per_key_decay, per_channel):
+        torch.testing.assert_close(got, per_head, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(torch.autograd.grad(loss(*got), leaves), want, atol=ATOL, rtol=RTOL)
+
+
+def test_delta_rule_gates_of_other_shapes_are_refused() -> None:
+    q = torch.zeros(1, 2, 5, 4)
+    v = torch.zeros(1, 2, 5, 3)
+    with pytest.raises(ValueError, match=r"beta must have shape \[1, 2, 5\] or \[1, 2, 5, 4\]"):
+        chunk_delta_rule(q, q, v, torch.zeros(1, 2, 5, 3))
+    with pytest.raises(ValueError, match=r"g must have shape"):
+        chunk_delta_rule(q, q, v, torch.zeros(1, 2, 5), torch.zeros(2, 5))
+    with pytest.raises(ValueError, match=r"write must have shape \[1, 2, 5, 3\]"):
+        chunk_delta_rule(q, q, v, torch.zeros(1, 2, 5), write=torch.zeros(1, 2, 5, 4))
+    with pytest.raises(ValueError, match="needs write"):
+        chunk_delta_rule(q, q, v, torch.zeros(1, 2, 5, 4))
 
 
 def test_delta_rule_overwrites_a_key() -> None:
@@ -147,13 +226,47 @@ def _fake_fla(calls: list[str]) -> dict:
                                 _from_fla(g), _state(initial_state))
         return _to_fla(o, S, q, output_final_state)
 
+    def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
+        calls.append("chunk_kda")  # g: log decays per key channel [B, T, H, K] (use_gate_in_kernel off), beta [B, T, H]
+        assert g.shape == q.shape and beta.shape == q.shape[:3] and not kwargs.get("use_gate_in_kernel")
+        assert initial_state is None or initial_state.dtype == torch.float32
+        o, S = naive_delta_rule(_from_fla(scaled(q, scale)), _from_fla(k), _from_fla(v), _from_fla(beta),
+                                _from_fla(g), _state(initial_state))
+        return _to_fla(o, S, q, output_final_state)
+
+    def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, **kwargs):
+        calls.append("chunk_gdn2")  # g, b per key channel [B, T, H, K], w per value channel [B, T, H, V]
+        assert g.shape == b.shape == q.shape and w.shape == v.shape
+        assert initial_state is None or initial_state.dtype == torch.float32
+        o, S = naive_delta_rule(_from_fla(scaled(q, scale)), _from_fla(k), _from_fla(v), _from_fla(b), _from_fla(g),
+                                _state(initial_state), write=_from_fla(w))
+        return _to_fla(o, S, q, output_final_state)
+
     modules = {name: types.ModuleType(name) for name in ("fla", "fla.ops", "fla.ops.gla", "fla.ops.simple_gla",
-                                                         "fla.ops.delta_rule", "fla.ops.gated_delta_rule")}
+                                                         "fla.ops.delta_rule", "fla.ops.gated_delta_rule",
+                                                         "fla.ops.kda", "fla.ops.gdn2")}
     modules["fla.ops.gla"].chunk_gla = gated_linear("chunk_gla")
     modules["fla.ops.simple_gla"].chunk_simple_gla = gated_linear("chunk_simple_gla")
     modules["fla.ops.delta_rule"].chunk_delta_rule = chunk_delta_rule
     modules["fla.ops.gated_delta_rule"].chunk_gated_delta_rule = chunk_gated_delta_rule
+    modules["fla.ops.kda"].chunk_kda = chunk_kda
+    modules["fla.ops.gdn2"].chunk_gdn2 = chunk_gdn2
     return modules
+
+
+def test_the_stand_in_implements_every_call_the_ops_declare() -> None:
+    """Every fla function the op of a registered mechanism declares (``FLA_CALLS`` of its folder's ``fla.py``) has a
+    stand-in here, so that the layer tests on fla run each of them: a new op's call without one fails here."""
+    import importlib
+
+    stand_ins = {f"{module}.{name}" for module, m in _fake_fla([]).items() for name in vars(m)
+                 if name.startswith("chunk_")}
+    for name in recurrent_names():
+        for op in attention_class(name).kernel_set.ops.values():
+            fla_module = importlib.import_module(op.kernel("fla").fn.__module__)
+            for label, (function, _) in fla_module.FLA_CALLS.items():
+                assert any(s.endswith(f".{function}") for s in stand_ins), (
+                    f"{name}: its op's fla call '{label}' ({function}) has no stand-in in _fake_fla")
 
 
 @pytest.fixture
@@ -194,28 +307,35 @@ def test_fla_gated_linear_is_the_op(gate: str, fla_on_cuda, request) -> None:
     torch.testing.assert_close((o.double(), S.double()), (want_o, want_S), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("gated", [False, True])
-def test_fla_delta_rule_is_the_op(gated: bool, fla_on_cuda, request) -> None:
+@pytest.mark.parametrize("decay, strengths, function", [
+    ("none", "head", "chunk_delta_rule"), ("head", "head", "chunk_gated_delta_rule"), ("channel", "head", "chunk_kda"),
+    ("channel", "channel", "chunk_gdn2"), ("head", "channel", "chunk_gdn2"), ("none", "channel", "chunk_gdn2")])
+def test_fla_delta_rule_is_the_op(decay: str, strengths: str, function: str, fla_on_cuda, request) -> None:
+    """Requested, fla's kernel for the call's gates runs (DeltaNet's, Gated DeltaNet's, KDA's, GDN-2's, which takes
+    per-head gates broadcast and no decay as 0) and gives the op's outputs and final state."""
     from lavo_zoo.attention.ops.delta_rule import DELTA_RULE
 
     g0 = gen(request)
     q, v = randn(g0, B, H, T, K), randn(g0, B, H, T, V)
     k = torch.nn.functional.normalize(randn(g0, B, H, T, K), dim=-1)
-    beta, S0 = torch.rand(B, H, T, generator=g0, dtype=torch.float64), randn(g0, B, H, K, V)
-    g = -2 * torch.rand(B, H, T, generator=g0, dtype=torch.float64) if gated else None
-    inputs = [t.half() for t in (q, k, v, beta)] + [None if g is None else g.float(), S0.float()]  # fla: half only
+    S0 = randn(g0, B, H, K, V)
+    gates = _delta_gates(g0, decay, strengths)
+    gates = {n: t.float() if n == "g" else t.half() for n, t in gates.items()}  # fla: half only
+    inputs = [t.half() for t in (q, k, v)]
     run = DELTA_RULE.bind("fla")
-    o, S = run(*inputs, 8)
-    assert run.name == "fla" and fla_on_cuda == ["chunk_gated_delta_rule" if gated else "chunk_delta_rule"]
+    o, S = run(*inputs, state=S0.float(), chunk_size=8, **gates)
+    assert run.name == "fla" and fla_on_cuda == [function]
     assert o.dtype == S.dtype == torch.float32
-    want_o, want_S = chunk_delta_rule(*[None if t is None else t.double() for t in inputs], 8)
+    want_o, want_S = chunk_delta_rule(*[t.double() for t in inputs], state=S0, chunk_size=8,
+                                      **{n: t.double() for n, t in gates.items()})
     torch.testing.assert_close((o.double(), S.double()), (want_o, want_S), atol=2e-3, rtol=2e-3)  # o in fp16
 
 
 def test_calls_fla_does_not_cover_run_on_the_pytorch_form(fla_on_cuda, monkeypatch, request) -> None:
     """fla 0.6's refusals are calls the dispatch gives the PyTorch form: odd head dims in half precision (one gate
     per head or none: Based's 153 features), delta-rule key dims above 256, a per-head gate's backward where fla
-    refuses it (Hopper under Triton 3.4 to 3.7.0 without tilelang)."""
+    refuses it (Hopper under Triton 3.4 to 3.7.0 without tilelang; not KDA's per-channel decay, whose backward
+    kernels are its own)."""
     from lavo_zoo.attention.ops import fla
     from lavo_zoo.attention.ops.delta_rule import DELTA_RULE
     from lavo_zoo.attention.ops.gated_linear import GATED_LINEAR
@@ -243,6 +363,10 @@ def test_calls_fla_does_not_cover_run_on_the_pytorch_form(fla_on_cuda, monkeypat
             run = op.bind("fla")
             run(*args)
             assert run.name == "fla"
+    q, k, v = (randn(g0, 1, 2, 5, 4).half().requires_grad_() for _ in range(3))
+    run = DELTA_RULE.bind("fla")
+    run(q, k, v, torch.rand(1, 2, 5), -torch.rand(1, 2, 5, 4))  # KDA's backward is its own: not refused there
+    assert run.name == "fla" and fla_on_cuda[-1] == "chunk_kda"
 
 
 def test_a_fla_kernel_that_cannot_be_compiled_falls_back_once(fla_on_cuda, monkeypatch, request) -> None:
@@ -318,21 +442,29 @@ def test_fla_missing_or_broken_is_not_available(error: Exception, warns: bool, m
         fla.available.cache_clear()
 
 
-@pytest.mark.parametrize("name", ["based", "gla", "mamba2", "deltanet", "gated_deltanet"])
+def _fla_kernel(name: str):
+    """The ``fla`` kernel of the one op of recurrent mechanism ``name`` (from its layer's ``kernel_set``)."""
+    (op,) = attention_class(name).kernel_set.ops.values()
+    return op.kernel("fla")
+
+
+@pytest.mark.parametrize("name", recurrent_names())
 @pytest.mark.parametrize("pattern", ["causal", "noncausal"])
 def test_a_layer_on_fla_gives_its_pytorch_output(name: str, pattern: str, fla_on_cuda, request) -> None:
     """Each mechanism with kernels='fla' (fla's stand-in) gives what kernels='chunk' gives and reports 'fla' where
-    its op ran on it: the layer hands the op its inputs in the op's order (delta rule: in half precision, as fla)."""
+    its op ran on it: the layer hands the op its inputs in the op's order (in fp32 where the op's fla kernel takes it,
+    else in half precision, as its declared ``dtypes`` say)."""
     from lavo_zoo.attention import build_attention
 
-    dtype = torch.float16 if "delta" in name else torch.float32
+    dtypes = _fla_kernel(name).dtypes
+    dtype = torch.float32 if dtypes is None or torch.float32 in dtypes else dtypes[0]
     torch.manual_seed(0)
     fast = build_attention(name, 32, 4, pattern, kernels="fla").to(dtype).eval()
     slow = build_attention(name, 32, 4, pattern, kernels="chunk").to(dtype).eval()
     slow.load_state_dict(fast.state_dict())
     x = randn(gen(request), 2, 21, 32).to(dtype)
     got, want = fast(x), slow(x)
-    runs_op = pattern == "causal" or name != "based"  # Based's noncausal state is a plain sum
+    runs_op = pattern == "causal" or attention_class(name).source_op  # else a plain sum
     assert bool(fla_on_cuda) == runs_op and slow.kernels_used == "chunk"
     if runs_op:
         assert fast.kernels_used == "fla"

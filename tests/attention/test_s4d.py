@@ -7,13 +7,13 @@ import torch
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.s4d import naive, naive_kernel
-from tests.attention.mechanism_testing import ATOL, RTOL, SMALL, D, H, build, gen, randn
+from tests.attention.mechanism_testing import ATOL, RTOL, D, H, build, gen, randn, small_options
 
 
 def test_s4d_streaming_matches_recurrence(request) -> None:
     """S4D chunked streaming (FFT convolution + carried state) equals the token-by-token recurrence."""
     g = gen(request)
-    attn = build("s4d", "causal", **SMALL["s4d"])
+    attn = build("s4d", "causal", **small_options("s4d", "causal"))
     x = randn(g, 2, 23, D)
     y1, h = attn(x[:, :9], return_state=True)
     y2, h2 = attn(x[:, 9:], state=h, return_state=True)

@@ -73,3 +73,20 @@ def test_spec_builds_what_build_attention_builds():
     torch.testing.assert_close(a(x), b(x))
     sites = SiteAttention(cross=AttentionSpec("vanilla"))
     assert {s: sites.build(s, 16, 2).pattern for s in SITE_PATTERNS} == SITE_PATTERNS
+
+
+def test_an_option_out_of_range_names_the_site_key_and_file():
+    """A value the mechanism refuses when built (a range, not a type) named neither the config key nor the file: with
+    one mechanism at two sites the user could not tell which was wrong."""
+    from lavo_zoo.errors import OptionError
+
+    _, cfg = resolve_config("summarization/tiny-sdpa", ["model.attention.decoder_self.name=lavo",
+                                                        "model.attention.cross.name=lavo",
+                                                        "model.attention.cross.num_bases=1000"])
+    cfg.model.attention.decoder_self.build(32, 4, "causal")  # the other site builds
+    with pytest.raises(OptionError, match=r"config key 'model.attention.cross' in .*tiny-sdpa.yaml with overrides "
+                                          r".*num_bases \(1000\) must be between 1 and the head dim 8.*"
+                                          r"model.attention.cross.<option>=VALUE"):
+        cfg.model.attention.cross.build(32, 4, "cross")
+    with pytest.raises(OptionError, match=r"^attention 'lavo': num_bases \(1000\)"):  # not from a config: as before
+        AttentionSpec("lavo", {"num_bases": 1000}).build(32, 4, "cross")

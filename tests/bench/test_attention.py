@@ -202,3 +202,19 @@ def test_option_values_are_read_as_the_config_overrides():
     from lavo_zoo.bench.attention import _parse_options
 
     assert _parse_options(("gla.norm_eps=1e-3",), ["gla"]) == {"gla": {"norm_eps": 1e-3}}
+
+
+def test_a_second_run_replaces_its_own_record(tmp_path):
+    """bench attention refused its own earlier --json (its record keeps the machine in its settings, where the check
+    of a benchmark's record did not look), though a benchmark's JSON is its record, replaced without --overwrite; a
+    JSON of another kind is still refused."""
+    out = tmp_path / "r.json"
+    args = ["bench", "attention", "--attentions", "sdpa", "--lengths", "8", "--no-isolate", "--no-efficiency",
+            "--json", str(out), *TINY]
+    assert main(args) == 0
+    first = json.loads(out.read_text())
+    assert main([*args[:5], "16", *args[6:]]) == 0
+    assert [r["length"] for r in json.loads(out.read_text())["results"]] == [16] != [r["length"] for r in
+                                                                                     first["results"]]
+    out.write_text('{"metrics": {}}')  # a results JSON: not this command's record
+    assert main(args) == 2 and out.read_text() == '{"metrics": {}}'

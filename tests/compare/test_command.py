@@ -71,3 +71,26 @@ def test_a_dry_run_makes_the_launchers_checks(args, match, tmp_path, capsys):
     assert main([*common, "--launcher", "local", "--jobs", "1000", "--device", "cpu"]) == 0
     assert "launcher     local: 1 cell(s) at once" in capsys.readouterr().out
     assert not (tmp_path / "s").exists()
+
+
+def test_no_command_trains_or_writes_into_a_studys_cells(study, tmp_path, capsys):
+    """train --out a study's cell (directly or through a link) with --resume auto trained on, its keep_last pruned the
+    checkpoint the cell's record scored, and cell.json kept metrics and a sha256 of weights that no longer existed;
+    train --out RUN/checkpoints nested a run in a run; compare --out in a study's cells/ nested a study."""
+    from lavo_zoo.cli import main
+    from tests.compare.helpers import small_study
+
+    out = tmp_path / "cmp"
+    small_study(study, out, attentions=("sdpa",), seeds=(1,))
+    cell = out / "cells" / "sdpa-seed1"
+    (tmp_path / "link").symlink_to(cell)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    for target in (cell, tmp_path / "link", cell / "checkpoints", out / "cells" / "sdpa-seed2"):
+        assert main(["train", str(study), "train.max_steps=5", "train.keep_last=1", "--out", str(target),
+                     "--resume", "auto", "--device", "cpu"]) == 2
+        assert f"is in the cells of the study {out}" in capsys.readouterr().err
+    assert main(["train", str(study), "--out", str(cell / "checkpoints"), "--dry-run"]) == 2
+    assert main(["compare", str(study), "--attentions", "sdpa", "--out", str(out / "cells" / "nested"),
+                 "--device", "cpu", "--no-efficiency"]) == 2
+    assert f"is in the cells of the study {out}" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before

@@ -93,6 +93,8 @@ def test_a_cells_sbatch_script_carries_the_studys_options(tmp_path):
     ({"slurm_options": {"exclusive": False}}, {}, "leave it out"),
     ({"slurm_options": {"mail-type": ["END"]}}, {}, "one line of text"),
     (None, {"mem": "64X"}, "--mem '64X'"),
+    (None, {"slurm_options": {"export": "NONE"}}, "export=NONE: a cell's job runs this Python with this environment"),
+    ({"slurm_options": {"export": "PATH"}}, {}, "Give export=ALL,NAME=VALUE"),  # ended in submitit's traceback
 ])
 def test_sbatch_options_that_are_not_one_are_refused_before_submitting(section, given, match):
     """Free sbatch options (command line or the config's section) and --mem that sbatch would refuse, or that
@@ -100,5 +102,6 @@ def test_sbatch_options_that_are_not_one_are_refused_before_submitting(section, 
     with pytest.raises(UsageError, match=match):
         launcher_settings({"name": "slurm", **(section or {})}, {**NONE_GIVEN, "time": "1:00:00", **given}, "c.yaml")
     ok = launcher_settings({"name": "slurm"}, {**NONE_GIVEN, "time": "1:00:00", "mem": "16000M",
-                                               "slurm_options": {"mail-type": "END", "exclusive": True}}, "c.yaml")
-    assert ok.mem == "16000M" and ok.slurm_options == {"mail-type": "END", "exclusive": True}
+                                               "slurm_options": {"mail-type": "END", "exclusive": True,
+                                                                 "export": "ALL,X=1"}}, "c.yaml")
+    assert ok.mem == "16000M" and ok.slurm_options == {"mail-type": "END", "exclusive": True, "export": "ALL,X=1"}

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from lavo_zoo.compare.local import LocalLauncher, Slot, plan_slots
+from lavo_zoo.compare.local import LocalLauncher, Slot, exit_reason, plan_slots, shares_cores
 from tests.compare.helpers import ROOT, small_study
 
 
@@ -28,10 +28,13 @@ def test_a_local_study_equals_the_serial_one_cell_for_cell(study, tmp_path, cell
     for a, b in zip(serial, local):  # the same weights, scored the same, whichever launcher ran the cell
         assert b.metrics == a.metrics and b.checkpoint_sha256 == a.checkpoint_sha256, (a.attention, a.seed)
         assert a.launch["launcher"] == "serial"
+        shared = {"cores_shared": True} if len(os.sched_getaffinity(0)) < 2 else {}
         assert b.launch == {"launcher": "local", "cells_at_once": 2, "threads": b.launch["threads"],
-                            "host": a.launch["host"]} and b.launch["threads"] >= 1
+                            "host": a.launch["host"], **shared} and b.launch["threads"] >= 1
     job = json.loads((tmp_path / "local" / "cells" / "sdpa-seed1" / "job.json").read_text())
     assert job["cores"] and job["threads"] == len(job["cores"])  # the cell's process was given its cores
+    log = (tmp_path / "local" / "cells" / "sdpa-seed1" / "cell.log").read_text()
+    assert "RuntimeWarning" not in log and "step 3/3" in log  # runpy's warning headed every cell's log
 
 
 def test_a_failed_cell_is_reported_the_others_go_on_and_it_goes_again(study, tmp_path, cell_processes, capsys):
@@ -111,3 +114,25 @@ def test_slots_divide_the_gpus_and_the_cores():
         plan_slots(3, 1, ["0", "1"], cores, cells=9)
     with pytest.raises(UsageError, match="--cells-per-gpu 2: the cells run on the CPU"):
         plan_slots(None, 2, [], cores, cells=9)
+
+
+def test_a_killed_cell_says_what_killed_it_and_shared_cores_are_said():
+    """A cell killed by the out-of-memory killer said only 'exited with code -9'; --jobs above the core count still
+    said each cell had cores of its own."""
+    from lavo_zoo.compare import CellRecord
+    from lavo_zoo.compare.table import table_text
+
+    assert exit_reason(2) == "its process exited with code 2"
+    assert exit_reason(-9).startswith("its process was killed by SIGKILL (signal 9): by the system's out-of-memory "
+                                      "killer (see `dmesg`")
+    assert exit_reason(-15).startswith("its process was killed by SIGTERM (signal 15)")
+    assert shares_cores(plan_slots(3, 1, [], [0, 1], cells=3)) and not shares_cores(plan_slots(2, 1, [], [0, 1], 3))
+
+    def note(**launch):
+        records = [CellRecord(attention="sdpa", seed=s, metrics={"mse": {"value": float(s), "higher_is_better": False}},
+                              launch={"launcher": "local", "cells_at_once": 3, **launch}) for s in (1, 2, 3)]
+        return table_text(records, "t")
+
+    assert "each on cores of its own" in note() and "shared their cores" not in note()
+    assert "shared their cores" in note(cores_shared=True) and "cores of its own" not in note(cores_shared=True)
+    assert "more cells than the machine had cores for" in note(cores_shared=True)

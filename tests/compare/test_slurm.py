@@ -176,3 +176,47 @@ def test_a_requeued_cell_resumes_and_ends_as_an_uninterrupted_run(study, tmp_pat
     assert "Caught signal SIGUSR2" in log  # submitit's handler, which requeued the job
     assert log.count("resumed from") == 2
     assert record.metrics == reference.metrics and record.checkpoint_sha256 == reference.checkpoint_sha256
+
+
+class NeverStarts(LocalQueue):
+    """submitit's local executor, whose jobs Slurm would hold as pending with a reason that never resolves (what
+    squeue says of a job asking for more CPUs than any node has)."""
+
+    def __init__(self):
+        self.cancelled = []
+
+    def states(self, job_ids):
+        return {job_id: "PENDING (PartitionConfig)" for job_id in job_ids if job_id not in self.cancelled}
+
+    def cancel(self, job_id):
+        self.cancelled.append(job_id)
+        super().cancel(job_id)
+
+
+def test_a_job_that_can_never_start_ends_the_wait(study, tmp_path, jobs):
+    """A cell's job pending with reason PartitionConfig (more CPUs than any node has) was waited for without end:
+    it is cancelled and reported, saying what to change."""
+    out = tmp_path / "cmp"
+    queue = NeverStarts()
+    launcher = SlurmLauncher(LauncherSettings(name="slurm", time=10), queue=queue)
+    with pytest.raises(CellsFailed) as failed:
+        small_study(study, out, attentions=("sdpa",), seeds=[1], launcher=launcher,
+                    overrides=["train.max_steps=50", "model.step_sleep_s=0.5"])
+    (failure,) = failed.value.failures
+    job = job_of(out, "sdpa-seed1")
+    assert failure.reason.startswith(f"submitit's local executor job {job} will not start (Slurm holds it as "
+                                     "PartitionConfig: it asks for more CPUs, memory or GPUs than any node of the "
+                                     "partition has); it was cancelled. Ask for what the cluster has (--cpus-per-cell")
+    assert queue.cancelled == [job]
+    wait_for(lambda: not slurm_launcher._process_runs(int(job)), "the cancelled job to end", timeout=30)
+
+
+def test_a_real_job_asking_for_more_cpus_than_the_node_has_is_cancelled(study, tmp_path, slurm, capsys):
+    from lavo_zoo.cli import main
+
+    out = tmp_path / "cmp"
+    assert main(["compare", str(study), "--attentions", "sdpa", "--out", str(out), "--device", "cpu",
+                 "--no-efficiency", "--launcher", "slurm", "--time", "10", "--cpus-per-cell", "1000"]) == 1
+    job = job_of(out, "sdpa-seed1")
+    assert f"Slurm job {job} will not start (Slurm holds it as PartitionConfig" in capsys.readouterr().err
+    wait_for(lambda: squeue(job) in (None, "CANCELLED"), f"job {job} to be cancelled", timeout=30)

@@ -160,3 +160,57 @@ def test_a_damaged_cell_record_is_named_not_a_raw_error(study, tmp_path, damage)
         small_study(study, out, attentions=("sdpa",), seeds=(1,))
     record.unlink()
     assert [r.attention for r in small_study(study, out, attentions=("sdpa",), seeds=(1,))] == ["sdpa"]
+
+
+def test_a_copied_cell_record_counts_once_as_collect_counts_it(study, tmp_path, capsys):
+    """One identity rule for every table: a cell.json copied into another cell's folder was counted by the study's
+    own table as that cell (one run shown as two seeds) while --collect counted it once."""
+    from lavo_zoo.compare import collect
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    small_study(study, out, attentions=("sdpa",), seeds=(1, 2))
+    first, second = (out / "cells" / f"sdpa-seed{s}" / "cell.json" for s in (1, 2))
+    second.write_text(first.read_text())
+    with pytest.raises(UsageError, match=r"sdpa-seed2/cell.json is the record of sdpa seed 1, not of this cell "
+                                         r"\(sdpa seed 2\).*Remove it"):
+        small_study(study, out, attentions=("sdpa",), seeds=(1, 2))
+    copy = json.loads(first.read_text())
+    second.write_text(json.dumps({**copy, "seed": 2}))  # the copy edited to look like the cell: the same weights
+    capsys.readouterr()
+    records = small_study(study, out, attentions=("sdpa",), seeds=(1, 2))
+    assert [(r.attention, r.seed) for r in records] == [("sdpa", 1)]
+    said = capsys.readouterr().err
+    assert "sdpa-seed2/cell.json holds the same run as" in said and "remove it, or the cell's folder" in said
+    assert len(collect([out])) == len(records)  # the same count --collect gives
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_an_option_a_later_cells_model_refuses_stops_the_study_before_any_trains(study, tmp_path, dry_run, capsys):
+    """Every cell's config is checked before the first trains, its option ranges too: the earlier cells trained
+    first and the dry run passed the cells before the refused one, whose error named no config key or file."""
+    from lavo_zoo.errors import OptionError
+
+    out = tmp_path / "cmp"
+    with pytest.raises(OptionError, match=rf"config key 'model.attention' in {study}.* attention 'lavo': num_bases "
+                                          r"\(64\) must be between 1 and the head dim 4"):
+        run_study(str(study), ["sdpa", "lavo"], [1, 2], None, [], {"lavo": {"num_bases": 64}}, out, "cpu", "test",
+                  dry_run=dry_run)
+    assert not out.exists() and "check out" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link"])
+def test_a_cells_place_that_is_not_a_folder_is_refused_before_any_cell_trains(study, tmp_path, kind):
+    """Found by the sweep: a file where a later cell's folder goes let the earlier cells train, then stopped with
+    'cannot lock ...: it already exists' (and the dry run said the cell would train)."""
+    from lavo_zoo.errors import UsageError
+
+    out = tmp_path / "cmp"
+    place = out / "cells" / "sdpa-seed2"
+    place.parent.mkdir(parents=True)
+    place.write_text("x") if kind == "file" else place.symlink_to(tmp_path / "nothing")
+    for dry_run in (True, False):
+        with pytest.raises(UsageError, match=f"sdpa-seed2 is a {'file' if kind == 'file' else 'link to nothing'}, "
+                                             "where the study keeps the folder of its cell sdpa-seed2"):
+            small_study(study, out, attentions=("sdpa",), seeds=(1, 2), dry_run=dry_run)
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["sdpa-seed2"]  # sdpa-seed1 did not train

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lavo_zoo import dependencies, lockfile
 from lavo_zoo.cli import main
 from lavo_zoo.dependencies import installed_version
 from lavo_zoo.engine import env_report
@@ -103,3 +104,72 @@ def test_a_cache_that_is_a_file_or_too_big_to_count_is_said(tmp_path: Path, monk
     report = json.loads(capsys.readouterr().out)["cache"]
     assert report["complete"] is False and 0 < report["bytes"] < 3000 + 500 + len(str(cache / "b.json"))
     assert env_report.folder_size(cache) == (3000 + 500 + (cache / "link").lstat().st_size, True)
+
+
+def _lock_file(tmp_path: Path, pins: dict[str, str]) -> Path:
+    path = tmp_path / "lock.txt"
+    path.write_text(f"# for: Python {lockfile.this_python()} on {lockfile.this_system()}\n"
+                    + "".join(f"{n}=={v}\n" for n, v in pins.items()))
+    return path
+
+
+def test_the_report_says_whether_the_environment_is_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture, cache: Path) -> None:
+    installed = {n: v for n, v in dependencies.installed_distributions().items() if n.lower() != "lavo-zoo"}
+    monkeypatch.setenv(dependencies.LOCK_VARIABLE, str(_lock_file(tmp_path, installed)))
+    assert main(["env"]) == 0
+    assert f"lock: this environment is the locked set ({tmp_path / 'lock.txt'}, for Python" in capsys.readouterr().out
+
+    moved = dict(installed, numpy="0.0.1")
+    monkeypatch.setenv(dependencies.LOCK_VARIABLE, str(_lock_file(tmp_path, moved)))
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    assert "differs from the lock" in text and "in 1 package:" in text
+    assert f"  numpy is installed at {installed['numpy']}, the lock has 0.0.1" in text
+    assert f"install the locked set: {lockfile.INSTALL_COMMAND}" in text
+    assert main(["env", "--json"]) == 0
+    lock = json.loads(capsys.readouterr().out)["lock"]
+    assert lock["matches"] is False and lock["fits_this_machine"] is True and len(lock["differences"]) == 1
+
+
+def test_a_bad_lock_or_none_is_one_line_of_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture, cache: Path) -> None:
+    bad = tmp_path / "lock.txt"
+    bad.write_text("numpy>=2\n")
+    monkeypatch.setenv(dependencies.LOCK_VARIABLE, str(bad))
+    assert main(["env"]) == 0
+    assert f"lock: error: DependencyError: {bad}:1: 'numpy>=2' is not name==version" in capsys.readouterr().out
+    monkeypatch.delenv(dependencies.LOCK_VARIABLE)
+    monkeypatch.setattr(dependencies, "lock_path", lambda: None)
+    assert main(["env"]) == 0
+    assert "lock: none (not a source checkout: an install from a release is not locked)" in capsys.readouterr().out
+
+
+def test_the_hf_extras_real_state_the_plugins_and_pythonpath_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """env reported the hf extra as installed from its metadata while transformers did not import, listed no plugins
+    and did not show PYTHONPATH."""
+    import sys
+
+    from tests.helpers import broken_plugins
+
+    broken_plugins(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{tmp_path / 'gone'}")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # installed by its metadata, but it does not import
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["extras"] == {"hf": "transformers is not installed"}
+    plugins = {p["name"]: p for p in info["plugins"]}
+    assert set(plugins) == {"bad_attn", "bad_recipe", "bad_commands"}
+    assert plugins["bad_attn"]["package"] == "badplug 0.1"
+    assert "RuntimeError: boom at import" in plugins["bad_attn"]["state"]
+    assert info["python_path"] == [{"folder": str(tmp_path), "exists": True},
+                                   {"folder": str(tmp_path / "gone"), "exists": False}]
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    for line in ("  hf: transformers is not installed", "plugins (entry points of other packages):",
+                 "  attentions: bad_attn = badplug_attn:BadAttention (badplug 0.1): the plugin 'bad_attn'",
+                 "PYTHONPATH:", f"  {tmp_path / 'gone'} (does not exist)"):
+        assert line in text, line
+

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from lavo_zoo.config import TrainConfig
 from lavo_zoo.engine.optim import build_optimizer, build_scheduler
+from lavo_zoo.engine.run_config import TrainConfig
 
 
 def lrs(cfg: TrainConfig, steps: int, steps_per_epoch: int = 10) -> list[float]:

@@ -192,3 +192,17 @@ def test_recovery_puts_back_a_step_swapped_out_and_removes_temporary_files(tmp_p
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4"]
     assert (checkpoints / "step-4" / "meta.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "config.yaml"]
+
+
+def test_a_resume_refusal_shows_an_option_left_out_at_its_default():
+    """The refusal showed 'None -> 16' for an attention option left out (LAVO's num_bases, whose default the layer
+    works out: min(64, head dim)); an option given at its default is the same run as one left out."""
+    _, saved = resolve_config("lm/tiny-lavo", ["model.attention.window_size=4"])
+    saved.model.attention.options.pop("num_bases")
+    saved.model.attention.options.pop("window_size")  # left out: 16, its default
+    _, now = resolve_config("lm/tiny-lavo", ["model.attention.num_bases=16", "model.attention.window_size=8"])
+    with pytest.raises(Exception, match=r"model.attention.num_bases: its default -> 16; "
+                                        r"model.attention.window_size: 16 \(its default\) -> 8\."):
+        resume_changes(saved, now, "ck")
+    _, explicit = resolve_config("lm/tiny-lavo", ["model.attention.num_bases=null", "model.attention.window_size=16"])
+    assert resume_changes(saved, explicit, "ck") == {}

@@ -98,3 +98,23 @@ def test_resume_refuses_a_different_model_config(reference_run, tmp_path):
     result = run_cli("train", TOY, "model.hidden=8", "train.max_steps=14", "--out", str(out), "--resume", "auto")
     assert result.returncode == 2
     assert "model.hidden: 16 -> 8" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_step_that_runs_out_of_memory_says_which_setting_to_lower(tmp_path, monkeypatch, capsys):
+    """A first step too large for the machine (its activations, which no check before the run estimates) ended in
+    the allocator's raw error; it names the step, the batch and what to lower."""
+    import toy_recipe
+
+    from lavo_zoo.cli import main
+    from tests.helpers import TOY
+
+    def too_large(self, model, batch):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 79456894976 bytes")
+
+    monkeypatch.setattr(toy_recipe.ToyRecipe, "training_loss", too_large)
+    assert main(["train", TOY, "--out", str(tmp_path / "r"), "--max-steps", "2", "train.batch_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert ("step 1 ran out of memory on cpu ([enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 79456894976 bytes): its batch of 4 examples does not fit") in err
+    assert "Lower train.batch_size (train.batch_size=2 train.grad_accum=4 keeps the effective batch of 8)" in err

@@ -57,8 +57,8 @@ def check_rooms(folder: Path, package: str, recipe: Recipe) -> None:
     commands; and a model card can say its task and limits."""
     import click
 
-    from lavo_zoo.config import EvalConfig
     from lavo_zoo.engine.builtin_data import BuiltinData
+    from lavo_zoo.engine.run_config import EvalConfig
 
     name = recipe.name
     for room in ROOMS:

@@ -14,7 +14,7 @@ running sums are the streaming state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -47,6 +47,7 @@ class ABCAttention(ProjectedAttention):
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     description = "ABC bounded-memory control attention (learned slot control, cumulative causal memory)"
+    test_options: ClassVar[dict[str, Any]] = {"num_slots": 5, "chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_slots: int = 64,
                  chunk_size: int = 64, bias: bool = True) -> None:

@@ -94,6 +94,9 @@ class Attention(nn.Module):
     # decoding state in the contract's symbols (D width, H heads, T tokens so far, and its options)
     family: ClassVar[str] = ""
     decoding_state: ClassVar[str] = ""
+    # what a noncausal layer keeps of its sequence for the queries to read, in the same symbols (shown where declared;
+    # a noncausal layer never streams: its queries need the whole sequence first)
+    noncausal_state: ClassVar[str] = ""
     # False for mechanisms whose eval-mode output is not a fixed function of the valid tokens (e.g. sampled keys),
     # so that exact invariance tests (padding, streaming == full) know to use a tolerance or skip.
     deterministic: ClassVar[bool] = True
@@ -111,6 +114,12 @@ class Attention(nn.Module):
     # False for a control whose output ignores its queries (``mean``): in cross attention the target then gets no
     # gradient through the site, which the contract allows for such a mechanism only.
     reads_queries: ClassVar[bool] = True
+    # True where the causal decoding state grows with the tokens decoded (a KV cache); False: it has a constant size
+    state_grows: ClassVar[bool] = False
+    # Small non-default options with which the tests cross every chunk, window, segment and landmark boundary of the
+    # mechanism at a few dozen tokens (as timm keeps ``default_cfg`` beside each model): the zoo's tests build every
+    # registered mechanism with them beside its defaults (:meth:`test_options_for`)
+    test_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal") -> None:
         """What every mechanism's constructor passes on first (its own options follow).
@@ -121,7 +130,8 @@ class Attention(nn.Module):
             pattern: causal, noncausal or cross; one of the class's ``patterns``.
 
         Raises:
-            ValueError: an unknown or unsupported pattern, or a width that does not divide into the heads.
+            ValueError: an unknown or unsupported pattern, a width or head count that is not an int, or a width that
+                does not divide into the heads.
         """
         super().__init__()
         if pattern not in PATTERNS:
@@ -129,6 +139,10 @@ class Attention(nn.Module):
         if pattern not in self.patterns:
             raise ValueError(f"{type(self).__name__} does not support pattern '{pattern}'; "
                              f"it supports: {', '.join(self.patterns)}")
+        for arg, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):  # the contract's error: ValueError
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(  # noqa: TRY004
+                    f"{arg} must be a whole number (an int), got {type(value).__name__} {value!r}")
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})")
         self.embed_dim = embed_dim
@@ -185,6 +199,16 @@ class Attention(nn.Module):
         """Mechanism-specific computation on validated inputs; returns y or (y, state) when return_state."""
         raise NotImplementedError
 
+    @classmethod
+    def test_options_for(cls, pattern: str) -> dict[str, Any]:
+        """:attr:`test_options` for ``pattern`` (a mechanism whose option suits some patterns only drops it where it
+        does not apply).
+
+        Args:
+            pattern: one of the class's ``patterns``.
+        """
+        return dict(cls.test_options)
+
     # ------------------------------------------------------------------------------------------ decoding
     @classmethod
     def decoding(cls, pattern: str) -> str:
@@ -209,7 +233,11 @@ class Attention(nn.Module):
 
     def cross_step(self, x: torch.Tensor, cache: Any) -> torch.Tensor:
         """Cross attention of new queries x [B, t, D] against the cached source -> [B, t, D] (no ``mixes_queries``).
-        Default: re-project the kept source."""
+        Default: re-project the kept source (a :class:`SourceCache`; another mechanism's cache is a TypeError)."""
+        if not isinstance(cache, SourceCache):
+            raise TypeError(f"cache must be the SourceCache that this attention's cross_cache() returned, got "
+                            f"{type(cache).__name__} (another mechanism's cache)")
+        self._check(cache.context, "the cache's context", cache.context_mask, "the cache's context_mask")
         return self.attend(x, None, cache.context, cache.context_mask, None, False)
 
     def step(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
@@ -256,12 +284,27 @@ class Attention(nn.Module):
         return None
 
     def _check(self, t: torch.Tensor, name: str, mask: torch.Tensor | None, mask_name: str) -> None:
+        if not isinstance(t, torch.Tensor):  # the contract's error for any input that does not fit: ValueError
+            raise ValueError(f"{name} must be a tensor [B, T, {self.embed_dim}], got {type(t).__name__}")  # noqa: TRY004
         if t.dim() != 3 or t.shape[-1] != self.embed_dim:
             raise ValueError(f"{name} must have shape [B, T, {self.embed_dim}] (embed_dim={self.embed_dim}), "
                              f"got {list(t.shape)}")
+        self._check_dtype(t, name)
         if mask is not None and (mask.dtype != torch.bool or mask.shape != t.shape[:2]):
             raise ValueError(f"{mask_name} must be a bool tensor of shape {list(t.shape[:2])} "
                              f"(True = real token), got {mask.dtype} {list(mask.shape)}")
+
+    def _check_dtype(self, t: torch.Tensor, name: str) -> None:
+        """A floating-point input of the layer's own dtype (its first floating parameter's), unless autocast runs on
+        its device and casts for the layer's products."""
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        weight = next((p for p in self.parameters() if p.is_floating_point()), None)
+        if weight is None or t.dtype == weight.dtype or torch.is_autocast_enabled(t.device.type):
+            return
+        raise ValueError(f"{name} is {t.dtype} and this layer's weights are {weight.dtype}: give {name} in "
+                         f"{weight.dtype} ({name}.to({weight.dtype})), move the layer to {t.dtype} "
+                         f"(attn.to({t.dtype})), or run it under torch.autocast")
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, pattern={self.pattern}"

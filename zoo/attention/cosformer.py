@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -58,6 +58,7 @@ class CosFormerAttention(ProjectedAttention):
     streaming = True
     mixes_queries = ("cross",)  # cross reweighting horizon M = max(#queries, #keys)
     description = "cosFormer (ReLU features, cos re-weighting; causal prefix sums with a fixed horizon)"
+    test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8, "max_length": 64}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", max_length: int = 32768,
                  chunk_size: int = 64, eps: float = 1e-6, bias: bool = True) -> None:

@@ -12,12 +12,16 @@ Writing v under k replaces what k retrieved before (to the extent beta), where a
 everything stored: a pair stored once is retrieved exactly while the keys are near-orthogonal. Training runs the
 chunked form of :mod:`lavo_zoo.attention.ops.delta_rule`; decoding carries S and the convolutions' last inputs.
 
-Patterns: causal, noncausal and cross, every query reading the memory after the whole real source (the delta
-rule's state is an associative memory of the source's key-value pairs; see :mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal (a forward and a backward scan of the delta rule combined: each query reads the memory
+of the tokens up to it and the memory of the tokens after it, the latter written from the end; with
+``noncausal_form="final_state"`` the memory after the whole sequence) and cross (the memory after the whole real
+source: an associative memory of its key-value pairs); see :mod:`lavo_zoo.attention.recurrent`.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -30,12 +34,12 @@ from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
-    SourceMemory,
+    Writes,
     check_eps,
     expanded_width,
-    key_mask,
     l2norm,
     merge_heads,
+    naive_source_reading,
     real_rows,
     rms_norm,
     split_heads,
@@ -45,13 +49,15 @@ from lavo_zoo.attention.recurrent import (
 
 class DeltaRuleAttention(RecurrentAttention):
     """The delta-rule layers: DeltaNet (``gated`` False: no decay, no output gate, values of width D / H) and Gated
-    DeltaNet (``gated`` True: a Mamba-2 decay per head, a swish output gate, values ``expand_v`` times wider)."""
+    DeltaNet (``gated`` True: a Mamba-2 decay per head, a swish output gate, values ``expand_v`` times wider); the
+    layers of the family's later forms (KDA, :mod:`lavo_zoo.attention.kda`) build on it and override the op's gates
+    (:meth:`gates`) and the output stage (:meth:`output`)."""
 
     gated = False
     kernel_set = DELTA_RULE_KERNELS
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str, expand_v: float, conv_size: int,
-                 chunk_size: int, norm_eps: float, kernels: str) -> None:
+                 chunk_size: int, norm_eps: float, kernels: str, noncausal_form: str) -> None:
         """The layer both mechanisms share (their constructors give its defaults).
 
         Args:
@@ -63,13 +69,15 @@ class DeltaRuleAttention(RecurrentAttention):
             norm_eps: the per-head RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: an ``expand_v`` that does not give a positive multiple of ``num_heads``, a ``chunk_size``
-                below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps`` that is not a finite
-                number > 0.
+                below 1, a negative ``conv_size``, an unknown ``kernels`` or ``noncausal_form``, a ``norm_eps``
+                that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, kernels)
+        super().__init__(embed_dim, num_heads, pattern, kernels, noncausal_form)
         value_dim = expanded_width("expand_v", expand_v, embed_dim, num_heads)
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -95,18 +103,23 @@ class DeltaRuleAttention(RecurrentAttention):
     def memory_shape(self) -> tuple[int, int]:
         return self.embed_dim // self.num_heads, self.value_dim // self.num_heads
 
-    def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """beta [B, H, T] and the log decay g [B, H, T] (None without gate) of x [B, T, D]."""
+    def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The op's gates of x [B, T, D], by their argument names (:func:`~lavo_zoo.attention.ops.delta_rule.
+        chunk_delta_rule`): beta [B, H, T] and, with the gate, the log decay g [B, H, T]. A layer of the family
+        overrides it (KDA's decay per key channel, Gated DeltaNet-2's erase and write gates)."""
         beta = torch.sigmoid(self.b_proj(x)).transpose(1, 2)
         if not self.gated:
-            return beta, None
-        return beta, (-torch.exp(self.A_log)[:, None] * F.softplus(self.a_proj(x) + self.dt_bias).transpose(1, 2))
+            return {"beta": beta}
+        return {"beta": beta,
+                "g": -torch.exp(self.A_log)[:, None] * F.softplus(self.a_proj(x) + self.dt_bias).transpose(1, 2)}
 
     def queries(self, q: torch.Tensor) -> torch.Tensor:
         """Convolved / activated query projections [B, T, D] -> unit-norm, scaled [B, H, T, d]."""
         return l2norm(split_heads(q, self.num_heads)) * (self.embed_dim // self.num_heads) ** -0.5
 
     def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The read values o [B, H, T, d_v] of the tokens x [B, T, D] -> the layer's output [B, T, D]: per-head
+        RMSNorm, the swish output gate (Gated DeltaNet), the output projection."""
         o = rms_norm(o, self.norm_weight, self.norm_eps)
         if self.gated:
             o = swish_gate(o, split_heads(self.g_proj(x), self.num_heads))
@@ -122,24 +135,18 @@ class DeltaRuleAttention(RecurrentAttention):
         caches = state.conv if state is not None else ()
         q, cq = self.q_conv(self.q_proj(x), caches[0] if caches else None)
         k, v, ckv = self._keys_values(x, caches[1:] if caches else (None, None))
-        beta, g = self.gates(x)
         q = self.queries(q)
-        o, memory = self.start_kernels(q).delta_rule(q, k, v, beta, g, None if state is None else state.memory,
-                                                     self.chunk_size)
+        o, memory = self.start_kernels(q).delta_rule(q, k, v, state=None if state is None else state.memory,
+                                                     chunk_size=self.chunk_size, **self.gates(x))
         return self.output(o, x), RecurrentState(memory, ((cq,) if cq is not None else ()) + ckv)
 
-    def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
+    def writes(self, source: torch.Tensor) -> Writes:
         k, v, _ = self._keys_values(source, (None, None))
-        beta, g = self.gates(source)
-        m = key_mask(mask, beta)
-        if m is not None:  # the packed tail writes nothing and decays nothing
-            beta, g = beta * m, (None if g is None else g * m)
-        _, memory = self.start_kernels(k).delta_rule(k.new_zeros(k.shape), k, v, beta, g, None, self.chunk_size)
-        return SourceMemory(memory)
+        return Writes(k, v, self.gates(source))
 
-    def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
+    def reader(self, x: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
         q, _ = self.q_conv(self.q_proj(x))
-        return self.output(self.queries(q) @ memory.memory.to(x.dtype), x)
+        return self.queries(q), lambda o: self.output(o, x)
 
 
 @register_attention("deltanet")
@@ -153,9 +160,11 @@ class DeltaNetAttention(DeltaRuleAttention):
     family = "linear attention, delta rule"
     decoding_state = "H x (D/H) x (D/H) + (conv_size - 1) x 3 D conv inputs"
     description = "DeltaNet (delta-rule associative memory per head, short convs; chunked WY form, recurrent state)"
+    test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", conv_size: int = 4,
-                 chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto") -> None:
+                 chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto",
+                 noncausal_form: str = "bidirectional") -> None:
         """DeltaNet's layer (flash-linear-attention's ``DeltaNet``; its defaults): values of width D / H.
 
         Args:
@@ -165,18 +174,22 @@ class DeltaNetAttention(DeltaRuleAttention):
             norm_eps: the per-head RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
-            ValueError: a ``chunk_size`` below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps``
-                that is not a finite number > 0.
+            ValueError: a ``chunk_size`` below 1, a negative ``conv_size``, an unknown ``kernels`` or
+                ``noncausal_form``, a ``norm_eps`` that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, 1.0, conv_size, chunk_size, norm_eps, kernels)
+        super().__init__(embed_dim, num_heads, pattern, 1.0, conv_size, chunk_size, norm_eps, kernels,
+                         noncausal_form)
 
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the delta rule token by token (S <- exp(g) S; S <- S + beta k (v - S^T k)^T):
-    causal reads S_t at t, noncausal / cross read the memory after the last real (source) token."""
+    causal reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
+    reads."""
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))
@@ -187,7 +200,6 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_delta_rule(q, k, v, beta, g)
         else:
-            _, S = naive_delta_rule(torch.zeros_like(k), k, v, beta, g)
-            o = q @ S
+            o = naive_source_reading(m, naive_delta_rule, q, k, v, beta=beta, g=g)
         out[b, rows] = m.output(o, xq)[0]
     return out

@@ -15,7 +15,7 @@ Cost O(T C d). The output is random in training mode and deterministic in eval m
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -34,6 +34,7 @@ class LARAAttention(ProjectedAttention):
     streaming = False
     mixes_queries = ("cross",)  # proposals are means of query segments
     description = "LARA linear randomized attention (multiple importance sampling, segment-mean proposals)"
+    test_options: ClassVar[dict[str, Any]] = {"num_landmarks": 6}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
                  bias: bool = True) -> None:

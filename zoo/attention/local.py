@@ -11,6 +11,7 @@ the sinks are the row's first real tokens whatever its padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -44,6 +45,7 @@ class LocalAttention(ProjectedAttention):
     decoding_state = "2 (w-1) D last keys/values (+ 2 num_sinks D sink keys/values)"
     patterns = ("causal", "noncausal")
     streaming = True
+    test_options: ClassVar[dict[str, Any]] = {"window_size": 5, "relative_bias": True}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", window_size: int = 16,
                  relative_bias: bool = False, dropout: float = 0.0, bias: bool = True, num_sinks: int = 0) -> None:

@@ -14,7 +14,7 @@ Cost: O(T (w + r) d) noncausal; causal O(T (w + T r / w) d).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ class LongShortAttention(ProjectedAttention):
     patterns = ("causal", "noncausal")
     streaming = False
     description = "Transformer-LS long-short attention (segment window + dynamic projection, DualLN)"
+    test_options: ClassVar[dict[str, Any]] = {"window_size": 6, "num_landmarks": 5, "segment_rank": 2}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", window_size: int = 16,
                  num_landmarks: int = 64, segment_rank: int = 1, bias: bool = True) -> None:

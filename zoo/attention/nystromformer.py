@@ -12,7 +12,7 @@ Unlike the official code, the pinv initialisation is scaled per matrix, not by a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -45,6 +45,7 @@ class NystromAttention(ProjectedAttention):
     streaming = False
     mixes_queries = ("cross",)  # query landmarks are segment means
     description = "Nystromformer (segment-mean landmarks, iterative pseudo-inverse)"
+    test_options: ClassVar[dict[str, Any]] = {"num_landmarks": 6, "pinv_iterations": 0}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "noncausal", num_landmarks: int = 64,
                  pinv_iterations: int = 6, bias: bool = True) -> None:

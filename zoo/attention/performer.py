@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -60,6 +60,7 @@ class PerformerAttention(ProjectedAttention):
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     description = "Performer FAVOR+ (positive orthogonal random features, chunked causal prefix sums)"
+    test_options: ClassVar[dict[str, Any]] = {"num_features": 12, "chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_features: int = 64,
                  chunk_size: int = 64, bias: bool = True) -> None:

@@ -17,7 +17,7 @@ reproducible and a fixed function of the valid tokens. Padded batches are comput
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -70,6 +70,7 @@ class ProbSparseAttention(Attention):
     streaming = False
     mixes_queries = ("causal", "cross")  # the top-u active queries and the sample sizes depend on the number of queries
     deterministic = True  # eval mode samples with a fixed seed and pads per sequence: a fixed function of valid tokens
+    test_options: ClassVar[dict[str, Any]] = {"factor": 2}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", factor: int = 5,
                  eval_seed: int = 0) -> None:

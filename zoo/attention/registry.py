@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from lavo_zoo.attention.base import PATTERNS, Attention
 from lavo_zoo.errors import ConfigError, OptionError, UsageError, did_you_mean
+from lavo_zoo.free_memory import available_memory, format_bytes
 from lavo_zoo.registry import Registry
 
 _PACKAGE = __name__.rpartition(".")[0]  # lavo_zoo.attention
@@ -31,7 +34,9 @@ BUILTIN_MECHANISMS = {
     "cosformer": "cosformer",
     "deltanet": "deltanet",
     "gated_deltanet": "gated_deltanet",
+    "gated_deltanet2": "gated_deltanet2",
     "gla": "gla",
+    "kda": "kda",
     "lara": "lara",
     "lavo": "lavo",
     "local": "local",
@@ -86,6 +91,7 @@ class AttentionInfo:
     decoding: tuple[str, ...] = ()
     family: str = ""          # e.g. "linear attention, delta rule"
     state: str = ""           # the causal decoding state's size, e.g. "H x (D/H) x (D/H) (+ conv)"
+    noncausal: str = ""       # what a noncausal layer keeps for its queries (where the mechanism declares it)
 
 
 def option_defaults(cls: type[Attention]) -> dict[str, Any]:
@@ -227,7 +233,8 @@ def attention_info(name: str) -> AttentionInfo:
 
     Returns:
         Its :class:`AttentionInfo`: patterns, streaming support, one-line description, options with their defaults,
-        how each decoder pattern decodes step by step, its family and the size of its causal decoding state.
+        how each decoder pattern decodes step by step, its family, the size of its causal decoding state and what
+        a noncausal layer of it keeps (where it declares that).
 
     Raises:
         UsageError: ``name`` is not registered.
@@ -235,8 +242,9 @@ def attention_info(name: str) -> AttentionInfo:
     cls = attention_class(name)
     doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
     decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
+    noncausal = cls.noncausal_state if "noncausal" in cls.patterns else ""
     return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding,
-                         cls.family, cls.decoding_state)
+                         cls.family, cls.decoding_state, noncausal)
 
 
 def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:
@@ -274,10 +282,46 @@ def build_attention(name: str, embed_dim: int, num_heads: int, pattern: str = "c
     Raises:
         UsageError: an unknown name or pattern, a pattern the mechanism does not support, an option it does not
             take (:func:`check_attention`).
-        OptionError: an option value of the wrong type or one the mechanism refuses (also a ValueError).
+        OptionError: an option value of the wrong type or one the mechanism refuses (also a ValueError), or options
+            whose layer could not fit in this machine's memory (:func:`check_layer_fits`), before it is allocated.
     """
     cls = check_attention(name, pattern, options)
-    try:
-        return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
-    except ValueError as e:  # an option value the mechanism refuses (e.g. num_bases > head_dim): a usage error
-        raise OptionError(f"attention '{name}': {e}") from None
+
+    def build() -> Attention:
+        try:
+            return cls(embed_dim=embed_dim, num_heads=num_heads, pattern=pattern, **options)
+        except ValueError as e:  # an option value the mechanism refuses (e.g. num_bases > head_dim): a usage error
+            raise OptionError(f"attention '{name}': {e}") from None
+
+    try:  # first on the meta device, which allocates nothing: what the layer would take
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            shape = build()
+    except OptionError:
+        raise
+    except Exception:  # noqa: BLE001 - a layer that cannot be built on meta: built as it is, unchecked
+        shape = None
+    if shape is not None and torch.get_default_device().type != "meta":  # on meta, its caller counts the whole model
+        check_layer_fits(shape, name, options)
+    return build()
+
+
+def check_layer_fits(layer: Attention, name: str, options: Mapping[str, Any]) -> None:
+    """Refuse, before it is allocated, a layer whose parameters, buffers and the recurrent state of one sequence
+    (``sequence_state_bytes``, where the mechanism declares it) need more memory than this machine has free: options
+    far too large (``state_size=10**8``) get this error, not the allocator's.
+
+    Args:
+        layer: the layer, built on the meta device.
+        name, options: its registry name and options, for the message.
+
+    Raises:
+        OptionError: naming the bytes needed, those free and the options given.
+    """
+    tensors = [*layer.parameters(), *layer.buffers()]
+    need = sum(t.numel() * t.element_size() for t in tensors) + int(getattr(layer, "sequence_state_bytes", 0))
+    room = available_memory("cpu")
+    if need > room:
+        given = "".join(f", {k}={v!r}" for k, v in options.items() if v is not None)
+        raise OptionError(f"attention '{name}' (embed_dim {layer.embed_dim}, {layer.num_heads} heads{given}) needs "
+                          f"about {format_bytes(need)} for its parameters (and one sequence's state), but this "
+                          f"machine has {format_bytes(room)} free; give smaller options or a smaller embed_dim")

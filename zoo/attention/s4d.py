@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +46,7 @@ class S4DAttention(Attention):
     patterns = ("causal", "noncausal")
     streaming = True
     description = "S4D diagonal state-space layer (FFT convolution; recurrent state for streaming)"
+    test_options: ClassVar[dict[str, Any]] = {"state_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", state_size: int = 64,
                  dt_min: float = 1e-3, dt_max: float = 1e-1, bias: bool = True) -> None:

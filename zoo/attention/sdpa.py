@@ -4,6 +4,8 @@ other is ``local``, the exact sliding window).
 """
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 import torch.nn.functional as F
 
@@ -31,8 +33,19 @@ class SDPAttention(ProjectedAttention):
 
     family = "softmax attention"
     decoding_state = "2 T D (KV cache, grows with T)"
+    state_grows = True
     patterns = PATTERNS
     streaming = True
+    test_options: ClassVar[dict[str, Any]] = {"rope": True}
+
+    @classmethod
+    def test_options_for(cls, pattern: str) -> dict[str, Any]:
+        """:attr:`test_options` without rotary positions in cross attention (queries and keys share no positions).
+
+        Args:
+            pattern: causal, noncausal or cross.
+        """
+        return {} if pattern == "cross" else dict(cls.test_options)
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", rope: bool = False,
                  rope_base: float = 10000.0, dropout: float = 0.0, bias: bool = True) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from lavo_zoo.attention.base import Attention
 from lavo_zoo.attention.registry import ATTENTIONS, attention_class, build_attention, check_attention, option_defaults
-from lavo_zoo.errors import ConfigError, did_you_mean
+from lavo_zoo.errors import ConfigError, OptionError, did_you_mean
 
 SITE_PATTERNS = {"encoder_self": "noncausal", "decoder_self": "causal", "cross": "cross"}
 
@@ -54,6 +54,36 @@ def merge_attention(base: Any, over: Any, merge: Callable[[dict[str, Any], dict[
     return merge(base, over)
 
 
+class OptionDefault:
+    """An attention option a config leaves out, at its mechanism's default: equal to that value (so that an option
+    given at its default is the same setting), and shown as the default (``32 (its default)``; ``its default`` for
+    one the mechanism works out itself, a None such as LAVO's ``num_bases``), never as a bare ``None``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return (other.value if isinstance(other, OptionDefault) else other) == self.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "its default" if self.value is None else f"{self.value!r} (its default)"
+
+
+def with_option_defaults(config: Any, inside: bool = False) -> Any:
+    """A config in its YAML form (:func:`~lavo_zoo.config.to_dict`) with every attention's options that are left out
+    filled with the mechanism's defaults (:class:`OptionDefault`), so that two configs compare by what they build
+    (an option given at its default equals one left out) and a difference names the default (``num_bases: its
+    default -> 16``, not ``None -> 16``). Only mappings under an ``attention`` key are read as attentions."""
+    if not isinstance(config, dict):
+        return config
+    name = config.get("name")
+    if inside and isinstance(name, str) and name in ATTENTIONS:
+        return {**{k: OptionDefault(v) for k, v in option_defaults(attention_class(name)).items()}, **config}
+    return {k: with_option_defaults(v, inside or k == "attention") for k, v in config.items()}
+
+
 @dataclass
 class AttentionSpec:
     """One attention mechanism from the registry (``lavo-zoo list attentions``) and its constructor options.
@@ -66,6 +96,9 @@ class AttentionSpec:
 
     name: str = "sdpa"
     options: dict[str, Any] = field(default_factory=dict)
+    # where the spec was read (from_config): the config key and file an option refused when built is named by; not
+    # part of the spec's value (equality and the saved form ignore it)
+    origin: tuple[str, str] | None = field(default=None, compare=False, repr=False)
     merge_config = staticmethod(merge_attention)  # how a config given over another merges this section
 
     def build(self, embed_dim: int, num_heads: int, pattern: str) -> Attention:
@@ -74,8 +107,19 @@ class AttentionSpec:
         Args:
             embed_dim, num_heads: the site's width D and heads H.
             pattern: causal, noncausal or cross.
+
+        Raises:
+            OptionError: an option value the mechanism refuses; for a spec read from a config, the message names the
+                config key (the site) and the file, as the config's other errors do.
         """
-        return build_attention(self.name, embed_dim, num_heads, pattern, **self.options)
+        try:
+            return build_attention(self.name, embed_dim, num_heads, pattern, **self.options)
+        except OptionError as e:
+            if self.origin is None:
+                raise
+            key, source = self.origin
+            raise OptionError(f"config key '{key}' in {source}: {e}; change {key}.<option> in the config (or on "
+                              f"the command line, {key}.<option>=VALUE)") from None
 
     def check(self, pattern: str, site: str) -> None:
         """Raise :class:`ConfigError` (naming ``site``, the config key) unless the mechanism exists, supports
@@ -103,7 +147,7 @@ class AttentionSpec:
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
-            return cls(value)
+            return cls(value, origin=(key, source))
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{key}' in {source} must be an attention name or a mapping such as "
                               f"{{name: lavo, num_bases: 32}}, got {type(value).__name__} {value!r}")
@@ -112,7 +156,7 @@ class AttentionSpec:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"config key '{key}' in {source} needs 'name:' (an attention from `lavo-zoo list "
                               f"attentions`), got {value!r}")
-        return cls(name, options)
+        return cls(name, options, origin=(key, source))
 
     def __eq__(self, other: object) -> bool:
         """Specs are equal when they save the same (an option given at today's default equals one left out)."""

@@ -24,6 +24,7 @@ class VanillaAttention(ProjectedAttention):
 
     family = "softmax attention"
     decoding_state = "2 T D (KV cache, grows with T)"
+    state_grows = True
     patterns = ("causal", "noncausal", "cross")
     streaming = True
     description = "softmax attention with the T x S score matrix materialised (plain PyTorch reference)"

@@ -3,18 +3,20 @@ run folders, results JSON files), with the efficiency lengths their compare fold
 
 A run counts once: a file reached twice (the same path given twice, a folder and a file in it, a link to it) and a
 copy of a run (the same weights, by their sha256, scored on the same split; or a file with the same content) are
-kept once, with a note, so that no spread comes from copies (the rule: :mod:`lavo_zoo.engine.run_identity`).
+kept once, with a note, so that no spread comes from copies (the rule: :mod:`lavo_zoo.engine.run_identity`). A file
+left out (a cell record that cannot be read) is noted, and so are runs of several recipes in one table.
 """
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from lavo_zoo.compare.efficiency import collect_efficiency
 from lavo_zoo.compare.records import attention_names, label_records
 from lavo_zoo.engine.records import CELL_FILE, CellRecord
-from lavo_zoo.engine.run_identity import RunsSeen
+from lavo_zoo.engine.run_identity import RunsSeen, note
 from lavo_zoo.errors import UsageError
 
 
@@ -23,6 +25,7 @@ def collect(paths: list[Path], efficiency: bool = True) -> list[CellRecord]:
     (see the module docstring); with ``efficiency``, each record gets the efficiency lengths its row has in a compare
     folder's ``efficiency/`` (:func:`~lavo_zoo.compare.efficiency.collect_efficiency`, never measured here)."""
     records = []
+    recipes: dict[str | None, list[CellRecord]] = defaultdict(list)  # the recipe each run trained
     seen = RunsSeen()  # the one rule: lavo_zoo.engine.run_identity
     for path in paths:
         if not path.exists():
@@ -34,15 +37,31 @@ def collect(paths: list[Path], efficiency: bool = True) -> list[CellRecord]:
                 continue
             try:
                 data = json.loads(file.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                if file.name == CELL_FILE or path.is_file():  # a record, or a file given by name: say so
+                    again = ("; it is a finished cell's record: remove it (or the cell's folder) and run the study's "
+                             "command to train the cell again") if file.name == CELL_FILE else ""
+                    note(f"{file} cannot be read ({e}), so it is left out{again}")
                 continue
             if not isinstance(data, dict) or "metrics" not in data:
+                if file.name == CELL_FILE or path.is_file():
+                    note(f"{file} holds no results ('metrics'), so it is left out")
                 continue
-            record = _record(file, data)
+            try:
+                record = _record(file, data)
+            except UsageError as e:
+                note(f"{e}: left out")
+                continue
             if seen.new_run(file, data):
                 records.append(record)
+                recipes[_recipe(file, data)].append(record)
     if not records:
         raise UsageError(f"--collect found no results JSON (a file with 'metrics') under {', '.join(map(str, paths))}")
+    known = {name: runs for name, runs in recipes.items() if name is not None}
+    if len(known) > 1:
+        note(f"the collected runs come from {len(known)} recipes ("
+             + "; ".join(f"{name}: {len(runs)} run(s)" for name, runs in known.items())
+             + "); they share one table, but their metrics compare only within a recipe")
     label_records(records)
     found = collect_efficiency(paths) if efficiency else {}
     if found:
@@ -53,6 +72,19 @@ def collect(paths: list[Path], efficiency: bool = True) -> list[CellRecord]:
         if r.label in found:
             r.efficiency = found[r.label]
     return records
+
+
+def _recipe(file: Path, data: dict[str, Any]) -> str | None:
+    """The recipe a run trained: a results JSON says it; a cell record's is in the results.json beside it."""
+    if isinstance(data.get("recipe"), str):
+        return data["recipe"]
+    if file.name == CELL_FILE:
+        try:
+            beside = json.loads((file.parent / "results.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return beside.get("recipe") if isinstance(beside, dict) and isinstance(beside.get("recipe"), str) else None
+    return None
 
 
 def _record(file: Path, data: dict[str, Any]) -> CellRecord:

@@ -21,6 +21,7 @@ from lavo_zoo.compare.launchers import (
 from lavo_zoo.compare.study import parse_options, run_study
 from lavo_zoo.compare.table import check_table_files, table_text, write_table
 from lavo_zoo.engine.records import CellRecord
+from lavo_zoo.engine.run_identity import distinct_runs
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
 
@@ -142,6 +143,7 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
         expected = max(1, len(names)) * max(1, len(seed_list))
 
         def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
+            done = distinct_runs(done, quiet=True)  # each run once (noted once, when the study ends)
             write_table(done, out, _title(title, len(done), expected))
 
         chosen = make_launcher(settings, device)  # its checks (Slurm's commands, --time, ...) run in a dry run too

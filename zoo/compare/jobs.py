@@ -29,6 +29,8 @@ from lavo_zoo.errors import ZooError
 
 JOB_FILE = "job.json"  # a cell's CellJob, as the local launcher hands it to the cell's process
 LOG_FILE = "cell.log"  # that process's output
+TIMING_FILE = "compare-timing.json"  # the wall time a cell's training took, over its sessions
+RESULTS_FILE = "results.json"  # the cell's evaluation (the results JSON of `lavo-zoo eval`)
 
 
 def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: str,
@@ -43,7 +45,7 @@ def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: s
     from lavo_zoo.engine.trainer import Trainer
 
     parameters = sum(p.numel() for p in recipe.build_model(cfg).parameters())
-    timing_file = cell_dir / "compare-timing.json"
+    timing_file = cell_dir / TIMING_FILE
     spent = json.loads(timing_file.read_text())["train_time_s"] if timing_file.exists() else 0.0
     meter = StepMeter(pick_device(device))
     start = time.perf_counter()
@@ -53,7 +55,7 @@ def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: s
     checkpoints = cell_dir / "checkpoints"
     chosen = checkpoints / "best" if (checkpoints / "best").is_dir() else checkpoints / "last"
     results = evaluate_checkpoint(chosen, split=split, device=device, max_batches=max_batches)
-    put_file(cell_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    put_file(cell_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     return {"metrics": results["metrics"], "num_samples": results["num_samples"], "checkpoint": str(chosen),
             "checkpoint_sha256": results.get("checkpoint_sha256"), "parameters": parameters,
             "train_time_s": round(spent, 3), **meter.result(), "device": results["device"], "split": split}

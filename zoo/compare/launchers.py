@@ -113,8 +113,9 @@ _SBATCH_OWN = {"partition": "--partition", "p": "--partition", "time": "--time",
 def check_slurm_options(options: dict[str, Any]) -> None:
     """Refuse, before anything is submitted, a free sbatch option (``--slurm-option`` / ``launcher.slurm_options``)
     that is not one: a name sbatch cannot have (a space), a value that is not one line (a newline would become a
-    line of the job's script), one that a setting of its own gives (``time``: use ``--time``) or that the launcher
-    sets itself (the job's name, logs, requeueing, dependencies).
+    line of the job's script), one that a setting of its own gives (``time``: use ``--time``), that the launcher
+    sets itself (the job's name, logs, requeueing, dependencies) or that starts the job without this environment
+    (an ``export`` without ``ALL``).
 
     Raises:
         UsageError: naming the option and what to give instead.
@@ -129,6 +130,11 @@ def check_slurm_options(options: dict[str, Any]) -> None:
             raise UsageError(f"--slurm-option {key}: " + (f"give it as {instead} (or its key in the launcher: section)"
                                                          if instead else "the launcher sets this sbatch option "
                                                          "itself; leave it out"))
+        if name == "export" and not str(value).upper().startswith("ALL"):
+            raise UsageError(f"--slurm-option export={value}: a cell's job runs this Python with this environment (the "
+                             "virtual environment, PYTHONPATH, and the variables submitit finds its job by); an export "
+                             "without ALL leaves them out and every job fails before its cell starts. Give "
+                             "export=ALL,NAME=VALUE to add variables, or leave the option out")
         if value is True:  # a flag (exclusive)
             continue
         if value is False:
@@ -249,7 +255,12 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def read_record(job: CellJob) -> CellRecord | None:
-    """The record of a finished cell (its cell.json), else None."""
+    """The record of a finished cell (its cell.json, the record's ``source``), else None.
+
+    Raises:
+        UsageError: a cell.json that cannot be read, or the record of another cell (another attention or seed: copied
+            or moved there), naming the file and how to train the cell again.
+    """
     import json
 
     done = Path(job.cell_dir) / CELL_FILE
@@ -258,12 +269,16 @@ def read_record(job: CellJob) -> CellRecord | None:
     try:
         data = json.loads(done.read_text(encoding="utf-8"))
         problem = None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not a mapping"
-        record = None if problem else CellRecord.from_json(data)
+        record = None if problem else CellRecord.from_json(data, source=str(done))
     except (ValueError, UsageError) as e:  # JSON, UTF-8 or record errors: an edited or damaged file
         problem, record = str(e), None
     if record is None:
         raise UsageError(f"{done}, the record of a finished cell, cannot be read ({problem}); the study writes it "
                          "whole, so it was changed since: remove it (or the cell's folder) to train the cell again")
+    if (record.attention, record.seed) != (job.attention, job.seed):
+        raise UsageError(f"{done} is the record of {record.attention} seed {record.seed}, not of this cell "
+                         f"({job.attention} seed {job.seed}): it was copied or moved here, and would count another "
+                         "run as this one. Remove it (or the cell's folder) to train the cell")
     return record
 
 
@@ -323,6 +338,6 @@ class SerialLauncher:
             if record is None:
                 click.echo(f"{count(len(jobs), i)} {job.name}: training in {job.cell_dir}", err=True)
                 job.launch = {"launcher": "serial"}
-                record = CellRecord.from_json(job())
+                record = CellRecord.from_json(job(), source=str(Path(job.cell_dir) / CELL_FILE))
             records.append(record)
         return measure_after(StudyResult(records), out_dir, efficiency)

@@ -1,5 +1,5 @@
 """``compare --launcher local --jobs N``: N cells at once on this machine, each in a process of its own
-(``python -m lavo_zoo.compare.jobs CELL_DIR/job.json``, its output in ``CELL_DIR/cell.log``).
+(:func:`lavo_zoo.compare.jobs.main` on ``CELL_DIR/job.json``, its output in ``CELL_DIR/cell.log``).
 
 Each of the N slots gets its share of the machine: on CUDA its own GPU (``--cells-per-gpu K``: K slots per GPU), set
 with ``CUDA_VISIBLE_DEVICES``; and in every case its own CPU cores (the cores this process may use, divided among the
@@ -41,6 +41,9 @@ from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError, ZooError
 
 CORES_PER_CPU_CELL = 4  # --jobs on the CPU defaults to one cell per this many cores
+# a cell's process: lavo_zoo.compare.jobs.main (not `-m lavo_zoo.compare.jobs`, which runpy warns about at the top of
+# every cell.log, the package having imported the module before running it)
+CELL_PROCESS = "import sys; from lavo_zoo.compare.jobs import main; sys.exit(main(sys.argv[1:]))"
 POLL_S = 0.2
 
 
@@ -121,6 +124,11 @@ def plan_slots(jobs: int | None, cells_per_gpu: int, gpus: list[str], cores: lis
                  gpus[i // cells_per_gpu] if gpus else None) for i in range(n)]
 
 
+def shares_cores(slots: list[Slot]) -> bool:
+    """Whether some of the slots run on the same cores (more cells at once than cores)."""
+    return len({c for slot in slots for c in slot.cores}) < sum(len(slot.cores) for slot in slots)
+
+
 class _Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -133,13 +141,14 @@ class LocalLauncher:
     def __init__(self, jobs: int | None, cells_per_gpu: int = 1, device: str | None = None) -> None:
         self.jobs, self.cells_per_gpu, self.device = jobs, cells_per_gpu, device
 
-    def _start(self, job: CellJob, slot: Slot, at_once: int) -> subprocess.Popen:
+    def _start(self, job: CellJob, slot: Slot, slots: list[Slot]) -> subprocess.Popen:
         cell_dir = Path(job.cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
         job.cores, job.threads = list(slot.cores), len(slot.cores)
         if slot.gpu is not None:
             job.device = "cuda"  # the one GPU its process sees
-        job.launch = {"launcher": "local", "cells_at_once": at_once, "threads": job.threads,
+        job.launch = {"launcher": "local", "cells_at_once": len(slots), "threads": job.threads,
+                      **({"cores_shared": True} if shares_cores(slots) else {}),
                       **({"gpu": slot.gpu} if slot.gpu is not None else {})}
         spec = write_file(cell_dir / JOB_FILE, json.dumps(job.to_json(), indent=2) + "\n", overwrite=True,
                           option="the cell's job")
@@ -149,7 +158,7 @@ class LocalLauncher:
         with open(cell_dir / LOG_FILE, "ab") as log:
             # a session of its own: a Ctrl-C in the terminal reaches this process only, which passes one signal on
             # (a second one would stop the cell at once, without saving its step)
-            return subprocess.Popen([sys.executable, "-m", "lavo_zoo.compare.jobs", str(spec)],
+            return subprocess.Popen([sys.executable, "-c", CELL_PROCESS, str(spec)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
 
@@ -183,7 +192,7 @@ class LocalLauncher:
             while todo or running:
                 while todo and free:
                     job, slot = todo.pop(0), free.pop(0)
-                    running[self._start(job, slot, len(slots))] = (job, slot)
+                    running[self._start(job, slot, slots)] = (job, slot)
                     click.echo(f"{count(len(jobs), len(found) + len(failures) + len(running))} {job.name}: "
                                f"training on {slot.describe()}; log in {Path(job.cell_dir) / LOG_FILE}", err=True)
                 time.sleep(POLL_S)
@@ -201,9 +210,8 @@ class LocalLauncher:
                             progress(in_study_order(jobs, found))
                     else:
                         log = Path(job.cell_dir) / LOG_FILE
-                        failures.append(CellFailure(job.name, f"its process exited with code {code}", log,
-                                                    log_tail(log)))
-                        click.echo(f"{job.name}: failed (exit code {code}); the other cells go on", err=True)
+                        failures.append(CellFailure(job.name, exit_reason(code), log, log_tail(log)))
+                        click.echo(f"{job.name}: failed ({exit_reason(code)}); the other cells go on", err=True)
         except (KeyboardInterrupt, _Stopped) as e:
             signum = e.signum if isinstance(e, _Stopped) else signal.SIGINT
             self._stop_all(list(running), signum)
@@ -227,6 +235,22 @@ class LocalLauncher:
                 proc.send_signal(signum)
         for proc in procs:
             proc.wait()
+
+
+def exit_reason(code: int) -> str:
+    """Why a cell's process ended, from its exit status: a code, or the signal that killed it and who sends such a
+    signal (a process killed by SIGKILL had no chance to say anything in its log)."""
+    if code >= 0:
+        return f"its process exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    who = {"SIGKILL": ": by the system's out-of-memory killer (see `dmesg` or the system log), a user or a job "
+                      "limit; it had no chance to save its step, and continues from its last checkpoint",
+           "SIGSEGV": ": a crash in native code (its log's last lines may say where)",
+           "SIGTERM": ": stopped by another process", "SIGINT": ": interrupted"}.get(name, "")
+    return f"its process was killed by {name} (signal {-code}){who}"
 
 
 def _stopped_message(signum: int, cells: list[str]) -> str:

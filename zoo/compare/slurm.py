@@ -62,6 +62,15 @@ VISIBLE_S = 15.0  # how long a cell record may take to show on a shared filesyst
 # submitit counts it: a preempted job that is requeued passes through it; one that is not leaves the queue later)
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "REVOKED",
          "SPECIAL_EXIT", "TIMEOUT"}
+# why Slurm holds a pending job that will not start while the cluster is configured as it is (squeue's reason codes):
+# it asks for more than the partition's nodes have or allow, a constraint no node has, an account or QOS that does not
+# exist, or exceeds a per-job limit; waiting for such a job never ends, so it is cancelled and reported
+NEVER_STARTS = {"PartitionConfig": "it asks for more CPUs, memory or GPUs than any node of the partition has",
+                "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+                "PartitionTimeLimit": "its --time exceeds the partition's time limit",
+                "BadConstraints": "no node has the features its --constraint asks for",
+                "InvalidAccount": "its --account is not one of yours", "InvalidQOS": "its --qos is not one of yours",
+                "DependencyNeverSatisfied": "the job it waits for failed"}
 
 
 def submitit() -> Any:
@@ -162,14 +171,24 @@ class SlurmQueue:
         return executor
 
     def states(self, job_ids: list[str]) -> dict[str, str]:
-        """{job id: state} of the jobs Slurm still knows (queued, running, and for a while ended ones)."""
+        """{job id: state} of the jobs Slurm still knows (queued, running, and for a while ended ones); a pending
+        job that will not start (:data:`NEVER_STARTS`) is ``PENDING (reason)``."""
         try:
-            out = subprocess.run(["squeue", "-h", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T"],
+            out = subprocess.run(["squeue", "-h", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T|%r"],
                                  capture_output=True, text=True, timeout=120, check=True).stdout
         except (OSError, subprocess.SubprocessError) as e:
             raise ZooError(f"could not read Slurm's queue (squeue): {getattr(e, 'stderr', None) or e}") from None
-        known = dict(line.split("|", 1) for line in out.split() if "|" in line)
+        known = {}
+        for line in out.splitlines():
+            job_id, _, rest = line.strip().partition("|")
+            state, _, reason = rest.partition("|")
+            if job_id and state:
+                known[job_id] = f"{state} ({reason})" if state == "PENDING" and reason in NEVER_STARTS else state
         return {job_id: known[job_id] for job_id in job_ids if job_id in known}
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a job (scancel); one that has ended meanwhile is left as it is."""
+        subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60, check=False)
 
     def ended(self, job_id: str) -> str:
         """How an ended job ended, from Slurm's accounting where the cluster keeps one (sacct)."""
@@ -200,6 +219,16 @@ class LocalQueue:
     def states(self, job_ids: list[str]) -> dict[str, str]:
         return {job_id: "RUNNING" for job_id in job_ids if _process_runs(int(job_id))}
 
+    def cancel(self, job_id: str) -> None:
+        import os
+        import signal
+
+        try:
+            os.kill(int(job_id), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        _process_runs(int(job_id))  # reaped once it has ended
+
     def ended(self, job_id: str) -> str:
         return "ended"
 
@@ -223,7 +252,13 @@ def _process_runs(pid: int) -> bool:
 
 
 def _is_live(state: str | None) -> bool:
-    return state is not None and state.split()[0] not in ENDED
+    return state is not None and state.split()[0] not in ENDED and never_starts(state) is None
+
+
+def never_starts(state: str | None) -> str | None:
+    """Why a pending job (its state as :meth:`SlurmQueue.states` gives it) will not start, or None."""
+    reason = (state or "").partition("(")[2].rstrip(")")
+    return f"Slurm holds it as {reason}: {NEVER_STARTS[reason]}" if reason in NEVER_STARTS else None
 
 
 def _refreshed(folder: Path) -> None:
@@ -293,6 +328,8 @@ class SlurmLauncher:
             failure = self._failure(job, recorded["job_id"], states.get(recorded["job_id"]))
             click.echo(f"{label} {failure.describe()}\n    submitted again: it continues from its last checkpoint",
                        err=True)
+            if never_starts(states.get(recorded["job_id"])):
+                click.echo("    (with the same request it will not start either: change it, as said above)", err=True)
         job.launch = {"launcher": "slurm"}
         if self.settings.cpus_per_cell:
             job.threads = self.settings.cpus_per_cell
@@ -302,6 +339,13 @@ class SlurmLauncher:
 
     def _failure(self, job: CellJob, job_id: str, state: str | None) -> CellFailure:
         paths = submitit().core.utils.JobPaths(Path(job.cell_dir) / JOB_DIR, job_id=job_id, task_id=0)
+        never = never_starts(state)
+        if never:
+            self.queue.cancel(job_id)
+            return CellFailure(job.name, f"{self.queue.name} job {job_id} will not start ({never}); it was cancelled. "
+                               "Ask for what the cluster has (--cpus-per-cell, --mem, --gpus-per-cell, --time, "
+                               "--partition, --constraint, --account, --qos) and run the same command again",
+                               paths.folder)
         how = f"ended {state}" if state else self.queue.ended(job_id)
         logs = [p for p in (paths.stderr, paths.stdout) if p.is_file()]
         tail = next((t for t in (log_tail(p) for p in logs) if t), "")

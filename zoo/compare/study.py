@@ -6,15 +6,16 @@ Every (attention, seed) cell is a normal training run in ``OUT/cells/<attention>
 weights) or, when the run kept none, ``checkpoints/last``. A cell is finished once its ``cell.json`` (its
 :class:`~lavo_zoo.compare.records.CellRecord`) exists: running the same command again skips it, so an interrupted
 study continues where it stopped. A cell is reused only while its resolved config equals the study's (another budget
-or option is refused, naming the difference; ``--rerun`` retrains it). Each cell records its parameter count, the wall
+or option is refused, naming the difference; ``--rerun`` retrains it: :mod:`~lavo_zoo.compare.rerun`, which removes
+nothing until every cell has checked out, and never in a dry run). Each cell records its parameter count, the wall
 time of its training, and its step time and step memory, measured so that the order the cells run in does not matter
 (:mod:`lavo_zoo.compare.steps`). A run counts once: a seed (or an attention) given twice is refused.
 """
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ import click
 from lavo_zoo.compare.efficiency import Efficiency, attention_setup
 from lavo_zoo.compare.jobs import CellJob, recipe_target
 from lavo_zoo.compare.launchers import CellsFailed, EfficiencyPlan, Launcher, Progress, SerialLauncher
-from lavo_zoo.compare.locks import CELL_LOCK, FolderLock
 from lavo_zoo.compare.records import attention_label
+from lavo_zoo.compare.rerun import check_reusable, remove_cells
 from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
+from lavo_zoo.engine.run_identity import distinct_runs
 from lavo_zoo.errors import ConfigError, UsageError, did_you_mean
 
 
@@ -64,6 +66,19 @@ def attention_key(cfg: Any, site: str | None) -> str:
                      "no attention to compare")
 
 
+def check_cell_folder(cell_dir: Path, cell: Cell) -> None:
+    """Refuse, before any cell trains, a cell's place that holds something other than a folder (a file, a link to
+    nothing): the cell could neither be trained there nor kept.
+
+    Raises:
+        UsageError: naming the place and what to do.
+    """
+    if (cell_dir.exists() or cell_dir.is_symlink()) and not cell_dir.is_dir():
+        what = "a link to nothing" if cell_dir.is_symlink() else "a file"
+        raise UsageError(f"{cell_dir} is {what}, where the study keeps the folder of its cell {cell.name}; move it "
+                         "away and run the command again")
+
+
 def check_distinct(items: list, option: str, what: str) -> None:
     """A run counts once: refuse an attention or a seed given twice, which would train (or keep) the same cell again
     and count it as another run (a spread of 0, a verdict from one run)."""
@@ -97,38 +112,6 @@ def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any
         return [f"{SEED_KEY}={cell.seed}"]
     extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
     return [f"{key}.name={cell.attention}", *extra, f"{SEED_KEY}={cell.seed}"]
-
-
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        return {k: v for key, value in data.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): data}
-
-
-def check_reusable(cell_dir: Path, resolved: dict[str, Any], rerun: bool) -> None:
-    """Keep ``cell_dir`` only if it was trained with ``resolved`` (the cell's resolved config as a mapping); with
-    ``rerun`` a cell trained otherwise is removed (to be trained again), without it the study is refused naming
-    the difference. A cell folder without a config.yaml yet is kept (its run had not started)."""
-    import yaml
-
-    saved_file = cell_dir / "config.yaml"
-    if not saved_file.is_file():
-        return
-    saved, now = _flat(yaml.safe_load(saved_file.read_text())), _flat(resolved)
-    diff = [f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now" for k in sorted(set(saved) | set(now))
-            if saved.get(k) != now.get(k)]
-    if not diff:
-        return
-    if rerun:
-        busy = FolderLock(cell_dir / CELL_LOCK).busy()
-        if busy:
-            raise UsageError(f"--rerun: {cell_dir} is being worked on by {busy}; wait for it to end, or stop it, "
-                             "before training the cell again")
-        shutil.rmtree(cell_dir)
-        return
-    raise UsageError(f"{cell_dir} was trained with another config ({'; '.join(diff[:6])}"
-                     f"{' ...' if len(diff) > 6 else ''}); its results would not be comparable. Give another --out, "
-                     "the study's earlier settings, or --rerun to train the cell again")
 
 
 def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -175,6 +158,7 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
     """
     from lavo_zoo.config import to_dict
     from lavo_zoo.engine.configs import find_config, resolve_config
+    from lavo_zoo.engine.memory import build_on_meta
 
     check_distinct(attentions, "--attentions", "attention")
     check_distinct(seeds, "--seeds", "seed")
@@ -188,17 +172,21 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
     check_study_attentions(attentions, options)
     own = attention_label(to_dict(cfg))
     cells = [Cell(a, s) for a in attentions or [own] for s in seeds]
-    planned = []
-    for cell in cells:  # every cell's config is checked (and resolved) before the first one trains
+    planned, stale = [], []
+    for cell in cells:  # every cell's config and model are checked before the first one trains; nothing is written
         cell_overrides_ = overrides + cell_overrides(key, cell, options)
         recipe, cell_cfg = resolve_config(config, cell_overrides_)
         cell_cfg = recipe.resolve(cell_cfg)
+        build_on_meta(partial(recipe.build_model, cell_cfg))  # an option the cell's model refuses, as its run would
         cell_dir = out_dir / "cells" / cell.name
-        check_reusable(cell_dir, to_dict(cell_cfg), rerun)
+        check_cell_folder(cell_dir, cell)
+        if check_reusable(cell_dir, to_dict(cell_cfg), rerun):
+            stale.append(cell_dir)
         planned.append((cell, recipe, cell_cfg, cell_overrides_, cell_dir))
     if dry_run:
-        _print_plan(planned, config, device)
+        _print_plan(planned, config, device, stale)
         return []
+    remove_cells(stale)  # --rerun: only now, every cell having checked out
     path = find_config(config)  # a path stays valid in the cells' processes, which may run in another folder
     config_ref = str(path.resolve()) if Path(config).suffix in (".yaml", ".yml") or Path(config).exists() else config
     jobs = [CellJob(config=config_ref, study_config=config, overrides=cell_overrides_,
@@ -213,12 +201,13 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
                 setups[cell.attention] = _row_setup(recipe, cell_cfg, key)
         plan = EfficiencyPlan(setups, device, efficiency)
     result = (launcher or SerialLauncher()).run(jobs, out_dir, progress, plan)
-    for record in result.records:
+    records = distinct_runs(result.records)  # a run counts once, as --collect counts it
+    for record in records:
         if record.attention in result.efficiency:
             record.efficiency = result.efficiency[record.attention]
     if result.failures:
-        raise CellsFailed(result.failures, result.records)
-    return result.records
+        raise CellsFailed(result.failures, records)
+    return records
 
 
 def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
@@ -232,18 +221,23 @@ def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
     return attention_setup(recipe, cfg, key)
 
 
-def _print_plan(planned: list[tuple], config: str, device: str | None) -> None:
-    """``compare --dry-run``: the first cell as ``train --dry-run`` describes it, then one line per cell."""
+def _print_plan(planned: list[tuple], config: str, device: str | None, stale: list[Path]) -> None:
+    """``compare --dry-run``: the first cell as ``train --dry-run`` describes it, then one line per cell (a cell that
+    ``--rerun`` would train again is said so; nothing is removed)."""
     from lavo_zoo.engine.dry_run import describe_run
 
     _, recipe, cfg, _, cell_dir = planned[0]
-    rows = describe_run(recipe, cfg, cell_dir, device, resume="auto", config_name=config)
-    click.echo(f"dry run: {len(planned)} cells check out; nothing is trained or written")
+    rows = describe_run(recipe, cfg, cell_dir, device, resume="auto", config_name=config, fresh=cell_dir in stale)
+    lines = []
+    for cell, recipe, cell_cfg, _, cell_dir in planned:
+        state = ("trained again (--rerun: its config differs; the run would first remove what the study wrote "
+                 "there)" if cell_dir in stale else "finished, kept" if (cell_dir / CELL_FILE).exists() else
+                 "resumes" if (cell_dir / "checkpoints").is_dir() else "trains")
+        params = sum(p.numel() for p in recipe.build_model(cell_cfg).parameters())
+        lines.append(f"  cell {cell.name:<28} {params:>12,} parameters  {state} in {cell_dir}")
+    click.echo(f"dry run: {len(planned)} cells check out; nothing is trained, written or removed")
     for label, text in rows:
         if label not in ("start", "would write"):
             click.echo(f"  {label:<12} {text}")
-    for cell, recipe, cell_cfg, _, cell_dir in planned:
-        state = ("finished, kept" if (cell_dir / CELL_FILE).exists() else
-                 "resumes" if (cell_dir / "checkpoints").is_dir() else "trains")
-        params = sum(p.numel() for p in recipe.build_model(cell_cfg).parameters())
-        click.echo(f"  cell {cell.name:<28} {params:>12,} parameters  {state} in {cell_dir}")
+    for line in lines:
+        click.echo(line)

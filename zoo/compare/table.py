@@ -113,14 +113,20 @@ STEP_NOTE = ("Step time: the median wall time of an optimiser step (its batch, f
              "neither depends on the order the cells ran in.")
 
 def _launch_note(records: list[CellRecord]) -> list[str]:
-    """Where cells trained several at once on one machine (``--launcher local``), their step times say so."""
-    at_once = sorted({r.launch["cells_at_once"] for r in records
-                      if r.launch and r.launch.get("launcher") == "local" and r.launch.get("cells_at_once", 1) > 1})
-    if not at_once:
+    """Where cells trained several at once on one machine (``--launcher local``), their step times say so, and
+    whether the cells had cores of their own or shared them (more cells at once than cores)."""
+    local = [r.launch for r in records
+             if r.launch and r.launch.get("launcher") == "local" and r.launch.get("cells_at_once", 1) > 1]
+    if not local:
         return []
-    return ["", (f"Cells trained {'/'.join(map(str, at_once))} at once on one machine (`--launcher local`), each on "
-                 "cores of its own (and a GPU of its own on CUDA): their step times share the machine's memory "
-                 "bandwidth and caches, so compare them with step times measured the same way.")]
+    at_once = "/".join(map(str, sorted({launch["cells_at_once"] for launch in local})))
+    if any(launch.get("cores_shared") for launch in local):
+        how = ("more cells than the machine had cores for, so that some shared their cores: their step times include "
+               "waiting for a core, and")
+    else:
+        how = "each on cores of its own (and a GPU of its own on CUDA): their step times"
+    return ["", (f"Cells trained {at_once} at once on one machine (`--launcher local`), {how} share the machine's "
+                 "memory bandwidth and caches, so compare them with step times measured the same way.")]
 
 
 SOFTMAX, CONTROL = "sdpa", "mean"

@@ -17,7 +17,7 @@ from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
 from lavo_zoo.engine.checkpoint_io import read_config, read_meta
 from lavo_zoo.engine.data import epoch_steps
 from lavo_zoo.engine.env import pick_device
-from lavo_zoo.engine.memory import check_model_fits
+from lavo_zoo.engine.memory import available_memory, check_model_fits, format_bytes
 from lavo_zoo.engine.recipe import Recipe
 from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source, run_total
 from lavo_zoo.errors import MissingSplit
@@ -40,12 +40,13 @@ def attention_sites(section: Any, prefix: str = "model") -> dict[str, str]:
 
 
 def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None, resume: str | None = None,
-                 config_name: str = "") -> list[tuple[str, str]]:
+                 config_name: str = "", fresh: bool = False) -> list[tuple[str, str]]:
     """(label, text) rows of what ``lavo-zoo train`` would do with ``cfg`` into ``out``; raises what the run would
-    raise before its first step (a refused ``--out``, a bad data path or layout, a model the config cannot build)."""
+    raise before its first step (a refused ``--out``, a bad data path or layout, a model the config cannot build).
+    ``fresh``: ``out`` is emptied before the run (``compare --rerun``), which then starts afresh."""
     out = Path(out)
     check_folder_writable(out)
-    start = resume_source(out, resume)
+    start = None if fresh else resume_source(out, resume)
     cfg = recipe.resolve(cfg)
     tc = cfg.train
     if start is not None:
@@ -67,6 +68,7 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
     model = recipe.build_model(cfg)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    state_bytes = 4 * sum(p.numel() * p.element_size() for p in model.parameters())  # weights, grads, Adam's two
     built = Counter(f"{type(m).__name__} ({m.pattern})" for m in model.modules() if isinstance(m, Attention))
     length = f"{tc.max_steps} steps" + (f" or {tc.max_epochs} epochs" if tc.max_epochs else "")
     batch = f"batch {tc.batch_size}" + (f" x {tc.grad_accum} accumulated" if tc.grad_accum > 1 else "")
@@ -84,6 +86,10 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
         ("built", ", ".join(f"{n} x {name}" for name, n in built.items()) or "no registry attention"),
         ("training", (f"{length}, {batch}, {tc.optimizer} lr {tc.lr:g} ({tc.schedule}), seed {tc.seed}, "
                       f"on {pick_device(device)}; validation {validation}")),
+        ("memory", (f"{format_bytes(state_bytes)} for the weights, gradients and optimiser state, of "
+                   f"{format_bytes(available_memory(pick_device(device)))} free on {pick_device(device)}; a step's "
+                   f"activations (batch {tc.batch_size}) are not estimated: a step that does not fit stops the run "
+                   "naming train.batch_size")),
         ("start", "a fresh run" if start is None else f"resumes from {start} at step {step}"
          + ("; nothing left to train (raise --max-steps)" if step >= total else "")),
         *(("would write", path) for path in saves),

@@ -1,10 +1,12 @@
 """``lavo-zoo env``: what a bug report needs to know about this installation, read without writing anything.
 
 As ``python -m torch.utils.collect_env``, ``transformers env`` and ``accelerate env`` do: the versions of Python,
-lavo-zoo and every dependency it declares (with the range each must satisfy), whether each compiled extension loads
-(torchaudio beside this torch, Triton), CUDA, the GPUs and NCCL, which kernels LAVO takes by default on CUDA,
-espeak-ng (the text-to-speech recipe's built-in corpus), and the cache folder with its size. Every probe is guarded:
-a failing one is reported in its line, never raised.
+lavo-zoo and every dependency it declares (with the range each must satisfy), whether the environment is the
+project's lock (``requirements/lock.txt``, the set the suite passed with; in a source checkout), whether each
+compiled extension loads (torchaudio beside this torch, Triton), CUDA, the GPUs and NCCL, which kernels LAVO takes
+by default on CUDA, espeak-ng (the text-to-speech recipe's built-in corpus), the cache folder with its size, whether
+each optional extra can be used (its modules import), the plugins other packages add and whether each loads, and
+PYTHONPATH. Every probe is guarded: a failing one is reported in its line, never raised.
 """
 from __future__ import annotations
 
@@ -18,14 +20,24 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from lavo_zoo.dependencies import check_torchaudio_matches, declared_requirements, import_torchaudio, installed_version
+from lavo_zoo.dependencies import (
+    LOCK_VARIABLE,
+    check_torchaudio_matches,
+    declared_requirements,
+    import_torchaudio,
+    installed_version,
+    lock_status,
+)
 from lavo_zoo.engine.env import cache_root, git_revision
 from lavo_zoo.engine.memory import format_bytes
 from lavo_zoo.version import __version__
 
+# the entry-point groups through which other packages extend lavo-zoo (pyproject.toml names them)
+PLUGIN_GROUPS = ("lavo_zoo.plugins.attentions", "lavo_zoo.plugins.recipes", "lavo_zoo.plugins.evaluators",
+                 "lavo_zoo.plugins.transformers")
 # environment variables that change what lavo-zoo does; their values are reported where set
-VARIABLES = ("LAVO_ZOO_CACHE", "LAVO_ZOO_OFFLINE", "LAVO_ZOO_TRITON", "LAVO_ZOO_FLEX", "TRITON_INTERPRET",
-             "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "HF_ENDPOINT")
+VARIABLES = ("LAVO_ZOO_CACHE", LOCK_VARIABLE, "LAVO_ZOO_OFFLINE", "LAVO_ZOO_TRITON", "LAVO_ZOO_FLEX",
+             "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "HF_ENDPOINT")
 
 
 def _probe(fn: Callable[[], Any]) -> Any:
@@ -149,6 +161,92 @@ def _cache_line(cache: Any) -> str:
     return f"cache: {cache['folder']} ({size})"
 
 
+LOCK_DIFFERENCES_SHOWN = 10  # a report lists this many differences from the lock, then counts the rest
+
+
+def _lock_line(lock: Any) -> str:
+    """The lock's verdict: matches, or the differences and the command that installs the locked set."""
+    if not isinstance(lock, dict):
+        return f"lock: {lock}"
+    if lock["lock"] is None:
+        return f"lock: none ({lock['reason']})"
+    where = f"{lock['lock']}, for {lock['for']}"
+    if lock["matches"]:
+        return f"lock: this environment is the locked set ({where})"
+    shown = lock["differences"][:LOCK_DIFFERENCES_SHOWN]
+    more = len(lock["differences"]) - len(shown)
+    count = len(lock["differences"])
+    lines = [f"lock: this environment differs from the lock ({where}) in {count} package{'s' * (count != 1)}:"]
+    lines += [f"  {d}" for d in shown]
+    if more:
+        lines.append(f"  ... and {more} more (lavo-zoo env --json lists them all)")
+    if not lock["fits_this_machine"]:
+        lines.append(f"  (the lock is for {lock['for']}: on another platform or Python some differences are "
+                     "expected)")
+    lines.append(f"  install the locked set: {lock['repair']}")
+    return "\n".join(lines)
+
+
+def _extras() -> dict[str, Any]:
+    """Whether each optional extra can be used here (its modules import), not only whether its packages' metadata is
+    there: ``{"hf": "usable"}`` or ``{"hf": "transformers is not installed"}``."""
+    from lavo_zoo.dependencies import EXTRA_MODULES, extra_problem
+
+    return {extra: extra_problem(extra) or "usable" for extra in EXTRA_MODULES}
+
+
+def _plugins() -> list[dict[str, Any]]:
+    """Every package that extends lavo-zoo through an entry point (lavo-zoo's own left out), with whether its module
+    imports: a broken plugin is what makes a command fail, and a report should say which."""
+    from importlib.metadata import entry_points
+
+    from lavo_zoo.registry import plugin_failure
+
+    rows = []
+    found = [ep for group in PLUGIN_GROUPS for ep in entry_points(group=group)]
+    for ep in sorted(found, key=lambda ep: (ep.group, ep.name)):
+        if ep.value.startswith("lavo_zoo."):
+            continue
+        dist = getattr(ep, "dist", None)
+        try:
+            ep.load()
+            state = "loads"
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin may raise anything on import, or exit
+            state = plugin_failure(ep, e)
+        rows.append({"group": ep.group, "name": ep.name, "value": ep.value, "state": state,
+                     "package": f"{dist.name} {dist.version}" if dist is not None else None})
+    return rows
+
+
+def _python_path() -> list[dict[str, Any]]:
+    """The folders ``PYTHONPATH`` puts before the installed packages (each: whether it exists): what makes this
+    process import other code than the installation's."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [{"folder": p, "exists": Path(p).is_dir()} for p in entries]
+
+
+def _installation_lines(info: dict[str, Any]) -> list[str]:
+    """The report's lines on the optional extras' real state, the plugins and PYTHONPATH."""
+    lines = ["", "optional extras (do their modules import?):"]
+    extras = info.get("extras")
+    lines += ([f"  {name}: {state}" for name, state in extras.items()] if isinstance(extras, dict)
+              else [f"  {extras}"])
+    plugins = info.get("plugins")
+    lines += ["", "plugins (entry points of other packages):"]
+    if isinstance(plugins, list):
+        lines += [f"  {p['group'].rsplit('.', 1)[-1]}: {p['name']} = {p['value']} ({p['package'] or 'unknown package'}"
+                  f"): {p['state']}" for p in plugins] or ["  none"]
+    else:
+        lines.append(f"  {plugins}")
+    path = info.get("python_path")
+    lines += ["", "PYTHONPATH:"]
+    if isinstance(path, list):
+        lines += [f"  {p['folder']}" + ("" if p["exists"] else " (does not exist)") for p in path] or ["  unset"]
+    else:
+        lines.append(f"  {path}")
+    return lines
+
+
 def collect() -> dict[str, Any]:
     """The whole report as a JSON-ready dict (``lavo-zoo env --json``)."""
     import torch
@@ -162,12 +260,14 @@ def collect() -> dict[str, Any]:
                      "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         "torch": {"version": torch.__version__, "debug": torch.version.debug},
         "dependencies": dependency_rows(),
+        "lock": _probe(lock_status),
         "extensions": {"torchaudio": _probe(_torchaudio), "triton": _probe(_triton)},
         "cuda": _probe(_cuda),
         "lavo_kernels": _probe(_lavo_kernels),
         "espeak_ng": _probe(_espeak),
         "cache": _probe(_cache),
         "variables": {name: os.environ[name] for name in VARIABLES if name in os.environ},
+        "extras": _probe(_extras), "plugins": _probe(_plugins), "python_path": _probe(_python_path),
     }
 
 
@@ -189,6 +289,7 @@ def format_report(info: dict[str, Any]) -> str:
         mark = {True: "", False: "  <- outside the required range", None: ""}[row["ok"]]
         where = f" [{row['extra']}]" if row["extra"] else ""
         lines.append(f"  {row['name']:<24} {row['installed'] or 'not installed':<16} {row['required']}{where}{mark}")
+    lines.append(_lock_line(info["lock"]))
     ext = info["extensions"]
     lines += ["", "compiled extensions:", f"  torchaudio: {_loads(ext['torchaudio'])}",
               f"  triton: {_loads(ext['triton'])}"]
@@ -213,4 +314,5 @@ def format_report(info: dict[str, Any]) -> str:
     lines.append(_cache_line(cache))
     if info["variables"]:
         lines += ["", "environment variables:"] + [f"  {k}={v}" for k, v in info["variables"].items()]
+    lines += _installation_lines(info)
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from typing import Any
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import load_model
 from lavo_zoo.engine.env import pick_device, versions
+from lavo_zoo.engine.recipe import EvalPlaces
 from lavo_zoo.errors import CheckpointError, ZooError
 from lavo_zoo.evaluators import EVALUATORS
 from lavo_zoo.outputs import EVAL_FILES, FIGURE, Outputs
@@ -65,27 +66,9 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     recipe.check_split(split)
     if require_finite:
         check_finite_weights(model, path)
-    settings = getattr(cfg, "eval", None)
-    if files_dir is not None and hasattr(settings, "out_dir") and not settings.out_dir:
-        settings.out_dir = str(files_dir)
-    folder = Path(settings.out_dir) if getattr(settings, "out_dir", None) else None
-    plot = getattr(settings, "plot", None)  # a figure the evaluation draws (lm: eval.plot)
-    staged_results = None
-    if out_file is not None:  # the evaluator's outputs are staged beside where the results JSON is staged
-        staged_results = outputs.staged(Path(out_file)) or Path(out_file)
-        for suffix in getattr(EVALUATORS.get(recipe.evaluator), "output_suffixes", ()):
-            outputs.file(Path(out_file).with_name(Path(out_file).stem + suffix), None)  # named by the evaluator
-    if plot:
-        settings.plot = str(outputs.file(Path(plot), FIGURE, "eval.plot"))
-    if folder is not None:
-        settings.out_dir = str(outputs.folder(folder, EVAL_FILES, "eval.out_dir" if files_dir is None else "--out"))
-    try:
-        evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches)
-    finally:  # the config the results record names where the files go, not where they were staged
-        if plot:
-            settings.plot = plot
-        if folder is not None:
-            settings.out_dir = str(folder)
+    places, folder = claim_places(recipe, cfg, outputs, files_dir, out_file)
+    evaluator = recipe.evaluate(model, cfg, split, dev, max_batches=max_batches, places=places)
+    staged_results = outputs.staged(Path(out_file)) or Path(out_file) if out_file is not None else None
     written = evaluator.save_outputs(staged_results) if staged_results is not None else []
     wrote_files = folder is not None and any(p.is_file() for p in outputs.staged(folder).rglob("*"))
     results = {
@@ -111,6 +94,33 @@ def evaluate_checkpoint(path: Path, overrides: list[str] = (), split: str = "tes
     if require_finite:
         check_finite_metrics(results, path)
     return pin_results(results)
+
+
+def claim_places(recipe: Any, cfg: Any, outputs: Outputs, files_dir: Path | None,
+                 out_file: Path | None) -> tuple[EvalPlaces, Path | None]:
+    """Claim, through the output policy, every place an evaluation of ``cfg`` writes, before the work.
+
+    Args:
+        recipe: the checkpoint's recipe (its evaluator names the outputs it saves beside the results).
+        cfg: the checkpoint's config: ``eval.out_dir`` and ``eval.plot`` name the files folder and the figure;
+            read, never changed (the results record it as the user gave it).
+        outputs: the command's claim.
+        files_dir: the files folder where ``eval.out_dir`` is unset (``eval --out``'s ``results/``).
+        out_file: where the results JSON goes: the evaluator's outputs are claimed beside it.
+
+    Returns:
+        (the staged places to pass to :meth:`Recipe.evaluate`, the files folder's final path or None).
+    """
+    named = EvalPlaces.from_config(cfg)
+    has_folder = hasattr(getattr(cfg, "eval", None), "out_dir")  # a recipe whose evaluation writes files
+    folder = named.files or (files_dir if has_folder else None)
+    if out_file is not None:
+        for suffix in getattr(EVALUATORS.get(recipe.evaluator), "output_suffixes", ()):
+            outputs.file(Path(out_file).with_name(Path(out_file).stem + suffix), None)  # named by the evaluator
+    plot = outputs.file(named.plot, FIGURE, "eval.plot") if named.plot else None
+    files = (outputs.folder(folder, EVAL_FILES, "eval.out_dir" if named.files else "--out")
+             if folder is not None else None)
+    return EvalPlaces(files=files, plot=plot), folder
 
 
 def check_finite_weights(model: Any, path: Path) -> None:

@@ -9,7 +9,8 @@ On CPU the resident set at the start also holds memory that earlier work freed b
 the region then reuses without growing it: :func:`release_freed_memory` returns it to the system first, so that a
 region measured after other work reads the same as one measured first (``lavo-zoo compare`` measures each cell so).
 
-What a device can still hold (:func:`available_memory`) and the refusal of a request that cannot fit, before it
+What a device can still hold (:func:`~lavo_zoo.free_memory.available_memory`, below the attention layer, which
+refuses a layer that could not fit) and the refusal of a request that cannot fit, before it
 starts (:func:`check_fits`), are here too: the predictors estimate a request's memory from its sizes (beam, batch,
 lengths, frames) and call :func:`check_fits` with it.
 """
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import os
 import re
 import resource
 from pathlib import Path
 from typing import Any, Self
 
-from lavo_zoo.errors import InputError
+from lavo_zoo.errors import InputError, ZooError
+from lavo_zoo.free_memory import available_memory, format_bytes  # the one reading of a device's free memory
 
 
 def memory_now() -> tuple[int, int]:
@@ -88,51 +89,11 @@ class PeakMemory:
         self.bytes = max(peak - self._base, 0)
 
 
-def _cgroup_room() -> int | None:
-    """Bytes this process's cgroup may still allocate (its limit less its usage; v2, then v1), or None."""
-    v1 = "/sys/fs/cgroup/memory/memory."
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
-        try:
-            text = Path(limit).read_text().strip()
-            if text == "max" or int(text) >= 2**60:  # no limit
-                return None
-            return max(int(text) - int(Path(usage).read_text()), 0)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def available_memory(device: Any = "cpu") -> int:
-    """Bytes a new allocation on ``device`` can still get: on CUDA the free device memory plus what PyTorch's
-    allocator holds unused (``torch.cuda.mem_get_info``, ``memory_reserved - memory_allocated``); on a CPU the
-    kernel's MemAvailable (else free pages, ``os.sysconf``), no more than the room left under a cgroup limit."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
-    try:
-        found = re.search(r"MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text())
-        room = int(found.group(1)) * 1024 if found else None
-    except OSError:
-        room = None
-    if room is None:
-        try:
-            room = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, AttributeError):  # no such figure on this system: assume room
-            return 2**62
-    cgroup = _cgroup_room()
-    return min(room, cgroup) if cgroup is not None else room
-
-
-def format_bytes(n: float) -> str:
-    """``n`` bytes as a short figure (1.5 GB, 320 MB, 12 KB)."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} bytes"
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says memory ran out: Python's MemoryError, torch's OutOfMemoryError (CUDA) or its CPU
+    allocator's refusal."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
 
 
 def check_fits(need: float, device: Any, request: str, fix: str) -> None:
@@ -154,11 +115,31 @@ def check_fits(need: float, device: Any, request: str, fix: str) -> None:
                          f"{format_bytes(room)} free; {fix}")
 
 
+def build_on_meta(build: Any) -> Any:
+    """The model ``build()`` returns, built on PyTorch's meta device (which allocates nothing), or None where it cannot
+    be built there. The build's own refusals (an option out of range: a :class:`~lavo_zoo.errors.ZooError`) are
+    raised, as the real build would raise them, so that a check made before any work refuses what the work would.
+    The real build afterwards draws the random numbers it drew before.
+
+    Args:
+        build: a zero-argument callable returning the model (``lambda: recipe.build_model(cfg)``).
+    """
+    import torch
+
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            return build()
+    except ZooError:
+        raise
+    except Exception:  # noqa: BLE001 - a module that cannot be built on meta: no model to check
+        return None
+
+
 def check_model_fits(build: Any, device: Any, copies: int, request: str) -> None:
     """Refuse, before it is built, a model whose parameters ``device`` cannot hold ``copies`` times (1 to run it; 4 to
     train it with Adam: weights, gradients and two moments): the model is built once on PyTorch's meta device, which
-    allocates nothing, to count its parameters. A model that cannot be built there is not checked (it is then built
-    as before).
+    allocates nothing, to count its parameters (:func:`build_on_meta`: an option the build refuses is refused here).
+    A model that cannot be built there is not checked (it is then built as before).
 
     Args:
         build: a zero-argument callable returning the model (``lambda: recipe.build_model(cfg)``).
@@ -169,14 +150,10 @@ def check_model_fits(build: Any, device: Any, copies: int, request: str) -> None
     Raises:
         InputError: the parameters cannot fit, naming their count and the bytes they need.
     """
-    import torch
-
-    try:
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the real build draws what it drew before
-            model = build()
-        params = list(model.parameters()) + list(model.buffers())
-    except Exception:  # noqa: BLE001 - a module that cannot be built on meta: no estimate, no refusal
+    model = build_on_meta(build)
+    if model is None:
         return
+    params = list(model.parameters()) + list(model.buffers())
     count = sum(p.numel() for p in params)
     need = sum(p.numel() * p.element_size() for p in params) * copies
     check_fits(need, device, f"{request} ({count:,} parameters and buffers, x{copies})",

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from lavo_zoo.config import TrainConfig
+from lavo_zoo.engine.run_config import TrainConfig
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

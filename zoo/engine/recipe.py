@@ -14,7 +14,7 @@ found by :mod:`lavo_zoo.engine.configs`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,10 +22,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from lavo_zoo.config import RunConfig, from_dict, to_dict
+from lavo_zoo.config import from_dict, to_dict
 from lavo_zoo.engine.builtin_data import BuiltinData, check_dataset, check_footprint, generated_dataset, write_dataset
 from lavo_zoo.engine.env import cache_root
 from lavo_zoo.engine.predictor import Predictor
+from lavo_zoo.engine.run_config import RunConfig
 from lavo_zoo.errors import MissingInput, UsageError, ZooError, did_you_mean
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.registry import Registry
@@ -43,6 +44,29 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
 
 
 SPLITS = ("train", "validation", "test")  # the default Recipe.splits, and the split folders / borders of the data
+
+
+@dataclass(frozen=True)
+class EvalPlaces:
+    """Where an evaluation writes beyond its results: the folder for its files (tts: synthesised wavs and plots) and
+    the path of the figure it draws (lm: perplexity against length). ``lavo-zoo eval`` passes the staging paths the
+    output policy claimed; a caller of :meth:`Recipe.evaluate` that passes none gets the config's own
+    (``eval.out_dir``, ``eval.plot``). The config is never rewritten to route outputs.
+
+    Attributes:
+        files: the folder for the evaluation's files, or None to write none.
+        plot: the figure's path, or None to draw none.
+    """
+
+    files: Path | None = None
+    plot: Path | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> EvalPlaces:
+        """The places a config names (``eval.out_dir``, ``eval.plot``, where its eval section has them)."""
+        settings = getattr(cfg, "eval", None)
+        files, plot = getattr(settings, "out_dir", None), getattr(settings, "plot", None)
+        return cls(Path(files) if files else None, Path(plot) if plot else None)
 
 
 class Recipe(ABC):
@@ -169,16 +193,18 @@ class Recipe(ABC):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, cfg: Any, split: str, device: torch.device,
-                 max_batches: int | None = None) -> Evaluator:
+                 max_batches: int | None = None, places: EvalPlaces | None = None) -> Evaluator:
         """The full evaluation ``lavo-zoo eval`` runs (the trainer never calls it, so overriding it with several
         context lengths or streaming never slows training down).
 
         Args:
             model: the trained model, on ``device``.
-            cfg: the checkpoint's config (with any ``eval.*`` overrides).
+            cfg: the checkpoint's config (with any ``eval.*`` overrides); read, never changed.
             split: one of :attr:`splits`.
             device: where batches go.
             max_batches: score at most this many batches (None: the whole split).
+            places: where the evaluation writes its files and figure (None: the config's,
+                :meth:`EvalPlaces.from_config`). The default evaluation writes neither.
 
         Returns:
             The evaluator, updated and ready for ``results()``. The default feeds :meth:`predict` of every batch of

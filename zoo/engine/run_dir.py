@@ -15,6 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import safe_open
 
 from lavo_zoo.atomic import remove_leftovers
+from lavo_zoo.attention.spec import OptionDefault, with_option_defaults
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import META, TRAIN_STATE, WEIGHTS, latest_checkpoint, read_meta, step_dirs
 from lavo_zoo.errors import CheckpointError, UsageError, ZooError, os_error_message
@@ -170,7 +171,8 @@ def resume_changes(saved_cfg: Any, cfg: Any, checkpoint: Path) -> dict[str, dict
     if getattr(saved_cfg, "recipe", None) != getattr(cfg, "recipe", None):
         raise UsageError(f"cannot resume from {checkpoint}: it is a checkpoint of recipe '{saved_cfg.recipe}', and "
                          f"this run trains '{cfg.recipe}'; resume a '{cfg.recipe}' checkpoint, or start a new --out")
-    saved, now = _flatten(to_dict(saved_cfg)), _flatten(to_dict(cfg))
+    # attention options left out compare at their defaults, and show as such ("its default -> 16", not "None -> 16")
+    saved, now = (_flatten(with_option_defaults(to_dict(c))) for c in (saved_cfg, cfg))
     missing = object()
     changed = {k: (saved.get(k, missing), now.get(k, missing)) for k in sorted(set(saved) | set(now))
                if saved.get(k, missing) != now.get(k, missing)}
@@ -181,7 +183,8 @@ def resume_changes(saved_cfg: Any, cfg: Any, checkpoint: Path) -> dict[str, dict
                          f"{'; '.join(fixed[:8])}{' ...' if len(fixed) > 8 else ''}. Only run length, evaluation, "
                          "logging and checkpoint cadence, lr, schedule and clipping may change on resume: resume with "
                          "the checkpoint's other settings, or start a new --out")
-    return {k: {"from": a, "to": b} for k, (a, b) in show.items()}
+    plain = {k: tuple(v.value if isinstance(v, OptionDefault) else v for v in pair) for k, pair in show.items()}
+    return {k: {"from": a, "to": b} for k, (a, b) in plain.items()}
 
 
 # ---------------------------------------------------------------------------------------- last good checkpoint

@@ -1,9 +1,10 @@
 """A run counts once, however many paths reach it: the one rule of every command that gathers results from folders
-(``lavo-zoo compare --collect``, a recipe's study plots such as ``recall-plot``).
+(``lavo-zoo compare``'s table of its own cells and ``--collect``, a recipe's study plots such as ``recall-plot``).
 
 A file reached twice (the same path given twice, a folder and a file in it, a link to it) is read once; a copy of a
 run (the same weights, by their sha256, scored on the same split; or a file with the same content) is kept once. Each
 repeat is skipped with a note on stderr naming the file it repeats, so that no mean or spread comes from copies.
+``compare``'s own table keeps its cells by the same rule (:func:`distinct_runs`).
 """
 from __future__ import annotations
 
@@ -14,15 +15,21 @@ from typing import Any
 
 import click
 
-from lavo_zoo.engine.records import CELL_FILE
+from lavo_zoo.engine.records import CELL_FILE, CellRecord
 
 
 class RunsSeen:
-    """What a gathering has read so far: ``new_file`` before reading a file, ``new_run`` once it is read."""
+    """What a gathering has read so far: ``new_file`` before reading a file, ``new_run`` once it is read (``quiet``:
+    repeats are skipped without a note)."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         self.files: dict[Path, Path] = {}  # resolved file -> the path it was first reached by
         self.runs: dict[tuple, Path] = {}  # a run's identity -> the file it was first read from
+        self.quiet = quiet
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            note(text)
 
     def new_file(self, file: Path) -> bool:
         """Whether ``file`` is reached for the first time (else a note says which path reached it before).
@@ -32,7 +39,7 @@ class RunsSeen:
         """
         real = Path(file).resolve()
         if real in self.files:
-            note(f"{file} is {self.files[real]} again (the same file): counted once")
+            self.note(f"{file} is {self.files[real]} again (the same file): counted once")
             return False
         self.files[real] = Path(file)
         return True
@@ -51,10 +58,30 @@ class RunsSeen:
             kind = next(i for i in identities if i in self.runs)
             why = (f"the same weights, sha256 {kind[1][:12]}..., scored on the {kind[2] or 'same'} split"
                    if kind[0] == "weights" else "the same content")
-            note(f"{file} holds the same run as {first} ({why}): counted once")
+            again = (" (a copy in a study's cell: remove it, or the cell's folder, and run the study's command to "
+                     "train that cell)") if Path(file).name == CELL_FILE and Path(first).name == CELL_FILE else ""
+            self.note(f"{file} holds the same run as {first} ({why}): counted once{again}")
             return False
         self.runs.update(dict.fromkeys(identities, Path(file)))
         return True
+
+
+def distinct_runs(records: list[CellRecord], quiet: bool = False) -> list[CellRecord]:
+    """``records`` (in their order) with each run once, by the rule of :class:`RunsSeen`: what a study's own table
+    holds, as ``--collect`` would read the same cells (a cell.json copied into another cell's folder, or a cell
+    folder that is a link to another, is one run). A record without a ``source`` (the file it was read from) is
+    kept.
+
+    Args:
+        records: cell records read from their cell.json (``source``).
+        quiet: skip repeats without a note (a table rewritten as cells finish notes them once, at the end).
+    """
+    seen, kept = RunsSeen(quiet), []
+    for record in records:
+        if record.source is None or (seen.new_file(Path(record.source))
+                                     and seen.new_run(Path(record.source), record.to_json())):
+            kept.append(record)
+    return kept
 
 
 def run_identities(file: Path, data: dict[str, Any]) -> list[tuple]:

@@ -44,7 +44,7 @@ from lavo_zoo.engine.distributed import barrier, init_distributed, local_device,
 from lavo_zoo.engine.env import machine, pick_device
 from lavo_zoo.engine.interrupt import Interrupts, TrainingInterrupted, deferred_interrupts
 from lavo_zoo.engine.logging import MetricsLog, Progress, phase
-from lavo_zoo.engine.memory import check_model_fits
+from lavo_zoo.engine.memory import check_model_fits, is_out_of_memory
 from lavo_zoo.engine.optim import apply_schedule, build_optimizer, build_scheduler
 from lavo_zoo.engine.precision import autocast, autocast_dtype
 from lavo_zoo.engine.recipe import Recipe, to_device
@@ -57,7 +57,7 @@ from lavo_zoo.engine.run_dir import (
     resume_source,
     run_total,
 )
-from lavo_zoo.errors import CheckpointError, MissingSplit, UsageError, ZooError
+from lavo_zoo.errors import CheckpointError, InputError, MissingSplit, UsageError, ZooError
 from lavo_zoo.outputs import check_folder_writable
 
 
@@ -301,7 +301,12 @@ class Trainer:
                 self._stop_interrupted(run, val_metrics, interrupts)
             if self.step_observer is not None:
                 self.step_observer.step_started(state.step + 1)
-            step_out = self._optimizer_step(run, stream)
+            try:
+                step_out = self._optimizer_step(run, stream)
+            except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError
+                if not is_out_of_memory(e):
+                    raise
+                raise InputError(self._out_of_memory(state.step + 1, e)) from None
             if step_out is None:  # the last epoch ran out: a partial step is not taken
                 break
             if self.step_observer is not None:
@@ -323,6 +328,19 @@ class Trainer:
         if state.step != run.saved_step:  # the epochs ran out before max_steps
             self._save(run, val_metrics)
         return val_metrics
+
+    def _out_of_memory(self, step: int, error: BaseException) -> str:
+        """What a step that ran out of memory says: which step, the batch it held, and what to lower (the checks
+        before the run, ``--dry-run`` included, count the parameters and the optimiser's state, not a step's
+        activations)."""
+        tc = self.tc
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        keep = (f" (train.batch_size={tc.batch_size // 2} train.grad_accum={tc.grad_accum * 2} keeps the effective "
+                f"batch of {tc.batch_size * tc.grad_accum})" if tc.batch_size > 1 else "")
+        return (f"step {step} ran out of memory on {self.device} ({first}): its batch of {tc.batch_size} examples "
+                f"does not fit with this model. Lower train.batch_size{keep}, the sequence length or the model's "
+                "size; the checks before a run (--dry-run's too) count the parameters and the optimiser's state, not "
+                "a step's activations")
 
     def _stop_interrupted(self, run: _Run, val_metrics: dict[str, float], interrupts: Interrupts) -> None:
         """Save the step reached (unless just saved) and stop with a message naming the command that continues."""

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lavo_zoo.attention import ATTENTIONS, attention_info, build_attention, check_attention
+from lavo_zoo.attention import ATTENTIONS, attention_info, check_attention
 from lavo_zoo.attention.base import Attention, SourceCache, reorder_batch
 from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec
 from lavo_zoo.errors import ConfigError, InputError, OptionError, did_you_mean
@@ -56,7 +56,9 @@ def _as_spec(spec: Any, site: str) -> Any:
     """An ``AttentionSpec`` (or anything with ``.name`` and ``.options``) from a spec, a name or a mapping."""
     if isinstance(spec, (str, Mapping)):
         value = dict(spec) if isinstance(spec, Mapping) else spec
-        return AttentionSpec.from_config(value, site, "the model's arguments")
+        spec = AttentionSpec.from_config(value, site, "the model's arguments")
+        spec.origin = None  # not read from a config: a refused option is the mechanism's own error
+        return spec
     if not (hasattr(spec, "name") and hasattr(spec, "options")):
         raise ConfigError(f"attention site '{site}': expected an AttentionSpec, a name or a mapping, "
                           f"got {type(spec).__name__}")
@@ -76,7 +78,8 @@ def build_site_attention(spec: Any, embed_dim: int, num_heads: int, site: str,
     options = dict(spec.options)
     if attention_dropout and spec.name in ATTENTIONS and "dropout" in attention_info(spec.name).options:
         options.setdefault("dropout", attention_dropout)
-    return build_attention(spec.name, embed_dim, num_heads, pattern, **options)
+    # a spec read from a config names its key (the site) and file when an option is refused
+    return AttentionSpec(spec.name, options, origin=getattr(spec, "origin", None)).build(embed_dim, num_heads, pattern)
 
 
 class FeedForward(nn.Module):

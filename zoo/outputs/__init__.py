@@ -4,8 +4,9 @@ A command claims each of its outputs, before its work, in one :class:`Outputs` b
 says (a staging name beside it), and when the block ends without an error the claim puts them all in place:
 
 - **never** one of the command's inputs, a checkpoint's own file, a training run's own file or anything in its
-  ``checkpoints/``, a study cell's file, and for a folder: a checkpoint, a training run, a folder holding an input,
-  the current folder (or one holding it), a link; not even with ``--overwrite``;
+  ``checkpoints/``, anything in a study's ``cells/`` (``compare`` writes its cells, ``train`` its own run:
+  :func:`check_run_output`, never in another's), and for a folder: a checkpoint, a training run, a folder holding an
+  input, the current folder (or one holding it), a link; not even with ``--overwrite``;
 - the **suffix** names what is written (:class:`FileKind`): ``synthesize --out x.mp3`` is refused (it writes WAV
   data), and a folder output (:class:`FolderKind`) is not named like a file (``export --format hf`` to ``x.tar.gz``);
 - an existing output is replaced only with ``--overwrite`` (a command that keeps a record of its own, a benchmark's
@@ -29,8 +30,10 @@ from lavo_zoo.outputs.checks import (
     belongs_to,
     check_folder_output,
     check_folder_writable,
+    check_run_output,
     check_writable,
     is_run_folder,
+    is_study_folder,
 )
 from lavo_zoo.outputs.claim import Outputs, check_figure_path, save_figure, scratch_folder
 from lavo_zoo.outputs.kinds import (
@@ -74,6 +77,6 @@ __all__ = [
     "HF_FOLDER", "MODEL_CARD", "NOT_REGULAR", "PCD", "PLUGIN_FOLDER", "PNG", "RECALL_TABLE", "RESULTS", "RUN_FILES",
     "STUDY_CSV", "STUDY_FOLDER", "STUDY_TABLE", "SUMMARY_RECORDS", "TEXT", "WAV", "FileKind", "FolderKind", "Outputs",
     "belongs_to", "check_figure_path", "check_folder_output", "check_folder_writable", "check_recorded",
-    "check_suffix", "check_writable", "figure_formats", "is_run_folder", "present_files", "recorded_files",
-    "save_figure", "scratch_folder", "sha256_file", "tree_hashes", "write_manifest",
+    "check_run_output", "check_suffix", "check_writable", "figure_formats", "is_run_folder", "is_study_folder",
+    "present_files", "recorded_files", "save_figure", "scratch_folder", "sha256_file", "tree_hashes", "write_manifest",
 ]

@@ -1,6 +1,7 @@
 """The output policy's checks before a command's work: what no output may be (:func:`belongs_to`: a checkpoint's or a
-training run's own file, a study cell's file), a file output (:func:`check_writable`), a folder output
-(:func:`check_folder_output`) and a folder that cannot be written (:func:`check_folder_writable`). Torch-free."""
+training run's own file, anything in a study's cells), a file output (:func:`check_writable`), a folder output
+(:func:`check_folder_output`), a training run's folder (:func:`check_run_output`) and a folder that cannot be
+written (:func:`check_folder_writable`). Torch-free."""
 from __future__ import annotations
 
 import os
@@ -33,6 +34,36 @@ def _is_cell(folder: Path) -> bool:
     return (folder / CELL_RECORD).is_file() or (folder.parent.name == STUDY_CELLS and is_run_folder(folder))
 
 
+STUDY_TABLES = ("table.md", "table.csv")  # what a study writes beside its cells (lavo_zoo.compare.table)
+
+
+def is_study_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a study's (``lavo-zoo compare --out``): a ``cells/`` folder beside the study's table,
+    or holding a cell (a folder with a cell record or a training run)."""
+    cells = Path(folder) / STUDY_CELLS
+    if not cells.is_dir():
+        return False
+    if any((Path(folder) / name).is_file() for name in STUDY_TABLES):
+        return True
+    try:
+        return any(_is_cell(entry) for entry in cells.iterdir() if entry.is_dir())
+    except OSError:
+        return False
+
+
+def study_of_cells(path: Path) -> Path | None:
+    """The study whose ``cells/`` holds ``path`` (or is it), links followed: only ``lavo-zoo compare`` writes
+    there. None when no study does."""
+    try:
+        real = Path(path).resolve()
+    except OSError:
+        return None
+    for folder in (real, *real.parents):
+        if folder.name == STUDY_CELLS and is_study_folder(folder.parent):
+            return folder.parent
+    return None
+
+
 def folder_resolved(path: Path) -> Path:
     """``path`` with its folder's links resolved (not its own: a link is replaced, not what it points at)."""
     path = Path(path)
@@ -56,7 +87,53 @@ def belongs_to(path: Path) -> str | None:
     for folder in path.parents:
         if folder.name == "checkpoints" and is_run_folder(folder.parent):
             return f"is in the checkpoints of the training run {folder.parent}, which it would damage"
+    study = study_of_cells(parent)
+    if study is not None:
+        return (f"is in the cells of the study {study}, which only `lavo-zoo compare` writes (a cell's record says "
+                "what it holds)")
     return None
+
+
+def check_run_output(path: Path, option: str = "--out") -> Path:
+    """Refuse, before any work is done, a training run's folder (``lavo-zoo train --out``) in another command's
+    outputs: a study's cell or anything in a study's ``cells/`` (links followed: a cell's record and the checkpoint
+    it scored would go stale), a study's own folder, a checkpoint, or a folder inside a training run or a checkpoint
+    (a run nested in a run). An earlier run of ``train`` in ``path`` is its own (``--resume`` continues it).
+
+    Args:
+        path: the run folder.
+        option: how the user gave it, for the messages.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        UsageError: naming what ``path`` is part of and what to give instead.
+    """
+    path = Path(path)
+    fix = f"give another {option} (a folder of its own, e.g. runs/NAME)"
+    study = study_of_cells(path)
+    if study is not None:
+        raise UsageError(f"{option} {path} is in the cells of the study {study}, which `lavo-zoo compare` trains and "
+                         "scores: training there would change the weights its record (cell.json) scored. Run the same "
+                         f"compare command to continue the study, or {fix}")
+    real = folder_resolved(path)
+    try:
+        real = real.resolve()
+    except OSError:
+        pass
+    if is_study_folder(real):
+        raise UsageError(f"{option} {path} is the folder of a study (its cells/ and table); {fix}")
+    if (real / "meta.json").is_file():
+        raise UsageError(f"{option} {path} is a checkpoint, not a run folder; {fix} (--resume {path} continues "
+                         "training from it)")
+    for folder in real.parents:  # a run by what it holds (a lock file alone is any tool's, not a run's)
+        trained = (folder / "checkpoints").is_dir() and any((folder / n).is_file() for n in RUN_FILES[:2])
+        if trained or (folder / "meta.json").is_file():
+            what = "training run" if trained else "checkpoint"
+            raise UsageError(f"{option} {path} is inside the {what} {folder}: training there would nest a run in "
+                             f"it; {fix}")
+    return path
 
 
 def _same_file(a: Path, b: Path) -> bool:

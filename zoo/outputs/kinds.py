@@ -132,7 +132,14 @@ def _image(head: bytes, path: Path) -> bool:
 
 
 RESULTS = FileKind("a results JSON", (".json",), _json_object_with("metrics"))
-BENCH_RECORD = FileKind("a benchmark's JSON record", (".json",), _json_object_with("machine"))
+def _bench_record(head: bytes, path: Path) -> bool:
+    """A benchmark's JSON record: the machine it ran on at the top (``bench lm``, ...) or in its ``settings``
+    (``bench attention``)."""
+    data = _json(path) if head.lstrip()[:1] == b"{" else None
+    return isinstance(data, dict) and ("machine" in data or "machine" in (data.get("settings") or {}))
+
+
+BENCH_RECORD = FileKind("a benchmark's JSON record", (".json",), _bench_record)
 ANSWERS = FileKind("JSON lines of answers", (".jsonl",), _json_lines_with("answers"))
 SUMMARY_RECORDS = FileKind("JSON lines of summaries", (".jsonl",), _json_lines_with("hypothesis"))
 FORECAST = FileKind("a forecast CSV", (".csv",), _starts_with(b"date,"))

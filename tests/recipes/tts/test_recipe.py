@@ -225,3 +225,28 @@ def test_stop_diagnosis_tells_the_teacher_forced_stop_from_the_synthesised_lengt
     d = script["measure"](p.model, p.cfg, p.recipe, "test", max_utterances=2)
     assert all(s > 1 for s in d["teacher_forced_stop"])
     assert d["synthesised_length"][:2] == pytest.approx([p.cfg.eval.max_frames / n for n in frames])
+
+
+def test_eval_passes_the_staged_places_and_leaves_the_config_as_given(trained: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluation writes where the output policy staged its folder, told so explicitly: the config it reads (and
+    the results record) keeps the user's eval.out_dir, which the engine once overwrote and restored."""
+    from lavo_zoo.recipes.tts.recipe import TTSRecipe
+
+    seen = {}
+    real = TTSRecipe.evaluate
+
+    def spy(self, model, cfg, split, device, max_batches=None, places=None):
+        seen.update(out_dir=cfg.eval.out_dir, places=places, exists=places.files.is_dir())
+        return real(self, model, cfg, split, device, max_batches, places)
+
+    monkeypatch.setattr(TTSRecipe, "evaluate", spy)
+    results = tmp_path / "r.json"
+    assert main(["eval", str(trained / "checkpoints" / "last"), "--split", "test", "--out", str(results),
+                 "--device", "cpu", "eval.max_utterances=1"]) == 0
+    final = tmp_path / "r"
+    assert not seen["out_dir"] and seen["places"].plot is None and seen["exists"]
+    assert seen["places"].files != final and seen["places"].files.parent == final.parent  # staged beside it
+    data = json.loads(results.read_text())
+    assert not data["config"]["eval"]["out_dir"] and data["files"] == str(final)
+    assert len(list((final / "synthesized").glob("*.wav"))) == 1 and not seen["places"].files.exists()

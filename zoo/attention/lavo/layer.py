@@ -189,6 +189,7 @@ class LavoAttention(HasKernels, Attention):
     eval_options = ("global_read",)
     # the reading before the causal defaults changed (docs/lavo.md): configs saved earlier keep it
     former_defaults: ClassVar[dict[str, Any]] = {"combine": "half", "read_temperature": 0.0, "memory_norm": "mean"}
+    test_options: ClassVar[dict[str, Any]] = {"num_bases": 3, "window_size": 5}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
                  window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
@@ -420,8 +421,13 @@ class LavoAttention(HasKernels, Attention):
         return LavoCrossCache(self.cross_memory(context, context_mask))
 
     def cross_step(self, x: torch.Tensor, cache: LavoCrossCache) -> torch.Tensor:
-        if not isinstance(cache, LavoCrossCache) or cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
-            raise TypeError("cache must be the LavoCrossCache that this attention's cross_cache() returned")
+        if not isinstance(cache, LavoCrossCache):
+            raise TypeError(f"cache must be the LavoCrossCache that this attention's cross_cache() returned, got "
+                            f"{type(cache).__name__} (another mechanism's cache)")
+        if cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
+            raise ValueError(f"cache holds a memory of {cache.memory.shape[1]} heads x {cache.memory.shape[-1]}, this "
+                             f"layer's is {self.num_heads} x {self.head_dim}: the cache is from a layer of another "
+                             "configuration; decode with the cache this layer's cross_cache() returned")
         q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
         out = self._read(q, cache.memory, self.start_kernels(q).read)                    # [B, H, t, d]
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]

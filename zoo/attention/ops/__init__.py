@@ -1,14 +1,17 @@
-"""Kernels shared by several mechanisms (flash-linear-attention's ``ops/<op>/``), one package per op, each with its
-dense or loop reference in its ``naive.py``, and what their kernels share.
+"""Kernels shared by several mechanisms, one self-contained folder per op (as flash-linear-attention's ``ops/<op>/``):
+its declaration for the dispatch in ``__init__.py``, its PyTorch chunked or blocked form, its dense or loop reference
+in ``naive.py`` and, where a library runs it, that library's calls and limits (``fla.py``); and what their kernels
+share. Which mechanisms run on which op: their layers' ``kernel_set`` (``lavo-zoo list attentions`` lists them).
 
 - :mod:`~lavo_zoo.attention.ops.dispatch`: the one kernel choice for every mechanism with kernels: where each kernel
   runs, the fallback when one cannot run, the report of what ran (its docstring says how a mechanism plugs in).
-- :mod:`~lavo_zoo.attention.ops.window`: exact sliding-window softmax attention (``local`` and LAVO's local branch),
-  with attention sinks in ``window/sinks.py``.
-- :mod:`~lavo_zoo.attention.ops.gated_linear`: the chunked gated linear attention (``based``, ``gla``, ``mamba2``).
-- :mod:`~lavo_zoo.attention.ops.delta_rule`: the chunked (gated) delta rule (``deltanet``, ``gated_deltanet``).
-- :mod:`~lavo_zoo.attention.ops.fla`: flash-linear-attention's kernels for those two ops on CUDA (the ``fla``
-  extra), declared beside the PyTorch forms in each op's package.
+- :mod:`~lavo_zoo.attention.ops.window`: exact sliding-window softmax attention, with attention sinks in
+  ``window/sinks.py``.
+- :mod:`~lavo_zoo.attention.ops.gated_linear`: the chunked gated linear attention.
+- :mod:`~lavo_zoo.attention.ops.delta_rule`: the chunked (gated) delta rule.
+- :mod:`~lavo_zoo.attention.ops.fla`: what every op's flash-linear-attention glue shares (the ``fla`` extra: where
+  its kernels run, its layout); each op's own calls are in its folder's ``fla.py``.
+- :mod:`~lavo_zoo.attention.ops.chunking`: a sequence cut into chunks (the chunked forms).
 - :mod:`~lavo_zoo.attention.ops.short_conv`: the short causal convolution of the recurrent mechanisms.
 - :mod:`~lavo_zoo.attention.ops.padding`: padded rows as the row alone: left alignment (LAVO, Transformer-LS) and
   row packing (the recurrent mechanisms, ``local``'s sinks).

@@ -9,16 +9,18 @@ mechanism's ops, and a layer's ``kernels`` option requests 'auto' or one kernel 
 
 How a mechanism plugs in (worked examples: the window op in ``ops/window/__init__.py``, LAVO's read and decoding
 step in ``lavo/ops.py``, its layer in ``lavo/layer.py``; a library's kernels: flash-linear-attention's for the
-recurrent ops in ``ops/gated_linear/__init__.py`` and ``ops/delta_rule/__init__.py`` (from ``ops/fla.py``), their
-layers on ``recurrent.py``):
+recurrent ops, each op's folder declaring them in its ``__init__.py`` from its ``fla.py`` (``ops/gated_linear/``,
+``ops/delta_rule/``), their layers on ``recurrent.py``):
 
 1. Write each kernel as a function and declare it; a PyTorch kernel that runs everywhere needs only its name::
 
        CHUNK = Kernel("chunk", chunk_gla)                                     # PyTorch: every device and dtype
        FLA = Kernel("fla", fla_chunk_gla, runs=fla_runs, auto=triton_auto, compiled=True)   # fla's Triton kernel
 
-   ``runs(q)``: whether it can run for these queries here (device, dtype, an installed package, the switches, no
-   compile failure in this process); a request for it falls back where it cannot. ``auto(q)``: whether 'auto'
+   ``runs(q)``: whether it can run for these queries here (device, an installed package, the switches, no
+   compile failure in this process); a request for it falls back where it cannot. ``dtypes``: the query dtypes it
+   takes (default None: every one ``runs`` allows; fla's delta rule: fp16 and bf16), the one declaration of a
+   kernel's precisions that the dispatch, the tests and the device check read. ``auto(q)``: whether 'auto'
    takes it (default: never; only on request); for a Triton kernel not yet verified on a GPU, :func:`triton_auto`.
    ``dropout``: whether it applies attention dropout itself (else training with dropout takes the fallback).
    ``fresh``: whether its output is a new tensor that autograd did not save, so that a caller may write into it.
@@ -46,9 +48,10 @@ layers on ``recurrent.py``):
    :attr:`HasKernels.kernels_used` then reports the kernels the last call ran ('fla', 'flex+recompute'; before
    any call, those a long sequence would get), and :func:`kernels_used` reads it from any module (the benchmarks).
 
-The choice (:meth:`Op.choose`): 'auto' takes the first kernel, in the op's order, whose ``auto`` and ``runs`` hold,
-else the fallback; a name takes that kernel where it ``runs`` (the fallback where not, or where the op has no
-kernel of that name); in training with dropout a kernel without dropout gives way to the fallback.
+The choice (:meth:`Op.choose`): 'auto' takes the first kernel, in the op's order, whose ``auto`` holds and which
+takes the queries (:meth:`Kernel.takes`: its ``dtypes`` and ``runs``), else the fallback; a name takes that kernel
+where it takes them (the fallback where not, or where the op has no kernel of that name); in training with dropout
+a kernel without dropout gives way to the fallback.
 
 Triton: :func:`triton_runs` says where the Triton kernels can run, and :func:`triton_by_default` whether 'auto'
 takes them (the one statement of that rule; :func:`triton_auto` is the ``auto`` of every Triton kernel).
@@ -123,6 +126,15 @@ class Kernel:
     min_queries: int = 0
     compiled: bool = False
     applies: Callable[..., bool] = _everywhere
+    dtypes: tuple[torch.dtype, ...] | None = None
+
+    def takes(self, q: torch.Tensor) -> bool:
+        """Whether it can run for queries q here: one of its ``dtypes`` (any where None) and its ``runs``.
+
+        Args:
+            q: the call's queries [B, H, T, d].
+        """
+        return (self.dtypes is None or q.dtype in self.dtypes) and self.runs(q)
 
 
 @dataclass(frozen=True)
@@ -162,10 +174,10 @@ class Op:
             dropout: whether attention dropout applies (training with p > 0).
         """
         if request == AUTO:
-            kernel = next((k for k in self.kernels if k.auto(q) and k.runs(q)), self.fallback)
+            kernel = next((k for k in self.kernels if k.auto(q) and k.takes(q)), self.fallback)
         else:
             kernel = next((k for k in self.kernels if k.name == request), self.fallback)
-            if kernel is not None and not kernel.runs(q):
+            if kernel is not None and not kernel.takes(q):
                 kernel = self.fallback
         if kernel is not None and dropout and not kernel.dropout:
             kernel = self.fallback
@@ -290,7 +302,7 @@ class Chosen:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         kernel = self.kernel
-        if kernel is not None and not (kernel.runs(args[0]) and kernel.applies(*args, **kwargs)):
+        if kernel is not None and not (kernel.takes(args[0]) and kernel.applies(*args, **kwargs)):
             kernel = self.op.fallback  # turned off since the choice (a compile failure earlier in the call)
         if kernel is None:
             return None
