@@ -68,7 +68,7 @@ import torch
 from lavo_zoo.attention.ops import KernelUnavailable
 
 AUTO = "auto"  # the request that lets the dispatch choose
-TRITON_DEFAULT = False  # triton_by_default: True in the commit that records a passing device run
+TRITON_DEFAULT = False  # the switch of triton_by_default's rule
 
 
 def _everywhere(*args: Any, **kwargs: Any) -> bool:
@@ -99,9 +99,11 @@ def triton_runs(q: torch.Tensor) -> bool:
 
 
 def triton_by_default() -> bool:
-    """Whether 'auto' takes the Triton kernels: only with ``LAVO_ZOO_TRITON=1`` until a run of the device check on a
-    GPU has passed (they are verified in Triton's interpreter only); then the commit that records the run sets
-    :data:`TRITON_DEFAULT`, and they are the default unless ``LAVO_ZOO_TRITON=0``."""
+    """Whether 'auto' takes the Triton kernels (LAVO's and flash-linear-attention's) on CUDA. The project's one
+    statement of the rule: Triton kernels become the CUDA default only in the commit that records a passing run of
+    the device check on a GPU (benchmarks/RESULTS.md, "The device check"), which sets :data:`TRITON_DEFAULT`; until
+    then they are verified in Triton's interpreter only and 'auto' takes them with ``LAVO_ZOO_TRITON=1``; after it,
+    unless ``LAVO_ZOO_TRITON=0``."""
     switch = os.environ.get("LAVO_ZOO_TRITON", "")
     return switch == "1" or (TRITON_DEFAULT and switch != "0")
 
