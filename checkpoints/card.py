@@ -3,9 +3,10 @@
 
 The front matter is Hugging Face metadata (``library_name``, ``license``, ``tags`` and a ``model-index`` with the
 recipe's task, the dataset named by the config, the split and every metric of the results JSON given to
-``export --results``). The body says what the model is (the recipe, the attention of every site with its options),
-its config (verbatim, in a fenced YAML block), the command that trained it and the one that scored it, the git
-commit, the hardware, the seed, the licence, and its intended use and limits.
+``export --results``). The body says what the model is (the recipe, the attention of every site with its options,
+layer by layer for a hybrid, and what each layer keeps while decoding), its config (verbatim, in a fenced YAML block),
+the command that trained it and the one that scored it, the git commit, the hardware, the seed, the licence, and its
+intended use and limits.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from lavo_zoo.config import to_dict
 from lavo_zoo.engine.checkpoint_io import CONFIG, read_config
 from lavo_zoo.engine.evaluate import check_pin
 from lavo_zoo.errors import UsageError, ZooError
@@ -145,8 +145,7 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
     task_type, task_name = getattr(recipe, "task", None) or ("other", "Other")
     if cfg is not None:  # the validated config: defaults filled in (the attention of a config that names none)
         dataset = recipe.dataset_name(cfg.data)
-        model = to_dict(getattr(cfg, "model", None))
-        sites = attention_sites(model.get("attention") if isinstance(model, dict) else None)
+        sites = layer_sites(getattr(cfg, "model", None))
     else:
         path = (config.get("data") or {}).get("path")
         dataset = Path(str(path)).name if path else "built-in data"
@@ -179,6 +178,15 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
         + (f" {recipe.limits}" if getattr(recipe, "limits", "") else ""),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+def layer_sites(model: Any) -> list[tuple[str, str, dict[str, Any], str, str]]:
+    """(config key, mechanism, options set, which layers, what each keeps while decoding) of every attention of a
+    validated model config, layer by layer for a hybrid (:func:`~lavo_zoo.attention.schedule.describe_layers`)."""
+    from lavo_zoo.attention.schedule import describe_layers
+
+    return [(g.key, g.spec.name, {k: v for k, v in g.spec.to_config().items() if k != "name"}, g.where, g.state)
+            for g in describe_layers(model)]
 
 
 def attention_sites(attention: Any) -> list[tuple[str, str, dict[str, Any]]]:
@@ -224,18 +232,22 @@ def _summary(name: str, meta: dict[str, Any], recipe: Any, task_name: str, datas
             "dissection, embedded position encoding) with its baselines and a seven-domain model zoo.")
 
 
-def _model_section(sites: list[tuple[str, str, dict[str, Any]]]) -> str:
-    lines = ["## Model", "", "| attention site | mechanism | options set | other options (defaults) |",
-             "|---|---|---|---|"]
+def _model_section(sites: list[tuple]) -> str:
+    """The attention of every site, layer by layer for a hybrid: (key, mechanism, options[, layers, state]) rows
+    (:func:`layer_sites`; :func:`attention_sites` where this version cannot read the config)."""
+    lines = ["## Model", "", ("| attention site | mechanism | options set | other options (defaults) | layers | "
+                              "what each layer keeps while decoding |"), "|---|---|---|---|---|---|"]
     notes = {}
-    for site, mechanism, options in sites:
+    for site, mechanism, options, *more in sites:
+        where, state = (more + ["", ""])[:2]
         defaults, description = _attention_defaults(mechanism)
         if description:
             notes[mechanism] = description
         others = {k: v for k, v in defaults.items() if k not in options}
-        lines.append(f"| `{site}` | `{mechanism}` | {_options(options) or '-'} | {_options(others) or '-'} |")
+        lines.append(f"| `{site}` | `{mechanism}` | {_options(options) or '-'} | {_options(others) or '-'} | "
+                     f"{where or '-'} | {state or '-'} |")
     if not sites:
-        lines.append("| - | (no `model.attention` in the config) | - | - |")
+        lines.append("| - | (no `model.attention` in the config) | - | - | - | - |")
     lines += ["", *(f"- `{mechanism}`: {text}" for mechanism, text in notes.items())]
     return "\n".join(lines).rstrip()
 

@@ -186,9 +186,47 @@ def _list_rows(kind: str, pattern: str | None, supports: str | None = None) -> l
         import fnmatch
 
         from lavo_zoo.engine.configs import available_configs
-        return [{"name": n} for n in available_configs() if pattern is None or fnmatch.fnmatch(n, pattern)]
+        return [{"name": n, **_config_layers(n)} for n in available_configs()
+                if pattern is None or fnmatch.fnmatch(n, pattern)]
     from lavo_zoo.checkpoints import list_checkpoints
     return list_checkpoints(pattern)
+
+
+def _config_layers(name: str) -> dict[str, Any]:
+    """What a named config's model runs: its attention per site in one word (``attention``: ``lavo``,
+    ``hybrid:lavo*3+sdpa``, or ``encoder_self=sdpa decoder_self=lavo cross=sdpa``) and, layer by layer, each
+    attention with its options and what each layer keeps while decoding (``layers``); a config this installation
+    cannot read says why (``error``)."""
+    from lavo_zoo.attention.schedule import describe_layers, site_labels
+    from lavo_zoo.engine.configs import resolve_config
+
+    try:
+        _, cfg = resolve_config(name, [])
+    except ZooError as e:
+        return {"error": str(e)}
+    model = getattr(cfg, "model", None)
+    labels = site_labels(model)
+    if not labels:
+        return {}
+    attention = " ".join(f"{site}={label}" if site else label for site, label in labels.items())
+    return {"attention": attention,
+            "layers": [{"site": g.site, "key": g.key, "layers": g.layers, "attention": g.spec.name,
+                        "options": g.spec.options, "state": g.state, "where": g.where} for g in describe_layers(model)]}
+
+
+def _echo_layers(layers: list[dict[str, Any]]) -> None:
+    """The layers of a hybrid config, one line per attention of a site (a config whose sites each run one attention
+    in every layer says so on its own line)."""
+    sites = {}
+    for group in layers:
+        sites.setdefault(group["site"], []).append(group)
+    for site, groups in sites.items():
+        if len(groups) < 2:
+            continue
+        for g in groups:
+            where = f"{g['site']} {g['where']}" if site else g["where"]
+            runs = " ".join([g["attention"], *(f"{k}={v}" for k, v in g["options"].items() if v is not None)])
+            click.echo(f"      {where:<14} {runs:<40} state: {g['state']}")
 
 
 @cli.command("list", epilog="""\b
@@ -196,7 +234,7 @@ Examples:
   lavo-zoo list                       # everything
   lavo-zoo list attentions            # mechanisms, their patterns and streaming support
   lavo-zoo list attentions --pattern cross   # what can sit at the cross-attention site
-  lavo-zoo list configs 'lm/*'        # built-in configs matching a glob
+  lavo-zoo list configs 'lm/*'        # built-in configs matching a glob, the attention of each layer
   lavo-zoo list recipes --json""")
 @click.argument("kind", required=False, type=click.Choice(LIST_KINDS))
 @click.argument("pattern", required=False)
@@ -220,11 +258,12 @@ def list_cmd(kind: str | None, pattern: str | None, as_json: bool, supports: str
             if "error" in row:
                 click.echo(f"  {row['name']:<24} {row['error']}")
                 continue
-            extra = {key: v for key, v in row.items() if key not in ("name", "options", "source")}
+            extra = {key: v for key, v in row.items() if key not in ("name", "options", "source", "layers")}
             desc = "  ".join(f"{key}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
                              for key, v in extra.items() if key != "description" and v != "")
             text = row.get("description", "")
             click.echo(f"  {row['name']:<24} {desc}" + (f"  - {text}" if text else ""))
+            _echo_layers(row.get("layers") or [])
         if k == "attentions":
             click.echo(f"  ({DECODING_LEGEND})")
         if kind is None:

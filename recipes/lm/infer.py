@@ -18,11 +18,11 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from lavo_zoo import limits
-from lavo_zoo.attention import tensor_bytes
 from lavo_zoo.engine.predictor import Predictor, as_batch
 from lavo_zoo.errors import DataError, InputError, UsageError
 from lavo_zoo.evaluators.perplexity import PerplexityTable
 from lavo_zoo.nn.tokenizers import Tokenizer, get_tokenizer
+from lavo_zoo.nn.transformer import LayerState
 from lavo_zoo.recipes.lm.data import TokenBlocks
 
 
@@ -94,7 +94,7 @@ class LanguageModel(Predictor):
     # decoding states are measured after this many tokens and twice as many: a state that keeps every past token
     # (a KV cache) grows between them, one of bounded size (LAVO, a local window up to this size) does not
     PROBE_TOKENS = 1024
-    _state_growth: tuple[float, int] | None = None  # (bytes per token, bytes at twice PROBE_TOKENS), on first use
+    _layer_states: list[LayerState] | None = None  # each layer's state after PROBE_TOKENS, measured on first use
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -157,32 +157,38 @@ class LanguageModel(Predictor):
 
         Args:
             tokens: the prompt's tokens and the new ones.
-            carried_state: decoding with the carried state: the state's size at two probe lengths, measured once,
-                and its growth per token between them (none for a bounded state); False: one pass over the whole
-                sequence, as re-running it at every step takes (float32 activations of about ffn_dim + 8 embed_dim
-                numbers per token).
+            carried_state: decoding with the carried state: each layer's state at two probe lengths, measured once,
+                and its growth per token between them (none for a bounded state, :meth:`layer_states`); False: one
+                pass over the whole sequence, as re-running it at every step takes (float32 activations of about
+                ffn_dim + 8 embed_dim numbers per token).
         """
         if not carried_state:
             m = self.model.cfg
             return tokens * (m.ffn_dim + 8 * m.embed_dim) * 4
-        probe = self.PROBE_TOKENS
-        if self._state_growth is None:
-            sizes = []
-            for length in (probe, 2 * probe):
-                dummy = torch.zeros(1, length, dtype=torch.long, device=self.device)
-                sizes.append(tensor_bytes(self.model(dummy, return_state=True)[1]))
-            self._state_growth = (max(sizes[1] - sizes[0], 0) / probe, sizes[1])
-        per_token, base = self._state_growth
-        return int(base + per_token * max(tokens - 2 * probe, 0))
+        probe = self.PROBE_TOKENS  # the state at twice the probe, then its growth per token beyond
+        return int(sum(layer.bytes + layer.per_token * (probe + max(tokens - 2 * probe, 0))
+                       for layer in self.layer_states()))
+
+    def layer_states(self) -> list[LayerState]:
+        """What each layer keeps to go on decoding: its mechanism, the bytes of its state after ``PROBE_TOKENS``
+        tokens and what it gains per token from there (a KV cache; 0 for a bounded state: LAVO, a window, a
+        recurrent matrix), measured once (:meth:`~lavo_zoo.nn.transformer.TiedDecoderLM.layer_states`)."""
+        if self._layer_states is None:
+            self._layer_states = self.model.layer_states(self.PROBE_TOKENS)
+        return self._layer_states
 
     def _check_state_fits(self, tokens: int) -> None:
         """Refuse a generation whose decoding state would outgrow memory after ``tokens`` tokens; a bounded state is
         never refused (nor measured for a short one)."""
         if tokens <= 2 * self.PROBE_TOKENS:
             return
+        growing = [layer for layer in self.layer_states() if layer.grows]
+        which = ("this attention's state grows" if len(growing) == len(self.layer_states()) else
+                 f"the state of layer{'s' if len(growing) > 1 else ''} "
+                 + ", ".join(f"{layer.layer} ({layer.attention})" for layer in growing) + " grows")
         self.check_fits(self.memory_estimate(tokens),
                         f"generating up to {tokens:,} tokens (the prompt and max_new_tokens) with the carried state",
-                        "lower max_new_tokens (this attention's state grows with every token)")
+                        f"lower max_new_tokens ({which} with every token)")
 
 
 # ------------------------------------------------------------------------------------------------- perplexity

@@ -14,11 +14,12 @@ recurrent state, or the softmax attentions' KV cache) and the position offset ac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
-from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.attention import AttentionSchedule, AttentionSpec
+from lavo_zoo.attention.schedule import resolve_schedules
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.losses import chunked_cross_entropy
 from lavo_zoo.nn.transformer import DecoderState, TiedDecoderLM
@@ -26,6 +27,8 @@ from lavo_zoo.nn.transformer import DecoderState, TiedDecoderLM
 
 @dataclass
 class ModelConfig:
+    attention_patterns: ClassVar[str] = "causal"  # the pattern every layer's attention is built with
+
     num_layers: PositiveInt = 12
     embed_dim: PositiveInt = 768
     num_heads: PositiveInt = 12
@@ -33,13 +36,17 @@ class ModelConfig:
     dropout: Probability = 0.1
     # any causal attention from `lavo-zoo list attentions`; YAML {name: lavo, num_bases: 64, window_size: 16}
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("lavo"))
+    # a hybrid: the attention of each layer, a list repeated over num_layers whose entries naming model.attention's
+    # mechanism take its options ([lavo, lavo, lavo, sdpa] or lavo*3+sdpa); null: model.attention in every layer
+    attention_schedule: AttentionSchedule | None = None
     # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary)
     positions: Literal["auto", "sinusoidal", "none"] = "auto"
     ce_chunk_size: NonNegativeInt = 0  # rows per cross-entropy chunk (0: as many as fit 32M fp32 logits)
     vocab_size: NonNegativeInt = 0  # from data.tokenizer (LMRecipe.resolve); saved with the run so eval needs no data
 
     def __post_init__(self) -> None:
-        self.attention.check("causal", "model.attention")
+        self.attention.check(self.attention_patterns, "model.attention")
+        resolve_schedules(self)
 
 
 class TransformerLM(TiedDecoderLM):

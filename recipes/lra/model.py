@@ -14,17 +14,21 @@ padding its batch has.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from lavo_zoo.attention import AttentionSpec
+from lavo_zoo.attention import AttentionSchedule, AttentionSpec
+from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.transformer import TransformerEncoder
 
 
 @dataclass
 class ModelConfig:
+    attention_patterns: ClassVar[str] = "noncausal"  # the pattern every layer's attention is built with
+
     embed_dim: PositiveInt = 64
     num_heads: PositiveInt = 2
     ffn_dim: PositiveInt = 128
@@ -34,11 +38,17 @@ class ModelConfig:
     activation: str = "gelu"  # the FFN's ("gelu" | "relu")
     # any attention of `lavo-zoo list attentions` that supports pattern noncausal
     attention: AttentionSpec = field(default_factory=lambda: AttentionSpec("sdpa"))
+    # a hybrid: the attention of each layer, a list repeated over num_layers whose entries naming model.attention's
+    # mechanism take its options ([lavo, lavo, lavo, sdpa] or lavo*3+sdpa); null: model.attention in every layer
+    attention_schedule: AttentionSchedule | None = None
     # sizes that come from the data (resolved from data.task / data.max_length before training; 0 = not yet)
     vocab_size: NonNegativeInt = 0
     num_classes: NonNegativeInt = 0
     max_positions: NonNegativeInt = 0
     two_tower: bool = False  # Retrieval: classify a pair of documents
+
+    def __post_init__(self) -> None:
+        resolve_schedules(self)
 
 
 class LRAEncoder(nn.Module):
@@ -51,7 +61,8 @@ class LRAEncoder(nn.Module):
         nn.init.normal_(self.tokens.weight, std=0.02)
         nn.init.normal_(self.positions.weight, std=0.02)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, cfg.num_heads, cfg.ffn_dim, cfg.attention,
+        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, cfg.num_heads, cfg.ffn_dim,
+                                          attention_layers(cfg)[""],
                                           cfg.dropout, cfg.attention_dropout, cfg.activation)
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -19,12 +19,13 @@ there); the coarse output appends FPS(partial, min(M, N)) so that M may exceed t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
 
-from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention, attention_info
+from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention, SiteSchedule, attention_info
+from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.nn.points import fps, gather_points, knn
@@ -63,6 +64,8 @@ class ModelConfig:
     """PoinTr's PCN model (``cfgs/PCN_models/PoinTr.yaml``: trans_dim 384, depth [6, 8], 6 heads, mlp_ratio 2,
     knn_layer 1, num_query 224, num_pred 14336)."""
 
+    attention_patterns: ClassVar[dict[str, str]] = POINTR_SITE_PATTERNS  # each site's pattern
+
     embed_dim: PositiveInt = 384
     num_heads: PositiveInt = 6
     ffn_dim: PositiveInt = 768
@@ -81,12 +84,19 @@ class ModelConfig:
     global_dim: PositiveInt = 1024  # width of the max-pooled global features
     fold_hidden: PositiveInt = 256
     attention: PoinTrSiteAttention = field(default_factory=PoinTrSiteAttention)
+    # a hybrid per site: the attention of each of the site's layers, a list repeated over them whose entries naming
+    # that site's model.attention mechanism take its options (decoder_self: [lavo, lavo, lavo, sdpa])
+    attention_schedule: SiteSchedule = field(default_factory=SiteSchedule)
+
+    def __post_init__(self) -> None:
+        resolve_schedules(self)
 
 
-def build_site(cfg: ModelConfig, site: str) -> Attention:
-    """The attention of ``site`` (its pattern from :data:`POINTR_SITE_PATTERNS`) built from ``cfg.attention``;
-    ``attention_dropout`` becomes the mechanism's ``dropout`` option where it has one and the spec does not set it."""
-    spec = getattr(cfg.attention, site)
+def build_site(cfg: ModelConfig, site: str, spec: AttentionSpec | None = None) -> Attention:
+    """The attention of ``site`` (its pattern from :data:`POINTR_SITE_PATTERNS`) built from ``spec`` (one layer's,
+    default: ``cfg.attention``'s); ``attention_dropout`` becomes the mechanism's ``dropout`` option where it has one
+    and the spec does not set it."""
+    spec = spec if spec is not None else getattr(cfg.attention, site)
     spec.check(POINTR_SITE_PATTERNS[site], f"model.attention.{site}")  # ConfigError naming the site and pattern
     options = dict(spec.options)
     if cfg.attention_dropout and "dropout" in attention_info(spec.name).options:
@@ -252,17 +262,18 @@ class PCTransformer(nn.Module):
         self.input_proj = _point_mlp(128, c, c)
         depth = cfg.encoder_layers + cfg.decoder_layers
         rates = [cfg.drop_path * i / max(1, depth - 1) for i in range(depth)]
+        layers = attention_layers(cfg)  # {site: the attention of each layer}
         self.encoder = nn.ModuleList(
-            EncoderBlock(cfg, build_site(cfg, "encoder_self"), i < cfg.knn_layers, rates[i])
-            for i in range(cfg.encoder_layers))
+            EncoderBlock(cfg, build_site(cfg, "encoder_self", spec), i < cfg.knn_layers, rates[i])
+            for i, spec in enumerate(layers["encoder_self"]))
         self.increase_dim = _point_mlp(c, g, g)
         self.coarse_pred = nn.Sequential(nn.Linear(g, g), nn.ReLU(), nn.Linear(g, 3 * cfg.num_query))
         self.mlp_query = nn.Sequential(nn.Conv1d(g + 3, g, 1), nn.LeakyReLU(0.2), nn.Conv1d(g, g, 1),
                                        nn.LeakyReLU(0.2), nn.Conv1d(g, c, 1))
         self.decoder = nn.ModuleList(
-            DecoderBlock(cfg, build_site(cfg, "decoder_self"), build_site(cfg, "cross"), i < cfg.knn_layers,
-                         rates[cfg.encoder_layers + i])
-            for i in range(cfg.decoder_layers))
+            DecoderBlock(cfg, build_site(cfg, "decoder_self", own), build_site(cfg, "cross", cross),
+                         i < cfg.knn_layers, rates[cfg.encoder_layers + i])
+            for i, (own, cross) in enumerate(zip(layers["decoder_self"], layers["cross"])))
         self.apply(_init_weights)
 
     def forward(self, partial: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,7 +33,11 @@ its forward and backward scans read, or with ``noncausal_form=final_state`` and 
 sequence), else the cross cache the same mechanism and options keep of that sequence where the mechanism has a cache
 of its own (LAVO's memory, which its window branch reads beside; softmax's keys and values), and the sequence itself
 where it has none (``local``'s windows, S4D's kernel): that grows with T. Each is measured at two lengths to tell a
-constant state from one that grows.
+constant state from one that grows, layer by layer (:func:`layer_states`: a hybrid's layers keep different states).
+
+Every stack takes a schedule of layers (``model.attention_schedule``, :mod:`lavo_zoo.attention.schedule`): a list
+repeated over ``num_layers`` for the causal and noncausal tasks, one per site for the cross task (each stack has
+``num_layers``), checked for the task's pattern with the task.
 """
 from __future__ import annotations
 
@@ -46,17 +50,20 @@ from torch import nn
 
 from lavo_zoo.attention import (
     SITE_PATTERNS,
+    AttentionSchedule,
     AttentionSpec,
     SiteAttention,
+    SiteSchedule,
     attention_class,
     build_attention,
     tensor_bytes,
 )
+from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.attention.spec import merge_attention
-from lavo_zoo.config import DELETE, NonNegativeInt, PositiveInt, Probability
+from lavo_zoo.config import DELETE, NonNegativeInt, PositiveInt, Probability, from_dict
 from lavo_zoo.errors import ConfigError
 from lavo_zoo.nn.position import sinusoidal_positions
-from lavo_zoo.nn.transformer import TiedDecoderLM, TransformerDecoder, TransformerEncoder
+from lavo_zoo.nn.transformer import LayerState, TiedDecoderLM, TransformerDecoder, TransformerEncoder
 
 
 def _is_sites(value: Any) -> bool:
@@ -113,14 +120,40 @@ class RecallAttention:
         return merge_attention(base, over, merge)
 
 
+class RecallSchedule:
+    """The schema of ``model.attention_schedule``: a schedule of layers of the one attention (a list, or
+    ``lavo*3+sdpa``: an :class:`~lavo_zoo.attention.AttentionSchedule`, the causal and noncausal tasks') or one per
+    site (a mapping of sites: a :class:`~lavo_zoo.attention.SiteSchedule`, the cross task's), the form of
+    ``model.attention``; the task's pattern is checked with the task (:func:`check_task_model`)."""
+
+    @staticmethod
+    def from_config(value: Any, key: str, source: str) -> AttentionSchedule | SiteSchedule:
+        """A SiteSchedule from a mapping, an AttentionSchedule from a list or its text.
+
+        Raises:
+            ConfigError: a form its reader refuses (an unknown site, an empty schedule, ...).
+        """
+        if isinstance(value, (AttentionSchedule, SiteSchedule)):
+            return value
+        if isinstance(value, dict):
+            return from_dict(SiteSchedule, value, source, key + ".")
+        return AttentionSchedule.from_config(value, key, source)
+
+
 def check_task_model(model: ModelConfig, pattern: str, task: str) -> None:
     """Refuse a model the task cannot take (:func:`check_task_attention`; ``model.binding`` outside the noncausal
-    task).
+    task; a schedule whose entries cannot do the task's pattern, :func:`~lavo_zoo.attention.schedule.
+    resolve_schedules`), and record the pattern as the model's ``attention_patterns``.
 
     Raises:
         ConfigError: naming the key and the task.
     """
     check_task_attention(model.attention, pattern, task)
+    model.attention_patterns = dict(SITE_PATTERNS) if pattern == "cross" else pattern
+    try:
+        resolve_schedules(model)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (data.task={task})") from None
     if model.binding is not None and pattern != "noncausal":
         raise ConfigError(f"model.binding is the noncausal task's first encoder layer; data.task={task} has none "
                           "(the cross task's encoder is model.attention.encoder_self): leave it out")
@@ -168,6 +201,10 @@ class ModelConfig:
     # the noncausal task: an encoder layer of this noncausal attention before the num_layers of model.attention,
     # e.g. {name: local, window_size: 2, relative_bias: true} to bind each value to its key; none: no such layer
     binding: AttentionSpec | None = None
+    # a hybrid: the attention of each layer, a list repeated over num_layers whose entries naming model.attention's
+    # mechanism take its options ([lavo, lavo, lavo, sdpa] or lavo*3+sdpa); the cross task: one per site
+    # ({decoder_self: [...]}); null: model.attention in every layer
+    attention_schedule: RecallSchedule | None = None
     # auto: sinusoidal unless the attention encodes position itself (LAVO's EPE, rotary, local's relative bias)
     positions: Literal["auto", "sinusoidal", "none"] = "auto"
     vocab_size: NonNegativeInt = 0  # data.vocab_size (RecallRecipe.resolve); saved with the run
@@ -178,6 +215,7 @@ class ModelConfig:
                               f"{type(self.attention).__name__}")
         if self.binding is not None:
             self.binding.check("noncausal", "model.binding")
+        resolve_schedules(self)  # the entries' options; their pattern is checked with the task (check_task_model)
 
 
 class RecallModel(TiedDecoderLM):
@@ -253,7 +291,8 @@ class RecallEncoder(_TiedEmbedding):
         common = {"num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim, "dropout": cfg.dropout}
         self.binding = None if cfg.binding is None else \
             TransformerEncoder(1, cfg.embed_dim, attention=cfg.binding, final_norm=False, **common)
-        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, attention=cfg.attention, **common)
+        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, attention=attention_layers(cfg)[""],
+                                          **common)
         self.use_positions = _uses_positions(cfg, [b.attn for b in self.encoder.layers])
         _fairseq_init(self.encoder.layers)
         if self.binding is not None:
@@ -280,11 +319,11 @@ class RecallEncoderDecoder(_TiedEmbedding):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        sites = cfg.attention
+        sites = attention_layers(cfg)  # {site: the attention of each layer}
         common = {"num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim, "dropout": cfg.dropout}
-        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, attention=sites.encoder_self, **common)
-        self.decoder = TransformerDecoder(cfg.num_layers, cfg.embed_dim, self_attention=sites.decoder_self,
-                                          cross_attention=sites.cross, **common)
+        self.encoder = TransformerEncoder(cfg.num_layers, cfg.embed_dim, attention=sites["encoder_self"], **common)
+        self.decoder = TransformerDecoder(cfg.num_layers, cfg.embed_dim, self_attention=sites["decoder_self"],
+                                          cross_attention=sites["cross"], **common)
         self.source_positions = _uses_positions(cfg, [b.attn for b in self.encoder.layers])
         self.target_positions = _uses_positions(cfg, [b.self_attn for b in self.decoder.layers])
         _fairseq_init(self.encoder.layers)
@@ -317,12 +356,6 @@ def build_recall_model(cfg: ModelConfig, pattern: str) -> nn.Module:
 
 
 # ---------------------------------------------------------------------------------------------------- state size
-def _grows(measure: Callable[[int], int], length: int) -> tuple[int, bool]:
-    """(``measure(length)``, whether ``measure(2 * length)`` is larger)."""
-    first = measure(length)
-    return first, measure(2 * length) > first
-
-
 def _like(module: nn.Module, model: nn.Module, length: int) -> torch.Tensor:
     """Random inputs [1, length, D] of the dtype and device of ``module``'s weights (the model's, when it has
     none): a state's size does not depend on the values."""
@@ -347,16 +380,32 @@ def noncausal_state(attn: nn.Module, spec: AttentionSpec, x: torch.Tensor) -> An
 
 
 @torch.no_grad()
-def state_bytes(model: nn.Module, seq_len: int) -> tuple[int, bool]:
-    """(bytes, grows): the state of the site under test for ONE sequence of ``seq_len`` tokens (cross: a source of
-    that many), summed over its layers, measured from the state objects (the module docstring; on random inputs of
-    the model's dtype: the size does not depend on the values), and whether it grows with the sequence (larger after
-    ``2 * seq_len`` tokens: a KV cache, a source kept whole, the whole input of a mechanism that cannot stream)."""
+def layer_states(model: nn.Module, seq_len: int) -> list[LayerState]:
+    """The state of each layer of the site under test for ONE sequence of ``seq_len`` tokens (cross: a source of that
+    many), measured from its state object (the module docstring; on random inputs of the model's dtype: the size does
+    not depend on the values), with what it gains per token up to twice the length (a KV cache, a source kept whole,
+    the whole input of a mechanism that cannot stream: it grows)."""
+    if isinstance(model, RecallModel):
+        return model.layer_states(seq_len)  # each causal layer's streaming state (TiedDecoderLM's)
     if isinstance(model, RecallEncoderDecoder):
-        layers = [layer.cross_attn for layer in model.decoder.layers]
-        return _grows(lambda n: sum(tensor_bytes(a.cross_cache(_like(a, model, n))) for a in layers), seq_len)
-    if isinstance(model, RecallEncoder):
-        layers = [block.attn for block in model.encoder.layers]
-        return _grows(lambda n: sum(tensor_bytes(noncausal_state(a, model.cfg.attention, _like(a, model, n)))
-                                    for a in layers), seq_len)
-    return _grows(lambda n: sum(tensor_bytes(b.attn.step(_like(b.attn, model, n))[1]) for b in model.blocks), seq_len)
+        attns, specs = [layer.cross_attn for layer in model.decoder.layers], attention_layers(model.cfg)["cross"]
+
+        def measure(a: nn.Module, spec: AttentionSpec, n: int) -> int:
+            return tensor_bytes(a.cross_cache(_like(a, model, n)))
+    else:
+        attns, specs = [block.attn for block in model.encoder.layers], attention_layers(model.cfg)[""]
+
+        def measure(a: nn.Module, spec: AttentionSpec, n: int) -> int:
+            return tensor_bytes(noncausal_state(a, spec, _like(a, model, n)))
+    out = []
+    for i, (attn, spec) in enumerate(zip(attns, specs)):
+        first, second = measure(attn, spec, seq_len), measure(attn, spec, 2 * seq_len)
+        out.append(LayerState(i, spec.name, first, max(second - first, 0) / seq_len))
+    return out
+
+
+def state_bytes(model: nn.Module, seq_len: int) -> tuple[int, bool]:
+    """(bytes, grows): the state of the site under test for ONE sequence of ``seq_len`` tokens, summed over its
+    layers (:func:`layer_states`), and whether it grows with the sequence in any layer."""
+    layers = layer_states(model, seq_len)
+    return sum(layer.bytes for layer in layers), any(layer.grows for layer in layers)

@@ -1,6 +1,7 @@
 """Recall against recurrent-state size (Zoology's main figure): the cells of ``lavo-zoo compare`` studies, each
 setting's accuracy (mean and std over its seeds) beside the state its model keeps per sequence, measured from the
-attention's own state object (:func:`~lavo_zoo.recipes.recall.model.state_bytes`); a table and a PNG."""
+attention's own state object, layer by layer (a hybrid's layers keep different states:
+:func:`~lavo_zoo.recipes.recall.model.layer_states`); a table and a PNG."""
 from __future__ import annotations
 
 import io
@@ -62,17 +63,21 @@ def read_cell(file: Path) -> dict[str, Any]:
     return record
 
 
-def measure_state(cell_folder: Path) -> tuple[int, bool, int]:
-    """(state bytes per sequence, whether it grows, sequence length) of the model a cell trained, rebuilt from the
-    cell's own config.yaml."""
+def measure_state(cell_folder: Path) -> tuple[int, bool, int, list[dict[str, Any]]]:
+    """(state bytes per sequence, whether it grows, sequence length, each layer's ``{"layer", "attention", "bytes",
+    "per_token", "grows"}``) of the model a cell trained, rebuilt from the cell's own config.yaml
+    (:func:`~lavo_zoo.recipes.recall.model.layer_states`)."""
+    from dataclasses import asdict
+
     from lavo_zoo.engine.checkpoint_io import read_config
-    from lavo_zoo.recipes.recall.model import state_bytes
+    from lavo_zoo.recipes.recall.model import layer_states
 
     recipe, cfg = read_config(cell_folder)
     if recipe.name != "recall":
         raise UsageError(f"{cell_folder} is a '{recipe.name}' run; recall against state size reads recall studies")
-    size, grows = state_bytes(recipe.build_model(cfg), cfg.data.seq_len)
-    return size, grows, cfg.data.seq_len
+    layers = layer_states(recipe.build_model(cfg), cfg.data.seq_len)
+    return (sum(layer.bytes for layer in layers), any(layer.grows for layer in layers), cfg.data.seq_len,
+            [{**asdict(layer), "grows": layer.grows} for layer in layers])
 
 
 def cell_task(cell_folder: Path) -> str:
@@ -94,19 +99,19 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """One row per (task, attention, setting): state bytes, whether they grow, the seeds, and mean / std of every
-    accuracy metric over them; sorted by task, attention, then state size."""
+    """One row per (task, attention, setting): state bytes, whether they grow, each layer's (``layers``), the seeds,
+    and mean / std of every accuracy metric over them; sorted by task, attention, then state size."""
     groups: dict[tuple[str, str, str], list[tuple[CellRecord, Path]]] = {}
     for record, folder in collect_cells(paths):
         key = (cell_task(folder), str(record.attention), " ".join(record.options()))
         groups.setdefault(key, []).append((record, folder))
     rows = []
     for (task, name, setting), cells in groups.items():
-        size, grows, seq_len = measure_state(cells[0][1])
+        size, grows, seq_len, layers = measure_state(cells[0][1])
         records = [record for record, _ in cells]
         metrics = sorted({m for r in records for m in r.metrics}, key=lambda m: (m != "accuracy", group_order(m)))
         rows.append({"task": task, "attention": name, "setting": setting, "state_bytes": size, "grows": grows,
-                     "seq_len": seq_len, "seeds": sorted(r.seed for r in records),
+                     "seq_len": seq_len, "layers": layers, "seeds": sorted(r.seed for r in records),
                      "metrics": {m: _mean_std([r.metrics[m]["value"] for r in records if m in r.metrics])
                                  for m in metrics}})
     return sorted(rows, key=lambda r: (r["task"], r["attention"], r["state_bytes"], r["setting"]))
@@ -121,20 +126,35 @@ def _kib(n: int) -> str:
     return f"{n / 1024:,.1f}"
 
 
+def layers_text(layers: list[dict[str, Any]]) -> str:
+    """Each layer's state in KiB, runs of equal layers joined: ``0-2 lavo 2.0, 3 sdpa 4.0 (grows)``."""
+    from lavo_zoo.attention.schedule import layer_ranges
+
+    runs: list[tuple[list[int], dict[str, Any]]] = []
+    for layer in layers:
+        same = (layer["attention"], layer["bytes"], layer["grows"])
+        if runs and (runs[-1][1]["attention"], runs[-1][1]["bytes"], runs[-1][1]["grows"]) == same:
+            runs[-1][0].append(layer["layer"])
+        else:
+            runs.append(([layer["layer"]], layer))
+    return ", ".join(f"{layer_ranges(ids)} {layer['attention']} {_kib(layer['bytes'])}"
+                     + (" (grows)" if layer["grows"] else "") for ids, layer in runs)
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table: accuracy and each bucket's accuracy (by distance, ``dist:`` and ``ahead:``, then
     by the pair's position, ``pos:``), mean ± std over the seeds."""
     buckets = sorted({m for r in rows for m in r["metrics"] if m.startswith(tuple(f"accuracy@{b}" for b in BUCKETS))},
                      key=group_order)
     tasks = ["task"] if _several_tasks(rows) else []
-    head = [*tasks, "attention", "setting", "state per sequence (KiB)", "seeds", "accuracy",
+    head = [*tasks, "attention", "setting", "state per sequence (KiB)", "per layer (KiB)", "seeds", "accuracy",
             *[b.removeprefix("accuracy@") for b in buckets]]
-    texts = 3 + len(tasks)
+    texts = 4 + len(tasks)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * texts + "---:|" * (len(head) - texts)]
     for r in rows:
         size = _kib(r["state_bytes"]) + (f" (grows with T; at T={r['seq_len']})" if r["grows"] else "")
         cells = [*([r["task"]] if tasks else []), r["attention"], r["setting"] or "defaults", size,
-                 str(len(r["seeds"]))]
+                 layers_text(r.get("layers") or []), str(len(r["seeds"]))]
         for metric in ("accuracy", *buckets):
             mean, std = r["metrics"].get(metric, (math.nan, 0.0))
             cells.append("" if math.isnan(mean) else f"{mean:.3f}" + (f" ± {std:.3f}" if len(r["seeds"]) > 1 else ""))

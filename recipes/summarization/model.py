@@ -15,7 +15,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from lavo_zoo.attention import SiteAttention
+from lavo_zoo.attention import SiteAttention, SiteSchedule
+from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.errors import InputError
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder
@@ -40,6 +41,12 @@ class ModelConfig:
     label_smoothing: NonNegativeFloat = 0.1
     # one attention per site (softmax by default): {encoder_self: {name: lavo, num_bases: 64, window_size: 16}}
     attention: SiteAttention = field(default_factory=SiteAttention)
+    # a hybrid per site: the attention of each of the site's layers, a list repeated over them whose entries naming
+    # that site's model.attention mechanism take its options (decoder_self: [lavo, lavo, lavo, sdpa])
+    attention_schedule: SiteSchedule = field(default_factory=SiteSchedule)
+
+    def __post_init__(self) -> None:
+        resolve_schedules(self)
 
 
 class SummarizationTransformer(nn.Module):
@@ -65,10 +72,10 @@ class SummarizationTransformer(nn.Module):
         common = {"num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim, "dropout": cfg.dropout,
                   "attention_dropout": cfg.attention_dropout, "activation": cfg.activation,
                   "norm_first": cfg.norm_first}
-        self.encoder = TransformerEncoder(cfg.encoder_layers, D, attention=cfg.attention.encoder_self, **common)
-        self.decoder = TransformerDecoder(cfg.decoder_layers, D,
-                                          self_attention=cfg.attention.decoder_self,
-                                          cross_attention=cfg.attention.cross, **common)
+        layers = attention_layers(cfg)  # {site: the attention of each layer}
+        self.encoder = TransformerEncoder(cfg.encoder_layers, D, attention=layers["encoder_self"], **common)
+        self.decoder = TransformerDecoder(cfg.decoder_layers, D, self_attention=layers["decoder_self"],
+                                          cross_attention=layers["cross"], **common)
         for embedding in (self.embed_tokens, self.source_positions, self.target_positions):
             nn.init.normal_(embedding.weight, std=D ** -0.5)
         with torch.no_grad():

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import AttentionSpec, SiteAttention
+from lavo_zoo.attention import SITE_PATTERNS, AttentionSpec, SiteAttention, SiteSchedule
+from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import EncoderBlock, TransformerDecoder
@@ -48,6 +49,9 @@ class ModelConfig:
     distil: bool = True
     # per site: encoder_self (noncausal), decoder_self (causal), cross; "sdpa" is Informer's attn=full
     attention: SiteAttention = field(default_factory=informer_attention)
+    # a hybrid per site: the attention of each of the site's layers, a list repeated over them whose entries naming
+    # that site's model.attention mechanism take its options (decoder_self: [lavo, lavo, lavo, sdpa])
+    attention_schedule: SiteSchedule = field(default_factory=SiteSchedule)
     # sizes from the data (TimeSeriesRecipe.resolve), saved with the run so eval needs no CSV; 0 = unresolved
     channels: NonNegativeInt = 0  # input series (Informer's enc_in / dec_in)
     out_channels: NonNegativeInt = 0  # forecast series (c_out: 1 for features=MS, else channels)
@@ -57,6 +61,9 @@ class ModelConfig:
     scaler_mean: list[float] = field(default_factory=list)  # per column, over the training split
     scaler_std: list[float] = field(default_factory=list)  # per column (ddof=0; 1 for a constant column)
     step: str = ""  # the time step between rows, a pandas offset (h, 15min, MS, B); "" = unknown
+
+    def __post_init__(self) -> None:
+        resolve_schedules(self)
 
 
 class DataEmbedding(nn.Module):
@@ -102,13 +109,14 @@ class Informer(nn.Module):
         d, drop, act, ffn = cfg.embed_dim, cfg.dropout, cfg.activation, cfg.ffn_dim
         self.enc_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, seq_len, drop)
         self.dec_embedding = DataEmbedding(cfg.channels, cfg.time_features, d, label_len + pred_len, drop)
-        self.encoder = nn.ModuleList(EncoderBlock(cfg.attention.build("encoder_self", d, cfg.num_heads), ffn, drop,
-                                                  act, norm_first=False) for _ in range(cfg.encoder_layers))
+        layers = attention_layers(cfg)  # {site: the attention of each layer}
+        self.encoder = nn.ModuleList(EncoderBlock(spec.build(d, cfg.num_heads, SITE_PATTERNS["encoder_self"]), ffn,
+                                                  drop, act, norm_first=False) for spec in layers["encoder_self"])
         self.distil = nn.ModuleList(DistilLayer(d) for _ in range(cfg.encoder_layers - 1)) if cfg.distil else None
         self.enc_norm = nn.LayerNorm(d)
         # post-LN decoder blocks; the stack's final LayerNorm is Informer's decoder norm
-        self.decoder = TransformerDecoder(cfg.decoder_layers, d, cfg.num_heads, ffn, cfg.attention.decoder_self,
-                                          cfg.attention.cross, drop, activation=act, norm_first=False,
+        self.decoder = TransformerDecoder(cfg.decoder_layers, d, cfg.num_heads, ffn, layers["decoder_self"],
+                                          layers["cross"], drop, activation=act, norm_first=False,
                                           final_norm=True)
         self.projection = nn.Linear(d, cfg.out_channels)
 

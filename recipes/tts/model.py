@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lavo_zoo.attention import SiteAttention
+from lavo_zoo.attention import SiteAttention, SiteSchedule
+from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Probability
 from lavo_zoo.nn.position import sinusoidal_positions
 from lavo_zoo.nn.transformer import DecoderCache, TransformerDecoder, TransformerEncoder
@@ -41,6 +42,9 @@ class ModelConfig:
     activation: Literal["gelu", "relu"] = "relu"
     # per site (encoder_self: noncausal, decoder_self: causal, cross), flat: {name: lavo, num_bases: 64, ...}
     attention: SiteAttention = field(default_factory=SiteAttention)
+    # a hybrid per site: the attention of each of the site's layers, a list repeated over them whose entries naming
+    # that site's model.attention mechanism take its options (decoder_self: [lavo, lavo, lavo, sdpa])
+    attention_schedule: SiteSchedule = field(default_factory=SiteSchedule)
     encoder_conv_layers: PositiveInt = 3
     encoder_conv_kernel: PositiveInt = 5
     encoder_dropout: Probability = 0.5
@@ -56,6 +60,9 @@ class ModelConfig:
     # normalisation of synthesised frames without the training data)
     feature_mean: list[float] = field(default_factory=list)
     feature_std: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        resolve_schedules(self)
 
 
 class EncoderPrenet(nn.Module):
@@ -153,11 +160,12 @@ class TransformerTTS(nn.Module):
         common = {"embed_dim": cfg.embed_dim, "num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim,
                   "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout, "activation": cfg.activation,
                   "norm_first": True}
-        self.encoder = TransformerEncoder(cfg.encoder_layers, attention=cfg.attention.encoder_self, **common)
+        layers = attention_layers(cfg)  # {site: the attention of each layer}
+        self.encoder = TransformerEncoder(cfg.encoder_layers, attention=layers["encoder_self"], **common)
         self.decoder_prenet = DecoderPrenet(cfg)
         self.decoder_positions = ScaledPositions(cfg.embed_dim)
-        self.decoder = TransformerDecoder(cfg.decoder_layers, self_attention=cfg.attention.decoder_self,
-                                          cross_attention=cfg.attention.cross, **common)
+        self.decoder = TransformerDecoder(cfg.decoder_layers, self_attention=layers["decoder_self"],
+                                          cross_attention=layers["cross"], **common)
         self.dropout = nn.Dropout(cfg.dropout)
         self.frame_head = nn.Linear(cfg.embed_dim, self.group)
         self.stop_head = nn.Linear(cfg.embed_dim, 1)

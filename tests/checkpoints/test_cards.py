@@ -254,6 +254,24 @@ def test_a_card_in_the_checkpoint_folder_is_replaced_not_duplicated(tmp_path: Pa
     assert read_card(tmp_path / "x.tar.gz").startswith("---\nlibrary_name: lavo-zoo")
 
 
+def test_card_of_a_hybrid_lists_each_sites_layers_and_what_each_keeps(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    config = SUMMARIZATION_CONFIG + "  attention_schedule:\n    decoder_self: [sdpa, {name: local, window_size: 4}]\n"
+    checkpoint = release_checkpoint(tmp_path / "best", config)
+    out = tmp_path / "summ.tar.gz"
+    code, _, err = run(capsys, "export", str(checkpoint), str(out))
+    assert code == 0, err
+    front, body = split_card(read_card(out))
+    assert {"lavo", "sdpa", "local"} <= set(front["tags"])
+    rows = [line for line in body.splitlines() if line.startswith("| `model.attention")]
+    assert rows[0].startswith("| `model.attention.encoder_self` | `lavo` |") and "| all 6 layers | none " in rows[0]
+    assert rows[1].startswith("| `model.attention_schedule.decoder_self` | `sdpa` | - |")
+    assert rows[1].endswith("| layers 0, 2, 4 | 2 T D (KV cache, grows with T) |")  # repeated over 6 layers
+    assert rows[2].startswith("| `model.attention_schedule.decoder_self` | `local` | window_size=4 |")
+    assert rows[2].endswith("| layers 1, 3, 5 | 2 (w-1) D last keys/values (+ 2 num_sinks D sink keys/values) |")
+    assert rows[3].startswith("| `model.attention.cross` | `sdpa` |") and "cross cache" in rows[3]
+
+
 def test_attention_sites() -> None:
     assert attention_sites("sdpa") == [("model.attention", "sdpa", {})]
     assert attention_sites({"name": "lavo", "window_size": 8}) == [("model.attention", "lavo", {"window_size": 8})]

@@ -9,7 +9,8 @@ mechanism sits its slow, loop or dense reference ``naive(attn, x, padding_mask, 
 its inputs (in the mechanism's module, or in the ``naive`` module of its package);
 tests/attention/test_naive_references.py compares every registered mechanism with its ``naive``. Third-party packages
 add mechanisms through the ``lavo_zoo.plugins.attentions`` entry-point group. Configs select a mechanism with
-:class:`AttentionSpec` (``lavo_zoo.attention.spec``).
+:class:`AttentionSpec` (``lavo_zoo.attention.spec``), and a hybrid stack's layers with :class:`AttentionSchedule` (one
+per stack) or :class:`SiteSchedule` (one per encoder-decoder site; ``lavo_zoo.attention.schedule``).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from lavo_zoo.attention.registry import (
     list_attentions,
     register_attention,
 )
+from lavo_zoo.attention.schedule import AttentionSchedule, SiteSchedule
 from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec, SiteAttention
 
-__all__ = ["ATTENTIONS", "PATTERNS", "SITE_PATTERNS", "Attention", "AttentionInfo", "AttentionSpec", "SiteAttention",
-           "attention_class", "attention_info", "build_attention", "check_attention", "list_attentions",
-           "register_attention", "tensor_bytes"]
+__all__ = ["ATTENTIONS", "PATTERNS", "SITE_PATTERNS", "Attention", "AttentionInfo", "AttentionSchedule",
+           "AttentionSpec", "SiteAttention", "SiteSchedule", "attention_class", "attention_info", "build_attention",
+           "check_attention", "list_attentions", "register_attention", "tensor_bytes"]

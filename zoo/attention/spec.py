@@ -118,8 +118,9 @@ class AttentionSpec:
             if self.origin is None:
                 raise
             key, source = self.origin
-            raise OptionError(f"config key '{key}' in {source}: {e}; change {key}.<option> in the config (or on "
-                              f"the command line, {key}.<option>=VALUE)") from None
+            where = (f"{key}.<option> in the config (or on the command line, {key}.<option>=VALUE)" if "[" not in key
+                     else "that entry's options in the config (a schedule is set whole on the command line)")
+            raise OptionError(f"config key '{key}' in {source}: {e}; change {where}") from None
 
     def check(self, pattern: str, site: str) -> None:
         """Raise :class:`ConfigError` (naming ``site``, the config key) unless the mechanism exists, supports

@@ -51,7 +51,9 @@ def measure(config: str, length: int, repeats: int, device: Any, overrides: tupl
     train_kernels = _kernels(model)
     model.eval()
     eval_s = median_time(time_runs(eval_step, 1, repeats, device))
-    record = {"config": config, "attention": cfg.model.attention.name, "length": length,
+    from lavo_zoo.attention.schedule import site_labels
+
+    record = {"config": config, "attention": site_labels(cfg.model)[""], "length": length,  # hybrid:lavo*3+sdpa
               "precision": precision_name(dtype), "dropout": cfg.model.dropout,
               "attention_dropout": cfg.model.attention.options.get("dropout", 0.0),
               "train_tokens_per_s": length / train_s, "eval_tokens_per_s": length / eval_s}

@@ -37,6 +37,8 @@ def _csv_list(text: str | None, what: str, cast: type = str) -> list:
 @click.command("compare", epilog="""\b
 Examples:
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa,local --seeds 1,2,3 --out runs/cmp-lm --max-steps 300
+  lavo-zoo compare lm/tiny-lavo --attentions "lavo,sdpa,hybrid:lavo*3+sdpa,hybrid:gated_deltanet*3+sdpa" \\
+      --seeds 1,2,3 --out runs/cmp-hybrid   # 3:1 hybrids beside the single mechanisms
   lavo-zoo compare time_series/tiny-lavo --seeds 1,2,3,4,5 --out runs/ts-repeats   # repeated runs of one config
   lavo-zoo compare summarization/tiny-sdpa --site encoder_self --attentions lavo,sdpa,local --out runs/cmp-summ
   lavo-zoo compare lm/tiny-lavo --attentions lavo,sdpa --out runs/cmp-lm --efficiency-lengths 512,2048,8192
@@ -48,8 +50,11 @@ Examples:
   lavo-zoo compare --collect runs/a/test.json runs/b runs/cmp-lm --out runs/table""")
 @click.argument("config", required=False)
 @click.argument("overrides", nargs=-1)
-@click.option("--attentions", help="Comma-separated registry names, one table row each (lavo-zoo list attentions); "
-                                  "without it the config's own attention, over --seeds (repeated runs).")
+@click.option("--attentions", help="Comma-separated rows, one table row each: a registry name (lavo-zoo list "
+                                  "attentions), or a hybrid of layers 'hybrid:NAME*COUNT+NAME...' (hybrid:"
+                                  "gated_deltanet*3+sdpa: three gated_deltanet layers to one sdpa, repeated over the "
+                                  "layers; a layer naming the config's mechanism keeps its options); without it the "
+                                  "config's own attention, over --seeds (repeated runs).")
 @click.option("--site", default=None, help="Encoder-decoder recipes: the site to vary (encoder_self, decoder_self, "
                                            "cross); the other sites keep the config's mechanisms.")
 @click.option("--seeds", default="1", show_default=True, help="Comma-separated seeds (train.seed), one run each.")

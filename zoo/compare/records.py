@@ -15,13 +15,22 @@ def attention_label(config: dict[str, Any]) -> str:
 
 
 def attention_names(config: dict[str, Any]) -> dict[str, str]:
-    """{site: mechanism} of a results JSON's config (site "" for single-attention models)."""
-    attention = (config.get("model") or {}).get("attention")
-    if isinstance(attention, dict) and "name" in attention:
-        return {"": str(attention["name"])}
-    if isinstance(attention, dict):
-        return {site: str(spec.get("name")) for site, spec in attention.items() if isinstance(spec, dict)}
-    return {"": str(attention)} if attention is not None else {}
+    """{site: mechanism} of a results JSON's config (site "" for single-attention models); a site with a schedule of
+    layers (``model.attention_schedule``) is named as ``compare`` takes it as a row, ``hybrid:lavo*3+sdpa``."""
+    from lavo_zoo.attention.schedule import SCHEDULE_KEY, schedule_text
+
+    model = config.get("model") or {}
+    attention, schedule = model.get("attention"), model.get(SCHEDULE_KEY)
+
+    def named(spec: Any, entries: Any) -> str:
+        if isinstance(entries, list) and entries:
+            return "hybrid:" + schedule_text([str(e.get("name") if isinstance(e, dict) else e) for e in entries])
+        return str(spec.get("name") if isinstance(spec, dict) else spec)
+
+    if isinstance(attention, dict) and "name" not in attention:
+        schedule = schedule if isinstance(schedule, dict) else {}
+        return {site: named(spec, schedule.get(site)) for site, spec in attention.items() if isinstance(spec, dict)}
+    return {"": named(attention, schedule)} if attention is not None else {}
 
 
 def label_records(records: list[CellRecord]) -> None:

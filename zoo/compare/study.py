@@ -30,18 +30,66 @@ from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
 from lavo_zoo.engine.run_identity import distinct_runs
 from lavo_zoo.errors import ConfigError, UsageError, did_you_mean
 
+# a row of --attentions that is a hybrid: a schedule of layers (lavo_zoo.attention.schedule), e.g. hybrid:lavo*3+sdpa
+HYBRID_ROW = "hybrid:"
+
 
 @dataclass(frozen=True)
 class Cell:
-    """One (attention, seed) run of the study."""
+    """One (attention, seed) run of the study: ``attention`` is a row of ``--attentions`` (a mechanism, or a hybrid
+    ``hybrid:lavo*3+sdpa``) or the config's own attention."""
 
     attention: str
     seed: int
 
     @property
     def name(self) -> str:
-        """The cell's folder name, ``<attention>-seed<seed>``."""
-        return f"{self.attention}-seed{self.seed}"
+        """The cell's folder name, ``<attention>-seed<seed>`` (a hybrid's ``:`` and ``*`` as ``-`` and ``_x``:
+        ``hybrid-lavo_x3+sdpa-seed1``)."""
+        return f"{self.attention.replace(':', '-').replace('*', '_x')}-seed{self.seed}"
+
+
+def row_schedule(row: str) -> str | None:
+    """The schedule in text of a hybrid row (``hybrid:lavo*3+sdpa`` -> ``lavo*3+sdpa``), None for a mechanism."""
+    return row[len(HYBRID_ROW):] if row.startswith(HYBRID_ROW) else None
+
+
+def normal_row(row: str) -> str:
+    """A row as the table labels it: a mechanism as given, a hybrid with its runs counted (``hybrid:lavo+lavo+sdpa``
+    -> ``hybrid:lavo*2+sdpa``), so that one schedule written two ways is one row.
+
+    Raises:
+        UsageError: a malformed schedule, or a mechanism name that looks like one (``lavo*3+sdpa`` without
+            ``hybrid:``)."""
+    from lavo_zoo.attention.schedule import parse_schedule, schedule_text
+
+    text = row_schedule(row)
+    if text is None:
+        if any(c in row for c in "*+:"):
+            raise UsageError(f"--attentions: '{row}' is not an attention name; a hybrid row starts with "
+                             f"'{HYBRID_ROW}' (e.g. {HYBRID_ROW}gated_deltanet*3+sdpa)")
+        return row
+    try:
+        return HYBRID_ROW + schedule_text(parse_schedule(text, row, "--attentions"))
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def schedule_key(key: str) -> str:
+    """The config key of the schedule of the attention at ``key``: ``model.attention`` ->
+    ``model.attention_schedule``, ``model.attention.cross`` -> ``model.attention_schedule.cross``."""
+    from lavo_zoo.attention.schedule import SCHEDULE_KEY
+
+    site = key.removeprefix("model.attention")
+    return f"model.{SCHEDULE_KEY}{site}"
+
+
+def has_schedule(cfg: Any, key: str) -> bool:
+    """Whether the config's model has a schedule of layers at the attention ``key``."""
+    node = cfg
+    for part in schedule_key(key).split("."):
+        node = getattr(node, part, None)
+    return node is not None
 
 
 def attention_key(cfg: Any, site: str | None) -> str:
@@ -93,25 +141,41 @@ def check_study_attentions(attentions: list[str], options: dict[str, dict[str, A
     attention does not take (:func:`~lavo_zoo.attention.registry.check_attention`; the pattern is checked where the
     recipe reads its config or builds its model)."""
     from lavo_zoo.attention import check_attention
+    from lavo_zoo.attention.schedule import parse_schedule
 
-    for name in attentions:
-        try:
-            check_attention(name)
-        except UsageError as e:
-            raise UsageError(f"--attentions: {e}; `lavo-zoo list attentions` describes them") from None
+    for row in attentions:
+        text = row_schedule(row)
+        if text is not None and row in options:
+            raise UsageError(f"-o {row}.*: a hybrid row takes its options from the config (model.attention for "
+                             "the layers naming its mechanism, or the schedule's entries): set them as overrides")
+        for name in dict.fromkeys(parse_schedule(text) if text is not None else [row]):
+            try:
+                check_attention(name)
+            except UsageError as e:
+                where = "" if text is None else f" (in {row})"
+                raise UsageError(f"--attentions: {e}{where}; `lavo-zoo list attentions` describes them") from None
+    for name in (row for row in attentions if row_schedule(row) is None):
         try:
             check_attention(name, options=options.get(name, {}))
         except UsageError as e:
             raise UsageError(f"-o: {e}") from None
 
 
-def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any]]) -> list[str]:
+def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any]], scheduled: bool = False
+                   ) -> list[str]:
     """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
-    keeps the config's attention, ``key`` None) and seed."""
+    keeps the config's attention, ``key`` None) and seed. A hybrid row sets the schedule of ``key``'s layers
+    (:func:`schedule_key`); a mechanism's row over a config with a schedule there (``scheduled``) drops it, so that
+    every layer runs the row's mechanism."""
+    seed = f"{SEED_KEY}={cell.seed}"
     if key is None:
-        return [f"{SEED_KEY}={cell.seed}"]
+        return [seed]
+    text = row_schedule(cell.attention)
+    if text is not None:
+        return [f"{schedule_key(key)}={text}", seed]
     extra = [f"{key}.{k}={json.dumps(v)}" for k, v in options.get(cell.attention, {}).items()]
-    return [f"{key}.name={cell.attention}", *extra, f"{SEED_KEY}={cell.seed}"]
+    drop = [f"{schedule_key(key)}=null"] if scheduled else []
+    return [f"{key}.name={cell.attention}", *extra, *drop, seed]
 
 
 def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -160,6 +224,7 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
     from lavo_zoo.engine.configs import find_config, resolve_config
     from lavo_zoo.engine.memory import build_on_meta
 
+    attentions = [normal_row(row) for row in attentions]
     check_distinct(attentions, "--attentions", "attention")
     check_distinct(seeds, "--seeds", "seed")
     _, cfg = resolve_config(config, overrides)  # validates the config and the overrides once, before any training
@@ -174,7 +239,7 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
     cells = [Cell(a, s) for a in attentions or [own] for s in seeds]
     planned, stale = [], []
     for cell in cells:  # every cell's config and model are checked before the first one trains; nothing is written
-        cell_overrides_ = overrides + cell_overrides(key, cell, options)
+        cell_overrides_ = overrides + cell_overrides(key, cell, options, key is not None and has_schedule(cfg, key))
         recipe, cell_cfg = resolve_config(config, cell_overrides_)
         cell_cfg = recipe.resolve(cell_cfg)
         build_on_meta(partial(recipe.build_model, cell_cfg))  # an option the cell's model refuses, as its run would
@@ -212,12 +277,14 @@ def run_study(config: str, attentions: list[str], seeds: list[int], site: str | 
 
 def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
     """:func:`attention_setup` of a row; repeated runs of a config (``key`` None) measure its attention when the
-    model has one (not sites)."""
+    model has one (not sites); a hybrid row has none (its layers are not one attention)."""
     if key is None:
         try:
             key = attention_key(cfg, None)
         except UsageError:
             return None
+    if has_schedule(cfg, key):  # a hybrid: no one layer to measure
+        return None
     return attention_setup(recipe, cfg, key)
 
 

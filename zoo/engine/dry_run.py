@@ -1,19 +1,19 @@
 """``lavo-zoo train ... --dry-run``: everything a run would check before its first step, and what it would write,
-without training or writing anything. The config is resolved and validated, the data path's layout is read (the
-training and validation splits are built: their files are parsed, so a wrong folder or format fails here, and a
-batch larger than the data is refused), the model is built (its parameters counted, the attention of each site
-listed), ``--out`` must be a folder that can be written, and an earlier run in it is refused or resumed as ``train``
+without training or writing anything. The config is resolved and validated, the data path's layout is read (the training
+and validation splits are built: their files are parsed, so a wrong folder or format fails here, and a batch larger than
+the data is refused), the model is built (its parameters counted, the attention of each site listed, layer by layer for
+a hybrid), ``--out`` must be a folder that can be written, and an earlier run in it is refused or resumed as ``train``
 would (a checkpoint with other settings, or already beyond ``train.max_steps``, is refused). The first dry run of a
-large dataset reads it once into the cache, as the run would; then it is cheap enough to check a paper-size command on
-a laptop."""
+large dataset reads it once into the cache, as the run would; then it is cheap enough to check a paper-size command on a
+laptop."""
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.attention import Attention, AttentionSpec, SiteAttention
+from lavo_zoo.attention import Attention
+from lavo_zoo.attention.schedule import describe_layers, spec_text
 from lavo_zoo.engine.checkpoint_io import read_config, read_meta
 from lavo_zoo.engine.data import epoch_steps
 from lavo_zoo.engine.env import pick_device
@@ -22,21 +22,6 @@ from lavo_zoo.engine.recipe import Recipe
 from lavo_zoo.engine.run_dir import check_run_length, resume_changes, resume_source, run_total
 from lavo_zoo.errors import MissingSplit
 from lavo_zoo.outputs import check_folder_writable
-
-
-def attention_sites(section: Any, prefix: str = "model") -> dict[str, str]:
-    """{config key: "name option=value ..."} of every attention in a (nested) config section."""
-    out: dict[str, str] = {}
-    if isinstance(section, AttentionSpec):
-        return {prefix: " ".join([section.name, *(f"{k}={v}" for k, v in section.options.items())])}
-    if isinstance(section, SiteAttention):
-        for f in dataclasses.fields(section):
-            out.update(attention_sites(getattr(section, f.name), f"{prefix}.{f.name}"))
-        return out
-    if dataclasses.is_dataclass(section):
-        for f in dataclasses.fields(section):
-            out.update(attention_sites(getattr(section, f.name), f"{prefix}.{f.name}"))
-    return out
 
 
 def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None, resume: str | None = None,
@@ -82,7 +67,8 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
         ("config", f"{config_name or recipe.name} (recipe {recipe.name})"),
         ("data", f"{where}; {examples}"),
         ("model", f"{type(model).__name__}: {params:,} parameters ({trainable:,} trainable)"),
-        *(("attention", f"{key}: {spec}") for key, spec in attention_sites(cfg.model).items()),
+        *(("attention", f"{g.key}: " + (f"{g.where}: " if len(g.layers) < g.num_layers else "") + spec_text(g.spec))
+          for g in describe_layers(cfg.model)),
         ("built", ", ".join(f"{n} x {name}" for name, n in built.items()) or "no registry attention"),
         ("training", (f"{length}, {batch}, {tc.optimizer} lr {tc.lr:g} ({tc.schedule}), seed {tc.seed}, "
                       f"on {pick_device(device)}; validation {validation}")),

@@ -1,6 +1,6 @@
-"""One run of a ``lavo-zoo compare`` study as a typed record: :class:`CellRecord`, what a finished cell's
-``cell.json`` holds (or what a collected results JSON says), and how its overrides are read: which is its seed
-(:func:`is_seed`), which its attention's name, and its options in short (:meth:`CellRecord.options`). Below the
+"""One run of a ``lavo-zoo compare`` study as a typed record: :class:`CellRecord`, what a finished cell's ``cell.json``
+holds (or what a collected results JSON says), and how its overrides are read: which is its seed (:func:`is_seed`),
+which its attention's name (or schedule of layers), and its options in short (:meth:`CellRecord.options`). Below the
 recipes, so that a recipe's analysis of studies (``recall-plot``) reads them as ``compare`` writes them.
 """
 from __future__ import annotations
@@ -71,8 +71,9 @@ def is_seed(override: str) -> bool:
 
 
 def _is_attention_name(override: str) -> bool:
+    """Whether ``override`` chooses an attention: a mechanism's name, or a schedule of layers (a hybrid row)."""
     key = override.partition("=")[0]
-    return key.startswith("model.attention") and key.endswith(".name")
+    return key.startswith("model.attention_schedule") or (key.startswith("model.attention") and key.endswith(".name"))
 
 
 def short_override(override: str) -> str:

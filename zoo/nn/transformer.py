@@ -15,8 +15,11 @@ a LayerNorm (``final_norm``, default: ``norm_first``).
 
 Attention sites take an ``AttentionSpec`` (``lavo_zoo.attention.spec``; a bare name or a ``{name: ..., **options}``
 mapping is accepted too), built for the site's pattern (``SITE_PATTERNS``): a mechanism that cannot do it is refused
-naming the site, the pattern and the mechanisms that can. ``attention_dropout`` becomes the mechanism's ``dropout``
-option where it has one and the spec does not set it (mechanisms without attention-probability dropout ignore it).
+naming the site, the pattern and the mechanisms that can. A list of them, one per layer, makes a hybrid stack (the
+layers of a config's ``attention_schedule``, :func:`lavo_zoo.attention.schedule.attention_layers`): each layer then
+carries its own mechanism's state through ``step`` and streaming. ``attention_dropout`` becomes the mechanism's
+``dropout`` option where it has one and the spec does not set it (mechanisms without attention-probability dropout
+ignore it).
 
 Decoding state per layer: the self-attention's streaming state (LAVO's constant-size recurrent state, the softmax
 KV cache, the window ring, ...; mechanisms without streaming re-run their prefix) and the cross attention's source
@@ -44,7 +47,8 @@ import torch
 from torch import nn
 
 from lavo_zoo.attention import ATTENTIONS, attention_info, check_attention
-from lavo_zoo.attention.base import Attention, SourceCache, reorder_batch
+from lavo_zoo.attention.base import Attention, SourceCache, reorder_batch, tensor_bytes
+from lavo_zoo.attention.schedule import attention_layers
 from lavo_zoo.attention.spec import SITE_PATTERNS, AttentionSpec
 from lavo_zoo.errors import ConfigError, InputError, OptionError, did_you_mean
 from lavo_zoo.nn.position import sinusoidal_positions
@@ -63,6 +67,19 @@ def _as_spec(spec: Any, site: str) -> Any:
         raise ConfigError(f"attention site '{site}': expected an AttentionSpec, a name or a mapping, "
                           f"got {type(spec).__name__}")
     return spec
+
+
+def per_layer(spec: Any, num_layers: int, site: str) -> list[Any]:
+    """One attention per layer: a list (or tuple) of ``num_layers`` specs as given, a single spec repeated.
+
+    Raises:
+        ConfigError: a list of another length."""
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != num_layers:
+            raise ConfigError(f"attention site '{site}': {len(spec)} attentions for {num_layers} layers; give one per "
+                              "layer (or one for all)")
+        return list(spec)
+    return [spec] * num_layers
 
 
 def build_site_attention(spec: Any, embed_dim: int, num_heads: int, site: str,
@@ -183,15 +200,17 @@ def check_has_real_token(mask: torch.Tensor | None, name: str, like: torch.Tenso
 
 
 class TransformerEncoder(nn.Module):
-    """A stack of :class:`EncoderBlock` (noncausal self-attention of ``attention``'s mechanism)."""
+    """A stack of :class:`EncoderBlock` (noncausal self-attention of ``attention``'s mechanism, or of each layer's
+    where ``attention`` is a list of one per layer)."""
 
     def __init__(self, num_layers: int, embed_dim: int, num_heads: int, ffn_dim: int, attention: Any = "sdpa",
                  dropout: float = 0.0, attention_dropout: float = 0.0, activation: str = "gelu",
                  norm_first: bool = True, final_norm: bool | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderBlock(build_site_attention(attention, embed_dim, num_heads, "encoder_self", attention_dropout),
-                         ffn_dim, dropout, activation, norm_first) for _ in range(num_layers))
+            EncoderBlock(build_site_attention(spec, embed_dim, num_heads, "encoder_self", attention_dropout),
+                         ffn_dim, dropout, activation, norm_first)
+            for spec in per_layer(attention, num_layers, "encoder_self"))
         self.norm = nn.LayerNorm(embed_dim) if (norm_first if final_norm is None else final_norm) else None
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -230,16 +249,20 @@ class DecoderCache:
 
 
 class TransformerDecoder(nn.Module):
-    """A stack of :class:`DecoderBlock`: teacher-forced ``forward`` and cached incremental ``step``."""
+    """A stack of :class:`DecoderBlock`: teacher-forced ``forward`` and cached incremental ``step``.
+    ``self_attention`` and ``cross_attention`` are one attention for every layer or a list of one per layer; the
+    cache holds each layer's own self-attention state and cross cache."""
 
     def __init__(self, num_layers: int, embed_dim: int, num_heads: int, ffn_dim: int, self_attention: Any = "sdpa",
                  cross_attention: Any = "sdpa", dropout: float = 0.0, attention_dropout: float = 0.0,
                  activation: str = "gelu", norm_first: bool = True, final_norm: bool | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderBlock(build_site_attention(self_attention, embed_dim, num_heads, "decoder_self", attention_dropout),
-                         build_site_attention(cross_attention, embed_dim, num_heads, "cross", attention_dropout),
-                         ffn_dim, dropout, activation, norm_first) for _ in range(num_layers))
+            DecoderBlock(build_site_attention(own, embed_dim, num_heads, "decoder_self", attention_dropout),
+                         build_site_attention(cross, embed_dim, num_heads, "cross", attention_dropout),
+                         ffn_dim, dropout, activation, norm_first)
+            for own, cross in zip(per_layer(self_attention, num_layers, "decoder_self"),
+                                  per_layer(cross_attention, num_layers, "cross")))
         self.norm = nn.LayerNorm(embed_dim) if (norm_first if final_norm is None else final_norm) else None
         self.embed_dim = embed_dim
 
@@ -340,8 +363,10 @@ class TiedDecoderLM(nn.Module):
     ``num_layers`` :class:`PreLNDecoderBlock` -> LayerNorm, and logits through the tied embeddings; fairseq's init.
 
     ``cfg`` holds ``vocab_size``, ``embed_dim``, ``num_heads``, ``ffn_dim``, ``num_layers``, ``dropout`` (on the
-    residual branches), ``attention`` (an :class:`~lavo_zoo.attention.AttentionSpec`, built causal) and
+    residual branches), ``attention`` (an :class:`~lavo_zoo.attention.AttentionSpec`, built causal), optionally
+    ``attention_schedule`` (a hybrid: each layer's attention, :mod:`lavo_zoo.attention.schedule`) and
     ``positions`` (``auto`` | ``sinusoidal`` | ``none``); ``embed_dropout`` is the dropout on the embeddings.
+    ``attention_names`` is the mechanism of each layer; the :class:`DecoderState` holds each layer's own state.
     """
 
     def __init__(self, cfg: Any, embed_dropout: float) -> None:
@@ -351,9 +376,11 @@ class TiedDecoderLM(nn.Module):
         self.cfg = cfg
         self.embed_scale = math.sqrt(cfg.embed_dim)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.embed_dim)  # also the output projection (tied)
+        specs = attention_layers(cfg)[""]
+        self.attention_names = [spec.name for spec in specs]
         self.blocks = nn.ModuleList(
-            PreLNDecoderBlock(cfg.attention.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
-            for _ in range(cfg.num_layers))
+            PreLNDecoderBlock(spec.build(cfg.embed_dim, cfg.num_heads, "causal"), cfg.ffn_dim, cfg.dropout)
+            for spec in specs)
         self.ln_f = nn.LayerNorm(cfg.embed_dim)
         self.dropout = nn.Dropout(embed_dropout)
         encodes = any(b.attn.encodes_position for b in self.blocks)
@@ -392,3 +419,48 @@ class TiedDecoderLM(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [..., D] -> logits [..., V] through the tied output projection."""
         return h @ self.embed_tokens.weight.t()
+
+    def layer_states(self, seq_len: int) -> list[LayerState]:
+        """What each layer's attention keeps to go on after one sequence of ``seq_len`` tokens
+        (:func:`attention_states`)."""
+        return attention_states([block.attn for block in self.blocks], self.attention_names, seq_len,
+                                self.embed_tokens.weight)
+
+
+@dataclass(frozen=True)
+class LayerState:
+    """One layer's decoding state, as :func:`attention_states` measures it."""
+
+    layer: int        # the layer's index in its stack
+    attention: str    # its mechanism
+    bytes: int        # what its state object holds for one sequence of the measured length
+    per_token: float  # what it gains per token from there to twice the length (0: bounded)
+
+    @property
+    def grows(self) -> bool:
+        """Whether it grows with the sequence: a KV cache, or the whole input of a mechanism that cannot stream."""
+        return self.per_token > 0
+
+
+@torch.no_grad()
+def attention_states(attentions: list[Attention], names: list[str], seq_len: int,
+                     like: torch.Tensor | None = None) -> list[LayerState]:
+    """Each causal attention layer's decoding state for ONE sequence of ``seq_len`` tokens: the bytes of the tensors
+    of the state its ``step`` returns (LAVO's sums and window, a KV cache, a matrix state with its convolution's
+    inputs, ...), and what it gains per token up to ``2 * seq_len`` tokens (a state that grows: a KV cache). Measured
+    on random inputs of each layer's dtype and device (the size does not depend on the values).
+
+    Args:
+        attentions: the layers' attention modules (causal).
+        names: their mechanisms, for the records.
+        seq_len: the tokens consumed.
+        like: a tensor of the model (its dtype and device) for a layer without parameters.
+    """
+    out = []
+    for i, (attn, name) in enumerate(zip(attentions, names)):
+        weight = next(attn.parameters(), like)
+        dtype, device = (weight.dtype, weight.device) if weight is not None else (torch.float32, "cpu")
+        sizes = [tensor_bytes(attn.step(torch.randn(1, length, attn.embed_dim, dtype=dtype, device=device))[1])
+                 for length in (seq_len, 2 * seq_len)]  # x [1, T, D]
+        out.append(LayerState(i, name, sizes[0], max(sizes[1] - sizes[0], 0) / seq_len))
+    return out

@@ -24,6 +24,9 @@ from tests.recipes.lm.helpers import tiny_config
 
 # lavo (constant-size state), sdpa (KV cache), local (window cache), longshort (cannot stream: re-runs the prefix)
 ATTENTIONS = {"lavo": {"num_bases": 8, "window_size": 4}, "sdpa": {}, "local": {"window_size": 4}, "longshort": {}}
+# a hybrid (exported("hybrid")): each layer its own mechanism and state, over lavo's options
+HYBRID = {"num_layers": 4, "attention_schedule": [{"name": "gated_deltanet", "chunk_size": 8}, "lavo",
+                                                  {"name": "local", "window_size": 4, "num_sinks": 2}, "sdpa"]}
 PROMPT = list(b"def read(self, n):\n    ")
 # the strings on which the transformers tokenizers must give the recipe's ids
 STRINGS = ["", "hello world", "  two leading spaces\n\ttab", "déjà vu, naïve café", "日本語のテキスト",
@@ -39,7 +42,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
 
     def get(attention: str) -> tuple[torch.nn.Module, Path, Path]:
         if attention not in made:
-            recipe, cfg = tiny_config(attention, ATTENTIONS[attention], eval={"batch_size": 4})
+            name, model = ("lavo", HYBRID) if attention == "hybrid" else (attention, {})
+            recipe, cfg = tiny_config(name, ATTENTIONS[name], model=model, eval={"batch_size": 4})
             torch.manual_seed(sum(map(ord, attention)))
             model = recipe.build_model(cfg).eval()
             ckpt = save_checkpoint(root / attention / "checkpoints", 7, model, cfg, "lm")
@@ -187,6 +191,40 @@ def test_greedy_generate_gives_the_tokens_of_lavo_zoo_generate(attention, export
     other = list(b"import os, sys\nfor arg ")
     batch = hf.generate(torch.tensor([PROMPT, other]), max_new_tokens=12, do_sample=False)
     assert batch[1, len(other):].tolist() == generate_ids(model, other, 12, temperature=0, stop=0)[:12]
+
+
+def test_a_hybrid_exports_loads_with_auto_and_generates_what_the_zoo_generates(exported):
+    """A hybrid language model exported with --format hf: AutoModelForCausalLM rebuilds each layer's mechanism from
+    config.json, its logits are the checkpoint's, greedy generate gives the tokens of `lavo-zoo generate`, the cache
+    carries each layer's own state (a matrix state, LAVO's sums, a window with sinks, a growing KV cache), and the
+    model card lists the layers."""
+    model, _, folder = exported("hybrid")
+    hf = load(folder)
+    names = ["gated_deltanet", "lavo", "local", "sdpa"]
+    assert hf.model.attention_names == model.attention_names == names
+    config = json.loads((folder / "config.json").read_text())
+    assert [entry["name"] for entry in config["model"]["attention_schedule"]] == names
+    assert config["model"]["attention_schedule"][1]["num_bases"] == 8  # lavo's options, from model.attention
+    ids = torch.randint(1, 256, (2, 30), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = hf(ids).logits  # [B, T, V]
+        for t in (0, 11, 29):
+            torch.testing.assert_close(logits[:, t], model(ids[:, :t + 1]), atol=1e-5, rtol=1e-5)
+    ours = generate_ids(model, PROMPT, 24, temperature=0, stop=get_tokenizer("bytes").eod)
+    out = hf.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False)
+    assert out[0, len(PROMPT):].tolist() == ours
+    cache, sizes = None, []
+    with torch.no_grad():
+        for chunk in ids[:1].split(10, dim=1):
+            cache = hf(chunk, cache=cache, use_cache=True).cache
+            sizes.append([sum(t.numel() for t in _tensors(layer.state)) for layer in cache.layers])
+    assert [type(layer.state).__name__ for layer in cache.layers] == [
+        "RecurrentState", "LavoState", "SinkCache", "KVCache"]
+    assert [s[:3] for s in sizes] == [sizes[0][:3]] * 3 and sizes[0][3] < sizes[1][3] < sizes[2][3]  # only sdpa grows
+    card = (folder / "README.md").read_text()
+    for row in ("| `model.attention_schedule` | `gated_deltanet` |", "| layer 0 |", "| `lavo` |",
+                "| layer 3 | 2 T D (KV cache, grows with T) |"):
+        assert row in card, row
 
 
 def test_greedy_generate_decodes_to_what_the_predictor_prints(exported):

@@ -154,6 +154,14 @@ def test_a_decoding_state_that_grows_past_memory_is_refused_before_generating(mo
                                          "max_new_tokens"):
         sdpa.generate("Once", max_new_tokens=1_000_000)
     _language_model()._check_state_fits(1_000_004)  # LAVO: a bounded state, nothing to refuse
+    # a hybrid: only its sdpa layer's cache grows (256 bytes a token); the refusal names that layer
+    from lavo_zoo.recipes.lm.infer import LanguageModel
+
+    recipe, cfg = tiny_config("lavo", {"num_bases": 8, "window_size": 4}, model={"attention_schedule": "lavo+sdpa"})
+    hybrid = LanguageModel(recipe, cfg, recipe.build_model(cfg).eval(), "cpu", checkpoint="tiny")
+    assert [(s.attention, s.per_token) for s in hybrid.layer_states()] == [("lavo", 0), ("sdpa", 256)]
+    with pytest.raises(InputError, match=r"needs about 256 MB .*the state of layer 1 \(sdpa\) grows with every"):
+        hybrid.generate("Once", max_new_tokens=1_000_000)
 
 
 def test_non_finite_scores_are_refused() -> None:

@@ -30,3 +30,45 @@ def test_streaming_in_chunks_equals_one_pass(attention, options):
         parts.append(nll)
     assert state.offset == 40
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-4, atol=1e-4)
+
+
+# hybrids: three linear-attention layers to one softmax layer, and one layer of each kind with a window and sinks
+HYBRIDS = {"lavo*3+sdpa": "lavo*3+sdpa",
+           "gdn-local_sinks-kda-sdpa": [{"name": "gated_deltanet", "chunk_size": 8},
+                                        {"name": "local", "window_size": 4, "num_sinks": 2},
+                                        {"name": "kda", "chunk_size": 8}, "sdpa"]}
+
+
+@pytest.mark.parametrize("schedule", list(HYBRIDS.values()), ids=list(HYBRIDS))
+def test_a_hybrid_decodes_token_by_token_as_it_runs_whole(schedule):
+    """Each layer runs its scheduled mechanism and carries its own state (a matrix state, a window with sinks, LAVO's
+    sums, a KV cache); fed one token at a time (and in uneven chunks) the hybrid gives the logits of one pass over
+    the whole sequence, in float64."""
+    from lavo_zoo.testing import randomise_zero_parameters
+
+    recipe, cfg = tiny_config("lavo", {"num_bases": 8, "window_size": 4},
+                              model={"num_layers": 4, "attention_schedule": schedule})
+    torch.manual_seed(0)
+    model = randomise_zero_parameters(recipe.build_model(cfg)).double().eval()
+    names = [spec.get("name", spec) if isinstance(spec, dict) else spec for spec in schedule] \
+        if isinstance(schedule, list) else ["lavo"] * 3 + ["sdpa"]
+    assert model.attention_names == names and model.streaming
+    assert [type(block.attn).__name__ for block in model.blocks] == [
+        {"lavo": "LavoAttention", "sdpa": "SDPAttention", "gated_deltanet": "GatedDeltaNetAttention",
+         "local": "LocalAttention", "kda": "KDAAttention"}[name] for name in names]
+    idx = torch.randint(0, 256, (2, 29))
+    with torch.no_grad():
+        whole = model.logits(model.features(idx)[0])  # [B, T, V]
+        state, steps = None, []
+        for t in range(idx.shape[1]):
+            logits, state = model(idx[:, t:t + 1], state=state, return_state=True)  # [B, V]
+            steps.append(logits)
+        assert state.offset == 29 and [type(s).__name__ for s in state.layers] == [
+            {"lavo": "LavoState", "sdpa": "KVCache", "gated_deltanet": "RecurrentState", "local": "SinkCache",
+             "kda": "RecurrentState"}[name] for name in names]
+        torch.testing.assert_close(torch.stack(steps, 1), whole, rtol=1e-10, atol=1e-10)
+        state, chunks = None, []
+        for start, stop in ((0, 5), (5, 6), (6, 20), (20, 29)):
+            h, state = model.features(idx[:, start:stop], state=state, return_state=True)
+            chunks.append(model.logits(h))
+        torch.testing.assert_close(torch.cat(chunks, 1), whole, rtol=1e-10, atol=1e-10)

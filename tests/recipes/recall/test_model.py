@@ -186,3 +186,47 @@ def test_the_binding_layer_comes_first_and_is_not_the_state_under_test():
     torch.testing.assert_close(model.hidden(tokens), model.encoder(model.binding(x)))
     assert state_bytes(model, T) == state_bytes(_encoder({"name": "sdpa"}, layers=1), T) == (2 * T * D * FLOAT, True)
     assert not _encoder({"name": "lavo", "num_bases": 4}, layers=1, binding=BINDING).use_positions  # EPE
+
+
+# --------------------------------------------------------------------------------------------------------- hybrids
+def test_a_hybrids_state_is_measured_layer_by_layer_in_each_pattern():
+    """Causal: three LAVO layers keep their window and sums, the fourth (sdpa) a KV cache that grows by 2 D floats a
+    token; noncausal: LAVO's memory beside sdpa's keys and values; cross: each decoder layer's own cache of the
+    source. Each layer says what it keeps, and the site's state is their sum."""
+    from lavo_zoo.attention import AttentionSchedule, SiteSchedule
+    from lavo_zoo.recipes.recall.model import layer_states
+
+    lavo = {"name": "lavo", "num_bases": 4, "window_size": 6}
+    spec = AttentionSpec.from_config(lavo, "model.attention", "test")
+    cfg = ModelConfig(num_layers=4, embed_dim=D, num_heads=H, ffn_dim=32, embed_dropout=0.0, attention=spec,
+                      attention_schedule=AttentionSchedule.from_config("lavo*3+sdpa", "s", "test"), vocab_size=V)
+    causal, sdpa = (2 * 5 * D + 2 * D) * FLOAT, 2 * T * D * FLOAT
+    layers = layer_states(RecallModel(cfg).eval(), T)
+    assert [(s.layer, s.attention, s.bytes, s.grows) for s in layers] == [
+        (0, "lavo", causal, False), (1, "lavo", causal, False), (2, "lavo", causal, False), (3, "sdpa", sdpa, True)]
+    assert [s.per_token for s in layers] == [0, 0, 0, 2 * D * FLOAT]
+    assert state_bytes(RecallModel(cfg).eval(), T) == (3 * causal + sdpa, True)
+    assert [(s.attention, s.bytes) for s in layer_states(RecallEncoder(cfg).eval(), T)] == [
+        ("lavo", D * FLOAT)] * 3 + [("sdpa", sdpa)]  # LAVO's memory; sdpa's keys and values
+    sites = SiteAttention.from_config({"cross": lavo}, "model.attention", "test")
+    cfg = ModelConfig(num_layers=2, embed_dim=D, num_heads=H, ffn_dim=32, embed_dropout=0.0, attention=sites,
+                      attention_schedule=SiteSchedule(cross=AttentionSchedule.from_config("lavo+sdpa", "s", "test")),
+                      vocab_size=V)
+    model = RecallEncoderDecoder(cfg).eval()
+    assert [type(layer.cross_attn).__name__ for layer in model.decoder.layers] == ["LavoAttention", "SDPAttention"]
+    assert [(s.attention, s.bytes, s.grows) for s in layer_states(model, T)] == [
+        ("lavo", D * FLOAT, False), ("sdpa", sdpa, True)]
+
+
+def test_a_schedule_takes_the_tasks_form_and_pattern():
+    from lavo_zoo.engine.configs import resolve_config
+    from lavo_zoo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.attention_schedule\[1\]': attention 'nystromformer' does not "
+                                          r"support pattern 'causal'.*data.task=mqar"):
+        resolve_config("recall/tiny-sdpa", ["model.attention_schedule=[sdpa, nystromformer]"])
+    with pytest.raises(ConfigError, match="must be a mapping of sites .* as model.attention gives one attention per"):
+        resolve_config("recall/tiny-sdpa", ["model.attention={cross: {name: lavo}}", "data.task=cross_mqar",
+                                            "model.attention_schedule=[lavo, sdpa]"])
+    with pytest.raises(ConfigError, match="must be a list of attentions .* as model.attention is one attention"):
+        resolve_config("recall/tiny-sdpa", ["model.attention_schedule={cross: [lavo, sdpa]}"])

@@ -22,13 +22,13 @@ from lavo_zoo.recipes.recall.model import state_bytes
 from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
 
 
-def tiny(attention: dict | None = None, steps: int = 2, **data):
+def tiny(attention: dict | None = None, steps: int = 2, attention_schedule: str | None = None, **data):
     return config_from_dict({
         "recipe": "recall",
         "data": {"task": "mqar", "vocab_size": 16, "seq_len": 16, "num_pairs": 2, "min_distance": 4,
                  "builtin_size": 512, "eval_size": 64, **data},
         "model": {"embed_dim": 32, "ffn_dim": 64, "num_heads": 2, "embed_dropout": 0.0,
-                  "attention": attention or {"name": "sdpa"}},
+                  "attention": attention or {"name": "sdpa"}, "attention_schedule": attention_schedule},
         "train": {"batch_size": 32, "max_epochs": None, "max_steps": steps, "lr": 3e-3, "warmup_steps": 10,
                   "eval_every": steps, "eval_per_epoch": False, "eval_batches": 0, "save_every": steps,
                   "log_every": steps}})
@@ -166,14 +166,22 @@ def test_recall_plot_measures_each_setting_and_averages_its_seeds(tmp_path):
               ["model.attention.name=lavo", "model.attention.num_bases=4"], accuracy, seed)
     recipe, cfg = tiny()
     _cell(tmp_path / "study" / "sdpa-seed1", recipe.resolve(cfg), "sdpa", ["model.attention.name=sdpa"], 0.9, 1)
+    recipe, cfg = tiny(lavo, attention_schedule="lavo+sdpa")
+    _cell(tmp_path / "study" / "hybrid-lavo+sdpa-seed1", recipe.resolve(cfg), "hybrid:lavo+sdpa",
+          ["model.attention_schedule=lavo+sdpa"], 0.5, 1)
     rows = state_rows([tmp_path / "study"])
-    assert [(r["attention"], r["setting"], r["seeds"]) for r in rows] == [("lavo", "num_bases=4", [1, 2]),
-                                                                            ("sdpa", "", [1])]
-    assert rows[0]["metrics"]["accuracy"] == pytest.approx((0.3, np.std([0.2, 0.4], ddof=1)))
-    assert (rows[0]["state_bytes"], rows[0]["grows"]) == state_bytes(recipe.build_model(tiny(lavo)[1]), 16)
-    assert rows[1]["grows"] and not rows[0]["grows"]
+    assert [(r["attention"], r["setting"], r["seeds"]) for r in rows] == [
+        ("hybrid:lavo+sdpa", "", [1]), ("lavo", "num_bases=4", [1, 2]), ("sdpa", "", [1])]
+    hybrid, lavo_row, sdpa_row = rows
+    assert [(layer["attention"], layer["grows"]) for layer in hybrid["layers"]] == [("lavo", False), ("sdpa", True)]
+    assert hybrid["state_bytes"] == lavo_row["state_bytes"] // 2 + sdpa_row["state_bytes"] // 2  # a layer of each
+    assert lavo_row["metrics"]["accuracy"] == pytest.approx((0.3, np.std([0.2, 0.4], ddof=1)))
+    assert (lavo_row["state_bytes"], lavo_row["grows"]) == state_bytes(recipe.build_model(tiny(lavo)[1]), 16)
+    assert sdpa_row["grows"] and not lavo_row["grows"]
     table = markdown_table(rows)
     assert "| lavo | num_bases=4 |" in table and "0.300 ± 0.141" in table and "grows with T" in table
+    assert "| 0-1 lavo 1.0 |" in table and "| 0-1 sdpa 4.0 (grows) |" in table  # each layer's state (KiB)
+    assert "| hybrid:lavo+sdpa | defaults | 5.0 (grows with T; at T=16) | 0 lavo 1.0, 1 sdpa 4.0 (grows) |" in table
     assert plot_state(rows).startswith(b"\x89PNG")
     out = tmp_path / "state.png"
     assert main(["recall-plot", str(tmp_path / "study"), "--out", str(out), "--table", str(tmp_path / "t.md")]) == 0

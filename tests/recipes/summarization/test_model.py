@@ -1,4 +1,5 @@
-"""The model: cached greedy decoding equals re-running the full model, tied embeddings, learned positions."""
+"""The model: cached greedy decoding equals re-running the full model (a hybrid's too), tied embeddings, learned
+positions."""
 import pytest
 import torch
 
@@ -31,9 +32,21 @@ def batch_of(recipe, n=3):
     return recipe.collate([SummarizationDataset(examples, vocab, 64, 16)[i] for i in range(n)])  # uneven lengths
 
 
-@pytest.mark.parametrize("config", list(SITES))
-def test_cached_greedy_equals_rerunning_the_full_model(config):
-    recipe, _, model = small_model(config)
+# a hybrid at every site: each layer of a stack its own mechanism, each decoder layer its own state and cross cache
+HYBRID = ["model.attention_schedule.encoder_self=[{name: lavo, num_bases: 8}, sdpa]",
+          ("model.attention_schedule.decoder_self=[{name: gated_deltanet, chunk_size: 4}, "
+          "{name: local, window_size: 3, num_sinks: 2}]"),
+          "model.attention_schedule.cross=[sdpa, {name: lavo, num_bases: 8}]"]
+
+
+@pytest.mark.parametrize("config, extra", [*((c, []) for c in SITES), ("sdpa", HYBRID)],
+                         ids=[*SITES, "hybrid"])
+def test_cached_greedy_equals_rerunning_the_full_model(config, extra):
+    recipe, _, model = small_model(config, extra)
+    if extra:  # the hybrid: the scheduled mechanism in each layer of each stack
+        assert [(type(layer.self_attn).__name__, type(layer.cross_attn).__name__) for layer in model.decoder.layers] \
+            == [("GatedDeltaNetAttention", "SDPAttention"), ("LocalAttention", "LavoAttention")]
+        assert [type(layer.attn).__name__ for layer in model.encoder.layers] == ["LavoAttention", "SDPAttention"]
     batch = batch_of(recipe)
     assert not batch["source_mask"].all()  # a padded batch
     steps = []
