@@ -129,3 +129,28 @@ def test_weak_decays_after_a_strong_one_keep_their_precision(kind, request) -> N
         out, _ = chunk_gated_linear(q, k, v, g, None, 64)
         ref, _ = naive_gated_linear(q.double(), k.double(), v.double(), g.double())
     torch.testing.assert_close(out.double(), ref, atol=1e-5 * ref.abs().max().item(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-30, 1e-12, 1e-3, 1.0, 1e20])  # 1e20: squares past float32's range
+def test_rms_norm_matches_its_float64_reference_with_gradients(scale, request) -> None:
+    """The output RMSNorm of GLA, DeltaNet, Gated DeltaNet, KDA and Mamba-2, in float32, against x / sqrt(mean(x^2) +
+    eps) * w in float64, output and gradients. Its inner scale (the largest magnitude of x) took part in the backward
+    pass: where |x| < 1e-10 (a state a strong decay has cleared) its infinite partial derivative times zero made the
+    gradients NaN."""
+    from lavo_zoo.attention.recurrent import rms_norm
+
+    g0 = gen(request)
+    eps = 1e-5
+    x = scale * torch.randn(3, 8, generator=g0, dtype=torch.float64)
+    x[0] = 0.0  # a row that is exactly zero, at every scale
+    w = torch.randn(8, generator=g0, dtype=torch.float64)
+    up = torch.randn(3, 8, generator=g0, dtype=torch.float64)  # the gradient of the output
+    x32, w32 = (t.float().requires_grad_() for t in (x, w))
+    x64, w64 = (t.clone().requires_grad_() for t in (x, w))
+    out = rms_norm(x32, w32, eps)
+    ref = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64
+    grads = torch.autograd.grad((out * up.float()).sum(), (x32, w32))
+    refs = torch.autograd.grad((ref * up).sum(), (x64, w64))
+    for a, b in zip((out, *grads), (ref, *refs)):
+        assert torch.isfinite(a).all(), "rms_norm (or its gradient) is not finite where its reference is"
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * b.abs().max().item() + 1e-38, rtol=1e-4)

@@ -63,6 +63,7 @@ product and runs no op.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -151,12 +152,17 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dimension, in fp32 (fp64 for fp64), with a learned scale: x / sqrt(mean(x^2) + eps),
-    computed on x divided by its largest magnitude (the same function), so that squares of values beyond 1.8e19 (a
-    state read out at inputs far from the unit scale) do not overflow float32 into a zero output."""
+    """RMSNorm over the last dimension, in fp32 (fp64 for fp64), with a learned scale: x / sqrt(mean(x^2) + eps).
+
+    It is computed on x divided by a scale s, as (x / s) / sqrt(mean((x / s)^2) + eps / s^2), which is the same
+    function for every s > 0: s is the largest magnitude of x, so that squares of values beyond 1.8e19 (a state read
+    out at inputs far from the unit scale) do not overflow float32 into a zero output, and at least sqrt(eps), so
+    that eps / s^2 <= 1 never overflows where x is tiny (a state a strong decay has cleared). Since the function does
+    not depend on s, s is held constant in the backward pass (its gradient is 0): through the maximum, the backward
+    pass multiplied an infinite partial derivative by zero into NaN where |x| < 1e-10."""
     dtype = torch.promote_types(x.dtype, torch.float32)
     x = x.to(dtype)
-    scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+    scale = x.detach().abs().amax(-1, keepdim=True).clamp_min(max(math.sqrt(eps), torch.finfo(dtype).tiny))
     unit = x / scale
     return unit * torch.rsqrt(unit.pow(2).mean(-1, keepdim=True) + eps / scale.pow(2)) * weight.to(dtype)
 
