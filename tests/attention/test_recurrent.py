@@ -147,12 +147,16 @@ def test_a_state_from_another_configuration_is_refused(name: str, request) -> No
 @pytest.mark.parametrize("name", NAMES)
 def test_empty_chunks_and_inputs(name: str, request) -> None:
     """T = 0: an empty input gives an empty output, and an empty chunk in a stream leaves the state as it was (the
-    short convolution raised a raw RuntimeError on both)."""
+    short convolution raised a raw RuntimeError on both). B = 0 (an empty batch) gives an empty output too (GLA's
+    per-channel gate took a max over no elements)."""
     g = gen(request)
     attn = build(name, "causal", **small_options(name, "causal")).double()
     x = randn(g, 2, 6, D).double()
     for pattern in ("causal", "noncausal"):
         assert build(name, pattern, **small_options(name, pattern)).double()(randn(g, 2, 0, D)).shape == (2, 0, D)
+        for form in ("bidirectional", "final_state") if pattern == "noncausal" else (None,):
+            opts = dict(small_options(name, pattern), **({"noncausal_form": form} if form else {}))
+            assert build(name, pattern, **opts).double()(randn(g, 0, 5, D)).shape == (0, 5, D)
     y1, state = attn(x[:, :3], return_state=True)
     empty, state = attn(x[:, :0], state=state, return_state=True)
     assert empty.shape == (2, 0, D)

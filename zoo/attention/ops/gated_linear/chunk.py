@@ -56,8 +56,8 @@ def _chunk(q, k, v, g, state, C):
     B, H, T, K = q.shape
     V = v.shape[-1]
     S = q.new_zeros(B, H, K, V) if state is None else state
-    if T == 0:
-        return v.new_zeros(B, H, 0, V), S
+    if T == 0 or B * H == 0:  # nothing to scan (the channel gate's spread below is a max over no elements)
+        return v.new_zeros(B, H, T, V), S
     C = min(C, T)
     n = -(-T // C)
     q, k, v = split_chunks(q, n, C), split_chunks(k, n, C), split_chunks(v, n, C)  # [B, H, n, C, .]
