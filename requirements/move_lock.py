@@ -104,7 +104,7 @@ def parse_moves(moves: Sequence[str]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for move in moves:
         name, sep, version = move.partition("==")
-        if not name.strip() or (sep and not version.strip()) or any(c in move for c in "<>!~ ;@"):
+        if not name.strip() or (sep and not version.strip()) or any(c in move for c in "<>!~ ;@") or "=" in version:
             raise MoveError(f"--move {move!r}: give a package name, or NAME==VERSION")
         out[lockfile.canonical(name.strip())] = version.strip() or None
     return out
@@ -186,11 +186,24 @@ def move_lock(lock_file: Path, moves: dict[str, str | None], venv: Path, runner:
     Raises:
         MoveError: a step failed; ``lock_file`` is unchanged.
     """
-    old = lockfile.read_lock(lock_file) if lock_file.is_file() else None
+    if lock_file.exists() and not lock_file.is_file():
+        raise MoveError(f"{lock_file} is not a file: the lock is the text file {lockfile.LOCK_RELPATH}")
+    try:
+        old = lockfile.read_lock(lock_file) if lock_file.is_file() else None
+    except lockfile.LockFileError as e:
+        if moves:  # a move keeps every other package as locked: it needs the lock
+            raise MoveError(f"--move keeps the other packages as locked, and the lock cannot be read: {e}; or run "
+                            "without --move to write every package afresh") from None
+        print(f"move_lock: the lock cannot be read ({e}); it is written afresh", file=sys.stderr)
+        old = None
     if moves and old is None:
         raise MoveError(f"--move needs a lock to start from and {lock_file} is missing: run without --move")
-    if venv.exists() and any(venv.iterdir()):
-        raise MoveError(f"{venv} is not empty: give --venv a new folder (the environment must be fresh)")
+    unknown = sorted(name for name in moves if old is not None and name not in old.pins)
+    if unknown:  # pip would install it, and the lock would name a package the README's install does not bring
+        raise MoveError(f"--move {', '.join(unknown)}: not in the lock, which holds exactly what the README's install "
+                        f"brings ({lock_file}); move a package it names")
+    if venv.exists() and (not venv.is_dir() or any(venv.iterdir())):
+        raise MoveError(f"{venv} is a file or is not empty: give --venv a new folder (the environment must be fresh)")
     work = Path(tempfile.mkdtemp(prefix="lavo-zoo-lock-"))
     candidate = venv / "lock.candidate.txt"  # kept with the environment when the suite fails
     try:

@@ -95,3 +95,24 @@ def test_a_lock_fits_only_the_machine_it_was_written_for() -> None:
     assert not Lock(Path("l"), {}, python="3.99", system=lockfile.this_system()).fits_this_machine()
     assert not Lock(Path("l"), {}, python=lockfile.this_python(), system="Plan9 mips").fits_this_machine()
     assert not Lock(Path("l"), {}).fits_this_machine()  # a lock whose header does not say
+
+
+def test_a_lock_that_is_not_utf8_text_is_named_and_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Found by the sweep: bytes that are not UTF-8 raised a raw UnicodeDecodeError (``lavo-zoo env`` printed it
+    naming no file), and an editor's byte-order mark made line 1 'not name==version'."""
+    path = tmp_path / "lock.txt"
+    path.write_bytes(b"numpy==2.0\n\xff\xfe\x80\n")
+    with pytest.raises(LockFileError, match=rf"^the lock {path} is not UTF-8 text \(byte 11"):
+        read_lock(path)
+    path.write_bytes("\ufeffnumpy==2.0\ntorch==2.11.0\n".encode())
+    assert read_lock(path).pins == {"numpy": "2.0", "torch": "2.11.0"}
+
+
+def test_a_lock_named_by_the_variable_says_so_when_it_cannot_be_read(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from lavo_zoo.dependencies import LOCK_VARIABLE, DependencyError, read_project_lock
+
+    monkeypatch.setenv(LOCK_VARIABLE, str(tmp_path / "missing.txt"))
+    with pytest.raises(DependencyError, match=rf"missing.txt: No such file.*\(the file {LOCK_VARIABLE} names: correct"
+                                              " it, or unset it to use the checkout's lock\\)$"):
+        read_project_lock()

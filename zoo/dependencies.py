@@ -157,7 +157,9 @@ def read_project_lock() -> Lock:
     try:
         return read_lock(path)
     except LockFileError as e:
-        raise DependencyError(str(e)) from None
+        named = (f" (the file {LOCK_VARIABLE} names: correct it, or unset it to use the checkout's lock)"
+                 if os.environ.get(LOCK_VARIABLE) else "")
+        raise DependencyError(f"{e}{named}") from None
 
 
 def lock_status() -> dict[str, Any]:

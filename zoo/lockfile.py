@@ -139,13 +139,16 @@ def read_lock(path: Path) -> Lock:
     """Read the lock file at ``path``.
 
     Raises:
-        LockFileError: the file is missing or unreadable, or a line is not ``name==version``.
+        LockFileError: the file is missing, unreadable or not UTF-8 text, or a line is not ``name==version``.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # an editor's byte-order mark is not part of line 1
     except OSError as e:
         raise LockFileError(f"cannot read the lock {path}: {e.strerror or e}; it is written by {MOVE_COMMAND} "
                             "from a source checkout") from None
+    except UnicodeDecodeError as e:
+        raise LockFileError(f"the lock {path} is not UTF-8 text (byte {e.start}: {e.reason}); a lock is the text "
+                            f"file {MOVE_COMMAND} writes: rewrite it with that") from None
     return parse_lock(text, Path(path))
 
 

@@ -149,3 +149,30 @@ def test_main_says_what_moved_and_fails_with_one_line(move_lock: ModuleType, tmp
     err = capsys.readouterr().err
     assert err.startswith("move_lock: the suite failed with the new set; the lock is unchanged")
     assert lock.read_text() == OLD
+
+
+def test_a_lock_that_cannot_be_read_or_a_move_it_does_not_name_is_refused(move_lock: ModuleType,
+                                                                         tmp_path: Path) -> None:
+    """Found by the sweep: an unreadable lock (a range line, bytes that are not UTF-8) raised a raw LockFileError or
+    UnicodeDecodeError traceback; a --venv that is a file, a raw NotADirectoryError; NAME==1==2 and a package the lock
+    does not name were taken (pip would install the package and the lock would name what the README's install does
+    not bring)."""
+    lock, venv = _setup(tmp_path)
+    for bad in ["numpy==2==3", "numpy==2.0=1"]:
+        with pytest.raises(move_lock.MoveError, match="give a package name"):
+            move_lock.parse_moves([bad])
+    with pytest.raises(move_lock.MoveError, match=r"--move left-pad: not in the lock"):
+        move_lock.move_lock(lock, {"left-pad": None}, venv, FakeRunner())
+    (tmp_path / "file").write_text("")
+    with pytest.raises(move_lock.MoveError, match="is a file or is not empty"):
+        move_lock.move_lock(lock, {}, tmp_path / "file", FakeRunner())
+    with pytest.raises(move_lock.MoveError, match="is not a file"):
+        move_lock.move_lock(tmp_path, {}, venv, FakeRunner())
+    for text in (b"numpy>=2\n", b"\xff\xfenumpy==1\n"):
+        lock.write_bytes(text)
+        with pytest.raises(move_lock.MoveError, match="--move keeps the other packages as locked, and the lock cannot"):
+            move_lock.move_lock(lock, {"numpy": None}, venv, FakeRunner())
+        assert lock.read_bytes() == text
+    # without --move the script is what rewrites a broken lock: it writes every package afresh
+    assert move_lock.main(["--lock", str(lock), "--venv", str(venv)], runner=FakeRunner()) == 0
+    assert lockfile.read_lock(lock).pins["numpy"] == "2.4.7"
