@@ -8,12 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
 out=.whl
+"$py" benchmarks/gpu/wheels.py > /dev/null  # stops here, saying why, where the list and the lock disagree
 mkdir -p "$out"
-rm -f "$out"/*.whl  # one version of each: two would stop the install
+rm -f "$out"/*.whl  # one version of each: two would stop the install (only once the list is known good)
 platforms=()
 for n in 28 27 24 17 5; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-"$py" benchmarks/gpu/wheels.py > /dev/null  # stops here, saying why, where the list and the lock disagree
 while read -r spec how; do
   case $how in
     wheel) "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \

@@ -43,23 +43,30 @@ def read_wheels(path: Path = WHEELS, lock_path: Path | None = None) -> list[Whee
         lock_path: the lock (default: ``$LAVO_ZOO_LOCK``, else requirements/lock.txt).
 
     Raises:
-        ValueError: a line with a version (the lock holds them), an unknown way, or a package the lock does not
-            name (move the lock: requirements/move_lock.py).
+        ValueError: the list cannot be read, a line with a version (the lock holds them), an unknown way, a
+            package listed twice, or a package the lock does not name (move the lock: requirements/move_lock.py).
     """
     import os
 
     lock = lockfile.read_lock(lock_path or Path(os.environ.get("LAVO_ZOO_LOCK") or ROOT / lockfile.LOCK_RELPATH))
-    out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"cannot read the wheel list {path}: {e.strerror or e}") from None
+    out, seen = [], {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.strip().startswith("#"):
             continue
-        name, _, rest = line.strip().partition(" ")
-        how, _, reason = rest.strip().partition(" ")
-        how = how or "wheel"
+        fields = line.split(None, 2)  # NAME [how [reason]], any whitespace between them
+        name, how, reason = fields[0], (fields[1:2] or ["wheel"])[0], (fields[2:] or [""])[0]
         if any(c in name for c in "=<>!~@"):
             raise ValueError(f"{path}:{number}: '{name}': name the package only; its version is the lock's")
         if how not in HOWS:
             raise ValueError(f"{path}:{number}: unknown way '{how}' for {name} (one of {', '.join(HOWS)})")
+        if lockfile.canonical(name) in seen:  # two ways for one package: two wheels, which stop the install
+            raise ValueError(f"{path}:{number}: {name} is listed twice (first on line "
+                             f"{seen[lockfile.canonical(name)]}): keep one line")
+        seen[lockfile.canonical(name)] = number
         version = lock.version(name)
         if version is None:
             raise ValueError(f"{path}:{number}: {name} is not in the lock {lock.path}: a package lavo-zoo needs is "

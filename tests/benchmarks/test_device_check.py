@@ -198,3 +198,38 @@ def test_the_device_check_runs_every_step_at_toy_size(tmp_path):
         names = set(tar.getnames())
     assert {"./kernels.json", "./kernels.log", "./recipes_1.log", "./steps.jsonl"} <= names
     assert not any(n.endswith(".safetensors") for n in names)
+
+
+def test_a_wheel_list_line_twice_or_tab_separated_or_a_missing_list(tmp_path: Path):
+    """Found by the sweep: a package listed twice was fetched twice (two wheels stop the install), a tab between
+    the fields or an indented comment made a name of the whole line, and a missing list was a raw traceback."""
+    lock = tmp_path / "lock.txt"
+    lock.write_text("platformdirs==4.14.9\nsetuptools==80.0.0\n")
+    listing = tmp_path / "wheels.txt"
+    listing.write_text("  # an indented comment\nplatformdirs\twheel\nsetuptools  skip   in the image\n")
+    assert [(w.name, w.how, w.reason) for w in read_wheels(listing, lock)] == [
+        ("platformdirs", "wheel", ""), ("setuptools", "skip", "in the image")]
+    listing.write_text("platformdirs\nPlatformdirs build\n")
+    with pytest.raises(ValueError, match=r"wheels\.txt:2: Platformdirs is listed twice \(first on line 1\)"):
+        read_wheels(listing, lock)
+    with pytest.raises(ValueError, match=r"cannot read the wheel list .*none\.txt: No such file"):
+        read_wheels(tmp_path / "none.txt", lock)
+
+
+def test_fetch_wheels_keeps_the_wheels_it_has_when_the_list_is_wrong(tmp_path: Path):
+    """Found by the sweep: fetch_wheels.sh removed .whl/*.whl before it checked the list against the lock, so a
+    list or lock it then refused left no wheels at all."""
+    tree = tmp_path / "repo"
+    for rel in ("benchmarks/gpu/fetch_wheels.sh", "benchmarks/gpu/wheels.py", "benchmarks/gpu/wheels.txt",
+                "zoo/lockfile.py"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text((GPU.parents[1] / rel).read_text())
+    (tree / "requirements").mkdir()
+    (tree / "requirements" / "lock.txt").write_text("numpy>=2\n")  # not a lock
+    (tree / ".whl").mkdir()
+    (tree / ".whl" / "kept-1.0-py3-none-any.whl").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "LAVO_ZOO_LOCK"}
+    run = subprocess.run(["bash", str(tree / "benchmarks/gpu/fetch_wheels.sh")], env={**env, "PYTHON": sys.executable},
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode != 0 and "is not name==version" in run.stderr
+    assert (tree / ".whl" / "kept-1.0-py3-none-any.whl").exists()
