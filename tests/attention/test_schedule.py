@@ -33,6 +33,17 @@ def test_the_text_form_counts_runs_and_refuses_what_is_not_name_or_name_times_co
             parse_schedule(bad)
 
 
+def test_a_schedule_longer_than_any_stack_is_refused_before_it_is_made():
+    """Found by the sweep: ``lavo*1000000000`` built a list of a billion names (a MemoryError, or the whole machine's
+    memory) before the length check against the layers."""
+    from lavo_zoo.attention.schedule import MAX_ENTRIES
+
+    assert len(parse_schedule(f"lavo*{MAX_ENTRIES - 1}+sdpa")) == MAX_ENTRIES
+    for bad in ("lavo*1000000000+sdpa", f"lavo*{MAX_ENTRIES}+sdpa", "lavo*99999999999999999999999"):
+        with pytest.raises(ConfigError, match=rf"entries, more than any stack has layers \(at most {MAX_ENTRIES}\)"):
+            parse_schedule(bad, "model.attention_schedule")
+
+
 def test_layers_repeat_the_schedule_and_groups_and_labels_read_it_back():
     schedule = AttentionSchedule([AttentionSpec("lavo"), AttentionSpec("lavo"), AttentionSpec("lavo"),
                                   AttentionSpec("sdpa")])

@@ -37,6 +37,7 @@ from lavo_zoo.errors import ConfigError
 SCHEDULE_KEY = "attention_schedule"  # the model config's field
 # the model config field holding each site's number of layers (docs/architecture.md, "Model fields")
 SITE_LAYERS = {"encoder_self": "encoder_layers", "decoder_self": "decoder_layers", "cross": "decoder_layers"}
+MAX_ENTRIES = 4096  # a schedule's length divides its stack's layers: no stack has more
 _TERM = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)(?:\*([0-9]+))?$")
 
 
@@ -50,17 +51,23 @@ def parse_schedule(text: str, key: str = "the schedule", source: str = "the comm
         key, source: where the text was given, for the message.
 
     Raises:
-        ConfigError: a malformed term (an empty one, a count that is not a positive integer).
+        ConfigError: a malformed term (an empty one, a count that is not a positive integer), or more than
+            :data:`MAX_ENTRIES` entries in all.
     """
-    names: list[str] = []
+    runs: list[tuple[str, int]] = []
     for term in str(text).split("+"):
         match = _TERM.match(term.strip())
         count = int(match.group(2) or 1) if match else 0
         if not match or count < 1:
             raise ConfigError(f"'{key}' in {source}: '{term.strip()}' in schedule '{text}' is not NAME or NAME*COUNT "
                               "(COUNT >= 1); write a schedule as terms joined by '+', e.g. gated_deltanet*3+sdpa")
-        names += [match.group(1)] * count
-    return names
+        runs.append((match.group(1), count))
+    total = sum(count for _, count in runs)
+    if total > MAX_ENTRIES:  # checked before the list is made: lavo*1000000000 filled the memory
+        raise ConfigError(f"'{key}' in {source}: schedule '{text}' has {total} entries, more than any stack has "
+                          f"layers (at most {MAX_ENTRIES}); its length divides the model's layers, e.g. "
+                          "gated_deltanet*3+sdpa for 4, 8, 12, ... layers")
+    return [name for name, count in runs for _ in range(count)]
 
 
 def schedule_text(names: list[str]) -> str:
