@@ -84,6 +84,8 @@ def test_unknown_section_and_wrong_types():
         from_dict(Outer, {"inner": {"tags": "x"}})
     with pytest.raises(ConfigError, match="must be a mapping"):
         from_dict(Outer, {"inner": 3})
+    with pytest.raises(ConfigError, match=r"'inner' in .* must be a mapping of its keys \(.*kind, .*tags.*\), got"):
+        from_dict(Outer, {"inner": "x"})  # found by the sweep: the message named no key the section takes
     assert from_dict(Outer, {"inner": {"limit": None}}).inner.limit is None
     assert from_dict(Outer, {"inner": {"limit": 4}}).inner.limit == 4
 

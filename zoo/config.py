@@ -376,7 +376,8 @@ def from_dict(cls: type, data: dict[str, Any], source: str = "config", prefix: s
             section's own check failing (an attention that cannot do its pattern), naming the key and ``source``.
     """
     if not isinstance(data, dict):
-        raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping, got {_show(data)}")
+        raise ConfigError(f"'{prefix.rstrip('.') or 'config'}' in {source} must be a mapping of its keys "
+                          f"({', '.join(f.name for f in dataclasses.fields(cls))}), got {_show(data)}")
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     names = list(fields)

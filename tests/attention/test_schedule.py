@@ -25,6 +25,7 @@ LAVO = {"num_bases": 32, "window_size": 16}
 def test_the_text_form_counts_runs_and_refuses_what_is_not_name_or_name_times_count():
     assert parse_schedule("gated_deltanet*3+sdpa") == ["gated_deltanet"] * 3 + ["sdpa"]
     assert parse_schedule(" lavo + local*2 + lavo ") == ["lavo", "local", "local", "lavo"]
+    assert parse_schedule("lavo * 3 + sdpa") == ["lavo"] * 3 + ["sdpa"]  # found by the sweep: spaces around '*'
     assert schedule_text(["lavo", "lavo", "sdpa", "lavo"]) == "lavo*2+sdpa+lavo"
     for text in ("lavo*3+sdpa", "a+b*2+a", "kda"):
         assert schedule_text(parse_schedule(text)) == text

@@ -38,7 +38,7 @@ SCHEDULE_KEY = "attention_schedule"  # the model config's field
 # the model config field holding each site's number of layers (docs/architecture.md, "Model fields")
 SITE_LAYERS = {"encoder_self": "encoder_layers", "decoder_self": "decoder_layers", "cross": "decoder_layers"}
 MAX_ENTRIES = 4096  # a schedule's length divides its stack's layers: no stack has more
-_TERM = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)(?:\*([0-9]+))?$")
+_TERM = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)(?:\s*\*\s*([0-9]+))?$")  # spaces around '*' as around '+'
 
 
 # ---------------------------------------------------------------------------------------------------- text form
