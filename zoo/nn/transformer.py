@@ -400,6 +400,11 @@ class TiedDecoderLM(nn.Module):
                  ) -> tuple[torch.Tensor, DecoderState | None]:
         """idx [B, T] -> (the final LayerNorm's output h [B, T, D], the :class:`DecoderState` after these tokens
         when ``return_state`` or ``state`` is given, else None). ``logits(h)`` gives every position's logits."""
+        if state is not None and (not isinstance(state, DecoderState) or len(state.layers) != len(self.blocks)):
+            got = (f"a DecoderState of {len(state.layers)} layers" if isinstance(state, DecoderState)
+                   else type(state).__name__)
+            raise ValueError(f"state must be the DecoderState this model returned (return_state=True), one per each "
+                             f"of its {len(self.blocks)} layers; got {got}")
         T = idx.shape[1]
         offset = state.offset if state is not None else 0
         x = self.embed_tokens(idx) * self.embed_scale  # [B, T, D]

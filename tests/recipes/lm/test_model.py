@@ -72,3 +72,24 @@ def test_a_hybrid_decodes_token_by_token_as_it_runs_whole(schedule):
             h, state = model.features(idx[:, start:stop], state=state, return_state=True)
             chunks.append(model.logits(h))
         torch.testing.assert_close(torch.cat(chunks, 1), whole, rtol=1e-10, atol=1e-10)
+
+
+def test_a_state_of_another_stack_is_refused_naming_what_it_takes():
+    """Found by the sweep: a state of fewer layers than the model (one of another schedule's depth) ran the missing
+    layers with an IndexError, and a list in place of the state raised a raw AttributeError. A state whose layers
+    are of another schedule is refused by each layer's own check."""
+    def build(schedule: str, layers: int = 2) -> torch.nn.Module:
+        recipe, cfg = tiny_config("lavo", {"num_bases": 8, "window_size": 4},
+                                  model={"num_layers": layers, "attention_schedule": schedule})
+        return recipe.build_model(cfg).eval()
+
+    hybrid, flipped, deeper = build("lavo+sdpa"), build("sdpa+lavo"), build("lavo+sdpa", 4)
+    idx = torch.randint(0, 256, (2, 6))
+    _, state = hybrid(idx, return_state=True)
+    for model, bad in ((deeper, state), (hybrid, [None, None]), (hybrid, {"layers": []})):
+        with pytest.raises(ValueError, match=r"state must be the DecoderState this model returned .* each of its "
+                                             rf"{len(model.blocks)} layers; got"):
+            model(idx, state=bad, return_state=True)
+    with pytest.raises((TypeError, ValueError), match="state"):
+        flipped(idx, state=state, return_state=True)
+    assert hybrid(idx, state=state, return_state=True)[1].offset == 12
