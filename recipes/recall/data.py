@@ -159,7 +159,9 @@ def parse_example(row: Any, vocab_size: int, seq_len: int, where: str, fix: str 
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object with keys {', '.join(keys)}, got {type(row).__name__}")
     if row.get("task") in TASKS and TASK_PATTERNS[row["task"]] != pattern:
-        fix_task = "set data.task to the file's task" if fix == SET_SEQ_LEN else f"give a split of a {pattern} task"
+        fix_task = (f"set data.task to the file's task to train on it (a checkpoint's task is fixed with its model: "
+                    f"evaluate it on a split of a {pattern} task)" if fix == SET_SEQ_LEN
+                    else f"give a split of a {pattern} task")
         raise DataError(f"{where}: a {row['task']} example is {TASK_PATTERNS[row['task']]} recall, but data.task "
                         f"makes a {pattern} model (the task fixes the model: {_MODELS}); {fix_task}")
     if len(row) != len(keys) or any(k not in row for k in keys):

@@ -261,6 +261,9 @@ CROSS = {"task": "cross_mqar", "context": [3, 12, 5, 14, 0, 1, 7, 9], "tokens": 
     (CROSS, {**CROSS, "answers": [14, 3]}, ("answer 3 of query 1 should be 12 by the cross_mqar rule (the token after "
                                            "its source 0 in the context)")),
     (CROSS, {**NONCAUSAL}, "a noncausal_mqar example is noncausal recall, but data.task makes a cross model"),
+    # found by the sweep: `lavo-zoo eval` of a checkpoint was told to set data.task, which its model refuses
+    (CROSS, {**NONCAUSAL}, ("set data.task to the file's task to train on it (a checkpoint's task is fixed with its "
+                            "model: evaluate it on a split of a cross task)")),
 ])
 def test_the_reader_refuses_malformed_noncausal_and_cross_lines(tmp_path, good, line, message):
     """Each rule of the two new tasks' lines is refused on its own (one change to a good line), naming the file and
