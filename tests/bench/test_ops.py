@@ -65,3 +65,17 @@ def test_the_command_prints_each_path_and_writes_its_record(tmp_path, capsys):
     assert lavo[0] == lavo[1]                                    # a decoding step costs the same at any position
     assert rows[1:] == [f"| {r['path']} | {r['kernels'] or '-'} | {r['length']} | {r['ops']} | 0 | {r['total']} |"
                         for r in records]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
+    (["--paths", " , "], "--paths ' , ' names no path; give comma-separated name[:kernels]"),
+] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "no CUDA GPU is available; use --device cpu")]))
+def test_a_device_it_cannot_use_or_no_path_is_a_usage_error_before_any_runs(args, message, capsys):
+    """Found by the sweep: --device tpu or cuda on a machine without one printed torch's RuntimeError after the
+    table's header, one path in; an empty --paths printed an empty table and succeeded."""
+    from lavo_zoo.cli import main
+
+    assert main(["bench", "ops", "--paths", "sdpa", "--embed-dim", "8", "--heads", "2", *args]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "| path |" not in captured.out

@@ -118,16 +118,21 @@ def ops_cmd(paths: str, mode: str, length: str, embed_dim: int, heads: int, num_
             autocast: str, device: str, timeout: float, json_file: Path | None) -> None:
     """Count the PyTorch operations and kernel launches of one step of an attention layer, per path (the
     benchmark layer of the GPU targets by default: D 768, 12 heads, LAVO r 64, w 16, batch 1)."""
-    from lavo_zoo.engine.env import describe_machine, machine
-    from lavo_zoo.errors import ZooError
+    from lavo_zoo.engine.env import describe_machine, machine, pick_device
+    from lavo_zoo.errors import UsageError, ZooError
 
+    device = str(pick_device(device))  # before any path runs: a device this machine lacks is a usage error
+    names = [p.strip() for p in paths.split(",") if p.strip()]
+    if not names:
+        raise UsageError(f"--paths {paths!r} names no path; give comma-separated name[:kernels], e.g. {PATHS}")
+    lengths = parse_ints(length, "--length")
     records = []
     click.echo(f"# {mode}: D={embed_dim} H={heads} LAVO r={num_bases} w={window}, batch 1, autocast {autocast}, "
                f"{device}; operations dispatched (views, casts and autograd's included) + kernel launches")
     click.echo(f"# {describe_machine(machine())}")
     click.echo("| path | kernels | tokens | operations | launches | total |\n|---|---|---:|---:|---:|---:|")
-    for T in parse_ints(length, "--length"):
-        for path in [p for p in paths.split(",") if p]:
+    for T in lengths:
+        for path in names:
             spec = {"path": path, "mode": mode, "length": T, "embed_dim": embed_dim, "heads": heads,
                     "num_bases": num_bases, "window": window, "autocast": autocast, "device": device}
             record = count_isolated(spec, timeout)
