@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from lavo_zoo.config import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range
+from lavo_zoo.errors import ConfigError
 
 
 @dataclass
@@ -45,6 +46,11 @@ class TrainConfig:
     keep_last: NonNegativeInt = 3  # step-N checkpoints kept (0 = all)
     tensorboard: bool = False
     num_workers: NonNegativeInt = 0
+
+    def __post_init__(self) -> None:
+        if len(self.betas) != 2:  # Adam's two decay rates; one more or less failed only at the first step
+            raise ConfigError(f"config key 'train.betas' must hold two numbers (Adam's beta1 and beta2), e.g. "
+                              f"[0.9, 0.98], got {len(self.betas)}: {self.betas}")
 
 
 @dataclass
