@@ -142,3 +142,26 @@ def test_a_static_state_for_another_window_or_several_tokens_is_refused():
     other = _layer("causal", window_size=6)
     with pytest.raises(ValueError, match=r"keys for a window of 4: make it with LavoState\.static\(6\)"):
         other.step(torch.randn(1, 1, 16), state)
+
+
+def test_a_static_state_is_refused_without_context_dissection_and_for_a_window_too_small():
+    """Found by the sweep: without context dissection (the memory of every past token) the static step read only
+    complete windows, and gave outputs up to 0.5 away from the full call's, silently; the dynamic state decodes it
+    right. static(0) raised a raw RuntimeError and static(2) after 2 tokens cropped a key."""
+    attn = _layer("causal", dtype=F64, context_dissection=False)
+    x = torch.randn(2, 12, 16, dtype=F64)
+    with torch.no_grad():
+        full = attn(x)
+        _, state = attn(x[:, :5], return_state=True)
+        with pytest.raises(ValueError, match="context_dissection=False: continue with the LavoState"):
+            attn.step(x[:, 5:6], state.static(attn.window_size))
+        ys = []
+        for t in range(5, 12):  # the dynamic state it names gives the full call
+            y, state = attn.step(x[:, t:t + 1], state)
+            ys.append(y)
+    torch.testing.assert_close(torch.cat(ys, 1), full[:, 5:], rtol=1e-10, atol=1e-12)
+    with torch.no_grad():
+        _, state = _layer("causal")(torch.randn(1, 2, 16), return_state=True)  # 2 keys of a window of 4
+    for window in (0, 2, 4.0):
+        with pytest.raises(ValueError, match=r"window must be the layer's window_size \(an int >= 3"):
+            state.static(window)

@@ -65,6 +65,9 @@ class LavoState(StreamingState):
         """This state in fixed shapes, for a decoding step that a CUDA graph captures (:class:`LavoStaticState`):
         the keys and values padded in front to w - 1 (``window``: the layer's w), the position as a tensor."""
         B, L = self.keys.shape[0], self.keys.shape[2]
+        if not isinstance(window, int) or isinstance(window, bool) or window < max(L + 1, 1):
+            raise ValueError(f"window must be the layer's window_size (an int >= {L + 1}: this state holds {L} past "
+                             f"keys of its window), got {window!r}")
         pad = (0, 0, window - 1 - L, 0)
         return LavoStaticState(F.pad(self.keys, pad), F.pad(self.values, pad), self.sum_complete.clone(),
                                self.sum_partial.clone(), torch.full((B,), self.position, device=self.keys.device))
@@ -344,6 +347,10 @@ class LavoAttention(HasKernels, Attention):
 
     def _check_state(self, state: object, x: torch.Tensor) -> None:
         if isinstance(state, LavoStaticState):
+            if not self.context_dissection:  # static_step reads complete windows only: it would answer wrongly
+                raise ValueError("a LavoStaticState steps a layer with context dissection (the memory of the complete "
+                                 "windows before the query's); this layer has context_dissection=False: continue "
+                                 "with the LavoState that return_state=True gave")
             if state.keys.shape[2] != self.window_size - 1 or x.shape[1] != 1:
                 raise ValueError(f"a LavoStaticState decodes one token per call with this layer's window "
                                  f"({self.window_size}); got {x.shape[1]} tokens and keys for a window of "
