@@ -15,6 +15,8 @@ requirements/lock.txt``) and the set the suite last passed with. This script mov
 5. only when the suite passes, the candidate replaces the lock, and the packages that moved are listed.
 
 A failing install or suite leaves the lock as it was and says where the environment is (kept for a look).
+``--move`` moves only packages the lock names, and needs a lock it can read; without ``--move`` a lock that cannot be
+read (not UTF-8, a line that is not name==version) is written afresh.
 
 When to run it: to move the torch set (after moving its three pins in pyproject.toml together), before a release,
 when a dependency's new release is wanted, or when ``--move`` of one package is enough (a patch of one library).
