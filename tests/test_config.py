@@ -199,6 +199,7 @@ def test_duplicate_keys_and_non_utf8_files_are_refused_naming_the_file(tmp_path)
     # found by the sweep: one beta (or three) passed the check and failed at the first step (IndexError)
     ("train.betas=[0.9]", r"'train.betas' must hold two numbers \(Adam's beta1 and beta2\), e.g. \[0.9, 0.98\], got 1"),
     ("train.betas=[0.9,0.98,0.99]", r"'train.betas' must hold two numbers .* got 3"),
+    ("train.min_lr=2", r"'train.min_lr' \(2\) is above train.lr \(0.01\): the cosine schedule decays"),  # rose to it
 ])
 def test_out_of_range_values_exit_2_naming_the_key_before_anything_is_written(override, message, tmp_path, capsys):
     out = tmp_path / "run"

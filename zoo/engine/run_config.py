@@ -51,6 +51,9 @@ class TrainConfig:
         if len(self.betas) != 2:  # Adam's two decay rates; one more or less failed only at the first step
             raise ConfigError(f"config key 'train.betas' must hold two numbers (Adam's beta1 and beta2), e.g. "
                               f"[0.9, 0.98], got {len(self.betas)}: {self.betas}")
+        if self.schedule == "cosine" and self.min_lr > self.lr:  # the cosine would climb from lr to min_lr
+            raise ConfigError(f"config key 'train.min_lr' ({self.min_lr:g}) is above train.lr ({self.lr:g}): the "
+                              "cosine schedule decays from train.lr to train.min_lr; lower min_lr (0 decays to zero)")
 
 
 @dataclass
