@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lavo_zoo.engine.records import CellRecord, is_seed, short_override
+from lavo_zoo.engine.records import CellRecord, attention_names, is_seed, short_override
 
 
 # ------------------------------------------------------------------------------------------------------- labels
@@ -12,16 +12,6 @@ def attention_label(config: dict[str, Any]) -> str:
     """A config's attention as one name: the mechanism, or its sites' mechanisms (``sdpa``, ``lavo+sdpa+lavo``)."""
     names = attention_names(config)
     return "+".join(names.values()) if names else "model"
-
-
-def attention_names(config: dict[str, Any]) -> dict[str, str]:
-    """{site: mechanism} of a results JSON's config (site "" for single-attention models)."""
-    attention = (config.get("model") or {}).get("attention")
-    if isinstance(attention, dict) and "name" in attention:
-        return {"": str(attention["name"])}
-    if isinstance(attention, dict):
-        return {site: str(spec.get("name")) for site, spec in attention.items() if isinstance(spec, dict)}
-    return {"": str(attention)} if attention is not None else {}
 
 
 def label_records(records: list[CellRecord]) -> None:
