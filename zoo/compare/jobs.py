@@ -120,6 +120,19 @@ class CellJob:
             if name not in RECIPES:
                 RECIPES.register(name, target, source=f"the study's process ({target})")
 
+    def cell_config(self) -> tuple[Any, Any]:
+        """(recipe, config) of this cell: the study's config as it read it, validated with the cell's overrides and
+        resolved (its data-derived sizes filled). The one way a cell's config is made: the study checks every cell
+        with it before the first trains, and the cell's process trains what it gives.
+
+        Raises:
+            ConfigError: a key unknown or a value out of range (naming the key, the file and the overrides).
+        """
+        from lavo_zoo.engine.configs import config_from_dict
+
+        recipe, cfg = config_from_dict(self.config_data, self.overrides, self.config_file)
+        return recipe, recipe.resolve(cfg)
+
     def finished(self) -> CellRecord | None:
         """This cell's record once it has finished (its cell.json, read by :meth:`CellRecord.read`: one that cannot
         be read stops the study, naming the file and what to do), else None.
@@ -147,8 +160,6 @@ class CellJob:
         return found
 
     def __call__(self) -> dict[str, Any]:
-        from lavo_zoo.engine.configs import config_from_dict
-
         self._set_up_process()
         cell_dir = Path(self.cell_dir)
         done = cell_dir / CELL_FILE
@@ -160,8 +171,8 @@ class CellJob:
             record = self.finished()  # by another process while this one waited, or before
             if record is not None:
                 return record.to_json()
-            recipe, cfg = config_from_dict(self.config_data, self.overrides, self.config_file)
-            fields = run_cell(recipe, recipe.resolve(cfg), cell_dir, self.device, self.split, self.max_batches)
+            recipe, cfg = self.cell_config()
+            fields = run_cell(recipe, cfg, cell_dir, self.device, self.split, self.max_batches)
             record = CellRecord(attention=self.attention, seed=self.seed, site=self.site, config=self.config,
                                 overrides=list(self.overrides), launch=self.where(), **fields)
             write_file(done, json.dumps(record.to_json(), indent=2) + "\n", option="the cell record")

@@ -205,9 +205,46 @@ class Study:
                 settings[name] = tuple(settings[name])
         return cls(config, load_config(config, overrides), Path(out_dir), overrides=tuple(overrides), **settings)
 
-    def cell_config(self, overrides: Sequence[str]) -> Any:
-        """A cell's config: the study's, read once, validated with the study's overrides, then ``overrides``."""
-        return self.config.validated([*self.overrides, *overrides])
+    def job(self, cell: Cell, key: str | None) -> CellJob:
+        """The job of ``cell``: the study's config as read, the study's overrides then the cell's (its attention at
+        ``key``, with its ``-o`` options, and its seed), its folder and how it is scored."""
+        return CellJob(config=self.name, config_data=self.config.data, config_file=self.config.source,
+                       overrides=[*self.overrides, *cell_overrides(key, cell, self.options)],
+                       cell_dir=str((self.out_dir / "cells" / cell.name).resolve()), attention=cell.attention,
+                       seed=cell.seed, split=self.split, site=self.site, device=self.device,
+                       max_batches=self.max_batches, recipe=recipe_target(self.config.recipe))
+
+
+@dataclass
+class PlannedCell:
+    """A cell checked before any trains (:func:`plan_cell`): its job, its config as its run will train it, and
+    whether ``--rerun`` trains it again."""
+
+    cell: Cell
+    job: CellJob
+    folder: Path  # OUT/cells/<cell>, as the study names it (links not followed)
+    recipe: Any
+    cfg: Any
+    stale: bool
+
+
+def plan_cell(study: Study, cell: Cell, key: str | None) -> PlannedCell:
+    """``cell`` checked as its run would check it, writing nothing: its place (a folder, or nothing yet), its config
+    (:meth:`~lavo_zoo.compare.jobs.CellJob.cell_config`), its model (built on the meta device: an option the model
+    refuses), and whether a kept cell was trained with that config (else refused, or with ``--rerun`` marked).
+
+    Raises:
+        UsageError, ConfigError: naming the cell and what to do.
+    """
+    from lavo_zoo.config import to_dict
+    from lavo_zoo.engine.memory import build_on_meta
+
+    folder = study.out_dir / "cells" / cell.name
+    check_cell_folder(folder, cell)
+    job = study.job(cell, key)
+    recipe, cfg = job.cell_config()
+    build_on_meta(partial(recipe.build_model, cfg))
+    return PlannedCell(cell, job, folder, recipe, cfg, check_reusable(folder, to_dict(cfg), study.rerun))
 
 
 def run_study(study: Study, launcher: Launcher | None = None, progress: Progress | None = None) -> list[CellRecord]:
@@ -226,39 +263,23 @@ def run_study(study: Study, launcher: Launcher | None = None, progress: Progress
         CellsFailed: cells that did not finish (the others did: ``records``), once the others are done.
     """
     from lavo_zoo.config import to_dict
-    from lavo_zoo.engine.memory import build_on_meta
 
-    cfg = study.cell_config([])  # the study's config and overrides, validated once before any cell
+    cfg = study.config.validated(study.overrides)  # the study's config and overrides, checked before any cell
     key = attention_key(cfg, study.site) if study.attentions else None
-    recipe = study.config.recipe
-    planned, stale = [], []
-    for cell in [Cell(a, s) for a in study.attentions or [attention_label(to_dict(cfg))] for s in study.seeds]:
-        # every cell's config and model are checked before the first one trains; nothing is written
-        overrides = cell_overrides(key, cell, study.options)
-        cell_cfg = recipe.resolve(study.cell_config(overrides))
-        build_on_meta(partial(recipe.build_model, cell_cfg))  # an option the cell's model refuses, as its run would
-        cell_dir = study.out_dir / "cells" / cell.name
-        check_cell_folder(cell_dir, cell)
-        if check_reusable(cell_dir, to_dict(cell_cfg), study.rerun):
-            stale.append(cell_dir)
-        planned.append((cell, cell_cfg, [*study.overrides, *overrides], cell_dir))
+    cells = [Cell(a, s) for a in study.attentions or [attention_label(to_dict(cfg))] for s in study.seeds]
+    planned = [plan_cell(study, cell, key) for cell in cells]  # every cell checks out before the first trains
     if study.dry_run:
-        _print_plan(study, planned, stale)
+        _print_plan(study, planned)
         return []
-    remove_cells(stale)  # --rerun: only now, every cell having checked out
-    jobs = [CellJob(config=study.name, config_data=study.config.data, config_file=study.config.source,
-                    overrides=overrides, cell_dir=str(cell_dir.resolve()), attention=cell.attention, seed=cell.seed,
-                    split=study.split, site=study.site, device=study.device, max_batches=study.max_batches,
-                    recipe=recipe_target(recipe))
-            for cell, _, overrides, cell_dir in planned]
+    remove_cells([p.folder for p in planned if p.stale])  # --rerun: only now, every cell having checked out
     plan = None
     if study.efficiency is not None:
         setups: dict[str, dict[str, Any] | None] = {}
-        for cell, cell_cfg, _, _ in planned:
-            if cell.attention not in setups:
-                setups[cell.attention] = _row_setup(recipe, cell_cfg, key)
+        for p in planned:
+            if p.cell.attention not in setups:
+                setups[p.cell.attention] = _row_setup(p.recipe, p.cfg, key)
         plan = EfficiencyPlan(setups, study.device, study.efficiency)
-    result = (launcher or SerialLauncher()).run(jobs, study.out_dir, progress, plan)
+    result = (launcher or SerialLauncher()).run([p.job for p in planned], study.out_dir, progress, plan)
     records = distinct_runs(result.records)  # a run counts once, as --collect counts it
     for record in records:
         if record.attention in result.efficiency:
@@ -279,22 +300,21 @@ def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
     return attention_setup(recipe, cfg, key)
 
 
-def _print_plan(study: Study, planned: list[tuple], stale: list[Path]) -> None:
+def _print_plan(study: Study, planned: list[PlannedCell]) -> None:
     """``compare --dry-run``: the first cell as ``train --dry-run`` describes it, then one line per cell (a cell that
     ``--rerun`` would train again is said so; nothing is removed)."""
     from lavo_zoo.engine.dry_run import describe_run
 
-    recipe = study.config.recipe
-    _, cfg, _, cell_dir = planned[0]
-    rows = describe_run(recipe, cfg, cell_dir, study.device, resume="auto", config_name=study.name,
-                        fresh=cell_dir in stale)
+    first = planned[0]
+    rows = describe_run(first.recipe, first.cfg, first.folder, study.device, resume="auto", config_name=study.name,
+                        fresh=first.stale)
     lines = []
-    for cell, cell_cfg, _, cell_dir in planned:
+    for p in planned:
         state = ("trained again (--rerun: its config differs; the run would first remove what the study wrote "
-                 "there)" if cell_dir in stale else "finished, kept" if (cell_dir / CELL_FILE).exists() else
-                 "resumes" if (cell_dir / "checkpoints").is_dir() else "trains")
-        params = sum(p.numel() for p in recipe.build_model(cell_cfg).parameters())
-        lines.append(f"  cell {cell.name:<28} {params:>12,} parameters  {state} in {cell_dir}")
+                 "there)" if p.stale else "finished, kept" if (p.folder / CELL_FILE).exists() else
+                 "resumes" if (p.folder / "checkpoints").is_dir() else "trains")
+        params = sum(x.numel() for x in p.recipe.build_model(p.cfg).parameters())
+        lines.append(f"  cell {p.cell.name:<28} {params:>12,} parameters  {state} in {p.folder}")
     click.echo(f"dry run: {len(planned)} cells check out; nothing is trained, written or removed")
     for label, text in rows:
         if label not in ("start", "would write"):
