@@ -8,6 +8,7 @@ import json
 import statistics
 
 import pytest
+import yaml
 
 from lavo_zoo.compare import CellRecord, run_study, write_table
 from tests.compare.helpers import Killed, SeqRecipe, a_study, small_study
@@ -213,3 +214,26 @@ def test_a_cells_place_that_is_not_a_folder_is_refused_before_any_cell_trains(st
                                              "where the study keeps the folder of its cell sdpa-seed2"):
             small_study(study, out, attentions=("sdpa",), seeds=(1, 2), dry_run=dry_run)
     assert sorted(p.name for p in (out / "cells").iterdir()) == ["sdpa-seed2"]  # sdpa-seed1 did not train
+
+
+def test_a_study_reads_its_config_once(study, tmp_path, monkeypatch):
+    """The config is read once, when the study is built: every cell trains that reading, validated with its
+    overrides (the file was read again per cell and once more in each cell's process, so a config edited while a
+    study ran trained its later cells otherwise); its launcher: section is compare's, in no cell's config."""
+    from lavo_zoo.engine import configs
+
+    study.write_text(study.read_text() + "launcher: {name: serial}\n")
+    reads = []
+    real = configs.read_layers
+    monkeypatch.setattr(configs, "read_layers", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    built = a_study(study, tmp_path / "cmp", ["sdpa"], [1, 2])
+    assert built.config.sections == {"launcher": {"name": "serial"}} and "launcher" not in built.config.data
+    study.write_text(study.read_text().replace("max_steps: 3", "max_steps: 1"))  # edited once the study read it
+    records = run_study(built)
+    assert reads == [study]  # once
+    for r in records:
+        cell = tmp_path / "cmp" / "cells" / f"sdpa-seed{r.seed}"
+        steps = [json.loads(line)["step"] for line in (cell / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(line).get("split") == "train"]
+        saved = yaml.safe_load((cell / "config.yaml").read_text())
+        assert max(steps) == 3 and saved["train"]["max_steps"] == 3 and "launcher" not in saved
