@@ -149,9 +149,9 @@ def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 @dataclass(frozen=True)
 class Study:
     """One study as ``lavo-zoo compare`` runs it, built once (:meth:`load`) and checked as it is built: its config
-    read once (:class:`~lavo_zoo.engine.configs.LoadedConfig`: every cell's config is that mapping validated with
-    the cell's overrides, here and in the cell's process), the attentions and seeds of its cells, and how each cell is
-    trained and scored.
+    read once and checked with the study's overrides (:class:`~lavo_zoo.engine.configs.LoadedConfig`: every cell's
+    config is that mapping validated with the study's overrides then the cell's, when the study plans the cell and in
+    the cell's process), the attentions and seeds of its cells, and how each cell is trained and scored.
 
     Raises:
         UsageError: an attention or a seed given twice, an attention that is not registered, ``-o`` or ``--site``
@@ -164,7 +164,6 @@ class Study:
     attentions: tuple[str, ...] = ()  # one row each; none: the config's own attention, repeated over the seeds
     seeds: tuple[int, ...] = (1,)
     site: str | None = None  # encoder-decoder recipes: the site whose attention the rows vary
-    overrides: tuple[str, ...] = ()  # every cell's, before its own (attention, options, seed)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # -o ATTN.KEY=VALUE: {attention: {key: value}}
     device: str | None = None
     split: str = "test"  # the split every cell is scored on
@@ -190,7 +189,7 @@ class Study:
         Args:
             config: a named config (``lm/tiny-lavo``) or a path to a YAML file.
             out_dir: the study folder.
-            overrides: ``key=value`` strings applied to every cell.
+            overrides: ``key=value`` strings applied to every cell (checked here, with the config).
             **settings: the other fields of :class:`Study` (``attentions``, ``seeds``, ``site``, ``options``,
                 ``device``, ``split``, ``rerun``, ``max_batches``, ``efficiency``, ``dry_run``).
 
@@ -203,13 +202,13 @@ class Study:
         for name in ("attentions", "seeds"):
             if name in settings:
                 settings[name] = tuple(settings[name])
-        return cls(config, load_config(config, overrides), Path(out_dir), overrides=tuple(overrides), **settings)
+        return cls(config, load_config(config, overrides), Path(out_dir), **settings)
 
     def job(self, cell: Cell, key: str | None) -> CellJob:
         """The job of ``cell``: the study's config as read, the study's overrides then the cell's (its attention at
         ``key``, with its ``-o`` options, and its seed), its folder and how it is scored."""
         return CellJob(config=self.name, config_data=self.config.data, config_file=self.config.source,
-                       overrides=[*self.overrides, *cell_overrides(key, cell, self.options)],
+                       overrides=[*self.config.overrides, *cell_overrides(key, cell, self.options)],
                        cell_dir=str((self.out_dir / "cells" / cell.name).resolve()), attention=cell.attention,
                        seed=cell.seed, split=self.split, site=self.site, device=self.device,
                        max_batches=self.max_batches, recipe=recipe_target(self.config.recipe))
@@ -264,7 +263,7 @@ def run_study(study: Study, launcher: Launcher | None = None, progress: Progress
     """
     from lavo_zoo.config import to_dict
 
-    cfg = study.config.validated(study.overrides)  # the study's config and overrides, checked before any cell
+    cfg = study.config.checked  # the study's config and overrides, checked when it was read
     key = attention_key(cfg, study.site) if study.attentions else None
     cells = [Cell(a, s) for a in study.attentions or [attention_label(to_dict(cfg))] for s in study.seeds]
     planned = [plan_cell(study, cell, key) for cell in cells]  # every cell checks out before the first trains

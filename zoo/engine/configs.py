@@ -5,8 +5,9 @@ Named configs live in ``recipes/<domain>/configs/`` (or in the ``configs/`` fold
 and are found here, through the recipe registry, so that :mod:`lavo_zoo.config` (the schema, YAML and validation)
 stays free of any recipe.
 
-    load_config("lm/tiny-lavo")                                the file read once: a LoadedConfig (path, recipe,
-                                                               merged mapping), validated per run with its overrides
+    load_config("lm/tiny-lavo", overrides)                     the file read once: a LoadedConfig (path, recipe,
+                                                               merged mapping, checked with the runs' overrides),
+                                                               validated per run with its own
     resolve_config("lm/tiny-lavo", ["train.max_steps=200"])   (recipe, validated config): what `train` runs
     config_from_dict(mapping)                                  the same from a loaded mapping (a checkpoint's)
     find_config / named_config / named_configs                 a config file, by name or path; every name
@@ -37,8 +38,9 @@ CONFIG_SECTIONS = Registry("config section", "lavo_zoo.plugins.config_sections")
 @dataclass(frozen=True)
 class LoadedConfig:
     """A config read once: where it came from, the recipe it names, and its mapping (the file and its ``extends:``
-    chain merged under the recipe's schema), not validated yet: each run validates it with its own overrides
-    (:meth:`validated`), without reading the file again.
+    chain merged under the recipe's schema), checked when it is read with the overrides every run of it applies
+    (``checked``); each run validates it with its own overrides after those (:meth:`validated`), without reading the
+    file again.
 
     ``sections`` holds the file's sections that other commands read (:data:`CONFIG_SECTIONS`), left out of
     ``data``.
@@ -48,25 +50,32 @@ class LoadedConfig:
     recipe: Recipe
     data: dict[str, Any]
     sections: dict[str, Any]
+    overrides: tuple[str, ...]  # every run's ``key=value`` overrides, applied before its own
+    checked: Any  # the recipe's config from ``data`` and ``overrides``, validated
 
     @classmethod
-    def of(cls, recipe: Recipe, data: dict[str, Any], source: str) -> LoadedConfig:
-        """``data`` (a merged mapping) with the sections of other commands set apart."""
-        others = set(CONFIG_SECTIONS.names())
-        return cls(source, recipe, {k: v for k, v in data.items() if k not in others},
-                   {k: v for k, v in data.items() if k in others})
-
-    def validated(self, overrides: Sequence[str] = ()) -> Any:
-        """The recipe's config: this mapping with ``overrides`` applied under its schema, every key checked.
-
-        Args:
-            overrides: ``key=value`` strings (``train.seed=2``), applied in order.
+    def of(cls, recipe: Recipe, data: dict[str, Any], source: str, overrides: Sequence[str] = ()) -> LoadedConfig:
+        """``data`` (a merged mapping), the sections of other commands set apart, checked with ``overrides``.
 
         Raises:
             ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
         """
-        data = apply_overrides(self.data, list(overrides), self.recipe.config_class)
-        return from_dict(self.recipe.config_class, data, _with_overrides(self.source, list(overrides)))
+        others = set(CONFIG_SECTIONS.names())
+        run = {k: v for k, v in data.items() if k not in others}
+        return cls(source, recipe, run, {k: v for k, v in data.items() if k in others}, tuple(overrides),
+                   _validated(recipe, run, list(overrides), source))
+
+    def validated(self, overrides: Sequence[str] = ()) -> Any:
+        """The recipe's config: this mapping with the runs' overrides and then ``overrides`` applied under its
+        schema, every key checked.
+
+        Args:
+            overrides: one run's own ``key=value`` strings (``train.seed=2``), applied in order.
+
+        Raises:
+            ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
+        """
+        return _validated(self.recipe, self.data, [*self.overrides, *overrides], self.source)
 
 
 def recipe_module_dir(entry_name: str) -> Path | None:
@@ -132,28 +141,30 @@ def find_config(name_or_path: str | Path) -> Path:
 
 
 def load_config(name_or_path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig:
-    """Config ``name_or_path`` read once: the file is found and every name its ``extends:`` chain gives resolved here,
-    with the list of named configs made once; :mod:`lavo_zoo.config` reads the chain and merges it under the schema
-    of the recipe its ``recipe:`` names.
+    """Config ``name_or_path`` read once and checked with ``overrides``: the file is found and every name its
+    ``extends:`` chain gives resolved here, with the list of named configs made once; :mod:`lavo_zoo.config` reads
+    the chain and merges it under the schema of the recipe its ``recipe:`` names, which validates it with the
+    overrides (:attr:`LoadedConfig.checked`).
 
     Args:
         name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
-        overrides: the ``key=value`` strings the runs will apply; read here only for a ``recipe=`` among them.
+        overrides: the ``key=value`` strings every run of it applies (``train.max_steps=200``).
 
     Raises:
-        ConfigError: the file is missing or malformed, or names no recipe.
+        ConfigError: the file is missing or malformed, names no recipe, a key is unknown or a value out of range
+            (naming the key, the file and the overrides).
         UsageError: the recipe it names is unknown.
     """
     path = find_config(name_or_path)
     layers = read_layers(path, named_configs())
     recipe = _recipe(recipe_name(layers, list(overrides)), str(path), list(overrides))
-    return LoadedConfig.of(recipe, merge_layers(layers, recipe.config_class), str(path))
+    return LoadedConfig.of(recipe, merge_layers(layers, recipe.config_class), str(path), overrides)
 
 
 def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Recipe, Any]:
     """The recipe and validated config that ``lavo-zoo train NAME_OR_PATH KEY=VALUE...`` runs.
 
-    The config read once (:func:`load_config`), then validated with ``overrides`` (:meth:`LoadedConfig.validated`).
+    The config read once and checked with ``overrides`` (:func:`load_config`).
 
     Args:
         name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
@@ -167,7 +178,7 @@ def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple
             the file).
     """
     loaded = load_config(name_or_path, overrides)
-    return loaded.recipe, loaded.validated(overrides)
+    return loaded.recipe, loaded.checked
 
 
 def config_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), source: str = "config") -> tuple[Recipe, Any]:
@@ -181,7 +192,7 @@ def config_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), source
         source: where ``data`` came from.
     """
     recipe = _recipe(recipe_name([(Path(source), data)], list(overrides)), source, list(overrides))
-    return recipe, LoadedConfig.of(recipe, data, source).validated(overrides)
+    return recipe, LoadedConfig.of(recipe, data, source, overrides).checked
 
 
 def _recipe(name: str | None, source: str, overrides: list[str]) -> Recipe:
@@ -189,6 +200,12 @@ def _recipe(name: str | None, source: str, overrides: list[str]) -> Recipe:
         raise ConfigError(f"{_with_overrides(source, overrides)} has no 'recipe:' key naming the domain "
                           "(e.g. recipe: lm)")
     return get_recipe(name)
+
+
+def _validated(recipe: Recipe, data: dict[str, Any], overrides: list[str], source: str) -> Any:
+    """The recipe's config from ``data`` with ``overrides`` applied under its schema, validated."""
+    data = apply_overrides(data, overrides, recipe.config_class)
+    return from_dict(recipe.config_class, data, _with_overrides(source, overrides))
 
 
 def _with_overrides(source: str, overrides: list[str]) -> str:
