@@ -1,6 +1,7 @@
 """Classification accuracy (LRA, recall): the fraction of examples whose argmax class equals the label, as
-Skyformer's and LRA's ``accuracy``, optionally per group (recall: per task and key-to-query distance bucket, from
-the recall split files too); per-class accuracy and the confusion matrix go to the results JSON's ``details``."""
+Skyformer's and LRA's ``accuracy``, optionally per group (recall: per task, key-to-query distance bucket and position
+bucket of the recalled pair, from the recall split files too); per-class accuracy and the confusion matrix go to the
+results JSON's ``details``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -66,14 +67,74 @@ def read_class_ids(path: Path, option: str = "--pred", raw: bytes | None = None)
     return np.asarray(ids, dtype=np.int64)
 
 
+def _doubling(value: int) -> str:
+    """``value`` (>= 1) as its doubling bucket (h/2, h] for the power of two h >= ``value``: ``1``, ``2``, ``3-4``,
+    ``5-8``, ..."""
+    high = 1 << (value - 1).bit_length()
+    low = high // 2 + 1
+    return f"{high}" if low >= high else f"{low}-{high}"
+
+
 def distance_bucket(distance: int) -> str:
     """The key-to-query distance bucket of ``distance`` (>= 1), doubling: ``dist:1``, ``dist:2``, ``dist:3-4``,
     ``dist:5-8``, ``dist:9-16``, ... (the bucket (h/2, h] for the power of two h >= ``distance``)."""
     if distance < 1:
         raise ValueError(f"a key-to-query distance is >= 1, got {distance}")
-    high = 1 << (distance - 1).bit_length()
-    low = high // 2 + 1
-    return f"dist:{high}" if low >= high else f"dist:{low}-{high}"
+    return f"dist:{_doubling(distance)}"
+
+
+def signed_distance_bucket(distance: int) -> str:
+    """The bucket of a key-to-query distance that may be negative (noncausal recall, where a query can stand before
+    its pair): ``distance_bucket`` for a key before its query (``dist:5-8``), ``ahead:<lo>-<hi>`` for a key that
+    many tokens after its query (``ahead:5-8``: the key lies 5 to 8 tokens ahead)."""
+    if distance == 0:
+        raise ValueError("a key-to-query distance is not 0: the key and its query are two positions")
+    return distance_bucket(distance) if distance > 0 else f"ahead:{_doubling(-distance)}"
+
+
+def position_bucket(position: int) -> str:
+    """The bucket of a recalled pair's position in its sequence (its key's, from 0), doubling from the start:
+    ``pos:0``, ``pos:1``, ``pos:2-3``, ``pos:4-7``, ``pos:8-15``, ... (the very start finely, a long tail coarsely)."""
+    if position < 0:
+        raise ValueError(f"a position is >= 0, got {position}")
+    if position < 2:
+        return f"pos:{position}"
+    low = 1 << (position.bit_length() - 1)
+    return f"pos:{low}-{2 * low - 1}"
+
+
+def recall_distance(query: int, source: int, context_len: int | None = None) -> int:
+    """The key-to-query distance of a recall answer: ``query - source`` in one sequence (negative where the query
+    stands before its pair, noncausal recall); in cross recall (the pair at ``source`` of a context of
+    ``context_len`` tokens, the query at ``query`` of the target) the distance were the target to follow the
+    context, ``context_len - source + query``."""
+    return query - source if context_len is None else context_len - source + query
+
+
+def recall_groups(task: str, distance: int, position: int) -> tuple[str, str, str]:
+    """The evaluator's groups of one recall answer: its task, its distance bucket
+    (:func:`signed_distance_bucket`) and its pair's position bucket (:func:`position_bucket`)."""
+    return task, signed_distance_bucket(distance), position_bucket(position)
+
+
+BUCKETS = ("dist:", "ahead:", "pos:")  # recall's bucketed groups, in this order after the named ones
+
+
+def group_order(name: str) -> tuple:
+    """The sort key that puts groups in a readable order: names first, then distance buckets (a key before its
+    query, then after it), then position buckets, each by its lower bound (``accuracy@`` before a name is ignored,
+    so that metric names sort the same way)."""
+    name = name.removeprefix("accuracy@")
+    for rank, prefix in enumerate(BUCKETS, 1):
+        low = name.removeprefix(prefix).split("-")[0]
+        if name.startswith(prefix) and low.isdigit():
+            return (rank, int(low), name)
+    return (0, 0, name)
+
+
+# the recall recipe's tasks whose queries may stand before their keys (its noncausal tasks; in every other task of a
+# split's one sequence, a source comes before its query)
+QUERIES_BEFORE_KEYS = frozenset({"noncausal_mqar"})
 
 
 def _int_list(row: dict[str, Any], key: str, where: str) -> list[int]:
@@ -85,12 +146,12 @@ def _int_list(row: dict[str, Any], key: str, where: str) -> list[int]:
 
 def read_recall_files(pred: Path, ref: Path, pred_lines: list[str] | None = None, ref_lines: list[str] | None = None
                       ) -> tuple[list[int], list[int], list[tuple[str, str]]]:
-    """(predicted ids, true ids, (task, distance bucket) of each) of every answer of a recall split: ``ref`` is the
-    split's JSON lines (``lavo-zoo data recall``: task, tokens, queries, sources, answers per example), ``pred`` one
-    JSON object per example in the same order with its ``answers`` (``lavo-zoo answer`` writes it; a ``queries``
-    list, where given, must be the reference's). Mismatched or malformed lines are a DataError naming the line; a
-    split's example given as a prediction (it holds the true answers) is a UsageError. ``pred_lines``,
-    ``ref_lines``: the files' lines, already read."""
+    """(predicted ids, true ids, :func:`recall_groups` of each) of every answer of a recall split: ``ref`` is the
+    split's JSON lines (``lavo-zoo data recall``: task, tokens, queries, sources, answers per example, and the
+    ``context`` a cross-recall target reads), ``pred`` one JSON object per example in the same order with its
+    ``answers`` (``lavo-zoo answer`` writes it; a ``queries`` list, where given, must be the reference's).
+    Mismatched or malformed lines are a DataError naming the line; a split's example given as a prediction (it holds
+    the true answers) is a UsageError. ``pred_lines``, ``ref_lines``: the files' lines, already read."""
     refs = list(json_rows(read_lines(input_path(ref, "--ref")) if ref_lines is None else ref_lines, ref))
     preds = list(json_rows(read_lines(input_path(pred, "--pred")) if pred_lines is None else pred_lines, pred))
     if len(preds) != len(refs) or not refs:
@@ -104,21 +165,26 @@ def read_recall_files(pred: Path, ref: Path, pred_lines: list[str] | None = None
                             "and 'answers' (lavo-zoo data recall writes them)")
         if not isinstance(p_row, dict):
             raise DataError(f"{p_where}: expected a JSON object with 'answers' (lavo-zoo answer writes them)")
-        if "tokens" in p_row or "sources" in p_row:
+        if "tokens" in p_row or "sources" in p_row or "context" in p_row:
             raise UsageError(f"--pred {p_where} is an example of a recall split (its 'tokens' and true 'answers'), "
                              "not a model's answers: scoring it would only compare the split with itself. Give what "
                              "`lavo-zoo answer CKPT --data SPLIT --out answers.jsonl` writes")
         queries, sources = _int_list(r_row, "queries", r_where), _int_list(r_row, "sources", r_where)
         answers, guesses = _int_list(r_row, "answers", r_where), _int_list(p_row, "answers", p_where)
-        if not len(queries) == len(sources) == len(answers) or any(s >= q for q, s in zip(queries, sources)):
-            raise DataError(f"{r_where}: 'queries', 'sources' and 'answers' must be as many, each source before "
-                            "its query")
+        context_len = len(_int_list(r_row, "context", r_where)) if "context" in r_row else None
+        either_side = r_row["task"] in QUERIES_BEFORE_KEYS or context_len is not None
+        if not len(queries) == len(sources) == len(answers) or any(
+                s < 0 or (s >= q if not either_side else context_len is None and s == q)
+                for q, s in zip(queries, sources)):
+            raise DataError(f"{r_where}: 'queries', 'sources' and 'answers' must be as many, each source before its "
+                            "query (another position in noncausal recall, a position of the context in cross recall)")
         if len(guesses) != len(answers) or p_row.get("queries", queries) != queries:
             raise DataError(f"{p_where}: {len(guesses)} answers for the {len(answers)} queries of {r_where}; the "
                             "predictions must follow the reference line by line")
         predicted += guesses
         true += answers
-        groups += [(r_row["task"], distance_bucket(q - s)) for q, s in zip(queries, sources)]
+        groups += [recall_groups(r_row["task"], recall_distance(q, s, context_len), s)
+                   for q, s in zip(queries, sources)]
     return predicted, true, groups
 
 
@@ -128,7 +194,8 @@ class Accuracy(Evaluator):
     prediction) or predicted class ids [N], against true class ids [N]; or, to score groups too, targets
     ``{"ids": [N], "groups": N sequences of group names}``, each example counted in every group it names:
     ``accuracy@<group>`` per group (the recall recipe's tasks and ``dist:<lo>-<hi>`` key-to-query distance
-    buckets). ``num_samples`` counts examples (answers, for recall).
+    buckets, ``ahead:<lo>-<hi>`` where the key stands after its query, ``pos:<lo>-<hi>`` position buckets of the
+    recalled pair). ``num_samples`` counts examples (answers, for recall).
 
     :meth:`details`: with ``confusion`` (the default), ``per_class_accuracy`` (correct / examples of each true class;
     None for a class with none) and ``confusion_matrix`` (rows = true class, columns = predicted class), over
@@ -220,18 +287,11 @@ class Accuracy(Evaluator):
         k = self.confusion.shape[0]
         self.confusion += torch.bincount(true * k + pred, minlength=k * k).view(k, k)
 
-    @staticmethod
-    def _group_order(name: str) -> tuple:
-        """Groups in a readable order: names first, then distance buckets by their lower bound."""
-        if name.startswith("dist:") and name[5:].split("-")[0].isdigit():
-            return (1, int(name[5:].split("-")[0]), name)
-        return (0, 0, name)
-
     def compute(self) -> dict[str, float]:
         if self.num_samples == 0:
             raise ValueError("Accuracy.compute() called before any update()")
         out = {"accuracy": self.correct / self.num_samples}
-        for name in sorted(self.groups, key=self._group_order):
+        for name in sorted(self.groups, key=group_order):
             correct, examples = self.groups[name]
             out[f"accuracy@{name}"] = correct / examples
         return out
@@ -240,7 +300,7 @@ class Accuracy(Evaluator):
         out: dict[str, Any] = {}
         if self.groups:
             out["groups"] = {name: {"correct": self.groups[name][0], "examples": self.groups[name][1]}
-                             for name in sorted(self.groups, key=self._group_order)}
+                             for name in sorted(self.groups, key=group_order)}
         if not self.confusion_kept:
             return out
         per_class = self.confusion.sum(1)

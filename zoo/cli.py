@@ -222,7 +222,7 @@ def list_cmd(kind: str | None, pattern: str | None, as_json: bool, supports: str
                 continue
             extra = {key: v for key, v in row.items() if key not in ("name", "options", "source")}
             desc = "  ".join(f"{key}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
-                             for key, v in extra.items() if key != "description")
+                             for key, v in extra.items() if key != "description" and v != "")
             text = row.get("description", "")
             click.echo(f"  {row['name']:<24} {desc}" + (f"  - {text}" if text else ""))
         if k == "attentions":

@@ -146,6 +146,7 @@ def install(arch: int, shared_limit: int, front_end: bool = False) -> tuple[dict
     from triton.runtime.errors import OutOfResources
 
     from lavo_zoo.attention.lavo import triton as read_kernels
+    from lavo_zoo.attention.lavo import triton_memory as memory_kernels
     from lavo_zoo.attention.ops import triton_utils
     from lavo_zoo.attention.ops.window import triton as window_kernels
 
@@ -171,8 +172,8 @@ def install(arch: int, shared_limit: int, front_end: bool = False) -> tuple[dict
             if min(sizes) > shared_limit:   # every configuration too large: the device refuses the launch
                 raise OutOfResources(min(sizes), shared_limit, "shared memory")
 
-    window_kernels.launch = compile_launch
-    read_kernels.launch = compile_launch
+    for kernels in (window_kernels, read_kernels, memory_kernels):   # every module that launches the project's kernels
+        kernels.launch = compile_launch
     torch.manual_seed(0)
     return shared, transposed
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from lavo_zoo.attention import build_attention
 from lavo_zoo.attention.ops.dispatch import kernels_used
+from lavo_zoo.bench.counting import counting
 from lavo_zoo.bench.timing import time_runs
 from lavo_zoo.engine.precision import autocast
 
@@ -88,18 +88,6 @@ def _top_kernels(prof: Any, on_device: bool, top: int) -> tuple[list[dict[str, A
     return rows, total / 1e3, sum(e.count for e in events)
 
 
-class _CountOps(TorchDispatchMode):
-    """Counts the PyTorch operations dispatched (views and casts included: each costs the host time)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
     """Warm up, time and profile one fwd+bwd of one layer at length T; the record of the run."""
     device = torch.device(args.device)
@@ -120,7 +108,7 @@ def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace
         attn.zero_grad(set_to_none=True)
 
     timed = time_runs(step, args.warmup, args.repeats, device)
-    with _CountOps() as ops:
+    with counting() as ops:   # the operations dispatched (views and casts too), a Triton launch once
         step()
     times, peak = timed["times_s"], timed["peak_memory_bytes"] if cuda else None
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -135,7 +123,7 @@ def profile_run(name: str, kernels: str | None, T: int, args: argparse.Namespace
     return {"attention": label, "length": T, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "autocast": amp, "kernels": kernels_used(attn), "median_ms": median_ms,
             "peak_memory_mib": None if peak is None else peak / 2**20, "profiled_ms": total_ms, "calls": calls,
-            "ops": ops.count,
+            "ops": ops.total, "triton_launches": len(ops.launches),
             "busy": total_ms / median_ms if cuda and median_ms else None,
             "timed_by": "device" if cuda else "cpu", "top": rows}
 
@@ -145,7 +133,8 @@ def _markdown(records: list[dict[str, Any]]) -> str:
     for r in records:
         memory = "" if r["peak_memory_mib"] is None else f", peak {r['peak_memory_mib']:.0f} MiB"
         kernels = f" [{r['kernels']}]" if r["kernels"] else ""
-        busy = f"; {r['ops']} PyTorch operations dispatched" + ("" if r["busy"] is None else (
+        launched = f" and {r['triton_launches']} Triton launches" if r.get("triton_launches") else ""
+        busy = f"; {r['ops']} PyTorch operations dispatched{launched}" + ("" if r["busy"] is None else (
             f", {r['calls']} kernel launches, the device busy for {100 * r['busy']:.0f}% of the median step (well "
             "under 100% means the host's launching, not the kernels, sets the time)"))
         lines += [f"## {r['attention']}{kernels}, T = {r['length']}, {r['device']}, autocast {r['autocast']}", "",

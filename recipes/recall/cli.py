@@ -56,9 +56,10 @@ Examples:
 @overwrite_option
 def recall_plot(studies: tuple[Path, ...], out: Path, table_file: Path | None, title: str, overwrite: bool) -> None:
     """Accuracy against recurrent-state size (Zoology's main figure) over the cells of the `lavo-zoo compare`
-    STUDIES (their --out folders, recall configs): one point per attention and setting (mean ± std over its
-    seeds), the state measured from each rebuilt model's attention state objects, for one sequence of the
-    training length (a state that grows with the sequence, the KV cache, is marked)."""
+    STUDIES (their --out folders, recall configs): one point per task, attention and setting (mean ± std over its
+    seeds), the state of the site under test measured from each rebuilt model's attention state objects, for one
+    sequence of the training length (a state that grows with the sequence, the KV cache, is marked; a cross site:
+    its cache of the source)."""
     from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
 
     with Outputs("recall-plot", overwrite, inputs={f"study {study}": study for study in studies}) as outputs:

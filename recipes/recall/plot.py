@@ -13,6 +13,7 @@ from typing import Any
 from lavo_zoo.engine.records import CellRecord, MetricSummary
 from lavo_zoo.engine.run_identity import collect_runs
 from lavo_zoo.errors import UsageError
+from lavo_zoo.evaluators.classification import BUCKETS, group_order
 
 
 def check_recall_record(record: CellRecord) -> None:
@@ -40,27 +41,45 @@ def measure_state(cell_folder: Path) -> tuple[int, bool, int]:
     return size, grows, cfg.data.seq_len
 
 
+def cell_task(cell_folder: Path) -> str:
+    """The recall task a cell trained on (``data.task`` of its config.yaml), which fixes its pattern: cells of one
+    attention on different tasks are different rows."""
+    import yaml
+
+    file = cell_folder / "config.yaml"
+    try:
+        config = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UsageError(f"{file}: cannot read the cell's config ({e}); run that cell again, or leave it out") from None
+    data = config.get("data") if isinstance(config, dict) else None
+    return str(data.get("task", "mqar")) if isinstance(data, dict) else "mqar"
+
+
 def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """One row per (attention, setting): state bytes, whether they grow, the seeds, and mean / std of every
-    accuracy metric over them; sorted by attention, then state size."""
-    groups: dict[tuple[str, str], list[tuple[CellRecord, Path]]] = {}
+    """One row per (task, attention, setting): state bytes, whether they grow, the seeds, and mean / std of every
+    accuracy metric over them; sorted by task, attention, then state size."""
+    groups: dict[tuple[str, str, str], list[tuple[CellRecord, Path]]] = {}
     for record in collect_runs(paths):  # each run once; a damaged cell record stops the command, naming it
         check_recall_record(record)
         folder = Path(record.source).parent
-        groups.setdefault((str(record.attention), " ".join(record.options())), []).append((record, folder))
+        key = (cell_task(folder), str(record.attention), " ".join(record.options()))
+        groups.setdefault(key, []).append((record, folder))
     rows = []
-    for (name, setting), cells in groups.items():
+    for (task, name, setting), cells in groups.items():
         size, grows, seq_len = measure_state(cells[0][1])
         records = [record for record, _ in cells]
-        metrics = sorted({m for r in records for m in r.metrics},
-                         key=lambda m: (m != "accuracy", not m.startswith("accuracy@dist:"),
-                                        int(m.split(":")[1].split("-")[0]) if m.startswith("accuracy@dist:") else 0, m))
-        rows.append({"attention": name, "setting": setting, "state_bytes": size, "grows": grows, "seq_len": seq_len,
-                     "seeds": sorted(r.seed for r in records),
+        metrics = sorted({m for r in records for m in r.metrics}, key=lambda m: (m != "accuracy", group_order(m)))
+        rows.append({"task": task, "attention": name, "setting": setting, "state_bytes": size, "grows": grows,
+                     "seq_len": seq_len, "seeds": sorted(r.seed for r in records),
                      # (mean, std) of each metric over the seeds
                      "metrics": {m: MetricSummary.of(r.metrics[m]["value"] for r in records if m in r.metrics)[:2]
                                  for m in metrics}})
-    return sorted(rows, key=lambda r: (r["attention"], r["state_bytes"], r["setting"]))
+    return sorted(rows, key=lambda r: (r["task"], r["attention"], r["state_bytes"], r["setting"]))
+
+
+def _several_tasks(rows: list[dict[str, Any]]) -> bool:
+    """Whether the rows span several tasks (the table then names each row's task, the plot each series')."""
+    return len({r.get("task") for r in rows}) > 1
 
 
 def _kib(n: int) -> str:
@@ -68,14 +87,19 @@ def _kib(n: int) -> str:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table: accuracy and each distance bucket's accuracy, mean ± std over the seeds."""
-    buckets = list(dict.fromkeys(m for r in rows for m in r["metrics"] if m.startswith("accuracy@dist:")))
-    head = ["attention", "setting", "state per sequence (KiB)", "seeds", "accuracy",
+    """The rows as a Markdown table: accuracy and each bucket's accuracy (by distance, ``dist:`` and ``ahead:``, then
+    by the pair's position, ``pos:``), mean ± std over the seeds."""
+    buckets = sorted({m for r in rows for m in r["metrics"] if m.startswith(tuple(f"accuracy@{b}" for b in BUCKETS))},
+                     key=group_order)
+    tasks = ["task"] if _several_tasks(rows) else []
+    head = [*tasks, "attention", "setting", "state per sequence (KiB)", "seeds", "accuracy",
             *[b.removeprefix("accuracy@") for b in buckets]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
+    texts = 3 + len(tasks)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * texts + "---:|" * (len(head) - texts)]
     for r in rows:
         size = _kib(r["state_bytes"]) + (f" (grows with T; at T={r['seq_len']})" if r["grows"] else "")
-        cells = [r["attention"], r["setting"] or "defaults", size, str(len(r["seeds"]))]
+        cells = [*([r["task"]] if tasks else []), r["attention"], r["setting"] or "defaults", size,
+                 str(len(r["seeds"]))]
         for metric in ("accuracy", *buckets):
             mean, std = r["metrics"].get(metric, (math.nan, 0.0))
             cells.append("" if math.isnan(mean) else f"{mean:.3f}" + (f" ± {std:.3f}" if len(r["seeds"]) > 1 else ""))
@@ -96,25 +120,27 @@ def _short(setting: str) -> str:
     return " ".join(parts)
 
 
-def _series(row: dict[str, Any]) -> str:
-    """A row's line in the plot: its attention, and a switch it was trained with off (LAVO's global_read=false)."""
+def _series(row: dict[str, Any], task: bool = False) -> str:
+    """A row's line in the plot: its attention, and a switch it was trained with off (LAVO's global_read=false);
+    with ``task``, its task after it."""
     off = [item for item in row["setting"].split() if item.endswith("=false")]
-    return " ".join([row["attention"], *off])
+    return " ".join([row["attention"], *off, *([f"({row['task']})"] if task else [])])
 
 
 def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against recurrent state",
                format: str = "png") -> bytes:
     """The figure's bytes in ``format`` (a PNG by default): accuracy (mean ± std over seeds) against state bytes
-    per sequence, one series per attention; a state that grows with the sequence (a KV cache) is drawn hollow at its
-    size at the training length."""
+    per sequence, one series per attention (and task, where the rows span several); a state that grows with the
+    sequence (a KV cache) is drawn hollow at its size at the training length."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for name in dict.fromkeys(_series(r) for r in rows):
-        series = sorted((r for r in rows if _series(r) == name), key=lambda r: r["state_bytes"])
+    task = _several_tasks(rows)
+    for name in dict.fromkeys(_series(r, task) for r in rows):
+        series = sorted((r for r in rows if _series(r, task) == name), key=lambda r: r["state_bytes"])
         xs = [r["state_bytes"] for r in series]
         ys, errs = zip(*(r["metrics"]["accuracy"] for r in series))
         grows = any(r["grows"] for r in series)
@@ -128,7 +154,8 @@ def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against r
             ax.annotate("\n".join(_short(r["setting"]) or "defaults" for r in here),
                         (x, here[0]["metrics"]["accuracy"][0]), fontsize=6, xytext=(4, 2), va="top",
                         textcoords="offset points", color=line[0].get_color())
-    ax.set(xscale="log", xlabel="recurrent state per sequence (bytes, all layers)", ylabel="accuracy", title=title,
+    ax.set(xscale="log", xlabel="state per sequence (bytes, all layers of the site under test)", ylabel="accuracy",
+           title=title,
            ylim=(-0.03, 1.03))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))

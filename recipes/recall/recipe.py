@@ -1,5 +1,7 @@
 """The ``recall`` recipe: MQAR (Zoology), selective copying (Mamba) and induction heads with a small decoder over any
-causal attention; cross-entropy and accuracy at the answer positions only, per task and key-to-query distance."""
+causal attention, noncausal MQAR with an encoder over any noncausal one, cross MQAR with an encoder-decoder over any
+cross attention; cross-entropy and accuracy at the answer positions only, per task, key-to-query distance and
+position of the recalled pair."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,11 +14,11 @@ from torch.utils.data import Dataset
 from lavo_zoo.engine.recipe import Recipe, register_recipe
 from lavo_zoo.engine.run_config import RunConfig, TrainConfig
 from lavo_zoo.evaluators import Evaluator, build_evaluator
-from lavo_zoo.evaluators.classification import distance_bucket
+from lavo_zoo.evaluators.classification import recall_groups
 from lavo_zoo.recipes.recall.builtin import BuiltinRecall
 from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, read_examples, split_file
 from lavo_zoo.recipes.recall.infer import Recaller, query_logits
-from lavo_zoo.recipes.recall.model import ModelConfig, RecallModel
+from lavo_zoo.recipes.recall.model import ModelConfig, build_recall_model, check_task_model
 
 
 def paper_train_config() -> TrainConfig:
@@ -36,13 +38,20 @@ class RecallConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
 
+    def __post_init__(self) -> None:
+        """The task fixes the model, so ``model.attention`` (and ``model.binding``) are checked against the task's
+        pattern here."""
+        check_task_model(self.model, self.data.pattern, self.data.task)
+
 
 @register_recipe("recall")
 class RecallRecipe(Recipe):
     """Batches are dicts: tokens [B, T], targets [B, T] (the answer at each query, -100 elsewhere), distances [B, T]
-    (query - source at each query), task [B] (an index into ``TASKS``)."""
+    (the key-to-query distance at each query), positions [B, T] (the position of each query's source), task [B] (an
+    index into ``TASKS``), and context [B, S] (the source) in cross recall."""
 
-    description = "Recall diagnostics: MQAR (Zoology), selective copying, induction heads (accuracy by distance)"
+    description = ("Recall diagnostics: MQAR (Zoology), selective copying, induction heads; noncausal and cross MQAR "
+                   "(accuracy by distance and position)")
     config_class = RecallConfig
     evaluator = "accuracy"  # accuracy, accuracy@<task>, accuracy@dist:<lo>-<hi>
     tiny_config = "recall/tiny-lavo"
@@ -58,11 +67,13 @@ class RecallRecipe(Recipe):
         return cfg
 
     def build_model(self, cfg: RecallConfig) -> nn.Module:
-        return RecallModel(self.resolve(cfg).model)
+        """The model of the task's pattern (``data.task``): a decoder, an encoder or an encoder-decoder."""
+        return build_recall_model(self.resolve(cfg).model, cfg.data.pattern)
 
     def build_dataset(self, cfg: RecallConfig, split: str) -> Dataset:
         path = split_file(self.data_path(cfg.data), self.check_split(split))
-        return read_examples(path, cfg.data.vocab_size, cfg.data.seq_len)
+        return read_examples(path, cfg.data.vocab_size, cfg.data.seq_len, pattern=cfg.data.pattern,
+                             target_len=cfg.data.target_len)
 
     def training_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         logits, answers = query_logits(model, batch)  # [N, V], [N]
@@ -76,7 +87,8 @@ class RecallRecipe(Recipe):
         return F.cross_entropy(logits.float(), answers), logits.argmax(-1), self._targets(batch, answers)
 
     def predict(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """(predicted ids [N], {"ids": answers [N], "groups": (task, distance bucket) of each}) at the queries."""
+        """(predicted ids [N], {"ids": answers [N], "groups": (task, distance bucket, position bucket) of each}) at
+        the queries."""
         logits, answers = query_logits(model, batch)
         return logits.argmax(-1), self._targets(batch, answers)
 
@@ -84,8 +96,9 @@ class RecallRecipe(Recipe):
     def _targets(batch: dict[str, torch.Tensor], answers: torch.Tensor) -> dict:
         select = batch["targets"] != IGNORE  # [B, T]
         tasks = batch["task"][:, None].expand_as(select)[select].tolist()  # [N]
-        distances = batch["distances"][select].tolist()  # [N]
-        return {"ids": answers, "groups": [(TASKS[t], distance_bucket(d)) for t, d in zip(tasks, distances)]}
+        distances, positions = batch["distances"][select].tolist(), batch["positions"][select].tolist()  # [N]
+        return {"ids": answers, "groups": [recall_groups(TASKS[t], d, p) for t, d, p in zip(tasks, distances,
+                                                                                           positions)]}
 
     def build_evaluator(self, cfg: RecallConfig) -> Evaluator:
         """Accuracy without the confusion matrix (a vocabulary of thousands of classes)."""

@@ -93,8 +93,8 @@ def test_an_unknown_request_is_refused():
         choose_kernels(_q(), "fast")
 
 
-# The CUDA rules. Until a device run of the Triton kernels has passed, 'auto' on CUDA is the path that has run on a
-# GPU (flex window + recompute read); LAVO_ZOO_TRITON=1 makes it take Triton, kernels='triton' forces it.
+# The CUDA rules (triton_by_default states when 'auto' takes Triton): with it off, 'auto' on CUDA is the flex window
+# and the recompute read; LAVO_ZOO_TRITON=1 makes it take Triton, kernels='triton' forces it.
 CUDA_CASES = [
     # backend, length, dtype, auto_triton, switches, dropout in training, want
     ("auto", 512, torch.float32, True, {}, False, ("flex", "recompute")),             # the verified default
@@ -195,8 +195,8 @@ def test_recurrent_unknown_request_is_refused():
             kernels.choose(_q(), "triton")
 
 
-# fla's kernels are Triton kernels: 'auto' takes them under the dispatch's Triton rule (with LAVO_ZOO_TRITON=1 until
-# a device run has passed), a request anywhere they run; the delta rule's in half precision only.
+# fla's kernels are Triton kernels: 'auto' takes them under the dispatch's Triton rule (triton_by_default), a request
+# anywhere they run; the delta rule's in half precision only.
 RECURRENT_CUDA_CASES = [
     # op, request, dtype, switches, fla importable, want
     ("gated_linear", "auto", torch.float32, {}, True, "chunk"),                         # the verified default

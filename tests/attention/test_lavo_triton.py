@@ -518,17 +518,21 @@ def test_layer_triton_equals_recompute_in_float64(kernels, pattern, opts, T):
 @interpreted
 def test_streaming_on_triton_equals_the_full_call(kernels):
     """Chunks carrying the constant-size state (the window reaching into the state's keys, the memory sums) give the
-    one-pass output, decoding token by token too, and the one-pass gradients through an undetached state."""
+    one-pass output, decoding token by token too, and the one-pass gradients through an undetached state. A chunk of
+    several tokens runs the Triton kernels; a one-token chunk recording a graph the PyTorch decoding step (the Triton
+    step has no backward)."""
     attn = _layer("causal")
     x = torch.randn(2, 14, 16, requires_grad=True)
     g = torch.randn(2, 14, 16)
     y = attn(x)
     full = torch.autograd.grad((y * g).sum(), [x, *attn.parameters()])
-    state, ys = None, []
+    state, ys, used = None, [], []
     for a, b in ((0, 5), (5, 6), (6, 11), (11, 12), (12, 13), (13, 14)):
         y_t, state = attn(x[:, a:b], state=state, return_state=True)
         ys.append(y_t)
-    assert attn.kernels_used == "triton" and state.keys.shape[2] == 3
+        used.append(attn.kernels_used)
+    assert used == ["triton", "recompute", "triton", "recompute", "recompute", "recompute"]
+    assert state.keys.shape[2] == 3
     streamed = torch.cat(ys, 1)
     torch.testing.assert_close(streamed, y, **TOL)
     for a, b in zip(torch.autograd.grad((streamed * g).sum(), [x, *attn.parameters()]), full):
@@ -579,3 +583,146 @@ def test_decoding_in_one_kernel_equals_the_full_call_and_the_torch_step(kernels,
     torch.testing.assert_close(torch.cat(ys, 1), full[:, 1:], **TOL)
     for name in ("keys", "values", "sum_complete", "sum_partial"):
         torch.testing.assert_close(getattr(state, name), getattr(ref_state, name), **TOL, msg=name)
+
+
+# ------------------------------------------------------------------------------------------------ the fused layer
+def _fused_inputs(causal: bool, combine: str, rms: bool, temperature: bool, padded: bool, T: int, w: int,
+                  d: int = 8, r: int = 4):
+    B, H = 2, 2
+    qkv = torch.randn(B, T, 3 * H * d, requires_grad=True)
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous().requires_grad_()
+    bias = torch.randn(H, 2 * w - 1, requires_grad=True)
+    log_t = (torch.randn(H) * 0.5).requires_grad_() if temperature else None
+    gain = torch.randn(H).requires_grad_() if combine == "gain" else (1.7 if combine == "sum" else 1.0)
+    mask = None
+    if padded:
+        mask = torch.rand(B, T) > 0.3
+        mask[:, 0] = True
+    return qkv, bases, bias, log_t, gain, mask
+
+
+@interpreted
+@pytest.mark.parametrize("causal, combine, rms, temperature, padded, dropout, T, w", [
+    (True, "sum", True, True, False, 0.0, 37, 4),     # the causal default (rms, temperature): row 0 empty
+    (True, "gain", False, False, True, 0.3, 37, 4),   # learned gain, padding holes, dropout on both branches
+    (True, "sum", True, True, True, 0.0, 90, 5),      # w not a power of two, two tiles of windows
+    (True, "sum", True, False, False, 0.0, 40, 32),   # long windows: 4 per tile, the read's product by broadcast
+    (False, "half", True, True, True, 0.3, 37, 4),    # noncausal: the one mean, 'half', padding, dropout
+    (False, "gain", False, False, False, 0.0, 130, 3),
+])
+def test_the_fused_operation_equals_its_pytorch_form_in_float64(kernels, monkeypatch, causal, combine, rms,
+                                                                temperature, padded, dropout, T, w):
+    """One operation from the q, k, v projection to the joined output (window, memory rows, read): its output and
+    every gradient (qkv, bases, EPE, temperature, gain) against the same computation by torch operations in float64
+    (fused.pytorch_form), under the kernels' dropout masks of the same seeds."""
+    from lavo_zoo.attention.lavo import fused
+
+    seeds = iter([1234, 4321])
+    monkeypatch.setattr(fused, "new_seed", lambda: next(seeds))
+    qkv, bases, bias, log_t, gain, mask = _fused_inputs(causal, combine, rms, temperature, padded, T, w)
+    y = fused.fused_self_attention(qkv, bases, w, heads=2, causal=causal, bias=bias, log_temperature=log_t, gain=gain,
+                                   combine=combine, memory_norm="rms" if rms else "mean", key_mask=mask,
+                                   dropout=dropout, block_m=16)
+    g = torch.randn_like(y)
+    per_head = isinstance(gain, torch.Tensor)
+    leaves = [t for t in (qkv, bases, bias, log_t, gain if per_head else None) if t is not None]
+    grads = torch.autograd.grad((y * g).sum(), leaves)
+    half = combine == "half"
+    options = fused.FusedOptions(2, w, causal, rms, 0.5 if half else (1.0 if per_head else gain), 0.5 if half else 1.0,
+                                 dropout, 1234 if dropout else 0, 4321 if dropout else 0, 16)
+    q2, b2, bias2, t2, gain2 = (_f64(t)[0] if t is not None else None
+                                for t in (qkv, bases, bias, log_t, gain if per_head else None))
+    ref = fused.pytorch_form(q2, b2, bias2, t2, gain2, mask, options)
+    refs = torch.autograd.grad((ref * g.double()).sum(), [t for t in (q2, b2, bias2, t2, gain2) if t is not None])
+    for name, a, b in zip(["out", "dqkv", "dbases", "depe", "dtemperature", "dgain"], [y, *grads], [ref, *refs]):
+        err = (a.double() - b).abs().max().item()
+        assert err <= 1e-5 * b.abs().max().item(), (name, err)  # float32 against float64: ~1e-7 measured
+
+
+@interpreted
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rms", [True, False])
+def test_memory_row_kernels_equal_the_torch_rows_and_their_gradient(kernels, causal, rms):
+    """The memory rows (context dissection's means of the windows before each, or the noncausal mean) of padded
+    features, and the features' gradient the backward kernel gives from a per-query dh through the bases and the rms,
+    against float64 autograd of the torch rows. Row 0 of causal attention holds no token: its rms factor is 1e3,
+    which the backward keeps out of the suffix sums (subtracting it again lost the precision of the rows before)."""
+    from lavo_zoo.attention.lavo import triton_memory
+    from lavo_zoo.attention.lavo.memory import dissected_memory, mean_memory
+    from lavo_zoo.attention.lavo.read import RMS_EPS
+
+    B, H, T, d, r, w = 2, 2, 23, 8, 4, 4
+    feats = torch.randn(B, H, T, d)
+    mask = torch.rand(B, T) > 0.3
+    mask[:, 0] = True
+    bases = torch.linalg.qr(torch.randn(H, d, r)).Q.mT.contiguous()
+    dh = torch.zeros(B, H, T, 16)
+    dh[..., :r] = torch.randn(B, H, T, r) * mask[:, None, :, None]          # padded queries read nothing
+    mem = triton_memory.memory_rows(feats, mask.to(torch.int8), w, causal)
+    f2 = feats.double().requires_grad_()
+    valid = mask[:, None].double()
+    real = f2 * valid[..., None]
+    rows = dissected_memory(real, valid, w)[0] if causal else mean_memory(real, valid)
+    torch.testing.assert_close(mem.double(), rows, rtol=1e-5, atol=1e-6)
+    normed = rows * torch.rsqrt(rows.square().mean(-1, keepdim=True) + RMS_EPS) if rms else rows
+    h = normed @ bases.double().mT                                             # [B, H, n, r]
+    read = h[:, :, torch.arange(T) // w] if causal else h.expand(B, H, T, r)
+    want, = torch.autograd.grad((read * dh[..., :r].double()).sum(), f2)
+    dwin = triton_memory.memory_rows_backward(dh, bases, mem, mask.to(torch.int8), w, causal, rms)
+    got = dwin.view(B, H, -1, d)[:, :, torch.arange(T) // w if causal else torch.zeros(T, dtype=torch.long)]
+    got = got * valid[..., None]                                               # padded features get nothing
+    err = (got.double() - want).abs().max().item()
+    assert err <= 1e-6 * want.abs().max().item(), err
+
+
+# The counts of one fwd+bwd (bf16 autocast, training's precision) and of one decoding step, pinned when the fused
+# path was written (lavo-zoo bench ops, the benchmark layer D 768, 12 heads, r 64, w 16: the same counts)
+TRITON_FWDBWD = 100  # 91 operations + 9 launches; sdpa's layer: 106
+TRITON_DECODE = 20   # 19 operations + 1 launch; sdpa's: 38
+
+
+@interpreted
+def test_the_triton_path_dispatches_no_more_than_sdpa(kernels):
+    """The fixed cost of a step on a GPU: the Triton path's operations and launches, at most sdpa's and at most the
+    pinned counts (tests/bench/test_ops.py pins the CPU paths)."""
+    from lavo_zoo.bench.ops import count_path
+
+    spec = {"embed_dim": 32, "heads": 2, "num_bases": 16, "window": 4, "device": "cpu", "warmup": False}
+    lavo = count_path({"path": "lavo:triton", "mode": "fwdbwd", "length": 16, "autocast": "bfloat16", **spec})
+    sdpa = count_path({"path": "sdpa", "mode": "fwdbwd", "length": 16, "autocast": "bfloat16", **spec})
+    assert lavo["kernels"] == "triton" and lavo["launches"] == 9
+    assert lavo["total"] <= min(TRITON_FWDBWD, sdpa["total"]), (lavo["by_op"], lavo["kernel_launches"])
+    step = count_path({"path": "lavo:triton", "mode": "decode", "length": 20, "autocast": "none", **spec})
+    assert step["kernel_launches"] == ["decode"] and step["total"] <= TRITON_DECODE, step["by_op"]
+
+
+@interpreted
+@pytest.mark.parametrize("pattern", ["causal", "noncausal", "cross"])
+def test_the_layer_compiles_whole_on_the_triton_kernels(kernels, pattern):
+    """torch.compile(fullgraph=True) of the layer on the Triton kernels (their custom operators, traced through
+    their fake forms): no graph break, and the compiled forward and backward give the eager ones."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    attn = _layer(pattern)
+    x = torch.randn(2, 11, 16, requires_grad=True)
+    mask = torch.rand(2, 11) > 0.3
+    mask[:, 0] = True
+    kw = {"context": torch.randn(2, 9, 16), "context_mask": mask[:, :9]} if pattern == "cross" else {}
+    compiled = torch.compile(attn, fullgraph=True, backend="aot_eager")
+    y = compiled(x, mask, **kw)
+    assert attn.kernels_used == "triton"
+    got = torch.autograd.grad(y.square().sum(), [x, *attn.parameters()])
+    want_y = attn(x, mask, **kw)
+    want = torch.autograd.grad(want_y.square().sum(), [x, *attn.parameters()])
+    for a, b in zip([y, *got], [want_y, *want]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+@interpreted
+def test_a_recipe_model_compiles_whole_on_the_triton_kernels(kernels):
+    """lm/tiny-lavo's model, training loss and backward, compiled with fullgraph=True on the Triton kernels: no graph
+    break, the eager loss and gradients."""
+    from tests.attention.test_lavo_compile import check_model_compiles
+
+    check_model_compiles("triton")

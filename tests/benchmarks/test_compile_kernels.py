@@ -16,7 +16,7 @@ GPU = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
 pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = {"window_fwd", "window_delta", "window_bwd_dq", "window_bwd_dkdv", "window_bwd_dbias", "read_fwd",
-           "read_bwd", "decode"}
+           "read_bwd", "decode", "memory_fwd", "memory_bwd"}
 
 
 def test_every_kernel_compiles_for_sm_90(tmp_path):

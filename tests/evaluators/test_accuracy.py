@@ -1,6 +1,7 @@
-"""The accuracy evaluator's groups (the recall recipe's tasks and distance buckets) against a plain per-group count,
-the distance buckets against a loop over powers of two, and `score accuracy` on recall's JSON lines: the same
-figures from the files, and the mismatched or malformed lines refused naming the file and line."""
+"""The accuracy evaluator's groups (the recall recipe's tasks, distance and position buckets) against a plain
+per-group count, the buckets against loops over powers of two, and `score accuracy` on recall's JSON lines: the same
+figures from the files (noncausal and cross recall's too), and the mismatched or malformed lines refused naming the
+file and line."""
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch
 from lavo_zoo.cli import main
 from lavo_zoo.errors import DataError
 from lavo_zoo.evaluators import build_evaluator
-from lavo_zoo.evaluators.classification import Accuracy, distance_bucket
+from lavo_zoo.evaluators.classification import Accuracy, distance_bucket, position_bucket, signed_distance_bucket
 
 
 def _reference_bucket(distance: int) -> str:
@@ -30,6 +31,28 @@ def test_distance_buckets_double():
     assert all(distance_bucket(d) == _reference_bucket(d) for d in range(1, 3000))
     with pytest.raises(ValueError, match=">= 1"):
         distance_bucket(0)
+
+
+def _reference_position(position: int) -> str:
+    """pos:0, pos:1, then [2^k, 2^(k+1) - 1] by walking the powers of two."""
+    if position < 2:
+        return f"pos:{position}"
+    low = 2
+    while not low <= position < 2 * low:
+        low *= 2
+    return f"pos:{low}-{2 * low - 1}"
+
+
+def test_position_and_signed_distance_buckets_double():
+    assert [position_bucket(p) for p in (0, 1, 2, 3, 4, 7, 8, 63, 64)] == [
+        "pos:0", "pos:1", "pos:2-3", "pos:2-3", "pos:4-7", "pos:4-7", "pos:8-15", "pos:32-63", "pos:64-127"]
+    assert all(position_bucket(p) == _reference_position(p) for p in range(3000))
+    assert all(signed_distance_bucket(d) == _reference_bucket(d) for d in range(1, 300))
+    assert all(signed_distance_bucket(-d) == _reference_bucket(d).replace("dist:", "ahead:") for d in range(1, 300))
+    with pytest.raises(ValueError, match=">= 0"):
+        position_bucket(-1)
+    with pytest.raises(ValueError, match="not 0"):
+        signed_distance_bucket(0)
 
 
 def test_grouped_accuracy_matches_a_per_group_count():
@@ -101,6 +124,45 @@ def test_score_accuracy_reads_recall_predictions(tmp_path, capsys):
     for bucket in {b for *_, b in answers}:
         assert values[f"accuracy@{bucket}"] == pytest.approx(np.mean([h for h, _, b in answers if b == bucket]))
     assert "confusion_matrix" not in results["details"]
+
+
+def test_score_accuracy_groups_noncausal_and_cross_answers_by_distance_and_position(tmp_path):
+    """Noncausal rows (queries before and after their keys) and cross rows (the key in a context of S tokens): each
+    answer counted by brute force in its distance bucket (signed; cross: S - source + query) and in the position
+    bucket of its key, against what `score accuracy` reports for every group."""
+    rng = np.random.default_rng(5)
+    refs, preds = [], []
+    for i in range(60):
+        length = int(rng.integers(20, 90))
+        sources = rng.choice(length - 1, 3, replace=False)
+        queries = sorted(rng.choice(np.setdiff1d(np.arange(length), sources), 3, replace=False).tolist())
+        row = {"task": "noncausal_mqar", "tokens": [0] * length, "queries": queries, "sources": sources.tolist(),
+               "answers": rng.integers(0, 9, 3).tolist()}
+        if i % 2:  # a cross row: a target of 3 queries over a context
+            row = {"task": "cross_mqar", "context": [0] * length, "tokens": [0, 0, 0], "queries": [0, 1, 2],
+                   "sources": sources.tolist(), "answers": row["answers"]}
+        refs.append(row)
+        preds.append({"answers": [a if rng.random() < 0.6 else a + 1 for a in row["answers"]]})
+    ref, pred = _write_jsonl(tmp_path / "test.jsonl", refs), _write_jsonl(tmp_path / "answers.jsonl", preds)
+    out = tmp_path / "score.json"
+    assert main(["score", "accuracy", "--pred", str(pred), "--ref", str(ref), "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    counts: dict[str, list[int]] = {}
+    for r, p in zip(refs, preds):
+        for q, s, a, guess in zip(r["queries"], r["sources"], r["answers"], p["answers"]):
+            distance = len(r["context"]) - s + q if "context" in r else q - s
+            bucket = _reference_bucket(abs(distance))
+            for group in (r["task"], bucket if distance > 0 else bucket.replace("dist:", "ahead:"),
+                          _reference_position(s)):
+                counts.setdefault(group, [0, 0])
+                counts[group][0] += guess == a
+                counts[group][1] += 1
+    assert results["details"]["groups"] == {g: {"correct": c, "examples": n} for g, (c, n) in counts.items()}
+    for group, (correct, examples) in counts.items():
+        assert results["metrics"][f"accuracy@{group}"]["value"] == pytest.approx(correct / examples)
+    names = list(results["metrics"])
+    kinds = [next((k for k in ("dist:", "ahead:", "pos:") if n.startswith(f"accuracy@{k}")), "") for n in names]
+    assert kinds == sorted(kinds, key=["", "dist:", "ahead:", "pos:"].index)  # tasks, then the kinds of bucket
 
 
 @pytest.mark.parametrize("edit, where", [

@@ -94,6 +94,9 @@ class Attention(nn.Module):
     # decoding state in the contract's symbols (D width, H heads, T tokens so far, and its options)
     family: ClassVar[str] = ""
     decoding_state: ClassVar[str] = ""
+    # what a noncausal layer keeps of its sequence for the queries to read, in the same symbols (shown where declared;
+    # a noncausal layer never streams: its queries need the whole sequence first)
+    noncausal_state: ClassVar[str] = ""
     # False for mechanisms whose eval-mode output is not a fixed function of the valid tokens (e.g. sampled keys),
     # so that exact invariance tests (padding, streaming == full) know to use a tolerance or skip.
     deterministic: ClassVar[bool] = True

@@ -16,13 +16,17 @@ The reference layer has no short convolution; the Based architecture puts one in
 query, key and value projections (flash-linear-attention's form in its other layers), off by default as in the
 reference layer.
 
-Patterns: causal, noncausal (every query reads the sums over all real tokens: Zoology's ``causal=False``) and cross
-(the sums over the real source tokens), see :mod:`lavo_zoo.attention.recurrent`. Projections without bias, as the
-reference.
+Patterns: causal, noncausal and cross, see :mod:`lavo_zoo.attention.recurrent`. Without a decay, noncausal
+attention is every query against the sums over all real tokens (Zoology's ``causal=False``; LION-LIT) in both of its
+forms: the forward and backward scans, which count each key once, add up to those sums, so the layer reads the sums
+(one pass; its noncausal state is their constant size). With a short convolution the two forms still agree, since
+the keys and values are convolved over the sequence before either reads them. Cross reads the sums over the real
+source tokens. Projections without bias, as the reference.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -35,10 +39,10 @@ from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
-    SourceMemory,
+    Writes,
     check_eps,
-    key_mask,
     merge_heads,
+    naive_source_reading,
     real_rows,
     split_heads,
 )
@@ -67,9 +71,12 @@ class BasedAttention(RecurrentAttention):
     kernel_set = GATED_LINEAR_KERNELS
     test_options: ClassVar[dict[str, Any]] = {"feature_dim": 4, "chunk_size": 8, "conv_size": 3}
     source_op = False  # no decay: a source's state is the plain sum of its writes
+    noncausal_state = ("H x (1 + f + f(f+1)/2) x (D/H + 1), the sums after the sequence (no decay: both noncausal "
+                       "forms read them; no streaming)")
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", feature_dim: int = 16,
-                 conv_size: int = 0, chunk_size: int = 64, eps: float = 1e-12, kernels: str = "auto") -> None:
+                 conv_size: int = 0, chunk_size: int = 64, eps: float = 1e-12, kernels: str = "auto",
+                 noncausal_form: str = "bidirectional") -> None:
         """Based's layer (flash-linear-attention's ``BasedLinearAttention``; its defaults).
 
         Args:
@@ -82,12 +89,14 @@ class BasedAttention(RecurrentAttention):
             eps: added to the normaliser (a query that sees no weight reads zeros, not NaN).
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA);
                 the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`; the same function for Based, see the module docstring).
 
         Raises:
             ValueError: a ``feature_dim`` or ``chunk_size`` below 1, a negative ``conv_size``, an unknown
-                ``kernels``, an ``eps`` that is not a finite number > 0.
+                ``kernels`` or ``noncausal_form``, an ``eps`` that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, kernels)
+        super().__init__(embed_dim, num_heads, pattern, kernels, noncausal_form)
         if feature_dim < 1 or chunk_size < 1:
             raise ValueError(f"feature_dim ({feature_dim}) and chunk_size ({chunk_size}) must be >= 1")
         check_eps("eps", eps)
@@ -131,22 +140,20 @@ class BasedAttention(RecurrentAttention):
         conv = ((cq,) if cq is not None else ()) + ckv
         return self._output(o, x.dtype), RecurrentState(memory, conv)
 
-    def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
+    def writes(self, source: torch.Tensor) -> Writes:
         fk, v, _ = self._keys_values(source, (None, None))
-        m = key_mask(mask, fk)
-        if m is not None:
-            fk = fk * m[..., None]
-        return SourceMemory(fk.transpose(-1, -2) @ v)  # [B, H, F, d + 1]
+        return Writes(fk, v, {})
 
-    def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
+    def reader(self, x: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
         q, _ = self.q_conv(self.q_proj(x))
-        return self._output(taylor_features(split_heads(q, self.num_heads)) @ memory.memory.to(x.dtype), x.dtype)
+        return taylor_features(split_heads(q, self.num_heads)), lambda o: self._output(o, x.dtype)
 
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Per row, its real tokens alone: causal by the token recurrence of the sums, noncausal / cross as every query
-    against the sums over the (source's) real tokens; the normalised quotient, then out_proj."""
+    """Per row, its real tokens alone: causal by the token recurrence of the sums, noncausal and cross as
+    :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads the sums; the normalised quotient, then
+    out_proj."""
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = naive_short_conv(m.q_conv, m.q_proj(xq))
@@ -157,10 +164,7 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_gated_linear(fq, fk, v1)
         else:
-            S = fk.new_zeros(*fk.shape[:2], fk.shape[-1], v1.shape[-1])
-            for s in range(fk.shape[2]):  # the sums over the real source tokens, one by one
-                S = S + fk[:, :, s, :, None] * v1[:, :, s, None, :]
-            o = fq @ S
+            o = naive_source_reading(m, naive_gated_linear, fq, fk, v1)
         o = o[..., :-1] / (o[..., -1:] + m.eps)
         out[b, rows] = m.out_proj(merge_heads(o))[0]
     return out

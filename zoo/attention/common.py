@@ -17,8 +17,9 @@ from lavo_zoo.attention.base import Attention
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax."""
-    return torch.promote_types(dtype, torch.float32)
+    """fp32 for half/bf16/fp32 inputs, fp64 for fp64: the dtype of every sum and softmax (decided in Python:
+    ``torch.promote_types`` is an operation dispatched like any other, which a decoding step counts)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def heads_major_empty(B: int, H: int, T: int, d: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -31,6 +32,12 @@ def heads_major_empty(B: int, H: int, T: int, d: int, like: torch.Tensor, dtype:
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     """[B, T, D] -> [B, H, T, d] (a view; call ``.contiguous()`` where a kernel needs it)."""
     return t.unflatten(-1, (num_heads, t.shape[-1] // num_heads)).transpose(1, 2)
+
+
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v [B, H, T, d] as views of a fused projection qkv [B, T, 3D] (q, k, v side by side: strides
+    (T 3D, d, 3D, 1))."""
+    return qkv.unflatten(-1, (3, num_heads, qkv.shape[-1] // (3 * num_heads))).permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def merge_heads(t: torch.Tensor) -> torch.Tensor:

@@ -12,12 +12,15 @@ Writing v under k replaces what k retrieved before (to the extent beta), where a
 everything stored: a pair stored once is retrieved exactly while the keys are near-orthogonal. Training runs the
 chunked form of :mod:`lavo_zoo.attention.ops.delta_rule`; decoding carries S and the convolutions' last inputs.
 
-Patterns: causal, noncausal and cross, every query reading the memory after the whole real source (the delta
-rule's state is an associative memory of the source's key-value pairs; see :mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal (a forward and a backward scan of the delta rule combined: each query reads the memory
+of the tokens up to it and the memory of the tokens after it, the latter written from the end; with
+``noncausal_form="final_state"`` the memory after the whole sequence) and cross (the memory after the whole real
+source: an associative memory of its key-value pairs); see :mod:`lavo_zoo.attention.recurrent`.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -31,12 +34,12 @@ from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
-    SourceMemory,
+    Writes,
     check_eps,
     expanded_width,
-    key_mask,
     l2norm,
     merge_heads,
+    naive_source_reading,
     real_rows,
     rms_norm,
     split_heads,
@@ -54,7 +57,7 @@ class DeltaRuleAttention(RecurrentAttention):
     kernel_set = DELTA_RULE_KERNELS
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str, expand_v: float, conv_size: int,
-                 chunk_size: int, norm_eps: float, kernels: str) -> None:
+                 chunk_size: int, norm_eps: float, kernels: str, noncausal_form: str) -> None:
         """The layer both mechanisms share (their constructors give its defaults).
 
         Args:
@@ -66,13 +69,15 @@ class DeltaRuleAttention(RecurrentAttention):
             norm_eps: the per-head RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: an ``expand_v`` that does not give a positive multiple of ``num_heads``, a ``chunk_size``
-                below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps`` that is not a finite
-                number > 0.
+                below 1, a negative ``conv_size``, an unknown ``kernels`` or ``noncausal_form``, a ``norm_eps``
+                that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, kernels)
+        super().__init__(embed_dim, num_heads, pattern, kernels, noncausal_form)
         value_dim = expanded_width("expand_v", expand_v, embed_dim, num_heads)
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -135,19 +140,13 @@ class DeltaRuleAttention(RecurrentAttention):
                                                      chunk_size=self.chunk_size, **self.gates(x))
         return self.output(o, x), RecurrentState(memory, ((cq,) if cq is not None else ()) + ckv)
 
-    def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
+    def writes(self, source: torch.Tensor) -> Writes:
         k, v, _ = self._keys_values(source, (None, None))
-        gates = self.gates(source)
-        m = key_mask(mask, k)
-        if m is not None:  # the packed tail erases, writes and decays nothing
-            gates = {n: t * (m if t.dim() == 3 else m[..., None]) for n, t in gates.items()}
-        _, memory = self.start_kernels(k).delta_rule(k.new_zeros(k.shape), k, v, chunk_size=self.chunk_size,
-                                                     **gates)
-        return SourceMemory(memory)
+        return Writes(k, v, self.gates(source))
 
-    def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
+    def reader(self, x: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
         q, _ = self.q_conv(self.q_proj(x))
-        return self.output(self.queries(q) @ memory.memory.to(x.dtype), x)
+        return self.queries(q), lambda o: self.output(o, x)
 
 
 @register_attention("deltanet")
@@ -164,7 +163,8 @@ class DeltaNetAttention(DeltaRuleAttention):
     test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", conv_size: int = 4,
-                 chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto") -> None:
+                 chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto",
+                 noncausal_form: str = "bidirectional") -> None:
         """DeltaNet's layer (flash-linear-attention's ``DeltaNet``; its defaults): values of width D / H.
 
         Args:
@@ -174,18 +174,22 @@ class DeltaNetAttention(DeltaRuleAttention):
             norm_eps: the per-head RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
-            ValueError: a ``chunk_size`` below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps``
-                that is not a finite number > 0.
+            ValueError: a ``chunk_size`` below 1, a negative ``conv_size``, an unknown ``kernels`` or
+                ``noncausal_form``, a ``norm_eps`` that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, 1.0, conv_size, chunk_size, norm_eps, kernels)
+        super().__init__(embed_dim, num_heads, pattern, 1.0, conv_size, chunk_size, norm_eps, kernels,
+                         noncausal_form)
 
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the delta rule token by token (S <- exp(g) S; S <- S + beta k (v - S^T k)^T):
-    causal reads S_t at t, noncausal / cross read the memory after the last real (source) token."""
+    causal reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
+    reads."""
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))
@@ -196,7 +200,6 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_delta_rule(q, k, v, beta, g)
         else:
-            _, S = naive_delta_rule(torch.zeros_like(k), k, v, beta, g)
-            o = q @ S
+            o = naive_source_reading(m, naive_delta_rule, q, k, v, beta=beta, g=g)
         out[b, rows] = m.output(o, xq)[0]
     return out

@@ -12,8 +12,9 @@ the memory at once). Keys of width D / H, values of width ``expand_v`` D / H. Tr
 :mod:`lavo_zoo.attention.ops.delta_rule`; decoding carries S and the convolutions' last inputs. The slow
 reference is :func:`lavo_zoo.attention.deltanet.naive` (the same recurrence with the gate).
 
-Patterns: causal, noncausal and cross, every query reading the memory after the whole real source (see
-:mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal (a forward and a backward scan combined; ``noncausal_form="final_state"``: the memory
+after the whole sequence) and cross (the memory after the whole real source), see
+:mod:`lavo_zoo.attention.recurrent`.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class GatedDeltaNetAttention(DeltaRuleAttention):
     test_options: ClassVar[dict[str, Any]] = {"chunk_size": 8, "expand_v": 1.0}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", expand_v: float = 2.0,
-                 conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto") -> None:
+                 conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5, kernels: str = "auto",
+                 noncausal_form: str = "bidirectional") -> None:
         """Gated DeltaNet's layer (flash-linear-attention's ``GatedDeltaNet``; its defaults).
 
         Args:
@@ -51,9 +53,12 @@ class GatedDeltaNetAttention(DeltaRuleAttention):
             norm_eps: the per-head RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: an ``expand_v`` that does not give a positive multiple of ``num_heads``, a ``chunk_size``
-                below 1, a negative ``conv_size``, an unknown ``kernels``.
+                below 1, a negative ``conv_size``, an unknown ``kernels`` or ``noncausal_form``.
         """
-        super().__init__(embed_dim, num_heads, pattern, expand_v, conv_size, chunk_size, norm_eps, kernels)
+        super().__init__(embed_dim, num_heads, pattern, expand_v, conv_size, chunk_size, norm_eps, kernels,
+                         noncausal_form)

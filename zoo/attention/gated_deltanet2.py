@@ -17,8 +17,9 @@ does. The recurrence is the op of :mod:`lavo_zoo.attention.ops.delta_rule` with 
 the contract's (no grouped value heads), and flash-linear-attention's kernel-speed options (``safe_gate``,
 ``lower_bound``) are not taken.
 
-Patterns: causal, noncausal and cross, every query reading the state after the whole real source (see
-:mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal (a forward and a backward scan combined; ``noncausal_form="final_state"``: the state
+after the whole sequence) and cross (the state after the whole real source), see
+:mod:`lavo_zoo.attention.recurrent`.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from torch import nn
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.kda import KDAAttention, reference_inputs, reference_output
 from lavo_zoo.attention.ops.delta_rule.naive import naive_delta_rule
-from lavo_zoo.attention.recurrent import real_rows, split_heads
+from lavo_zoo.attention.recurrent import naive_source_reading, real_rows, split_heads
 
 
 @register_attention("gated_deltanet2")
@@ -45,7 +46,7 @@ class GatedDeltaNet2Attention(KDAAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", expand_v: float = 1.0,
                  conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5, allow_neg_eigval: bool = False,
-                 kernels: str = "auto") -> None:
+                 kernels: str = "auto", noncausal_form: str = "bidirectional") -> None:
         """Gated DeltaNet-2's layer (flash-linear-attention's ``GatedDeltaNet2``; its defaults).
 
         Args:
@@ -58,14 +59,16 @@ class GatedDeltaNet2Attention(KDAAttention):
             allow_neg_eigval: double the erase gate (b in [0, 2]; the write gate stays in [0, 1]).
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: an ``expand_v`` that does not give a positive multiple of ``num_heads``, a ``chunk_size``
-                below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps`` that is not a finite
-                number > 0.
+                below 1, a negative ``conv_size``, an unknown ``kernels`` or ``noncausal_form``, a ``norm_eps``
+                that is not a finite number > 0.
         """
         super().__init__(embed_dim, num_heads, pattern, expand_v, conv_size, chunk_size, norm_eps, allow_neg_eigval,
-                         kernels)
+                         kernels, noncausal_form)
         self.b_proj = nn.Linear(embed_dim, embed_dim, bias=False)        # erase gate, per key channel
         self.w_proj = nn.Linear(embed_dim, self.value_dim, bias=False)   # write gate, per value channel
 
@@ -80,7 +83,7 @@ class GatedDeltaNet2Attention(KDAAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the recurrence token by token (:func:`~lavo_zoo.attention.ops.delta_rule.
     naive.naive_delta_rule`: S <- diag(exp(g_t)) S, then S <- S + k_t (w_t . v_t - S^T (b_t . k_t))^T): causal reads
-    S_t at t, noncausal / cross read the state after the last real (source) token."""
+    S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads."""
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q, k, v, g = reference_inputs(m, xq, xs)
@@ -89,7 +92,6 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_delta_rule(q, k, v, erase, g, write=write)
         else:
-            _, S = naive_delta_rule(torch.zeros_like(k), k, v, erase, g, write=write)
-            o = q @ S
+            o = naive_source_reading(m, naive_delta_rule, q, k, v, beta=erase, g=g, write=write)
         out[b, rows] = reference_output(m, o, xq)[0]
     return out

@@ -12,11 +12,12 @@ of :mod:`lavo_zoo.attention.ops.gated_linear` (32-token chunks: see there for th
 state. The reference layer has no short convolution by default (``use_short_conv=False``); ``conv_size`` > 0 adds
 its short convolutions (with SiLU) on the query, key and value projections.
 
-Patterns: causal, noncausal and cross, every query reading the state after the whole real source (see
-:mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal (a forward and a backward scan combined; ``noncausal_form="final_state"``: the state
+after the whole sequence) and cross (the state after the whole real source), see :mod:`lavo_zoo.attention.recurrent`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -30,11 +31,11 @@ from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
-    SourceMemory,
+    Writes,
     check_eps,
     expanded_width,
-    key_mask,
     merge_heads,
+    naive_source_reading,
     real_rows,
     rms_norm,
     split_heads,
@@ -58,7 +59,8 @@ class GLAAttention(RecurrentAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", expand_k: float = 0.5,
                  gate_low_rank_dim: int = 16, gate_logit_normalizer: float = 16.0, conv_size: int = 0,
-                 chunk_size: int = 32, norm_eps: float = 1e-5, kernels: str = "auto") -> None:
+                 chunk_size: int = 32, norm_eps: float = 1e-5, kernels: str = "auto",
+                 noncausal_form: str = "bidirectional") -> None:
         """GLA's layer (flash-linear-attention's ``GatedLinearAttention``; its defaults).
 
         Args:
@@ -74,13 +76,15 @@ class GLAAttention(RecurrentAttention):
             norm_eps: the per-head RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA);
                 the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: an ``expand_k`` that does not give a positive multiple of ``num_heads``, a non-positive
-                gate size, normaliser or ``chunk_size``, a negative ``conv_size``, an unknown ``kernels``, a
-                ``norm_eps`` that is not a finite number > 0.
+                gate size, normaliser or ``chunk_size``, a negative ``conv_size``, an unknown ``kernels`` or
+                ``noncausal_form``, a ``norm_eps`` that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, kernels)
+        super().__init__(embed_dim, num_heads, pattern, kernels, noncausal_form)
         key_dim = expanded_width("expand_k", expand_k, embed_dim, num_heads)
         for option, value in (("gate_low_rank_dim", gate_low_rank_dim), ("chunk_size", chunk_size),
                               ("gate_logit_normalizer", gate_logit_normalizer)):
@@ -132,24 +136,19 @@ class GLAAttention(RecurrentAttention):
                                                        None if state is None else state.memory, self.chunk_size)
         return self.output(o, x), RecurrentState(memory, ((cq,) if cq is not None else ()) + ckv)
 
-    def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
+    def writes(self, source: torch.Tensor) -> Writes:
         k, v, _ = self._keys_values(source, (None, None))
-        g = self.log_decay(source)
-        m = key_mask(mask, k)
-        if m is not None:  # the packed tail writes nothing and decays nothing
-            k, g = k * m[..., None], g * m[..., None]
-        _, memory = self.start_kernels(k).gated_linear(k.new_zeros(k.shape), k, v, g, None, self.chunk_size)
-        return SourceMemory(memory)
+        return Writes(k, v, {"g": self.log_decay(source)})
 
-    def read(self, x: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
+    def reader(self, x: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
         q, _ = self.q_conv(self.q_proj(x))
-        return self.output(self.queries(q) @ memory.memory.to(x.dtype), x)
+        return self.queries(q), lambda o: self.output(o, x)
 
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the token recurrence S_t = diag(alpha_t) S_{t-1} + k_t v_t^T: causal
-    reads S_t at t, noncausal / cross read the state after the last real (source) token."""
+    reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads."""
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))
@@ -159,7 +158,6 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_gated_linear(q, k, v, g)
         else:
-            _, S = naive_gated_linear(torch.zeros_like(k), k, v, g)
-            o = q @ S
+            o = naive_source_reading(m, naive_gated_linear, q, k, v, g=g)
         out[b, rows] = m.output(o, xq)[0]
     return out

@@ -21,8 +21,9 @@ DeltaRuleAttention`); its gates and output are KDA's. Deliberate differences fro
 are the contract's (``num_heads``, head dim D / H; no grouped value heads), and the kernel-speed options of
 flash-linear-attention (``safe_gate``, ``lower_bound``: a bounded gate for its tensor-core path) are not taken.
 
-Patterns: causal, noncausal and cross, every query reading the state after the whole real source (see
-:mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal (a forward and a backward scan combined; ``noncausal_form="final_state"``: the state
+after the whole sequence) and cross (the state after the whole real source), see
+:mod:`lavo_zoo.attention.recurrent`.
 """
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ from lavo_zoo.attention.common import compute_dtype
 from lavo_zoo.attention.deltanet import DeltaRuleAttention
 from lavo_zoo.attention.ops.delta_rule.naive import naive_delta_rule
 from lavo_zoo.attention.ops.short_conv import naive_short_conv
-from lavo_zoo.attention.recurrent import l2norm, merge_heads, real_rows, rms_norm, split_heads
+from lavo_zoo.attention.recurrent import (
+    l2norm,
+    merge_heads,
+    naive_source_reading,
+    real_rows,
+    rms_norm,
+    split_heads,
+)
 
 
 def decay_parameters(num_heads: int, channels: int) -> tuple[nn.Parameter, nn.Parameter]:
@@ -71,7 +79,7 @@ class KDAAttention(DeltaRuleAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", expand_v: float = 1.0,
                  conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5, allow_neg_eigval: bool = False,
-                 kernels: str = "auto") -> None:
+                 kernels: str = "auto", noncausal_form: str = "bidirectional") -> None:
         """KDA's layer (flash-linear-attention's ``KimiDeltaAttention``; its defaults).
 
         Args:
@@ -84,13 +92,16 @@ class KDAAttention(DeltaRuleAttention):
             allow_neg_eigval: double the write strengths (beta in [0, 2]).
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA, in
                 half precision); the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: an ``expand_v`` that does not give a positive multiple of ``num_heads``, a ``chunk_size``
-                below 1, a negative ``conv_size``, an unknown ``kernels``, a ``norm_eps`` that is not a finite
-                number > 0.
+                below 1, a negative ``conv_size``, an unknown ``kernels`` or ``noncausal_form``, a ``norm_eps``
+                that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, expand_v, conv_size, chunk_size, norm_eps, kernels)
+        super().__init__(embed_dim, num_heads, pattern, expand_v, conv_size, chunk_size, norm_eps, kernels,
+                         noncausal_form)
         rank = self.value_dim // num_heads  # the reference layer's low rank: d_v
         self.allow_neg_eigval = allow_neg_eigval
         self.f_proj = nn.Sequential(nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, embed_dim, bias=False))
@@ -142,7 +153,7 @@ def reference_output(m: KDAAttention, o: torch.Tensor, xq: torch.Tensor) -> torc
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the recurrence token by token (:func:`~lavo_zoo.attention.ops.delta_rule.
     naive.naive_delta_rule`: S <- diag(exp(g_t)) S, then S <- S + beta_t k_t (v_t - S^T k_t)^T): causal reads S_t at
-    t, noncausal / cross read the state after the last real (source) token."""
+    t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads."""
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q, k, v, g = reference_inputs(m, xq, xs)
@@ -150,7 +161,6 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
         if m.pattern == "causal":
             o, _ = naive_delta_rule(q, k, v, beta, g)
         else:
-            _, S = naive_delta_rule(torch.zeros_like(k), k, v, beta, g)
-            o = q @ S
+            o = naive_source_reading(m, naive_delta_rule, q, k, v, beta=beta, g=g)
         out[b, rows] = reference_output(m, o, xq)[0]
     return out

@@ -12,12 +12,15 @@ training by the chunked form of :mod:`lavo_zoo.attention.ops.gated_linear`; deco
 convolution's last 3 inputs. Mamba-2 has no num_heads of its own: here the E channels are split into the
 contract's ``num_heads`` heads (head dim E / H).
 
-Patterns: causal, noncausal and cross, every query (its C, its own x for the skip D x, its gate z) reading the state
-after the whole real source (see :mod:`lavo_zoo.attention.recurrent`).
+Patterns: causal, noncausal and cross, see :mod:`lavo_zoo.attention.recurrent`; every query is its C, its own x for
+the skip D x (once, after both scans) and its gate z. Noncausal: a forward and a backward scan combined, Hydra's
+quasiseparable mixer with one set of parameters for both directions (``noncausal_form="final_state"``: the state after
+the whole sequence); cross: the state after the whole real source.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -31,10 +34,10 @@ from lavo_zoo.attention.ops.short_conv import ShortConv, naive_short_conv
 from lavo_zoo.attention.recurrent import (
     RecurrentAttention,
     RecurrentState,
-    SourceMemory,
+    Writes,
     check_eps,
-    key_mask,
     merge_heads,
+    naive_source_reading,
     real_rows,
     rms_norm,
     split_heads,
@@ -57,7 +60,7 @@ class Mamba2Attention(RecurrentAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", state_size: int = 128,
                  expand: int = 2, conv_size: int = 4, chunk_size: int = 64, norm_eps: float = 1e-5,
-                 kernels: str = "auto") -> None:
+                 kernels: str = "auto", noncausal_form: str = "bidirectional") -> None:
         """Mamba-2's layer (flash-linear-attention's ``Mamba2``; its defaults, one group).
 
         Args:
@@ -70,12 +73,14 @@ class Mamba2Attention(RecurrentAttention):
             norm_eps: the gated RMSNorm's epsilon.
             kernels: 'auto', 'chunk' (the PyTorch chunked form) or 'fla' (flash-linear-attention's kernel on CUDA);
                 the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`) chooses per call.
+            noncausal_form: 'bidirectional' or 'final_state' (:class:`~lavo_zoo.attention.recurrent.
+                RecurrentAttention`).
 
         Raises:
             ValueError: a ``state_size``, ``expand`` or ``chunk_size`` below 1, a negative ``conv_size``, an
-                unknown ``kernels``, a ``norm_eps`` that is not a finite number > 0.
+                unknown ``kernels`` or ``noncausal_form``, a ``norm_eps`` that is not a finite number > 0.
         """
-        super().__init__(embed_dim, num_heads, pattern, kernels)
+        super().__init__(embed_dim, num_heads, pattern, kernels, noncausal_form)
         if state_size < 1 or expand < 1 or chunk_size < 1:
             raise ValueError(f"state_size ({state_size}), expand ({expand}) and chunk_size ({chunk_size}) must "
                              "be >= 1")
@@ -128,27 +133,23 @@ class Mamba2Attention(RecurrentAttention):
         y, memory = self.start_kernels(queries).gated_linear(queries, keys, values, g, memory, self.chunk_size)
         return self.output(y, x, z, u.dtype), RecurrentState(memory, () if cache is None else (cache,))
 
-    def write(self, source: torch.Tensor, mask: torch.Tensor | None) -> SourceMemory:
+    def writes(self, source: torch.Tensor) -> Writes:
         _, xbc, dt = self._split(source)
         xbc, _ = self.conv(xbc)
         _, keys, _, values, g = self._ssm_inputs(xbc, dt)
-        m = key_mask(mask, keys)
-        if m is not None:  # the packed tail writes nothing and decays nothing
-            keys, g = keys * m[..., None], g * m
-        _, memory = self.start_kernels(keys).gated_linear(keys.new_zeros(keys.shape), keys, values, g, None,
-                                                          self.chunk_size)
-        return SourceMemory(memory)
+        return Writes(keys, values, {"g": g})
 
-    def read(self, u: torch.Tensor, memory: SourceMemory) -> torch.Tensor:
+    def reader(self, u: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
         z, xbc, dt = self._split(u)
         x, _, queries, _, _ = self._ssm_inputs(F.silu(xbc), dt)  # the query side: its activation, no convolution
-        return self.output(queries @ memory.memory.to(u.dtype), x, z, u.dtype)
+        return queries, lambda y: self.output(y, x, z, u.dtype)
 
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, u, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the SSM recurrence h_t = a_t h_{t-1} + B_t (dt_t x_t)^T: causal reads
-    y_t = h_t^T C_t + D x_t, noncausal / cross read the state after the last real (source) token."""
+    y_t = h_t^T C_t + D x_t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
+    reads."""
     E, N, H = m.inner, m.state_size, m.num_heads
     out = torch.zeros_like(u)
 
@@ -167,7 +168,6 @@ def naive(m, u, padding_mask=None, context=None, context_mask=None):
             y, _ = naive_gated_linear(C, Bs, xs * dts[..., None], g)
         else:
             z, x, _, C, _ = streams(uq, False)
-            _, h = naive_gated_linear(torch.zeros_like(Bs), Bs, xs * dts[..., None], g)
-            y = C @ h
+            y = naive_source_reading(m, naive_gated_linear, C, Bs, xs * dts[..., None], g=g)
         out[b, rows] = m.output(y, x, z, u.dtype)[0]
     return out

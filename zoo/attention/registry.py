@@ -91,6 +91,7 @@ class AttentionInfo:
     decoding: tuple[str, ...] = ()
     family: str = ""          # e.g. "linear attention, delta rule"
     state: str = ""           # the causal decoding state's size, e.g. "H x (D/H) x (D/H) (+ conv)"
+    noncausal: str = ""       # what a noncausal layer keeps for its queries (where the mechanism declares it)
 
 
 def option_defaults(cls: type[Attention]) -> dict[str, Any]:
@@ -232,7 +233,8 @@ def attention_info(name: str) -> AttentionInfo:
 
     Returns:
         Its :class:`AttentionInfo`: patterns, streaming support, one-line description, options with their defaults,
-        how each decoder pattern decodes step by step, its family and the size of its causal decoding state.
+        how each decoder pattern decodes step by step, its family, the size of its causal decoding state and what
+        a noncausal layer of it keeps (where it declares that).
 
     Raises:
         UsageError: ``name`` is not registered.
@@ -240,8 +242,9 @@ def attention_info(name: str) -> AttentionInfo:
     cls = attention_class(name)
     doc = cls.description or (inspect.getdoc(cls) or "").split("\n")[0]
     decoding = tuple(f"{p}:{cls.decoding(p)}" for p in ("causal", "cross") if cls.decoding(p))
+    noncausal = cls.noncausal_state if "noncausal" in cls.patterns else ""
     return AttentionInfo(name, tuple(cls.patterns), bool(cls.streaming), doc, option_defaults(cls), decoding,
-                         cls.family, cls.decoding_state)
+                         cls.family, cls.decoding_state, noncausal)
 
 
 def list_attentions(pattern: str | None = None, supports: str | None = None) -> list[AttentionInfo]:

@@ -7,6 +7,8 @@
 - ``decode``: one cached encoder-decoder decoding step against target prefix and source length
 - ``lra``: the LRA efficiency table (training steps/s and peak memory, every noncausal mechanism vs softmax)
 - ``chamfer``: seconds per scored pair of 16,384-point clouds; ``step``: seconds per training step of any config
+- ``ops``: the PyTorch operations and kernel launches one step of an attention layer dispatches, per path (sdpa,
+  LAVO's CPU default, LAVO's Triton kernels): the fixed cost of a step on a GPU
 - ``report``: the tables of benchmarks/RESULTS.md from the JSON the others write
 
 Timing and isolation (fresh processes, peak memory) are shared in :mod:`lavo_zoo.bench.timing`; the efficiency-length
@@ -32,6 +34,7 @@ SUBCOMMANDS = {
     "lra": ("lavo_zoo.bench.lra:lra_cmd", "LRA efficiency table: steps/s and peak memory relative to softmax."),
     "chamfer": ("lavo_zoo.bench.chamfer:chamfer_cmd", "Seconds per Chamfer / F-score of two 16,384-point clouds."),
     "step": ("lavo_zoo.bench.step:step_cmd", "Seconds per training step and peak memory of a config."),
+    "ops": ("lavo_zoo.bench.ops:ops_cmd", "PyTorch operations and kernel launches of one attention step, per path."),
     "report": ("lavo_zoo.bench.report:report_cmd", "The tables of benchmarks/RESULTS.md from benchmark JSON."),
 }
 

@@ -88,9 +88,11 @@ def run_isolated(target: str, spec: dict[str, Any], timeout: float | None = None
     return {**timing, "peak_memory_bytes": memory["peak_memory_bytes"], "memory_method": memory["memory_method"]}
 
 
-def run_fresh(target: str, spec: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-    """One measurement in one fresh process (so that its resident-memory peak is its own)."""
-    return _run_worker(target, spec, dict(os.environ), timeout)
+def run_fresh(target: str, spec: dict[str, Any], timeout: float | None = None, env: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    """One measurement in one fresh process (so that its resident-memory peak is its own), with this process's
+    environment or ``env``."""
+    return _run_worker(target, spec, dict(os.environ) if env is None else env, timeout)
 
 
 def _worker(target: str) -> None:

@@ -1,7 +1,8 @@
 """The recall generators against properties checked by hand on fresh random examples (MQAR's disjoint key and value
 halves, each queried key once before its query, the least distance, the power-law query offsets against numpy's
-sequential sampler; selective copying's and induction heads' layouts), the JSON-lines round trip, and the reader
-refusing malformed lines, naming the file and line."""
+sequential sampler; selective copying's and induction heads' layouts; noncausal and cross MQAR's pairs, queries on
+both sides, start pairs and distractors), the JSON-lines round trip, and the reader refusing malformed lines, naming
+the file and line."""
 import json
 from pathlib import Path
 
@@ -9,7 +10,16 @@ import numpy as np
 import pytest
 
 from lavo_zoo.errors import ConfigError, DataError
-from lavo_zoo.recipes.recall.builtin import generate, induction_heads, mqar, selective_copying, write_splits
+from lavo_zoo.evaluators.classification import recall_distance
+from lavo_zoo.recipes.recall.builtin import (
+    cross_mqar,
+    generate,
+    induction_heads,
+    mqar,
+    noncausal_mqar,
+    selective_copying,
+    write_splits,
+)
 from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, read_examples, split_file
 
 
@@ -77,7 +87,70 @@ def test_induction_heads_examples():
     assert len(set(ex.sources.ravel())) > 10  # the first trigger moves
 
 
+def _check_pairs(tokens: np.ndarray, vocab: int, pairs: int, start: int, fill: bool) -> dict[int, int]:
+    """The rules a noncausal or cross MQAR sequence (a cross example's context) keeps, checked on its tokens alone:
+    every value (upper half) follows a key (lower half, not 0), each key-value pair once, the first ``start`` pairs at
+    0, 2, 4, ...; the fill is from the lower half (blank 0 without ``fill``) and never one of the keys. Returns
+    {key position: value}."""
+    half = vocab // 2
+    value_at = np.flatnonzero(tokens >= half)
+    assert len(value_at) == pairs and np.all(value_at % 2 == 1)  # every value in the second token of a slot
+    keys = tokens[value_at - 1]
+    assert np.all((1 <= keys) & (keys < half)) and len(set(keys)) == pairs and len(set(tokens[value_at])) == pairs
+    assert list(value_at[:start] - 1) == list(range(0, 2 * start, 2))  # the start pairs
+    return {int(p - 1): int(tokens[p]) for p in value_at}
+
+
+@pytest.mark.parametrize("vocab, length, pairs, asked, start, distance, fill", [
+    (32, 40, 4, 0, 0, 1, True), (64, 64, 8, 4, 2, 1, True), (16, 30, 3, 2, 3, 6, False), (64, 48, 6, 6, 1, 9, True)])
+def test_noncausal_mqar_examples(vocab, length, pairs, asked, start, distance, fill):
+    rng = np.random.default_rng(vocab + length + distance)
+    ex = noncausal_mqar(rng, 300, vocab, length, pairs, asked, start, distance, fill)
+    queried = asked or pairs
+    assert ex.tokens.shape == (300, length) and ex.queries.shape == (300, queried) and ex.context is None
+    before = after = 0
+    for tokens, queries, sources, answers in zip(ex.tokens, ex.queries, ex.sources, ex.answers):
+        value_of = _check_pairs(tokens, vocab, pairs, start, fill)
+        assert sorted(queries) == list(queries) and len(set(sources)) == queried
+        for q, s, a in zip(queries, sources, answers):
+            assert s in value_of and a == value_of[s] == tokens[s + 1]  # the answer is the value after its key
+            assert tokens[q] == tokens[s] and list(tokens).count(tokens[q]) == 2  # the key: its pair and its query
+            assert tokens[q + 1] < vocab // 2 and abs(q - s) >= distance  # a query is followed by fill, not a value
+            if s >= 2 * start:  # a pair placed at random: its query stands on either side alike
+                before, after = before + (q < s), after + (q > s)
+            else:
+                assert q > s
+        others = np.setdiff1d(np.arange(length), np.concatenate([queries, list(value_of), np.add(list(value_of), 1)]))
+        assert np.all(~np.isin(tokens[others], list(tokens[list(value_of)])))  # fill: never a key
+        if not fill:
+            assert np.all(tokens[others] == 0)
+    assert before + after == 0 if start == pairs else min(before, after) > 0.3 * (before + after)
+    if start:
+        assert np.all(np.isin(np.arange(0, 2 * start, 2), ex.sources.ravel()))  # the start pairs are asked too
+
+
+@pytest.mark.parametrize("vocab, length, pairs, asked, start, fill", [
+    (32, 16, 4, 0, 0, True), (64, 64, 8, 4, 2, True), (16, 12, 6, 1, 6, False)])
+def test_cross_mqar_examples(vocab, length, pairs, asked, start, fill):
+    ex = cross_mqar(np.random.default_rng(vocab + length), 300, vocab, length, pairs, asked, start, fill)
+    queried = asked or pairs
+    assert ex.context.shape == (300, length) and ex.tokens.shape == ex.queries.shape == (300, queried)
+    for context, tokens, queries, sources, answers in zip(ex.context, ex.tokens, ex.queries, ex.sources, ex.answers):
+        value_of = _check_pairs(context, vocab, pairs, start, fill)
+        assert list(queries) == list(range(queried)) and len(set(tokens)) == queried  # the target: the queries
+        for q, s, a in zip(queries, sources, answers):
+            assert s in value_of and context[s] == tokens[q] and a == value_of[s] == context[s + 1]
+        if not fill:
+            assert np.count_nonzero(context) == 2 * pairs
+    assert len(set(ex.sources[:, 0])) > min(5, pairs)  # the pairs move about the source
+
+
 @pytest.mark.parametrize("settings, key", [
+    ({"task": "noncausal_mqar", "vocab_size": 64, "seq_len": 15, "num_pairs": 4}, "data.seq_len=15"),
+    ({"task": "noncausal_mqar", "vocab_size": 64, "seq_len": 16, "num_pairs": 4, "min_distance": 16},
+     "data.min_distance=16"),
+    ({"task": "cross_mqar", "vocab_size": 64, "seq_len": 7, "num_pairs": 4}, "data.seq_len=7"),
+    ({"task": "cross_mqar", "vocab_size": 8, "seq_len": 64, "num_pairs": 4}, "data.vocab_size=8"),
     ({"task": "mqar", "vocab_size": 16, "seq_len": 64, "num_pairs": 8}, "data.vocab_size=16"),
     ({"task": "mqar", "vocab_size": 64, "seq_len": 32, "num_pairs": 8, "min_distance": 4}, "data.seq_len=32"),
     ({"task": "selective_copying", "vocab_size": 8, "seq_len": 19, "num_pairs": 8, "min_distance": 12},
@@ -92,19 +165,25 @@ def test_settings_that_cannot_be_generated_are_refused_naming_the_key(settings, 
 @pytest.mark.parametrize("task", TASKS)
 def test_written_splits_read_back(tmp_path, task):
     data = DataConfig(task=task, vocab_size=20, seq_len=24, num_pairs=3, min_distance=5, builtin_size=50, eval_size=7,
-                      builtin_seed=4)
+                      builtin_seed=4, num_queries=2 if task == "cross_mqar" else 0)
     write_splits(tmp_path, data)
     examples = generate(data, 50, np.random.default_rng([4, 0]))  # the training split's stream
-    train = read_examples(split_file(tmp_path, "train"), 20, 24)
-    assert len(train) == 50 and len(read_examples(tmp_path / "test.jsonl", 20, 24)) == 7
+    settings = {"pattern": data.pattern, "target_len": data.target_len}
+    train = read_examples(split_file(tmp_path, "train"), 20, 24, **settings)
+    assert len(train) == 50 and len(read_examples(tmp_path / "test.jsonl", 20, 24, **settings)) == 7
     np.testing.assert_array_equal(train.tokens, examples.tokens)
+    if task == "cross_mqar":
+        np.testing.assert_array_equal(train.context, examples.context)
     for i in range(50):
         item = train[i]
         asked = (item["targets"] != IGNORE).nonzero().ravel().numpy()
         np.testing.assert_array_equal(asked, examples.queries[i])
         np.testing.assert_array_equal(item["targets"][asked].numpy(), examples.answers[i])
-        np.testing.assert_array_equal(item["distances"][asked].numpy(), examples.queries[i] - examples.sources[i])
-        assert int(item["task"]) == TASKS.index(task)
+        np.testing.assert_array_equal(item["positions"][asked].numpy(), examples.sources[i])
+        np.testing.assert_array_equal(item["distances"][asked].numpy(), [
+            recall_distance(q, s, 24 if task == "cross_mqar" else None)
+            for q, s in zip(examples.queries[i], examples.sources[i])])
+        assert int(item["task"]) == TASKS.index(task) and ("context" in item) == (task == "cross_mqar")
     again = tmp_path / "again"
     again.mkdir()
     write_splits(again, data)
@@ -149,3 +228,49 @@ def test_a_missing_or_empty_split_is_refused(tmp_path):
     (tmp_path / "train.jsonl").write_text("\n")
     with pytest.raises(DataError, match="holds no example"):
         read_examples(Path(tmp_path / "train.jsonl"), 16, 8)
+
+
+NONCAUSAL = {"task": "noncausal_mqar", "tokens": [0, 3, 0, 3, 12, 5, 14, 5], "queries": [1, 7], "sources": [3, 5],
+             "answers": [12, 14]}  # key 3 asked before its pair, key 5 after it
+CROSS = {"task": "cross_mqar", "context": [3, 12, 5, 14, 0, 1, 7, 9], "tokens": [5, 3], "queries": [0, 1],
+         "sources": [2, 0], "answers": [14, 12]}
+
+
+@pytest.mark.parametrize("good, line, message", [
+    (NONCAUSAL, {**NONCAUSAL, "sources": [1, 5]}, "source 1 of query 1 is not another position"),
+    (NONCAUSAL, {**NONCAUSAL, "sources": [3, 8]}, "source 8 of query 7 is not another position of 'tokens' (0..7)"),
+    (NONCAUSAL, {**NONCAUSAL, "tokens": [0, 3, 0, 3, 12, 5, 14, 3]}, ("query 1 at position 7 (token 3) does not "
+                                                                      "repeat the token at its source")),
+    (NONCAUSAL, {**NONCAUSAL, "sources": [1, 5], "queries": [0, 7]}, "query 0 at position 0 (token 0) does not repeat"),
+    (NONCAUSAL, {**NONCAUSAL, "tokens": [0, 3, 3, 0, 12, 5, 14, 5], "queries": [2, 7], "sources": [1, 5],
+                 "answers": [3, 14]},  # the token after the key is the query itself
+     "query 0 at position 2 (token 3) does not repeat the token at its source, with the answer after"),
+    (NONCAUSAL, {**NONCAUSAL, "answers": [12, 5]}, "answer 5 of query 7 should be 14"),
+    (NONCAUSAL, {**GOOD}, "a mqar example is causal recall, but data.task makes a noncausal model"),
+    (NONCAUSAL, {**CROSS}, "a cross_mqar example is cross recall, but data.task makes a noncausal model"),
+    (NONCAUSAL, {**NONCAUSAL, "context": [1]}, "unknown key(s) context"),
+    (CROSS, {k: v for k, v in CROSS.items() if k != "context"}, "missing key(s) context"),
+    (CROSS, {**CROSS, "context": CROSS["context"][:-1]}, "'context' holds 7 tokens, but data.seq_len is 8"),
+    (CROSS, {**CROSS, "tokens": [5, 3, 3], "queries": [0, 1]}, ("the target ('tokens') holds 3 tokens, but the "
+                                                               "model's targets hold 2 (data.num_queries")),
+    (CROSS, {**CROSS, "context": [3, 12, 5, 14, 0, 1, 7, 99]}, "'context' holds 0..99, outside the vocabulary"),
+    (CROSS, {**CROSS, "sources": [2, 8]}, "source 8 of query 1 is not a position of 'context' (0..7)"),
+    (CROSS, {**CROSS, "sources": [2, 7], "tokens": [5, 9]}, ("query 1 at position 1 (token 9) does not repeat the "
+                                                            "context's token at its source")),
+    (CROSS, {**CROSS, "sources": [4, 0]}, "query 0 at position 0 (token 5) does not repeat the context's token"),
+    (CROSS, {**CROSS, "answers": [14, 3]}, ("answer 3 of query 1 should be 12 by the cross_mqar rule (the token after "
+                                           "its source 0 in the context)")),
+    (CROSS, {**NONCAUSAL}, "a noncausal_mqar example is noncausal recall, but data.task makes a cross model"),
+])
+def test_the_reader_refuses_malformed_noncausal_and_cross_lines(tmp_path, good, line, message):
+    """Each rule of the two new tasks' lines is refused on its own (one change to a good line), naming the file and
+    the line; the good lines read."""
+    pattern = "cross" if good is CROSS else "noncausal"
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(DataError) as error:
+        read_examples(path, 16, 8, pattern=pattern, target_len=2)
+    assert f"{path}, line 2" in str(error.value) and message in str(error.value), str(error.value)
+    path.write_text(json.dumps(good) + "\n")
+    read = read_examples(path, 16, 8, pattern=pattern, target_len=2)
+    assert read[0]["targets"][good["queries"]].tolist() == good["answers"]

@@ -1,6 +1,7 @@
 """The recall recipe end to end on tiny built-in data: a short training raises accuracy; the evaluator's groups are
-each answer's task and distance bucket; `eval`, `answer` + `score accuracy` agree; `recall-plot` measures each
-setting's state and averages its seeds."""
+each answer's task, distance and position bucket; `eval`, `answer` + `score accuracy` agree, for the noncausal and
+cross tasks too, whose configs keep the recipe contract; the task fixes the form of the attention; `recall-plot`
+measures each setting's state and averages its seeds."""
 import json
 import shutil
 from pathlib import Path
@@ -9,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from lavo_zoo.attention import AttentionSpec
 from lavo_zoo.cli import main
 from lavo_zoo.config import to_dict
 from lavo_zoo.engine.configs import config_from_dict
 from lavo_zoo.engine.trainer import Trainer
 from lavo_zoo.errors import InputError
-from lavo_zoo.evaluators.classification import distance_bucket
+from lavo_zoo.evaluators.classification import position_bucket, signed_distance_bucket
 from lavo_zoo.recipes.recall.data import IGNORE, TASKS
 from lavo_zoo.recipes.recall.model import state_bytes
 from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
@@ -43,18 +45,24 @@ def test_a_short_training_raises_accuracy(tmp_path):
     assert after["accuracy"] > max(before["accuracy"] + 0.15, 0.2), (before, after)
 
 
+SITES = {"encoder_self": {"name": "sdpa"}, "decoder_self": {"name": "sdpa"}, "cross": {"name": "sdpa"}}
+
+
 @pytest.mark.parametrize("task", TASKS)
-def test_predictions_are_grouped_by_task_and_distance(task):
-    recipe, cfg = tiny(task=task, vocab_size=12, seq_len=20, num_pairs=3, min_distance=5)
+def test_predictions_are_grouped_by_task_distance_and_position(task):
+    recipe, cfg = tiny(SITES if task == "cross_mqar" else None, task=task, vocab_size=12, seq_len=20, num_pairs=3,
+                       min_distance=5)
     cfg = recipe.resolve(cfg)
     dataset = recipe.build_dataset(cfg, "test")
     batch = recipe.collate([dataset[i] for i in range(5)])
     predicted, targets = recipe.predict(recipe.build_model(cfg), batch)
-    expected = [(task, distance_bucket(int(batch["distances"][b, t])), int(batch["targets"][b, t]))
-                for b in range(5) for t in range(20) if batch["targets"][b, t] != IGNORE]
+    length = batch["tokens"].shape[1]
+    expected = [(task, signed_distance_bucket(int(batch["distances"][b, t])),
+                 position_bucket(int(batch["positions"][b, t])), int(batch["targets"][b, t]))
+                for b in range(5) for t in range(length) if batch["targets"][b, t] != IGNORE]
     assert [(*g, int(i)) for g, i in zip(targets["groups"], targets["ids"])] == expected
-    assert predicted.shape == targets["ids"].shape and min(int(d) for d in batch["distances"][batch["distances"] > 0]
-                                                           ) >= 5
+    assert predicted.shape == targets["ids"].shape
+    assert min(abs(int(d)) for d in batch["distances"][batch["targets"] != IGNORE]) >= 5 or task == "cross_mqar"
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +253,164 @@ def test_answer_on_a_split_of_another_length_says_what_the_model_reads(trained, 
                  "--out", str(tmp_path / "a.jsonl")]) == 1
     err = capsys.readouterr().err
     assert "this model was trained on 16-token examples over ids 0..15" in err and "set data.seq_len" not in err
+
+
+# ----------------------------------------------------------------------------------- noncausal and cross recall
+# the new tasks' CPU configs, made tiny: smaller data, a one-step run
+SMALL = ["data.builtin_size=64", "data.eval_size=8", "data.seq_len=16", "data.num_pairs=3", "data.num_queries=2",
+         "data.start_pairs=1", "data.vocab_size=16", "model.embed_dim=16", "model.ffn_dim=32", "train.batch_size=4",
+         "eval.batch_size=4", "train.warmup_steps=0"]
+PATTERN_CONFIGS = ["recall/tiny-noncausal-sdpa", "recall/tiny-cross-sdpa"]
+
+
+@pytest.mark.parametrize("config", PATTERN_CONFIGS)
+def test_each_pattern_trains_evaluates_answers_and_scores_through_the_cli(config, tmp_path):
+    """One training step, `eval`, `answer` on the test split and `score accuracy` on the answers: the same figures,
+    every answer grouped by task, distance and position; the predictor answers a raw example as `answer` did."""
+    import lavo_zoo
+    from lavo_zoo.engine.configs import resolve_config
+
+    run = tmp_path / "run"
+    assert main(["train", config, *SMALL, "--out", str(run), "--max-steps", "1"]) == 0
+    checkpoint = run / "checkpoints" / "last"
+    assert main(["eval", str(checkpoint), "--out", str(tmp_path / "eval.json")]) == 0
+    recipe, cfg = resolve_config(config, SMALL)
+    split = recipe.data_path(cfg.data) / "test.jsonl"
+    answers = tmp_path / "answers.jsonl"
+    assert main(["answer", str(checkpoint), "--data", str(split), "--out", str(answers)]) == 0
+    assert main(["score", "accuracy", "--pred", str(answers), "--ref", str(split),
+                 "--out", str(tmp_path / "score.json")]) == 0
+    evaluated, scored = (json.loads((tmp_path / f).read_text()) for f in ("eval.json", "score.json"))
+    assert evaluated["num_samples"] == scored["num_samples"] == 8 * 2
+    assert {k: v["value"] for k, v in evaluated["metrics"].items()} == pytest.approx(
+        {k: v["value"] for k, v in scored["metrics"].items()})
+    assert f"accuracy@{cfg.data.task}" in scored["metrics"]
+    assert {k.split(":")[0] for k in scored["metrics"] if ":" in k} >= {"accuracy@dist", "accuracy@pos"}
+    model = lavo_zoo.load(run, device="cpu")
+    first = json.loads(split.read_text().splitlines()[0])
+    context = {"context": first["context"]} if "context" in first else {}
+    assert model.answer(first["tokens"], first["queries"], **context) == \
+        json.loads(answers.read_text().splitlines()[0])["answers"]
+
+
+def test_a_cross_model_answers_from_its_source_and_refuses_a_request_without_one(tmp_path):
+    import lavo_zoo
+
+    assert main(["train", "recall/tiny-cross-sdpa", *SMALL, "--out", str(tmp_path / "run"), "--max-steps", "1"]) == 0
+    model = lavo_zoo.load(tmp_path / "run", device="cpu")
+    source = [3, 12, 5, 14, 0, 1, 7, 9] * 2
+    single = model.answer([5, 3], [0, 1], context=source)
+    assert model.answer([[5, 3], [5, 3, 5]], [[0, 1], [0, 1]], context=[source, source[:9]])[0] == single
+    for context, match in [(None, "give context="), ([source], "one sequence of ids; got a list of 1 sequence$"),
+                           ([1, 99], r"context: the model reads ids 0..15"), ([], "context is empty"),
+                           ([1, 2.5], r"context\[1\] must be a token id")]:
+        with pytest.raises(InputError, match=match):
+            model.answer([5, 3], [0, 1], context=context)
+    with pytest.raises(InputError, match=r"context holds one source per sequence \(2 lists of ids\); got a list of 1"):
+        model.answer([[5, 3], [5, 3]], [[0], [1]], context=[source])
+    with pytest.raises(InputError, match="got one sequence of ids"):
+        model.answer([[5, 3], [5, 3]], [[0], [1]], context=source)
+
+
+def test_a_one_sequence_model_refuses_a_source(trained):
+    import lavo_zoo
+
+    model = lavo_zoo.load(trained[0] / "run", device="cpu")
+    with pytest.raises(InputError, match="this model is causal recall .* leave context out"):
+        model.answer([1, 2, 3], [2], context=[1, 2])
+
+
+@pytest.mark.parametrize("config", PATTERN_CONFIGS)
+def test_the_recipe_contract_holds_for_each_pattern(config, tmp_path):
+    """What tests/recipes/test_recipe_contract.py checks on the recipe's tiny config, on the new tasks' configs: the
+    public kit (trains, resumes exactly, evaluates, refuses missing data) and the recipe's hooks."""
+    from lavo_zoo.engine.configs import resolve_config
+    from lavo_zoo.testing import recipe_checks
+    from tests.recipes import test_recipe_contract as contract
+
+    for check in recipe_checks(config, SMALL, max_eval_batches=1):
+        folder = tmp_path / repr(check).replace("/", "-")
+        folder.mkdir()
+        check(folder)
+    recipe, cfg = resolve_config(config, SMALL + contract.FAST)
+    tiny_pair = (recipe, recipe.resolve(cfg))
+    contract.test_every_split_builds_and_the_loss_is_finite_with_gradients(tiny_pair)
+    contract.test_validation_step_agrees_with_training_loss_and_predict(tiny_pair)
+    contract.test_the_evaluator_is_registered_and_declares_every_metric_direction(tiny_pair)
+    contract.test_one_trainer_step_and_the_checkpoint_round_trip(tiny_pair, tmp_path / "round-trip")
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"data": {"task": "cross_mqar"}}, ("data.task=cross_mqar runs an encoder-decoder: model.attention gives one "
+                                       "attention per site")),
+    ({"data": {"task": "noncausal_mqar"}, "model": {"attention": SITES}}, ("data.task=noncausal_mqar runs an encoder "
+                                                                            "with one noncausal attention")),
+    ({"data": {"task": "mqar"}, "model": {"attention": {"name": "lara"}}}, "model.attention"),  # no causal form
+    ({"data": {"task": "cross_mqar"}, "model": {"attention": {**SITES, "cross": {"name": "local"}}}},
+     "model.attention.cross"),
+    ({"data": {"num_queries": 5}}, "data.num_queries=5 is more than data.num_pairs=4"),
+    ({"model": {"binding": {"name": "local"}}}, "model.binding is the noncausal task's first encoder layer"),
+    ({"data": {"task": "noncausal_mqar"}, "model": {"binding": {"name": "sdpa", "rope": 1}}}, "model.binding"),
+    ({"model": {"attention": {"num_bases": 4}}}, "attention 'sdpa' has no option 'num_bases'"),  # over the default
+    ({"data": {"task": "cross_mqar"}, "model": {"attention": {"cross": {"name": "sdpa"}, "crosss": {}}}},
+     "unknown attention site 'model.attention.crosss'"),
+])
+def test_the_task_fixes_the_form_of_the_attention(settings, match):
+    from lavo_zoo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict({"recipe": "recall", **settings})
+
+
+def test_a_site_named_on_the_command_line_switches_its_mechanism_alone():
+    """compare --site cross: `model.attention.cross.name=...` replaces that site's mechanism and its options, and
+    leaves the other sites as the config has them; a single spec's name switches it the same way."""
+    from lavo_zoo.engine.configs import resolve_config
+
+    over = ["model.attention.cross.name=lavo", "model.attention.cross.num_bases=4"]
+    _, cfg = resolve_config("recall/tiny-cross-sdpa", over + ["model.attention.cross.name=mean"])
+    assert cfg.model.attention.cross == AttentionSpec("mean")
+    assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 2, "relative_bias": True})
+    _, cfg = resolve_config("recall/tiny-cross-sdpa", ["model.attention.encoder_self={name: sdpa, rope: true}"])
+    assert cfg.model.attention.encoder_self == AttentionSpec("sdpa", {"rope": True})  # another name: its options
+    _, cfg = resolve_config("recall/tiny-cross-sdpa", ["model.attention.encoder_self.window_size=3"])
+    assert cfg.model.attention.encoder_self == AttentionSpec("local", {"window_size": 3, "relative_bias": True})
+    _, cfg = resolve_config("recall/tiny-noncausal-sdpa", ["model.attention.name=lavo", "model.attention.num_bases=4",
+                                                           "model.attention.name=gla"])
+    assert cfg.model.attention == AttentionSpec("gla")
+
+
+def test_the_evaluator_knows_which_tasks_ask_before_their_keys():
+    from lavo_zoo.evaluators.classification import QUERIES_BEFORE_KEYS
+    from lavo_zoo.recipes.recall.data import TASK_PATTERNS
+
+    assert QUERIES_BEFORE_KEYS == {task for task, pattern in TASK_PATTERNS.items() if pattern == "noncausal"}
+
+
+def test_recall_plots_table_shows_every_bucket_kind_in_order():
+    """Noncausal and cross studies: the keys after their queries (ahead:) and the pairs' positions (pos:) are columns
+    too, after the distances, each kind by its lower bound."""
+    metrics = {m: (0.5, 0.1) for m in ("accuracy", "accuracy@pos:4-7", "accuracy@ahead:9-16", "accuracy@dist:17-32",
+                                       "accuracy@pos:0", "accuracy@dist:3-4", "accuracy@noncausal_mqar")}
+    row = {"attention": "sdpa", "setting": "", "state_bytes": 2048, "grows": True, "seq_len": 64, "seeds": [1, 2],
+           "metrics": metrics}
+    head = markdown_table([row]).splitlines()[0]
+    assert head.endswith("| accuracy | dist:3-4 | dist:17-32 | ahead:9-16 | pos:0 | pos:4-7 |")
+
+
+def test_recall_plot_keeps_each_task_apart(tmp_path):
+    """The same attention on two tasks (causal and noncausal MQAR) is two rows, each with its own state (a causal
+    KV cache, a noncausal layer's keys and values of the sequence), and the table names the task."""
+    for task, seed in (("mqar", 1), ("noncausal_mqar", 2)):
+        recipe, cfg = tiny(task=task)
+        _cell(tmp_path / "study" / f"sdpa-seed{seed}", recipe.resolve(cfg), "sdpa", ["model.attention.name=sdpa"],
+              0.5 * seed, seed)
+    rows = state_rows([tmp_path / "study"])
+    assert [(r["task"], r["attention"], r["seeds"]) for r in rows] == [("mqar", "sdpa", [1]),
+                                                                        ("noncausal_mqar", "sdpa", [2])]
+    for row in rows:  # each measured on its own model (a decoder's KV cache, an encoder's keys and values)
+        recipe, cfg = tiny(task=row["task"])
+        assert (row["state_bytes"], row["grows"]) == state_bytes(recipe.build_model(cfg), 16)
+    table = markdown_table(rows)
+    assert table.startswith("| task | attention |") and "| noncausal_mqar | sdpa | defaults |" in table
+    assert plot_state(rows).startswith(b"\x89PNG")

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
-from lavo_zoo.attention.common import compute_dtype
+from lavo_zoo.attention.common import compute_dtype, split_qkv
 from lavo_zoo.attention.lavo import ops
 from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORY_NORMS, MemoryState
 from lavo_zoo.attention.ops.dispatch import Choice, Chosen, HasKernels
@@ -34,6 +35,7 @@ from lavo_zoo.attention.ops.padding import left_aligned
 from lavo_zoo.attention.ops.window import CHUNK, last_positions, window_attention, window_attention_step
 
 MEMORY_SOURCES = ("local_out", "value", "input")
+DECODING_OPS = ("step",)  # what a decoding step chooses a kernel for (the step's kernel composes the rest)
 CAUSAL_TEMPERATURE = 16.0  # the read temperature's default (initial value) in causal attention: docs/lavo.md
 # parameters renamed since checkpoints were first written (old state_dict key -> new): old checkpoints keep loading
 RENAMED_PARAMETERS = {"read_temp": "log_read_temperature", "read_gain": "learned_gain"}
@@ -57,6 +59,29 @@ class LavoState(StreamingState):
         """The same state cut from the autograd graph (truncated backpropagation through time)."""
         return LavoState(self.keys.detach(), self.values.detach(), self.sum_complete.detach(),
                          self.sum_partial.detach(), self.position)
+
+
+    def static(self, window: int) -> LavoStaticState:
+        """This state in fixed shapes, for a decoding step that a CUDA graph captures (:class:`LavoStaticState`):
+        the keys and values padded in front to w - 1 (``window``: the layer's w), the position as a tensor."""
+        B, L = self.keys.shape[0], self.keys.shape[2]
+        pad = (0, 0, window - 1 - L, 0)
+        return LavoStaticState(F.pad(self.keys, pad), F.pad(self.values, pad), self.sum_complete.clone(),
+                               self.sum_partial.clone(), torch.full((B,), self.position, device=self.keys.device))
+
+
+@dataclass
+class LavoStaticState(StreamingState):
+    """A causal decoding state of fixed shapes that each one-token step updates in place (``attn.step(x, state)``
+    returns the same object): the step reads its position from a tensor and branches on no value, so a CUDA graph
+    can capture it once and replay it for every token. Made from a prefill's :class:`LavoState` by
+    :meth:`LavoState.static`; one token per call, no padding."""
+
+    keys: torch.Tensor          # [B, H, w-1, d] the last w-1 keys, oldest first (slots before the first token unread)
+    values: torch.Tensor        # [B, H, w-1, d]
+    sum_complete: torch.Tensor  # [B, H, d] fp32+, as LavoState's
+    sum_partial: torch.Tensor   # [B, H, d] fp32+
+    position: torch.Tensor      # [B] int64: tokens consumed so far
 
 
 @dataclass
@@ -265,6 +290,45 @@ class LavoAttention(HasKernels, Attention):
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # [B, T, D] -> [B, H, T, d]
 
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """Self-attention's q, k and v projections as one product (one input cast and one kernel, forward and
+        backward, where three ran): x [B, T, D] -> [B, T, 3D]. The parameters stay the three projections'."""
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])       # [3D, D]
+        bias = None if self.q_proj.bias is None else \
+            torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])                  # [3D]
+        return F.linear(x, weight, bias)
+
+    def _fusable(self, state: LavoState | None, return_state: bool) -> bool:
+        """Whether the fused operation (the ``layer`` op's kernel, ``fused.py``) covers a self-attention call: the
+        memory of the local outputs read with the local window, no streaming state in or out, causal attention with
+        context dissection and combine 'sum' or 'gain', or noncausal attention."""
+        if state is not None or return_state or not self.global_read or self.memory_source != "local_out":
+            return False
+        return self.pattern == "noncausal" or (self.context_dissection and self.combine != "half")
+
+    def _output(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The output projection of out [B, T, D] (:meth:`_output_dtype`)."""
+        return self.out_proj(self._output_dtype(out, x))
+
+    @staticmethod
+    def _output_dtype(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """out in x's dtype, for the output projection; as it is under autocast, which casts it itself."""
+        return out if torch.is_autocast_enabled(x.device.type) else out.to(x.dtype)
+
+    def _decodes(self, x: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None) -> bool:
+        """Whether a call is one causal token after a state that the decoding step covers (context dissection, no
+        padding, no dropout: the step has none)."""
+        return x.shape[1] == 1 and state is not None and padding_mask is None and self.context_dissection and \
+            self.pattern == "causal" and not (self.dropout and self.training)
+
+    def _project_token(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v [B, H, 1, d] of one token x [B, 1, D], by the three projections (a decoding step: joining their
+        weights would copy 3 D^2 numbers for one token; as [B, D] rows, each is one product and one view)."""
+        B, _, D = x.shape
+        rows, shape = x.view(B, D), (B, self.num_heads, 1, self.head_dim)
+        return tuple(F.linear(rows, proj.weight, proj.bias).view(shape)   # as the training path, without the
+                     for proj in (self.q_proj, self.k_proj, self.v_proj))  # module call's overhead
+
     def _gain(self) -> float | torch.Tensor:
         """The global branch's factor: the learned per-head gain [H] ('gain'), else the constant ``read_gain``."""
         return self.learned_gain if self.learned_gain is not None else self.read_gain
@@ -279,7 +343,12 @@ class LavoAttention(HasKernels, Attention):
                         chunk=self.chunk_size, dropout=self.dropout, training=self.training)
 
     def _check_state(self, state: object, x: torch.Tensor) -> None:
-        if not isinstance(state, LavoState):
+        if isinstance(state, LavoStaticState):
+            if state.keys.shape[2] != self.window_size - 1 or x.shape[1] != 1:
+                raise ValueError(f"a LavoStaticState decodes one token per call with this layer's window "
+                                 f"({self.window_size}); got {x.shape[1]} tokens and keys for a window of "
+                                 f"{state.keys.shape[2] + 1}: make it with LavoState.static({self.window_size})")
+        elif not isinstance(state, LavoState):
             raise TypeError(f"state must be the LavoState returned by this attention, got {type(state).__name__}")
         if state.keys.shape[:2] != (x.shape[0], self.num_heads) or state.keys.shape[-1] != self.head_dim:
             raise ValueError(f"state is for batch/heads/head_dim {list(state.keys.shape[:2])}/{state.keys.shape[-1]},"
@@ -302,16 +371,37 @@ class LavoAttention(HasKernels, Attention):
         if T == 0:
             y = x.new_empty(B, 0, D)
             return (y, state) if return_state else y
-        q = self._heads(self.q_proj(x))                                              # [B, H, T, d]
-        run = self.start_kernels(q)                                                  # the one choice, recorded
         new_state = None
+        if isinstance(state, LavoStaticState):                                       # a step in place
+            out = self._output_dtype(self._decode_static(x, state).reshape(B, D), x)
+            y = F.linear(out, self.out_proj.weight, self.out_proj.bias).unsqueeze(1)
+            return (y, state) if return_state else y
+        if self._decodes(x, padding_mask, state):                                    # one token after a state
+            q, k, v = self._project_token(x)                                         # [B, H, 1, d]
+            out, new_state = self._decode_one(x, q, k, v, state, self.start_kernels(q, only=DECODING_OPS))
+            out = F.linear(self._output_dtype(out.reshape(B, D), x), self.out_proj.weight, self.out_proj.bias)
+            y = out.unsqueeze(1)                                                     # [B, 1, D]
+            return (y, new_state) if return_state else y
         if self.pattern == "cross":
-            out = self._read(q, self.cross_memory(context, context_mask), run.read)  # [B, H, T, d]
+            q = self._heads(self.q_proj(x))                                          # [B, H, T, d]
+            out = self._read(q, self.cross_memory(context, context_mask), self.start_kernels(q).read)
         else:
-            out, new_state = self._self(x, q, padding_mask, state, return_state, run)
+            qkv = self._qkv(x)                                                       # [B, T, 3D]
+            q, k, v = split_qkv(qkv, self.num_heads)                                 # [B, H, T, d] views
+            run = self.start_kernels(q)                                              # the one choice, recorded
+            if self._fusable(state, return_state):
+                fused = run.layer(qkv, self.bases, self.window_size, heads=self.num_heads,
+                                  causal=self.pattern == "causal", bias=self.epe,
+                                  log_temperature=self.log_read_temperature, gain=self._gain(), combine=self.combine,
+                                  memory_norm=self.memory_norm, key_mask=padding_mask,
+                                  dropout=self.dropout if self.training else 0.0)    # [B, T, D] or None
+                if fused is not None:
+                    y = self._output(fused, x)
+                    return (y, None) if return_state else y
+            out, new_state = self._self(x, q, k, v, padding_mask, state, return_state, run)
         if padding_mask is not None:
             out = out * padding_mask[:, None, :, None]
-        y = self.out_proj(out.transpose(1, 2).reshape(B, T, D).to(x.dtype))  # a view when out is laid out [B, T, H, d]
+        y = self._output(out.transpose(1, 2).reshape(B, T, D), x)  # a view when out is laid out [B, T, H, d]
         return (y, new_state) if return_state else y
 
     # ------------------------------------------------------------------------------------------ cross attention
@@ -343,16 +433,14 @@ class LavoAttention(HasKernels, Attention):
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
 
     # --------------------------------------------------------------------------------------------- self-attention
-    def _self(self, x: torch.Tensor, q: torch.Tensor, padding_mask: torch.Tensor | None, state: LavoState | None,
-              return_state: bool, run: Choice) -> tuple[torch.Tensor, LavoState | None]:
-        """Causal and noncausal self-attention: local window branch plus memory, on the call's kernels ``run``.
-        Returns [B, H, T, d] and the new streaming state (when asked for)."""
+    def _self(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              padding_mask: torch.Tensor | None, state: LavoState | None, return_state: bool, run: Choice
+              ) -> tuple[torch.Tensor, LavoState | None]:
+        """Causal and noncausal self-attention of q, k, v [B, H, T, d]: local window branch plus memory, on the
+        call's kernels ``run``, composed op by op. Returns [B, H, T, d] and the new streaming state (when asked
+        for)."""
         B, T, _ = x.shape
         w = self.window_size
-        if T == 1 and state is not None and padding_mask is None and self.context_dissection and \
-                not (self.dropout and self.training):  # the step has no dropout
-            return self._decode_one(x, q, state, run)
-        k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, T, d]
         past_k, past_v = (state.keys, state.values) if state is not None else (None, None)  # [B, H, <w, d]
         prefix = None if state is None else (past_k, past_v)
         local = window_attention(q, k, v, w, causal=self.pattern == "causal", bias=self.epe,
@@ -378,32 +466,35 @@ class LavoAttention(HasKernels, Attention):
         return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), final.sum_complete,
                               final.sum_partial, final.position)
 
-    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, state: LavoState, run: Choice
-                    ) -> tuple[torch.Tensor, LavoState]:
+    def _decode_one(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: LavoState,
+                    run: Choice) -> tuple[torch.Tensor, LavoState]:
         """One causal token after ``state`` (context dissection, no padding): the output and state of the chunked
-        path in a handful of small operations, since a decoding step's cost is all fixed overhead; the fused step
-        kernel where the call's kernels have one (``run.step``). x [B, 1, D], q [B, H, 1, d] -> ([B, H, 1, d] in the
-        compute dtype, the new state)."""
+        path by the decoding step's kernel (``run.step``: the fused Triton kernel, or the PyTorch step in about 25
+        operations, since a decoding step's cost is all fixed overhead). x [B, 1, D], q, k, v [B, H, 1, d] ->
+        ([B, H, 1, d] in the compute dtype, the new state)."""
         w = self.window_size
-        k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))              # [B, H, 1, d]
-        memory = MemoryState(state.sum_complete, state.sum_partial, state.position)
-        reading = {"log_temperature": self.log_read_temperature, "memory_norm": self.memory_norm,
-                   "combine": self.combine, "gain": self._gain(), "empty_memory": self.empty_memory}
-        if self.global_read and run.step.kernel is not None:
-            feat = None if self.memory_source == "local_out" else \
-                (v if self.memory_source == "value" else self._heads(x))
-            stepped = run.step(q, k, v, state.keys, state.values, memory, self.bases, w, bias=self.epe, feat=feat,
-                               **reading)                                           # None: composed below
-            if stepped is not None:
-                out, keys, values, memory = stepped
-                return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
-        local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)  # [B, H, 1, d]
-        keys, values = last_positions(state.keys, k, w), last_positions(state.values, v, w)
         if not self.global_read:  # the local window alone; the state's sums stay zero
-            return local, LavoState(keys, values, state.sum_complete, state.sum_partial, state.position + 1)
-        out, memory = ops.memory_step(q, local, self._features(x, v, local), self.bases, w, memory, kernel=run.read,
-                                      chunk=self.chunk_size, **reading)
+            local = window_attention_step(q, k, v, w, prefix=(state.keys, state.values), bias=self.epe)
+            return local, LavoState(last_positions(state.keys, k, w), last_positions(state.values, v, w),
+                                    state.sum_complete, state.sum_partial, state.position + 1)
+        feat = None if self.memory_source == "local_out" else (v if self.memory_source == "value" else self._heads(x))
+        out, keys, values, memory = run.step(
+            q, k, v, state.keys, state.values, MemoryState(state.sum_complete, state.sum_partial, state.position),
+            self.bases, w, bias=self.epe, feat=feat, log_temperature=self.log_read_temperature,
+            memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory)
         return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
+
+    def _decode_static(self, x: torch.Tensor, state: LavoStaticState) -> torch.Tensor:
+        """One token x [B, 1, D] after a :class:`LavoStaticState`, written back into it (:func:`.ops.static_step`:
+        PyTorch operations on every device; under a CUDA graph their launches cost the host nothing) -> [B, H, 1, d]
+        in the compute dtype."""
+        q, k, v = self._project_token(x)
+        feat = None if self.memory_source == "local_out" else (v if self.memory_source == "value" else self._heads(x))
+        return ops.static_step(q, k, v, state.keys, state.values, state.sum_complete, state.sum_partial,
+                               state.position, self.bases, self.window_size, bias=self.epe, feat=feat,
+                               global_read=self.global_read, log_temperature=self.log_read_temperature,
+                               memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(),
+                               empty_memory=self.empty_memory)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

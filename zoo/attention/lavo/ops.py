@@ -4,16 +4,17 @@
 Given the queries q, the local branch's output and the features the memory averages ([B, H, T, d] each), the op
 builds the memory rows the queries read, reads them through the orthogonal bases and joins the two branches:
 
-- the memory rows: :func:`dissected_memory` (causal with context dissection: window j reads the mean features of the
-  complete windows before it, from the per-window sums of :func:`window_sums` and their prefix sum),
-  :func:`running_memory` (causal without: token t reads the running mean of features 0..t), :func:`mean_memory`
-  (noncausal and cross attention: one mean per sequence);
+- the memory rows (``memory.py``): :func:`dissected_memory` (causal with context dissection: window j reads the
+  mean features of the complete windows before it), :func:`running_memory` (causal without: token t reads the
+  running mean of features 0..t), :func:`mean_memory` (noncausal and cross attention: one mean per sequence);
 - :func:`read`: the rms-normalised memory, then the read kernel (:data:`READ`: :func:`recompute_read`,
   :func:`autograd_read` over ``read.py``, :func:`triton_read` over ``triton.py``; each applies the temperature on q);
 - :func:`combine_branches`: local + global as ``combine`` says;
 - :func:`memory_branch`: all of the above for a chunk of self-attention, with the streaming state in and out
   (:class:`MemoryState`, flash-linear-attention's initial_state / output_final_state convention);
-  :func:`memory_step`: the same for one causal token (a decoding step), in a handful of small operations.
+  :func:`memory_step`: the same for one causal token (a decoding step), in a handful of small operations;
+- the kernels of each op, declared for the dispatch (:data:`LAVO_KERNELS`): the window's, the read's, the decoding
+  step's fused kernel and the whole self-attention call's (:func:`triton_layer`, ``fused.py``).
 
 ``naive.py`` holds the per-position forms of :func:`memory_branch` and :func:`read` that the tests compare with.
 Sums, counts and the read run in the compute dtype (fp32, fp64 for fp64 inputs), whatever the dtype of the features
@@ -22,14 +23,20 @@ accumulates in fp32 without a cast copy.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from lavo_zoo.attention.common import compute_dtype
-from lavo_zoo.attention.lavo.read import read_memory, read_memory_autograd
+from lavo_zoo.attention.lavo.memory import (  # noqa: F401 (window_sums: the op's names, as the tests use them)
+    MemoryState,
+    dissected_memory,
+    mean_memory,
+    running_memory,
+    window_sums,
+)
+from lavo_zoo.attention.lavo.read import RMS_EPS, read_memory, read_memory_autograd
 from lavo_zoo.attention.ops.dispatch import Chosen, Kernel, KernelSet, Op, triton_auto, triton_runs
 from lavo_zoo.attention.ops.dropout import new_seed
 from lavo_zoo.attention.ops.window import WINDOW
@@ -37,92 +44,6 @@ from lavo_zoo.attention.ops.window import WINDOW
 COMBINES = ("half", "sum", "gain")
 EMPTY_MEMORY = ("local", "half")
 MEMORY_NORMS = ("mean", "rms")
-RMS_EPS = 1e-6
-
-
-class MemoryState(NamedTuple):
-    """The memory's part of the causal streaming state (constant size)."""
-
-    sum_complete: torch.Tensor  # [B, H, d] compute dtype: features summed over complete windows (all tokens w/o cd)
-    sum_partial: torch.Tensor   # [B, H, d] ... over the current, incomplete window (zeros without context dissection)
-    position: int               # tokens consumed so far
-
-
-def window_sums(feats: torch.Tensor, a: int, w: int) -> torch.Tensor:
-    """Sums of feats [B, H, T, d] over windows of w time steps, the first window starting a steps before position 0
-    (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d] in the compute
-    dtype. The whole windows are summed through a view, so no padded (or cast) copy of feats is made."""
-    T, ct = feats.shape[2], compute_dtype(feats.dtype)
-    head = min(T, (w - a) % w)                                    # steps that finish the first, partial window
-    whole = (T - head) // w * w
-    parts = [feats[:, :, :head].sum(2, keepdim=True, dtype=ct)] if head else []
-    parts.append(feats[:, :, head:head + whole].unflatten(2, (whole // w, w)).sum(3, dtype=ct))
-    if head + whole < T:
-        parts.append(feats[:, :, head + whole:].sum(2, keepdim=True, dtype=ct))
-    return torch.cat(parts, 2)
-
-
-def mean_memory(feats: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """One memory per sequence (noncausal and cross attention): the mean of feats [B, H, T, d] (zero at padded
-    positions) over the valid [B, 1, T] positions (1 real, 0 padded); [B, H, 1, d] (zeros where nothing is real)."""
-    return feats.sum(2, keepdim=True, dtype=compute_dtype(feats.dtype)) / valid.sum(-1).clamp(min=1)[..., None, None]
-
-
-def dissected_memory(feats: torch.Tensor, valid: torch.Tensor, window: int, state: MemoryState | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Context dissection: window j reads the mean features of the complete windows before it (cumulative sums over
-    windows, O(T d)).
-
-    Args:
-        feats: [B, H, T, d] features, zero at padded positions; the chunk starts at ``state.position``.
-        valid: [B, 1, T] 1 for real positions, 0 for padded ones.
-        window: w.
-        state: the memory state before the chunk, or None (the sequence starts here).
-
-    Returns:
-        mem [B, H, n, d], the memory rows (query t reads row (a + t) // w, a = position % w: :func:`read`'s offset
-        and group); empty [B, 1, T, 1] bool, where the memory has no real token; the (sum_complete, sum_partial)
-        after the chunk (views of per-window tensors).
-    """
-    B, H, T, d = feats.shape
-    w, ct = window, compute_dtype(feats.dtype)
-    pos = state.position if state is not None else 0
-    a = pos % w                                   # the chunk starts a tokens into its first window
-    n = math.ceil((a + T) / w)
-    end = n * w - a - T
-    sums = window_sums(feats, a, w)                                             # [B, H, n, d] per window
-    counts = F.pad(valid, (a, end)).unflatten(2, (n, w)).sum(3)                # [B, 1, n]
-    prev = torch.zeros(B, H, d, dtype=ct, device=feats.device) if state is None else state.sum_complete
-    if state is not None:
-        sums = torch.cat([sums[:, :, :1] + state.sum_partial[:, :, None], sums[:, :, 1:]], 2)
-        counts = torch.cat([counts[..., :1] + a, counts[..., 1:]], -1)
-    before = prev[:, :, None] + F.pad(sums.cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # [B, H, n, d] complete windows < j
-    count = (pos - a) + F.pad(counts.cumsum(-1), (1, 0))[..., :-1]              # [B, 1, n]
-    mem = before / count.clamp(min=1)[..., None]                                # [B, H, n, d]
-    empty = (count == 0)[..., None].expand(B, 1, n, w).flatten(2)[:, :, a:a + T, None]  # [B, 1, T, 1]
-    if (pos + T) % w == 0:
-        return mem, empty, (before[:, :, -1] + sums[:, :, -1], torch.zeros_like(prev))
-    return mem, empty, (before[:, :, -1], sums[:, :, -1])
-
-
-def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState | None = None
-                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t.
-
-    Args:
-        feats: [B, H, T, d] features, zero at padded positions; valid: [B, 1, T] 1 real, 0 padded.
-        state: the memory state before the chunk (its ``sum_complete`` is the running sum), or None.
-
-    Returns:
-        mem [B, H, T, d], one row per token (this ablation's memory is one more [T, d] tensor than dissection's);
-        the (running sum, zeros) after the chunk (the sum a view of a [B, H, T, d] tensor).
-    """
-    B, H, _, d = feats.shape
-    ct = compute_dtype(feats.dtype)
-    prev = torch.zeros(B, H, d, dtype=ct, device=feats.device) if state is None else state.sum_complete
-    cum = prev[:, :, None] + feats.cumsum(2, dtype=ct)                          # [B, H, T, d] inclusive sums
-    count = (state.position if state is not None else 0) + valid.cumsum(-1)     # [B, 1, T]
-    return cum / count.clamp(min=1)[..., None], (cum[:, :, -1], torch.zeros_like(prev))
 
 
 # -------------------------------------------------------------------------------------------- the read kernels
@@ -179,6 +100,15 @@ def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
     return out, keys, values, MemoryState(complete, partial, memory.position + 1)
 
 
+def triton_layer(qkv: torch.Tensor, bases: torch.Tensor, window: int, **options: Any) -> torch.Tensor:
+    """A whole self-attention call from the fused q, k, v projection [B, T, 3D] to the joined output [B, T, D] on the
+    Triton kernels (:func:`.fused.fused_self_attention`, whose arguments ``options`` holds). Raises
+    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where a forward kernel cannot be compiled."""
+    from lavo_zoo.attention.lavo import fused
+
+    return fused.fused_self_attention(qkv, bases, window, **options)
+
+
 def _step_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                   memory: MemoryState, *args: Any, **kwargs: Any) -> bool:
     """The fused step covers a token after the first (a memory to read) with no autograd graph to record."""
@@ -189,10 +119,6 @@ RECOMPUTE_READ = Kernel("recompute", recompute_read, fresh=True)
 AUTOGRAD_READ = Kernel("autograd", autograd_read)
 TRITON_READ = Kernel("triton", triton_read, runs=triton_runs, auto=triton_auto, compiled=True)
 READ = Op("memory read", (RECOMPUTE_READ, AUTOGRAD_READ, TRITON_READ), fallback=RECOMPUTE_READ)
-# a shortcut: where it does not run, the layer composes the step from the window's and the read's
-STEP = Op("decoding step", (Kernel("triton", triton_step, runs=triton_runs, auto=triton_auto, dropout=False,
-                                   compiled=True, applies=_step_applies),), fallback=None)
-LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP)
 
 
 def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str | Chosen = "recompute", *,
@@ -326,27 +252,161 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
 
 def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases: torch.Tensor, window: int,
                 state: MemoryState, *, combine: str = "sum", gain: float | torch.Tensor = 1.0,
-                empty_memory: str = "local", log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
-                kernel: str | Chosen = "recompute", chunk: int | None = None) -> tuple[torch.Tensor, MemoryState]:
+                empty_memory: str = "local", log_temperature: torch.Tensor | None = None, memory_norm: str = "mean"
+                ) -> tuple[torch.Tensor, MemoryState]:
     """One causal token after ``state`` with context dissection, no padding (a decoding step): what
-    :func:`memory_branch` gives for a one-token chunk, in a handful of small operations.
+    :func:`memory_branch` gives for a one-token chunk, in about 15 small operations (a step's cost is its count of
+    operations: a read kernel's chunk loop would cost more than the arithmetic).
+
+    The read is softmax attention of q over the r rows K_i = h_i b_i (the score scale h_i (b_i . q) is scale q . K_i,
+    the output sum_i p_i h_i b_i is sum_i p_i K_i), so one ``scaled_dot_product_attention`` call does it; the rms of
+    the mean S / count is ``rms_norm`` of the sum S with eps count^2, which is the same.
 
     Args:
         q, local, feat: [B, H, 1, d] the token's query, local output and memory feature (compute dtype).
         bases, window: as :func:`memory_branch`; state: the state before the token.
-        combine, gain, empty_memory, log_temperature, memory_norm, kernel, chunk: as :func:`memory_branch`.
+        combine, gain, empty_memory, log_temperature, memory_norm: as :func:`memory_branch`.
 
     Returns:
         [B, H, 1, d] in the compute dtype, and the state after the token.
     """
     w, pos = window, state.position
-    count = pos - pos % w                                                        # tokens of complete windows
-    empty = torch.full((1, 1, 1, 1), count == 0, device=q.device)
-    glob = read(q, state.sum_complete[:, :, None] / max(count, 1), bases, kernel, log_temperature=log_temperature,
-                memory_norm=memory_norm, chunk=chunk)                            # zeros while empty
+    count = max(pos - pos % w, 1)                                                # tokens of complete windows
+    total = state.sum_complete                                                   # [B, H, d]
+    if memory_norm == "rms":                                                     # rms(S / c) = rms_norm(S, eps c^2)
+        m = F.rms_norm(total, total.shape[-1:], eps=RMS_EPS * count * count)
+    else:
+        m = total / count
+    h = (bases * m.unsqueeze(-2)).sum(-1)                                        # [B, H, r]  h = B m
+    rows = h.unsqueeze(-1) * bases                                               # [B, H, r, d]  K_i = h_i b_i
+    if log_temperature is not None:
+        q = q * _as(log_temperature.exp(), q.dtype).view(-1, 1, 1)
+    glob = F.scaled_dot_product_attention(q, rows, rows)                         # [B, H, 1, d]; 0 while empty
+    if combine == "half":
+        out = (local + glob) * 0.5 if pos >= w else local * (0.5 if empty_memory == "half" else 1.0)
+    elif isinstance(gain, torch.Tensor):
+        out = local + glob * gain.to(glob.dtype)[:, None, None]
+    else:
+        out = torch.add(local, glob, alpha=gain)
     partial = state.sum_partial + feat[:, :, 0]                                  # [B, H, d]
     complete = state.sum_complete
     if (pos + 1) % w == 0:                                                       # the window is complete
         complete, partial = complete + partial, torch.zeros_like(partial)
-    out = combine_branches(local, glob, empty, combine=combine, gain=gain, empty_memory=empty_memory)
     return out, MemoryState(complete, partial, pos + 1)
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in ``dtype`` (``Tensor.to`` costs a decoding step about a microsecond even where there is nothing to do)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def torch_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               memory: MemoryState, bases: torch.Tensor, window: int, *, bias: torch.Tensor | None = None,
+               feat: torch.Tensor | None = None, **reading: Any
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, MemoryState]:
+    """One causal token after a state in about 25 PyTorch operations: the decoding step's kernel wherever the Triton
+    one does not run (differentiable).
+
+    Args:
+        q, k, v: [B, H, 1, d] the step's query, key and value.
+        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
+        memory: the memory's state before the step; bases [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
+        **reading: log_temperature, memory_norm, combine, gain, empty_memory (:func:`memory_step`).
+
+    Returns:
+        The output [B, H, 1, d] in the compute dtype, the new last keys and values [B, H, min(w - 1, L + 1), d], the
+        new :class:`MemoryState`.
+    """
+    if torch.is_autocast_enabled(q.device.type):  # the softmaxes in the compute dtype: no autocast to half inside
+        with torch.autocast(q.device.type, enabled=False):
+            return torch_step(q, k, v, keys, values, memory, bases, window, bias=bias, feat=feat, **reading)
+    ct = compute_dtype(q.dtype)
+    H, L = keys.shape[1], keys.shape[2]
+    keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)            # [B, H, L + 1, d]
+    mask = None
+    if bias is not None:  # key s scores + bias[s - t + w - 1]: a [1, H, 1, L + 1] view of the EPE, in one operation
+        # (detached where no grad is recorded: a view of a parameter requires grad even under no_grad, and sdpa
+        # takes its fused kernel only for a mask that does not)
+        bias = _as(bias if torch.is_grad_enabled() else bias.detach(), ct)
+        mask = bias.as_strided((1, H, 1, L + 1), (0, bias.stride(0), 0, bias.stride(1)),
+                               bias.storage_offset() + (window - 1 - L) * bias.stride(1))
+    q = _as(q, ct)
+    local = F.scaled_dot_product_attention(q, _as(keys, ct), _as(values, ct), attn_mask=mask)  # [B, H, 1, d]
+    out, memory = memory_step(q, local, local if feat is None else _as(feat, ct), _as(bases, ct), window, memory,
+                              **reading)
+    if L + 1 == window:                                                          # keep the last w - 1
+        keys, values = keys[:, :, 1:], values[:, :, 1:]
+    return out, keys, values, memory
+
+
+def static_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                sum_complete: torch.Tensor, sum_partial: torch.Tensor, position: torch.Tensor, bases: torch.Tensor,
+                window: int, *, bias: torch.Tensor | None = None, feat: torch.Tensor | None = None,
+                global_read: bool = True, log_temperature: torch.Tensor | None = None, memory_norm: str = "mean",
+                combine: str = "sum", gain: float | torch.Tensor = 1.0, empty_memory: str = "local") -> torch.Tensor:
+    """One causal token after a state of fixed shapes, written back into that state (a CUDA graph can capture it:
+    static shapes, the position read from a tensor, no value read to the host, no branch on one).
+
+    Args:
+        q, k, v: [B, H, 1, d] the step's query, key and value.
+        keys, values: [B, H, w - 1, d] the last w - 1 keys and values, oldest first (a slot before the sequence's
+            first token is not read); updated in place.
+        sum_complete, sum_partial: [B, H, d] the memory's sums (compute dtype); updated in place.
+        position: [B] int64, tokens before the step; incremented in place.
+        bases, window, bias, feat: as :func:`torch_step`; global_read: False leaves the sums as they are.
+        log_temperature, memory_norm, combine, gain, empty_memory: as :func:`memory_step`.
+
+    Returns:
+        The output [B, H, 1, d] in the compute dtype: :func:`torch_step`'s, to rounding.
+    """
+    if torch.is_autocast_enabled(q.device.type):  # the softmaxes in the compute dtype: no autocast to half inside
+        with torch.autocast(q.device.type, enabled=False):
+            return static_step(q, k, v, keys, values, sum_complete, sum_partial, position, bases, window, bias=bias,
+                               feat=feat, global_read=global_read, log_temperature=log_temperature,
+                               memory_norm=memory_norm, combine=combine, gain=gain, empty_memory=empty_memory)
+    ct, w, B, H = compute_dtype(q.dtype), window, q.shape[0], q.shape[1]
+    all_keys, all_values = torch.cat([keys, k.to(keys.dtype)], 2), torch.cat([values, v.to(values.dtype)], 2)
+    real = torch.arange(w, device=q.device) >= (w - 1 - position).view(B, 1, 1, 1)  # [B, 1, 1, w] slot j: p - w + 1 + j
+    scores = q.new_zeros((), dtype=ct) if bias is None else bias[:, :w].to(ct).view(1, H, 1, w)
+    mask = torch.where(real, scores, float("-inf"))                                  # [B, H, 1, w]
+    q = q.to(ct)
+    out = F.scaled_dot_product_attention(q, all_keys.to(ct), all_values.to(ct), attn_mask=mask)  # the local branch
+    if global_read:
+        count = (position - position % w).to(ct).view(B, 1, 1)                      # tokens of complete windows
+        m = sum_complete / count.clamp(min=1)                                        # [B, H, d]
+        if memory_norm == "rms":
+            m = m * torch.rsqrt(m.square().mean(-1, keepdim=True) + RMS_EPS)
+        h = (bases.to(ct) * m.unsqueeze(-2)).sum(-1)                                 # [B, H, r]
+        rows = h.unsqueeze(-1) * bases.to(ct)                                        # [B, H, r, d]
+        if log_temperature is not None:
+            q = q * log_temperature.exp().to(ct).view(-1, 1, 1)
+        glob = F.scaled_dot_product_attention(q, rows, rows)                         # 0 while the memory is empty
+        local = out
+        if combine == "half":
+            empty = local * (0.5 if empty_memory == "half" else 1.0)
+            out = torch.where(count.view(B, 1, 1, 1) > 0, (local + glob) * 0.5, empty)
+        elif isinstance(gain, torch.Tensor):
+            out = local + glob * gain.to(ct).view(-1, 1, 1)
+        else:
+            out = torch.add(local, glob, alpha=gain)
+        partial = sum_partial + (local if feat is None else feat.to(ct))[:, :, 0]   # [B, H, d]
+        completes = ((position + 1) % w == 0).view(B, 1, 1)                          # the step ends a window
+        sum_complete.add_(torch.where(completes, partial, 0.0))
+        sum_partial.copy_(torch.where(completes, 0.0, partial))
+    keys.copy_(all_keys[:, :, 1:])
+    values.copy_(all_values[:, :, 1:])
+    position.add_(1)
+    return out
+
+
+# one causal token after a state: the Triton kernel (inference), else the PyTorch step (either PyTorch request)
+TORCH_STEP = Kernel("recompute", torch_step, dropout=False)
+STEP = Op("decoding step", (Kernel("triton", triton_step, runs=triton_runs, auto=triton_auto, dropout=False,
+                                   compiled=True, applies=_step_applies), TORCH_STEP,
+                            Kernel("autograd", torch_step, dropout=False)), fallback=TORCH_STEP, shortcut=True)
+# a shortcut: the whole self-attention call in one operation where it covers the call (the layer's ``_fusable``);
+# elsewhere the layer composes it from the window's and the read's kernels
+LAYER = Op("fused layer", (Kernel("triton", triton_layer, runs=triton_runs, auto=triton_auto, compiled=True),),
+           fallback=None, shortcut=True)
+LAVO_KERNELS = KernelSet("lavo", window=WINDOW, read=READ, step=STEP, layer=LAYER)

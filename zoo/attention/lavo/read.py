@@ -21,6 +21,8 @@ from lavo_zoo.attention.common import compute_dtype, heads_major_empty
 from lavo_zoo.attention.ops.dropout import keep_factor
 from lavo_zoo.attention.ops.window import CHUNK
 
+RMS_EPS = 1e-6  # memory_norm 'rms' reads m / sqrt(mean(m^2) + RMS_EPS) (ops.read; the Triton kernels alike)
+
 
 def _read_core(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, rows: torch.Tensor | None,
                dropout: float = 0.0, training: bool = False, keep: torch.Tensor | None = None) -> torch.Tensor:

@@ -31,8 +31,9 @@ recurrent ops, each op's folder declaring them in its ``__init__.py`` from its `
    e.g. fla's, gets them by running its launch under ``with triton_utils.compiling(name):``); the call reruns on
    the fallback. ``applies(*args, **kwargs)``: a call it does not cover takes the fallback (default: every call).
 2. Group an op's kernels, in the order 'auto' tries them, with its fallback: a kernel that runs everywhere, dropout
-   included, or None for an op that is an optional shortcut (LAVO's fused decoding step: where none runs, the
-   caller composes the step from its other ops)::
+   included, or None for an op that is an optional shortcut (LAVO's fused layer: where none runs, the caller composes
+   the call from its other ops). ``shortcut=True`` marks an op that runs on some calls only (LAVO's decoding step and
+   fused layer), which what a layer reports before its first call leaves out::
 
        GLA = KernelSet("gla", attend=Op("gla", (FLA, CHUNK), fallback=CHUNK))
 
@@ -41,6 +42,7 @@ recurrent ops, each op's folder declaring them in its ``__init__.py`` from its `
    GLA.check(kernels)`` (which refuses an unknown name), and in a call::
 
        run = self.start_kernels(q)       # the one choice of the call, recorded for kernels_used
+                                         # (only=("step",): a call that runs those ops alone chooses only theirs)
        o = run.attend(q, k, v, g)        # the chosen kernel; one that cannot be compiled here reruns on the fallback
 
    :attr:`HasKernels.kernels_used` then reports the kernels the last call ran ('fla', 'flex+recompute'; before
@@ -66,7 +68,7 @@ import torch
 from lavo_zoo.attention.ops import KernelUnavailable
 
 AUTO = "auto"  # the request that lets the dispatch choose
-TRITON_DEFAULT = False  # triton_by_default: True in the commit that records a passing device run
+TRITON_DEFAULT = False  # the switch of triton_by_default's rule
 
 
 def _everywhere(*args: Any, **kwargs: Any) -> bool:
@@ -97,9 +99,11 @@ def triton_runs(q: torch.Tensor) -> bool:
 
 
 def triton_by_default() -> bool:
-    """Whether 'auto' takes the Triton kernels: only with ``LAVO_ZOO_TRITON=1`` until a run of the device check on a
-    GPU has passed (they are verified in Triton's interpreter only); then the commit that records the run sets
-    :data:`TRITON_DEFAULT`, and they are the default unless ``LAVO_ZOO_TRITON=0``."""
+    """Whether 'auto' takes the Triton kernels (LAVO's and flash-linear-attention's) on CUDA. The project's one
+    statement of the rule: Triton kernels become the CUDA default only in the commit that records a passing run of
+    the device check on a GPU (benchmarks/RESULTS.md, "The device check"), which sets :data:`TRITON_DEFAULT`; until
+    then they are verified in Triton's interpreter only and 'auto' takes them with ``LAVO_ZOO_TRITON=1``; after it,
+    unless ``LAVO_ZOO_TRITON=0``."""
     switch = os.environ.get("LAVO_ZOO_TRITON", "")
     return switch == "1" or (TRITON_DEFAULT and switch != "0")
 
@@ -138,11 +142,14 @@ class Kernel:
 @dataclass(frozen=True)
 class Op:
     """The kernels of one op in the order 'auto' tries them, and its fallback (one of them, or None: the op is an
-    optional shortcut, and where no kernel of it runs the caller takes its general path)."""
+    optional shortcut, and where no kernel of it runs the caller takes its general path). ``shortcut``: the op
+    runs only on some calls (a decoding step, a whole call fused), so what a layer reports before any call
+    (:meth:`Choice.report`) leaves it out."""
 
     name: str
     kernels: tuple[Kernel, ...]
     fallback: Kernel | None
+    shortcut: bool = False
 
     def kernel(self, name: str) -> Kernel:
         """The kernel called ``name``.
@@ -209,14 +216,15 @@ class KernelSet:
 
     def __init__(self, name: str, **ops: Op) -> None:
         self.name, self.ops = name, dict(ops)
+        names = [AUTO]
+        for op in self.ops.values():
+            names += [k.name for k in op.kernels if k.name not in names]
+        self._requests = tuple(names)
 
     @property
     def requests(self) -> tuple[str, ...]:
         """What a ``kernels`` option may say: 'auto' and every kernel name of the ops, in their order."""
-        names = [AUTO]
-        for op in self.ops.values():
-            names += [k.name for k in op.kernels if k.name not in names]
-        return tuple(names)
+        return self._requests
 
     def check(self, request: str) -> str:
         """The one check of a ``kernels`` option.
@@ -234,21 +242,24 @@ class KernelSet:
             raise ValueError(f"kernels must be one of {', '.join(self.requests)}, got '{request}'")
         return request
 
-    def choose(self, q: torch.Tensor, request: str = AUTO, *, dropout: float = 0.0, training: bool = False
-               ) -> Choice:
+    def choose(self, q: torch.Tensor, request: str = AUTO, *, dropout: float = 0.0, training: bool = False,
+               only: tuple[str, ...] | None = None) -> Choice:
         """The kernels of one call on queries q [B, H, T, d], one per op (:meth:`Op.choose`).
 
         Args:
             q: the call's queries.
             request: 'auto' or a kernel name (:meth:`check`).
             dropout, training: attention dropout applies in training with p > 0.
+            only: the ops the call will run, where it knows (a decoding step: choosing the others would cost its
+                time for nothing); None: every op.
 
         Returns:
             A :class:`Choice`: ``choice.<op>(...)`` runs that op's kernel.
         """
         self.check(request)
         drop = bool(dropout) and training
-        return Choice({name: Chosen(op, op.choose(q, request, dropout=drop)) for name, op in self.ops.items()})
+        return Choice({name: Chosen(op, op.choose(q, request, dropout=drop)) for name, op in self.ops.items()
+                       if only is None or name in only})
 
     def preview(self, request: str, like: torch.Tensor, heads: int, head_dim: int, *, dropout: float = 0.0,
                 training: bool = False) -> Choice:
@@ -332,10 +343,11 @@ class Choice:
         return {n: c.name for n, c in self._chosen.items()}
 
     def report(self) -> str:
-        """The kernels of the ops the call ran (before it runs any: the chosen ones) as one word: a name where they
-        are one ('triton', 'recompute'), else the names joined by '+' in the ops' order ('flex+recompute')."""
+        """The kernels of the ops the call ran (before it runs any: the chosen ones, shortcuts left out) as one word:
+        a name where they are one ('triton', 'recompute'), else the names joined by '+' in the ops' order
+        ('flex+recompute')."""
         names = [c.name for c in self._chosen.values() if c.ran]
-        names = names or [c.name for c in self._chosen.values() if c.name is not None]
+        names = names or [c.name for c in self._chosen.values() if c.name is not None and not c.op.shortcut]
         return "+".join(dict.fromkeys(names))
 
 
@@ -350,22 +362,24 @@ class HasKernels:
     kernels: str = AUTO
     _last_choice: Choice | None = None
 
-    def choose_kernels(self, q: torch.Tensor) -> Choice:
+    def choose_kernels(self, q: torch.Tensor, only: tuple[str, ...] | None = None) -> Choice:
         """The kernels a call gets (pure: records nothing).
 
         Args:
             q: the call's queries [B, H, T, d] (their device, dtype and length decide).
+            only: the ops the call runs (:meth:`KernelSet.choose`), or None: every op.
         """
         return self.kernel_set.choose(q, self.kernels, dropout=getattr(self, "dropout", 0.0),
-                                      training=self.training)
+                                      training=self.training, only=only)
 
-    def start_kernels(self, q: torch.Tensor) -> Choice:
+    def start_kernels(self, q: torch.Tensor, only: tuple[str, ...] | None = None) -> Choice:
         """The one choice of a call, recorded for :attr:`kernels_used`.
 
         Args:
             q: the call's queries [B, H, T, d].
+            only: the ops the call runs (:meth:`KernelSet.choose`), or None: every op.
         """
-        choice = self._last_choice = self.choose_kernels(q)
+        choice = self._last_choice = self.choose_kernels(q, only)
         return choice
 
     @property

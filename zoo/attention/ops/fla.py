@@ -14,8 +14,8 @@ op's ``__init__.py`` beside the PyTorch chunked form, which is its fallback. Wha
 - its layout (:func:`to_fla`, :func:`initial_state`): fla takes [B, T, H, ...] and keeps states in fp32.
 - the limit every op shares (:func:`gated_backward_refused`): no backward of a per-head gate on a Hopper GPU under
   Triton 3.4 to 3.7.0 without ``tilelang`` (fla refuses it there: wrong results).
-- 'auto' takes them under the dispatch's Triton rule (:func:`~lavo_zoo.attention.ops.dispatch.triton_auto`): on
-  request (``kernels='fla'``) until a device run of them has passed, as the project's own Triton kernels.
+- 'auto' takes them under the dispatch's Triton rule (:func:`~lavo_zoo.attention.ops.dispatch.triton_by_default`),
+  as the project's own Triton kernels; ``kernels='fla'`` requests them.
 - a compile failure: each launch runs under :func:`~lavo_zoo.attention.ops.triton_utils.compiling`, so it warns
   once, turns the Triton kernels off for the process and the dispatch reruns the call on the PyTorch form. Other
   errors propagate (a bug in the call, a full device), as does a failure to compile fla's backward kernels, which

@@ -60,7 +60,8 @@ from lavo_zoo.attention.ops.triton_utils import (
     strides,
 )
 
-KEY = ["W", "CAUSAL", "D", "HAS_BIAS", "HAS_MASK", "DROPOUT"]  # what the autotuned configuration depends on
+# what the autotuned configuration depends on
+KEY = ["W", "CAUSAL", "D", "HAS_BIAS", "HAS_MASK", "DROPOUT", "MEM_GRAD"]
 DBIAS_BLOCK = 64  # queries per program of the bias-gradient and delta kernels (not tuned: partial sums per block)
 
 
@@ -111,6 +112,27 @@ def _load_rows(ptr, rows, dd, T, D):
     return tl.load(ptr + dd[None, :], mask=((rows >= 0) & (rows < T))[:, None] & (dd < D)[None, :], other=0.0)
 
 
+@triton.jit
+def _load_grad(DO, DWIN, KMASK, b, h, bh, t, dd, sgb, sgh, sgt, smb, T, D, n_rows, ls, W: tl.constexpr,
+               MEM_GRAD: tl.constexpr, HAS_MASK: tl.constexpr):
+    """The output's gradient dO of query rows t [N] as [N, BD] in DO's dtype (zeros outside [0, T)). With MEM_GRAD
+    (LAVO's fused layer, ``lavo/fused.py``) DO is the layer's output gradient G and the local branch's is built here:
+    ls G + the memory's gradient of its feature, DWIN [B H, n_rows, D] fp32 row t // W (row 0 when n_rows == 1),
+    zero at padded queries; rounded to DO's dtype as a stored dO would be."""
+    g = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
+    if MEM_GRAD:
+        ok = (t >= 0) & (t < T)
+        row = tl.where(n_rows == 1, 0, t // W)
+        dw = tl.load(DWIN + (bh * n_rows + row)[:, None] * D + dd[None, :], mask=ok[:, None] & (dd < D)[None, :],
+                     other=0.0)
+        full = ls * g.to(tl.float32) + dw
+        if HAS_MASK:
+            real = tl.load(KMASK + b * smb + t, mask=ok, other=0) != 0
+            full = tl.where(real[:, None], full, 0.0)
+        g = full.to(DO.dtype.element_ty)
+    return g
+
+
 @_tuned
 @triton.jit(do_not_specialize=["T", "P", "seed"])
 def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, smb,
@@ -150,9 +172,11 @@ def _fwd(Q, K, V, BIAS, KMASK, O, LSE, sqb, sqh, sqt, skb, skh, skt, svb, svh, s
     tl.store(LSE + bh * T + t, m_i + tl.log(l_i), mask=tq)
 
 
-@triton.jit(do_not_specialize=["T"])
-def _delta(O, DO, DELTA, sob, soh, sot, sgb, sgh, sgt, H, T, D, BD: tl.constexpr, BM: tl.constexpr):
-    """The backward's pre-pass: DELTA[b h, t] = rowsum(dO * O) in fp32, from O and dO in their own dtypes."""
+@triton.jit(do_not_specialize=["T", "n_rows"])
+def _delta(O, DO, DELTA, DWIN, KMASK, sob, soh, sot, sgb, sgh, sgt, smb, H, T, D, n_rows, ls, W: tl.constexpr,
+           MEM_GRAD: tl.constexpr, HAS_MASK: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr):
+    """The backward's pre-pass: DELTA[b h, t] = rowsum(dO * O) in fp32, from O and dO in their own dtypes (dO built
+    by :func:`_load_grad`)."""
     nb = tl.cdiv(T, BM)
     prog = tl.program_id(0).to(tl.int64)
     bh, pid = prog // nb, prog % nb
@@ -160,17 +184,20 @@ def _delta(O, DO, DELTA, sob, soh, sot, sgb, sgh, sgt, H, T, D, BD: tl.constexpr
     t = pid * BM + tl.arange(0, BM)
     dd = tl.arange(0, BD)
     o = _load_rows(O + b * sob + h * soh + t[:, None] * sot, t, dd, T, D).to(tl.float32)
-    do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D).to(tl.float32)
+    do = _load_grad(DO, DWIN, KMASK, b, h, bh, t, dd, sgb, sgh, sgt, smb, T, D, n_rows, ls, W, MEM_GRAD,
+                    HAS_MASK).to(tl.float32)
     tl.store(DELTA + bh * T + t, tl.sum(o * do, 1), mask=t < T)
 
 
 @_tuned
 @triton.jit(do_not_specialize=["T", "P", "seed"])
-def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt,
-            sdb, sdh, sdt, smb, H, T, P, D, scale, seed, p_drop, W: tl.constexpr, SPAN: tl.constexpr,
+def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, DWIN, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh,
+            sgt, sdb, sdh, sdt, smb, H, T, P, D, n_rows, ls, scale, seed, p_drop, W: tl.constexpr, SPAN: tl.constexpr,
             CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr,
-            BD: tl.constexpr, PREC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
-    """Program (b h, block of BM queries), the same band as the forward: dQ = scale dS K."""
+            MEM_GRAD: tl.constexpr, ACC_DQ: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr, BM: tl.constexpr,
+            BN: tl.constexpr):
+    """Program (b h, block of BM queries), the same band as the forward: dQ = scale dS K (ACC_DQ: added to what DQ
+    holds, the memory read's dq in the fused layer)."""
     nb = tl.cdiv(T, BM)
     prog = tl.program_id(0).to(tl.int64)                  # one axis: (b h, query block); 64-bit offsets throughout
     bh, pid = prog // nb, prog % nb
@@ -179,7 +206,7 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
     dd = tl.arange(0, BD)
     tq = t < T
     q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D)           # [BM, BD]
-    do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
+    do = _load_grad(DO, DWIN, KMASK, b, h, bh, t, dd, sgb, sgh, sgt, smb, T, D, n_rows, ls, W, MEM_GRAD, HAS_MASK)
     lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
     delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
     bias_ptr, mask_ptr = BIAS + h * (2 * W - 1), KMASK + b * smb
@@ -196,16 +223,20 @@ def _bwd_dq(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DQ, sqb, sqh, sqt, skb, skh, s
             dp = dp * _drop(seed, p_drop, bh, t[:, None], s[None, :], T, P, W)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-    tl.store(DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=tq[:, None] & (dd < D)[None, :])
+    dq = dq * scale
+    rows = DQ + b * sdb + h * sdh + t[:, None] * sdt + dd[None, :]
+    if ACC_DQ:
+        dq += tl.load(rows, mask=tq[:, None] & (dd < D)[None, :], other=0.0).to(tl.float32)
+    tl.store(rows, dq.to(DQ.dtype.element_ty), mask=tq[:, None] & (dd < D)[None, :])
 
 
 @_tuned
 @triton.jit(do_not_specialize=["T", "P", "seed"])
-def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, P, D, scale, seed, p_drop, W: tl.constexpr,
+def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, DWIN, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+              sgb, sgh, sgt, sdb, sdh, sdt, smb, H, T, P, D, n_rows, ls, scale, seed, p_drop, W: tl.constexpr,
               SPAN: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
-              DROPOUT: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+              DROPOUT: tl.constexpr, MEM_GRAD: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr):
     """Program (b h, block of BM keys of T + P): the BM + SPAN queries that see them, in tiles of BN;
     dV = (P Z)^T dO, dK = scale dS^T Q, each [BM, BN] tile keys x queries (P^T = exp(k q^T - lse))."""
     nb = tl.cdiv(T + P, BM)
@@ -224,7 +255,8 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
         t = first + i * BN + tl.arange(0, BN)
         tq = (t >= 0) & (t < T)
         q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D)       # [BN, BD]
-        do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D)
+        do = _load_grad(DO, DWIN, KMASK, b, h, bh, t, dd, sgb, sgh, sgt, smb, T, D, n_rows, ls, W, MEM_GRAD,
+                        HAS_MASK)
         lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
         delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
         sc, ok = _scores(k, q, t[None, :], s[:, None], bias_ptr, mask_ptr, T, P, scale, W, CAUSAL, HAS_BIAS,
@@ -245,9 +277,10 @@ def _bwd_dkdv(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, DK, DV, sqb, sqh, sqt, skb, 
 
 
 @triton.jit(do_not_specialize=["T", "P", "seed"])
-def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-               sgb, sgh, sgt, smb, H, T, P, D, scale, seed, p_drop, W: tl.constexpr, NO: tl.constexpr,
-               HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
+def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, DWIN, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+               sgb, sgh, sgt, smb, H, T, P, D, n_rows, ls, scale, seed, p_drop, W: tl.constexpr, NO: tl.constexpr,
+               HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, MEM_GRAD: tl.constexpr, BM: tl.constexpr,
+               BD: tl.constexpr):
     """PART[bh, block, o] = sum over the block's queries t of dS[t, t + o - (w - 1)], o < NO (w causal, 2w - 1
     noncausal), as fp32 row products of shifted key/value rows."""
     nb = tl.cdiv(T, BM)
@@ -258,7 +291,8 @@ def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, s
     dd = tl.arange(0, BD)
     tq = t < T
     q = _load_rows(Q + b * sqb + h * sqh + t[:, None] * sqt, t, dd, T, D).to(tl.float32)
-    do = _load_rows(DO + b * sgb + h * sgh + t[:, None] * sgt, t, dd, T, D).to(tl.float32)
+    do = _load_grad(DO, DWIN, KMASK, b, h, bh, t, dd, sgb, sgh, sgt, smb, T, D, n_rows, ls, W, MEM_GRAD,
+                    HAS_MASK).to(tl.float32)
     lse = tl.load(LSE + bh * T + t, mask=tq, other=0.0)
     delta = tl.load(DELTA + bh * T + t, mask=tq, other=0.0)
     for o in range(NO):
@@ -277,119 +311,243 @@ def _bwd_dbias(Q, K, V, BIAS, KMASK, DO, LSE, DELTA, PART, sqb, sqh, sqt, skb, s
         tl.store(PART + (bh * nb + pid) * (2 * W - 1) + o, tl.sum(ds, 0))
 
 
+def _config(q: torch.Tensor, window: int, causal: bool) -> dict:
+    return {"W": window, "SPAN": (1 if causal else 2) * (window - 1), "CAUSAL": causal,
+            "BD": block_dim(q.shape[-1]), "PREC": precision(q.dtype)}
+
+
+def _programs(rows: int, B: int, H: int, what: str):
+    """The grid of a kernel over ``rows`` rows per (b, h): a function of the autotuned block size."""
+    return lambda meta: grid(triton.cdiv(rows, meta["BM"]) * B * H, what)
+
+
+def _tiles(block_m: int | None, block_n: int | None) -> dict | None:
+    return {"BM": block_m, "BN": block_n} if block_m else None
+
+
+def joined(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix_k: torch.Tensor | None,
+           prefix_v: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, and the keys and values with a streaming prefix joined in front ([B, H, P + T, d]; one copy, as the flex
+    path makes), all in q's dtype (tl.dot wants one) with unit column stride."""
+    if prefix_k is not None:
+        k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)
+    return rowmajor(q), rowmajor(k.to(q.dtype)), rowmajor(v.to(q.dtype))
+
+
+def int8_mask(key_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The key mask [B, T] as the kernels read it (int8, rows contiguous), or None."""
+    return None if key_mask is None else key_mask.to(torch.int8).contiguous()
+
+
+def window_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                   mask: torch.Tensor | None, window: int, causal: bool, *, dropout: float = 0.0, seed: int = 0,
+                   block_m: int | None = None, block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward kernel on q [B, H, T, d] and the (joined: :func:`joined`) keys and values [B, H, P + T, d], P = the
+    prefix's length; bias [H, 2w - 1] or None, mask [B, T] int8 (:func:`int8_mask`) or None. Returns the output
+    [B, H, T, d] in q's dtype (laid out [B, T, H, d]) and the log-sum-exp [B H, T] fp32."""
+    B, H, T, d = q.shape
+    P = k.shape[2] - T
+    out = heads_major_empty(B, H, T, d, q, q.dtype)
+    lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
+    launch("window_fwd", _fwd, _programs(T, B, H, "the window's forward"),
+           q, k, v, bias if bias is not None else q, mask if mask is not None else q, out, lse, *strides(q),
+           *strides(k), *strides(v), *strides(out), mask.stride(0) if mask is not None else 0, H, T, P, d, d ** -0.5,
+           seed, dropout, HAS_BIAS=bias is not None, HAS_MASK=mask is not None, DROPOUT=dropout > 0,
+           config=_tiles(block_m, block_n), **_config(q, window, causal))
+    return out, lse
+
+
+def window_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                    mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor, window: int,
+                    causal: bool, *, dropout: float = 0.0, seed: int = 0, block_m: int | None = None,
+                    block_n: int | None = None, bias_grad: bool = True, dq: torch.Tensor | None = None,
+                    dk: torch.Tensor | None = None, dv: torch.Tensor | None = None,
+                    memory_grad: tuple[torch.Tensor, int, float] | None = None, accumulate_dq: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The backward kernels (delta, dq, dk and dv, the bias's) on the forward's inputs (as :func:`window_forward`
+    took them), its output and log-sum-exp, and ``grad`` [B, H, T, d] in q's dtype with unit column stride.
+
+    Args:
+        dq, dk, dv: where to write the gradients ([B, H, T, d] and [B, H, P + T, d], any strides with a unit column
+            stride; None: new tensors).
+        memory_grad: LAVO's fused layer: (dwin [B H, n, d] fp32, n, ls), with ``grad`` its output's gradient: the
+            window's dO is ls grad + dwin's row of each query, zero at padded queries (``_load_grad``).
+        accumulate_dq: add dq to what ``dq`` holds.
+
+    Returns:
+        (dq, dk, dv, the bias's gradient [H, 2w - 1] fp32 or None).
+    """
+    B, H, T, d = q.shape
+    P = k.shape[2] - T
+    cfg = _config(q, window, causal)
+    tiles = _tiles(block_m, block_n)
+    dwin, n_rows, ls = memory_grad if memory_grad is not None else (q, 1, 1.0)
+    m, smb = (mask, mask.stride(0)) if mask is not None else (q, 0)
+    flags = {"HAS_MASK": mask is not None, "MEM_GRAD": memory_grad is not None}
+    delta = torch.empty(B * H, T, dtype=torch.float32, device=q.device)              # rowsum(dO * O), fp32
+    launch("window_delta", _delta, grid(triton.cdiv(T, DBIAS_BLOCK) * B * H, "the window's delta"),
+           out, grad, delta, dwin, m, *strides(out), *strides(grad), smb, H, T, d, n_rows, ls, W=window, BD=cfg["BD"],
+           BM=DBIAS_BLOCK, **flags)
+    b = bias if bias is not None else q
+    args = (q, k, v, b, m, grad, lse, delta)
+    layout = (*strides(q), *strides(k), *strides(v), *strides(grad))
+    flags.update(HAS_BIAS=bias is not None, DROPOUT=dropout > 0)
+    dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device) if dq is None else dq
+    launch("window_bwd_dq", _bwd_dq, _programs(T, B, H, "the window's dq"), *args, dq, dwin, *layout, *strides(dq),
+           smb, H, T, P, d, n_rows, ls, d ** -0.5, seed, dropout, ACC_DQ=accumulate_dq, config=tiles, **flags, **cfg)
+    dk = torch.empty(B, H, P + T, d, dtype=q.dtype, device=q.device) if dk is None else dk   # prefix and keys
+    dv = torch.empty_like(dk) if dv is None else dv
+    if dk.stride() != dv.stride():
+        raise ValueError("window_backward: dk and dv must share their strides")
+    launch("window_bwd_dkdv", _bwd_dkdv, _programs(P + T, B, H, "the window's dk, dv"), *args, dk, dv, dwin,
+           *layout, *strides(dk), smb, H, T, P, d, n_rows, ls, d ** -0.5, seed, dropout, config=tiles, **flags, **cfg)
+    dbias = None
+    if bias is not None and bias_grad:
+        bm = block_m or DBIAS_BLOCK
+        nb = triton.cdiv(T, bm)
+        part = torch.zeros(B * H, nb, 2 * window - 1, dtype=torch.float32, device=q.device)  # causal: w used
+        NO = window if causal else 2 * window - 1
+        launch("window_bwd_dbias", _bwd_dbias, grid(nb * B * H, "the window's bias gradient"), *args, part, dwin,
+               *layout, smb, H, T, P, d, n_rows, ls, d ** -0.5, seed, dropout, W=window, NO=NO,
+               HAS_MASK=mask is not None, DROPOUT=dropout > 0, MEM_GRAD=memory_grad is not None, BM=bm,
+               BD=cfg["BD"])
+        dbias = part.view(B, H, nb, -1).sum((0, 2))
+    return dq, dk, dv, dbias
+
+
+def _window_fallback_grads(q, k, v, bias, key_mask, P, window, causal, dropout, seed, grad):
+    """The gradients by the PyTorch kernels on the (joined) inputs: the recompute kernel, or with dropout the
+    autograd kernel under the call's mask (:func:`~lavo_zoo.attention.ops.triton_utils.dropout_mask`). Returns
+    (dq, dk, dv [B, H, P + T, d], dbias or None)."""
+    from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
+
+    B, H, T, _ = q.shape
+    with torch.enable_grad():
+        q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+        bias_ = bias.detach().requires_grad_() if bias is not None else None
+        if dropout:
+            keep = dropout_mask(seed, (B, H, T, 2 * window - 1), dropout, q.device)
+            out = window_autograd(q_, [k_], [v_], window, causal, bias_, key_mask, P, keep=keep)
+        else:
+            pk, pv = (k_[:, :, :P], v_[:, :, :P]) if P else (None, None)
+            out = WindowAttentionFunction.apply(q_, k_[:, :, P:], v_[:, :, P:], pk, pv, bias_, key_mask, window,
+                                                causal, CHUNK)
+        leaves = [q_, k_, v_] + ([bias_] if bias is not None else [])
+        grads = torch.autograd.grad(out, leaves, grad.to(out.dtype))
+    dq, dk, dv = (gr.to(t.dtype) for gr, t in zip(grads[:3], (q, k, v)))
+    return dq, dk, dv, (grads[3].to(bias.dtype) if bias is not None else None)
+
+
+def _window_grads(grad, q, k, v, bias, key_mask, out, lse, P, window, causal, block_m, block_n, dropout, seed,
+                  bias_grad):
+    """The window's gradients on the joined inputs (the Triton kernels, or the PyTorch kernels where one cannot be
+    compiled here: warned once): (dq, dk, dv [B, H, P + T, d], dbias or None)."""
+    g = rowmajor(grad.to(q.dtype))
+    try:
+        dq, dk, dv, dbias = window_backward(q, k, v, bias, int8_mask(key_mask), out, lse, g, window, causal,
+                                            dropout=dropout, seed=seed, block_m=block_m, block_n=block_n,
+                                            bias_grad=bias_grad)
+        return dq, dk, dv, None if dbias is None else dbias.to(bias.dtype)
+    except KernelUnavailable:  # a backward kernel cannot be compiled here (warned once): the PyTorch kernels
+        return _window_fallback_grads(q, k, v, bias, key_mask, P, window, causal, dropout, seed, grad)
+
+
 class WindowTritonFunction(torch.autograd.Function):
     """forward(q, k, v [B, H, T, d], prefix_k, prefix_v [B, H, P, d] | None, bias [H, 2w-1] | None,
     key_mask [B, T] bool | None, window, causal, block_m, block_n, dropout, seed) -> [B, H, T, d] in q's dtype (laid
     out [B, T, H, d]). A prefix (causal streaming: the previous chunk's last P < w keys and values, no key_mask) is
-    joined in front of the keys (one copy, as the flex path does); query t sits at key position P + t. Saves q, the
-    (joined) keys and values, the bias, the mask, the output and the log-sum-exp [B H, T] (fp32) for backward; with
-    ``dropout`` > 0 the seed, from which backward regenerates the mask. ``block_m`` / ``block_n``: rows per program
-    and tile extent of every kernel, or None (autotuned on a GPU)."""
-
-    @staticmethod
-    def _config(q, window, causal):
-        return {"W": window, "SPAN": (1 if causal else 2) * (window - 1), "CAUSAL": causal,
-                "BD": block_dim(q.shape[-1]), "PREC": precision(q.dtype)}
-
-    @staticmethod
-    def _programs(rows, B, H, what):
-        """The grid of a kernel over ``rows`` rows per (b, h): a function of the autotuned block size."""
-        return lambda meta: grid(triton.cdiv(rows, meta["BM"]) * B * H, what)
+    joined in front of the keys (:func:`joined`); query t sits at key position P + t. Saves q, the (joined) keys and
+    values, the bias, the mask, the output and the log-sum-exp [B H, T] (fp32) for backward; with ``dropout`` > 0 the
+    seed, from which backward regenerates the mask. ``block_m`` / ``block_n``: rows per program and tile extent of
+    every kernel, or None (autotuned on a GPU). The eager form of the custom operator ``lavo_zoo::triton_window``
+    (what torch.compile traces), with the same kernels and gradients."""
 
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m=None, block_n=None,
                 dropout=0.0, seed=0):
         P = 0 if prefix_k is None else prefix_k.shape[2]
-        if P:
-            k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)  # [B, H, P+T, d]
-        q, k, v = rowmajor(q), rowmajor(k.to(q.dtype)), rowmajor(v.to(q.dtype))  # tl.dot wants one dtype
-        B, H, T, d = q.shape
-        out = heads_major_empty(B, H, T, d, q, q.dtype)
-        lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
-        b = bias.contiguous() if bias is not None else q                              # any pointer when unused
-        m = key_mask.to(torch.int8).contiguous() if key_mask is not None else torch.ones(1, 1, dtype=torch.int8,
-                                                                                           device=q.device)
-        tiles = {"BM": block_m, "BN": block_n} if block_m else None
-        launch("window_fwd", _fwd, WindowTritonFunction._programs(T, B, H, "the window's forward"),
-               q, k, v, b, m, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), m.stride(0),
-               H, T, P, d, d ** -0.5, seed, dropout, HAS_BIAS=bias is not None, HAS_MASK=key_mask is not None,
-               DROPOUT=dropout > 0, config=tiles, **WindowTritonFunction._config(q, window, causal))
-        ctx.save_for_backward(q, k, v, bias, m, out, lse)
-        ctx.config = (P, window, causal, block_m, block_n, bias is not None, key_mask is not None, dropout, seed)
+        q, k, v = joined(q, k, v, prefix_k, prefix_v)
+        b = bias.contiguous() if bias is not None else None
+        out, lse = window_forward(q, k, v, b, int8_mask(key_mask), window, causal, dropout=dropout, seed=seed,
+                                  block_m=block_m, block_n=block_n)
+        ctx.save_for_backward(q, k, v, b, key_mask, out, lse)
+        ctx.config = (P, window, causal, block_m, block_n, dropout, seed)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        try:
-            return WindowTritonFunction._backward(ctx, grad)
-        except KernelUnavailable:  # a backward kernel cannot be compiled here (warned once): the PyTorch kernels
-            return WindowTritonFunction._fallback_backward(ctx, grad)
-
-    @staticmethod
-    def _backward(ctx, grad):
-        q, k, v, bias, m, out, lse = ctx.saved_tensors
-        P, window, causal, block_m, block_n, has_bias, has_mask, dropout, seed = ctx.config
-        B, H, T, d = q.shape
-        cfg = WindowTritonFunction._config(q, window, causal)
-        tiles = {"BM": block_m, "BN": block_n} if block_m else None
-        g = rowmajor(grad.to(q.dtype))
-        delta = torch.empty(B * H, T, dtype=torch.float32, device=q.device)          # rowsum(dO * O), fp32
-        launch("window_delta", _delta, grid(triton.cdiv(T, DBIAS_BLOCK) * B * H, "the window's delta"),
-               out, g, delta, *strides(out), *strides(g), H, T, d, BD=cfg["BD"], BM=DBIAS_BLOCK)
-        b = bias.contiguous() if has_bias else q
-        args = (q, k, v, b, m, g, lse, delta)
-        layout = (*strides(q), *strides(k), *strides(v), *strides(g))
-        flags = {"HAS_BIAS": has_bias, "HAS_MASK": has_mask, "DROPOUT": dropout > 0}
-        dq = torch.empty(B, H, T, d, dtype=q.dtype, device=q.device)
-        launch("window_bwd_dq", _bwd_dq, WindowTritonFunction._programs(T, B, H, "the window's dq"), *args, dq,
-               *layout, *strides(dq), m.stride(0), H, T, P, d, d ** -0.5, seed, dropout, config=tiles, **flags, **cfg)
-        dk = torch.empty(B, H, P + T, d, dtype=q.dtype, device=q.device)             # prefix and keys
-        dv = torch.empty_like(dk)
-        launch("window_bwd_dkdv", _bwd_dkdv, WindowTritonFunction._programs(P + T, B, H, "the window's dk, dv"),
-               *args, dk, dv, *layout, *strides(dk), m.stride(0), H, T, P, d, d ** -0.5, seed, dropout,
-               config=tiles, **flags, **cfg)
-        dbias = None
-        if has_bias and ctx.needs_input_grad[5]:
-            bm = block_m or DBIAS_BLOCK
-            nb = triton.cdiv(T, bm)
-            part = torch.zeros(B * H, nb, 2 * window - 1, dtype=torch.float32, device=q.device)
-            launch("window_bwd_dbias", _bwd_dbias, grid(nb * B * H, "the window's bias gradient"), *args, part,
-                   *layout, m.stride(0), H, T, P, d, d ** -0.5, seed, dropout, W=window,
-                   NO=window if causal else 2 * window - 1, HAS_MASK=has_mask, DROPOUT=dropout > 0, BM=bm,
-                   BD=cfg["BD"])
-            dbias = part.view(B, H, nb, -1).sum((0, 2)).to(bias.dtype)
-        dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
-        return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None, None, None
-
-    @staticmethod
-    def _fallback_backward(ctx, grad):
-        """The gradients by the PyTorch kernels on the saved inputs: the recompute kernel, or with dropout the
-        autograd kernel under this call's mask (:func:`~lavo_zoo.attention.ops.triton_utils.dropout_mask`)."""
-        from lavo_zoo.attention.ops.window.blocked import CHUNK, WindowAttentionFunction, window_autograd
-
-        q, k, v, bias, m, _, _ = ctx.saved_tensors
-        P, window, causal, _, _, has_bias, has_mask, dropout, seed = ctx.config
-        B, H, T, _ = q.shape
-        key_mask = m.bool() if has_mask else None
-        with torch.enable_grad():
-            q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
-            bias_ = bias.detach().requires_grad_() if has_bias else None
-            if dropout:
-                keep = dropout_mask(seed, (B, H, T, 2 * window - 1), dropout, q.device)
-                out = window_autograd(q_, [k_], [v_], window, causal, bias_, key_mask, P, keep=keep)
-            else:
-                pk, pv = (k_[:, :, :P], v_[:, :, :P]) if P else (None, None)
-                out = WindowAttentionFunction.apply(q_, k_[:, :, P:], v_[:, :, P:], pk, pv, bias_, key_mask, window,
-                                                    causal, CHUNK)
-            leaves = [q_, k_, v_] + ([bias_] if has_bias else [])
-            grads = torch.autograd.grad(out, leaves, grad.to(out.dtype))
-        dq, dk, dv = (gr.to(t.dtype) for gr, t in zip(grads[:3], (q, k, v)))
-        dbias = grads[3].to(bias.dtype) if has_bias else None
+        q, k, v, bias, key_mask, out, lse = ctx.saved_tensors
+        P, window, causal, block_m, block_n, dropout, seed = ctx.config
+        dq, dk, dv, dbias = _window_grads(grad, q, k, v, bias, key_mask, out, lse, P, window, causal, block_m,
+                                          block_n, dropout, seed, ctx.needs_input_grad[5])
         dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
         return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None, None, None
 
 
-@torch.compiler.disable  # torch.compile runs it as is (a graph break), not traced into the launches
+# ------------------------------------------------------------------------------- the custom operators (torch.compile)
+# torch.compile traces these (their fake forms give the shapes; no GPU needed), eager calls WindowTritonFunction
+# above (a custom operator's Python dispatch costs more per call): the same kernels and gradients.
+Tensor = torch.Tensor
+
+
+@torch.library.custom_op("lavo_zoo::triton_window", mutates_args=())
+def _window_op(q: Tensor, k: Tensor, v: Tensor, prefix_k: Tensor | None, prefix_v: Tensor | None,
+               bias: Tensor | None, key_mask: Tensor | None, window: int, causal: bool, block_m: int, block_n: int,
+               dropout: float, seed: int) -> tuple[Tensor, Tensor]:
+    q, k, v = joined(q, k, v, prefix_k, prefix_v)
+    return window_forward(q, k, v, bias.contiguous() if bias is not None else None, int8_mask(key_mask), window,
+                          causal, dropout=dropout, seed=seed, block_m=block_m or None, block_n=block_n or None)
+
+
+@_window_op.register_fake
+def _(q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m, block_n, dropout, seed):
+    B, H, T, d = q.shape
+    return heads_major_empty(B, H, T, d, q, q.dtype), q.new_empty(B * H, T, dtype=torch.float32)
+
+
+@torch.library.custom_op("lavo_zoo::triton_window_backward", mutates_args=())
+def _window_backward_op(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, prefix_k: Tensor | None,
+                        prefix_v: Tensor | None, bias: Tensor | None, key_mask: Tensor | None, out: Tensor,
+                        lse: Tensor, window: int, causal: bool, block_m: int, block_n: int, dropout: float,
+                        seed: int, bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv over the prefix and the keys [B, H, P + T, d], dbias: empty when not asked for)."""
+    P = 0 if prefix_k is None else prefix_k.shape[2]
+    q, k, v = joined(q, k, v, prefix_k, prefix_v)
+    dq, dk, dv, dbias = _window_grads(grad, q, k, v, bias.contiguous() if bias is not None else None, key_mask,
+                                      out, lse, P, window, causal, block_m or None, block_n or None, dropout, seed,
+                                      bias_grad)
+    return dq, dk, dv, dbias if dbias is not None else q.new_empty(0)
+
+
+@_window_backward_op.register_fake
+def _(grad, q, k, v, prefix_k, prefix_v, bias, key_mask, out, lse, window, causal, block_m, block_n, dropout, seed,
+      bias_grad):
+    B, H, T, d = q.shape
+    P = 0 if prefix_k is None else prefix_k.shape[2]
+    dbias = bias.new_empty(bias.shape) if bias is not None and bias_grad else q.new_empty(0)
+    return q.new_empty(q.shape), q.new_empty(B, H, P + T, d), q.new_empty(B, H, P + T, d), dbias  # contiguous
+
+
+def _window_setup(ctx, inputs, output):
+    q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m, block_n, dropout, seed = inputs
+    ctx.save_for_backward(q, k, v, prefix_k, prefix_v, bias, key_mask, *output)
+    ctx.config = (window, causal, block_m, block_n, dropout, seed)
+
+
+def _window_op_backward(ctx, grad, _grad_lse):
+    q, k, v, prefix_k, prefix_v, bias, key_mask, out, lse = ctx.saved_tensors
+    P = 0 if prefix_k is None else prefix_k.shape[2]
+    dq, dk, dv, dbias = torch.ops.lavo_zoo.triton_window_backward(
+        grad, q, k, v, prefix_k, prefix_v, bias, key_mask, out, lse, *ctx.config,
+        bias is not None and ctx.needs_input_grad[5])
+    dpk, dpv = (dk[:, :, :P], dv[:, :, :P]) if P else (None, None)
+    dbias = dbias if bias is not None and ctx.needs_input_grad[5] else None
+    return dq, dk[:, :, P:], dv[:, :, P:], dpk, dpv, dbias, None, None, None, None, None, None, None
+
+
+_window_op.register_autograd(_window_op_backward, setup_context=_window_setup)
+
+
 def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                             bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                             prefix: tuple[torch.Tensor, torch.Tensor] | None = None, dropout: float = 0.0,
@@ -399,10 +557,14 @@ def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w
     key_mask); [B, H, T, d] in q's dtype (statistics in fp32). ``dropout`` p > 0 drops probabilities with the mask of
     ``seed`` (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, 2w - 1]). ``block_m`` rows
     per program and ``block_n`` tile extent, powers of two >= 16 (tests use 16), or None: autotuned on a GPU (64 or
-    128 rows, the tile that scans the band exactly), fixed in Triton's interpreter. Raises
+    128 rows, the tile that scans the band exactly), fixed in Triton's interpreter. Under torch.compile it is the
+    custom operator ``lavo_zoo::triton_window`` (no graph break). Raises
     :class:`~lavo_zoo.attention.ops.KernelUnavailable` where the forward kernel cannot be compiled on
     this device."""
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")
     pk, pv = prefix if prefix is not None and prefix[0].shape[2] else (None, None)
+    if torch.compiler.is_compiling():
+        return torch.ops.lavo_zoo.triton_window(q, k, v, pk, pv, bias, key_mask, window, causal, block_m or 0,
+                                                block_n or 0, dropout, seed)[0]
     return WindowTritonFunction.apply(q, k, v, pk, pv, bias, key_mask, window, causal, block_m, block_n, dropout, seed)
