@@ -1,66 +1,32 @@
 """Recall against recurrent-state size (Zoology's main figure): the cells of ``lavo-zoo compare`` studies, each
 setting's accuracy (mean and std over its seeds) beside the state its model keeps per sequence, measured from the
 attention's own state object, layer by layer (a hybrid's layers keep different states:
-:func:`~lavo_zoo.recipes.recall.model.layer_states`); a table and a PNG."""
+:func:`~lavo_zoo.recipes.recall.model.layer_states`); a table and a PNG. The cells are found, read and counted as every
+gathering of studies does (:func:`~lavo_zoo.engine.run_identity.collect_runs`), and summarised over seeds by
+:class:`~lavo_zoo.engine.records.MetricSummary`."""
 from __future__ import annotations
 
 import io
-import json
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.engine.records import CELL_FILE, CellRecord
-from lavo_zoo.engine.run_identity import RunsSeen
-from lavo_zoo.errors import UsageError, os_error_message
+from lavo_zoo.engine.records import CellRecord, MetricSummary
+from lavo_zoo.engine.run_identity import collect_runs
+from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators.classification import BUCKETS, group_order
 
 
-def collect_cells(paths: list[Path]) -> list[tuple[CellRecord, Path]]:
-    """Every finished compare cell under ``paths`` (study folders, cell folders or cell files): its record and its
-    folder, each run once however many paths reach it (:class:`~lavo_zoo.engine.run_identity.RunsSeen`, the rule of
-    ``compare --collect``: the same study twice, a study and one of its cells, a link)."""
-    cells = []
-    seen = RunsSeen()
-    for path in paths:
-        if not Path(path).exists():
-            raise UsageError(f"{path} does not exist; give the --out folders of `lavo-zoo compare` studies")
-        files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob(CELL_FILE))
-        for file in files:
-            if not seen.new_file(file):
-                continue
-            data = read_cell(file)
-            if seen.new_run(file, data):
-                cells.append((CellRecord.from_json(data, str(file)), file.parent))
-    if not cells:
-        raise UsageError(f"no finished compare cell ({CELL_FILE}) under {', '.join(map(str, paths))}")
-    return cells
-
-
-def read_cell(file: Path) -> dict[str, Any]:
-    """The record of a compare cell (``cell.json``: a mapping with ``metrics`` holding an ``accuracy``).
+def check_recall_record(record: CellRecord) -> None:
+    """Refuse a cell record that is not a recall study's: its table and figure need an ``accuracy`` value.
 
     Raises:
-        UsageError: the file is unreadable, not JSON (naming the line and column), or not a cell record.
+        UsageError: naming the record.
     """
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(os_error_message(e, "cannot read the compare cell")) from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{file} is not UTF-8 text, so not a compare cell record") from None
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{file}, line {e.lineno}, column {e.colno}: not JSON ({e.msg}); a compare cell record is "
-                         "what `lavo-zoo compare` writes (run that cell again, or leave its folder out)") from None
-    metrics = record.get("metrics") if isinstance(record, dict) else None
-    if not isinstance(metrics, dict) or not isinstance(metrics.get("accuracy"), dict) or not isinstance(
-            metrics["accuracy"].get("value"), (int, float)):
-        raise UsageError(f"{file} is not the cell record of a recall study (it needs 'metrics' with an 'accuracy' "
-                         "value, as `lavo-zoo compare` writes for a recall config)")
-    return record
+    accuracy = record.metrics.get("accuracy")
+    if not isinstance(accuracy, dict) or not isinstance(accuracy.get("value"), (int, float)):
+        raise UsageError(f"{record.source} is not the cell record of a recall study (it needs 'metrics' with an "
+                         "'accuracy' value, as `lavo-zoo compare` writes for a recall config)")
 
 
 def measure_state(cell_folder: Path) -> tuple[int, bool, int, list[dict[str, Any]]]:
@@ -94,15 +60,13 @@ def cell_task(cell_folder: Path) -> str:
     return str(data.get("task", "mqar")) if isinstance(data, dict) else "mqar"
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
     """One row per (task, attention, setting): state bytes, whether they grow, each layer's (``layers``), the seeds,
     and mean / std of every accuracy metric over them; sorted by task, attention, then state size."""
     groups: dict[tuple[str, str, str], list[tuple[CellRecord, Path]]] = {}
-    for record, folder in collect_cells(paths):
+    for record in collect_runs(paths):  # each run once; a damaged cell record stops the command, naming it
+        check_recall_record(record)
+        folder = Path(record.source).parent
         key = (cell_task(folder), str(record.attention), " ".join(record.options()))
         groups.setdefault(key, []).append((record, folder))
     rows = []
@@ -112,7 +76,8 @@ def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
         metrics = sorted({m for r in records for m in r.metrics}, key=lambda m: (m != "accuracy", group_order(m)))
         rows.append({"task": task, "attention": name, "setting": setting, "state_bytes": size, "grows": grows,
                      "seq_len": seq_len, "layers": layers, "seeds": sorted(r.seed for r in records),
-                     "metrics": {m: _mean_std([r.metrics[m]["value"] for r in records if m in r.metrics])
+                     # (mean, std) of each metric over the seeds
+                     "metrics": {m: MetricSummary.of(r.metrics[m]["value"] for r in records if m in r.metrics)[:2]
                                  for m in metrics}})
     return sorted(rows, key=lambda r: (r["task"], r["attention"], r["state_bytes"], r["setting"]))
 

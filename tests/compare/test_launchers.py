@@ -1,10 +1,12 @@
-"""The launcher's settings: the config's ``launcher:`` section under the command line's options, each launcher's
-options refused with another, Slurm's time limits and free options, and the sbatch lines a cell's job gets."""
+"""The launcher's settings: the config's ``launcher:`` section (compare's, left out of the runs' config) under the
+command line's options, each launcher's options refused with another, Slurm's time limits and free options, and the
+sbatch lines a cell's job gets."""
 from __future__ import annotations
 
 import pytest
 
-from lavo_zoo.compare.launchers import LauncherSettings, launcher_settings, parse_slurm_options, slurm_minutes
+from lavo_zoo.compare.launchers import LAUNCHER_SECTION, LauncherSettings, launcher_settings
+from lavo_zoo.compare.slurm.options import parse_slurm_options, slurm_minutes
 from lavo_zoo.errors import ConfigError, UsageError
 
 NONE_GIVEN = {"name": None, "jobs": None, "partition": None, "time": None, "slurm_options": {}, "wait": None}
@@ -22,6 +24,26 @@ def test_the_command_line_goes_over_the_configs_section():
     s = launcher_settings(section, {**NONE_GIVEN, "name": "local", "jobs": 2}, "cluster.yaml")
     assert (s.name, s.jobs) == ("local", 2)  # the section's cluster settings wait for --launcher slurm
     assert launcher_settings(None, NONE_GIVEN, "c.yaml") == LauncherSettings()  # serial, the default
+
+
+def test_the_launcher_section_is_compares_and_left_out_of_the_runs_config(tmp_path):
+    """A config's ``launcher:`` section says where `compare` runs the cells: `train` and the runs' config.yaml never
+    see it, so it cannot make a kept cell look trained otherwise; anything else unknown is still refused. The section
+    is compare's, declared in the config-sections entry-point group (the engine names none)."""
+    from lavo_zoo.config import to_dict
+    from lavo_zoo.engine.configs import CONFIG_SECTIONS, load_config, resolve_config
+
+    assert LAUNCHER_SECTION in CONFIG_SECTIONS, ("compare's launcher: section is not declared: reinstall lavo-zoo "
+                                                 "(pip install -e .) so that its entry points are read")
+    path = tmp_path / "cluster.yaml"
+    path.write_text("extends: time_series/tiny-lavo\nlauncher: {name: slurm, partition: gpu}\n")
+    _, cfg = resolve_config(str(path))
+    _, plain = resolve_config("time_series/tiny-lavo")
+    assert to_dict(cfg) == to_dict(plain)
+    assert load_config(path).sections[LAUNCHER_SECTION] == {"name": "slurm", "partition": "gpu"}
+    path.write_text("extends: time_series/tiny-lavo\nlaunchers: {name: slurm}\n")
+    with pytest.raises(ConfigError, match="unknown config key 'launchers'"):
+        resolve_config(str(path))
 
 
 def test_options_of_another_launcher_and_bad_values_are_refused():
@@ -65,7 +87,7 @@ def test_free_sbatch_options():
 
 def test_a_cells_sbatch_script_carries_the_studys_options(tmp_path):
     """What submitit writes for a cell's job from the settings (no cluster needed to write it)."""
-    from lavo_zoo.compare.slurm import SlurmQueue, submitit
+    from lavo_zoo.compare.slurm.queue import SlurmQueue, submitit
 
     _make_sbatch_string = submitit().slurm.slurm._make_sbatch_string
 

@@ -152,6 +152,20 @@ def _found(entry: dict[str, Any]) -> dict[str, Any]:
             "machine": describe_machine(entry["settings"]["machine"])}
 
 
+@dataclass
+class EfficiencyPlan:
+    """The efficiency lengths a study measures, handed to its launcher beside the cells: each row's layer
+    (:func:`attention_setup`), the device and how (:class:`Efficiency`)."""
+
+    setups: dict[str, dict[str, Any] | None]
+    device: str | None
+    how: Efficiency
+
+    def measure(self, out_dir: Path) -> dict[str, dict[str, Any]]:
+        """The rows' efficiency lengths (:func:`study_efficiency`), measured here (those kept in ``out_dir`` read)."""
+        return study_efficiency(self.setups, out_dir, self.device, self.how)
+
+
 def collect_efficiency(paths: list[Path]) -> dict[str, dict[str, Any]]:
     """{row label: efficiency lengths} from the ``efficiency/`` folders of compare folders under ``paths``; a label
     measured differently in two of them (other model sizes or settings) reads "varies"."""

@@ -24,10 +24,10 @@ from types import FrameType
 import click
 
 from lavo_zoo.atomic import write_file
+from lavo_zoo.compare.efficiency import EfficiencyPlan
 from lavo_zoo.compare.jobs import JOB_FILE, LOG_FILE, CellJob
-from lavo_zoo.compare.launchers import (
+from lavo_zoo.compare.outcomes import (
     CellFailure,
-    EfficiencyPlan,
     Progress,
     StudyResult,
     count,
@@ -35,7 +35,6 @@ from lavo_zoo.compare.launchers import (
     kept_record,
     log_tail,
     measure_after,
-    read_record,
 )
 from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError, ZooError
@@ -202,7 +201,7 @@ class LocalLauncher:
                         continue
                     del running[proc]
                     free = sorted([*free, slot], key=slots.index)
-                    record = read_record(job) if code == 0 else None
+                    record = job.finished() if code == 0 else None
                     if record is not None:
                         found[job.name] = record
                         click.echo(f"{job.name}: finished ({len(found)} of {len(jobs)} cells)", err=True)
