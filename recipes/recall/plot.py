@@ -128,23 +128,41 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 SHORT = {"num_bases": "r", "window_size": "w", "num_features": "m", "num_slots": "n", "state_size": "N"}
+# numeric settings that change a mechanism's form rather than its size: each value is a series of its own
+FORM_KEYS = {"conv_size"}
+MARKERS = "osD^v<>phX*d"
 
 
 def _short(setting: str) -> str:
-    """A setting as the plot labels it: ``window_size=8 num_bases=4`` -> ``w=8 r=4`` (flags that are on dropped)."""
+    """A setting as the plot labels a point: ``window_size=8 num_bases=4`` -> ``w=8 r=4`` (flags that are on and the
+    forms its series names, :func:`series_name`, dropped)."""
     parts = []
     for item in setting.split():
         key, _, value = item.partition("=")
-        if value != "true":
+        if value != "true" and not _is_form(item):
             parts.append(f"{SHORT.get(key, key)}={value}")
     return " ".join(parts)
 
 
-def _series(row: dict[str, Any], task: bool = False) -> str:
-    """A row's line in the plot: its attention, and a switch it was trained with off (LAVO's global_read=false);
-    with ``task``, its task after it."""
-    off = [item for item in row["setting"].split() if item.endswith("=false")]
-    return " ".join([row["attention"], *off, *([f"({row['task']})"] if task else [])])
+def _is_form(item: str) -> bool:
+    """Whether a setting (``key=value``) is a form of the mechanism, not a size: a switch turned off (LAVO's
+    ``global_read=false``), a named choice (``noncausal_form=final_state``), a short convolution (``conv_size=4``).
+    Numbers are sizes (``num_bases=8``, ``num_heads=1``) and a switch turned on is the flag's own name."""
+    key, _, value = item.partition("=")
+    if key in FORM_KEYS:
+        return True
+    try:
+        float(value)
+    except ValueError:
+        return value != "true"
+    return False
+
+
+def series_name(row: dict[str, Any], task: bool = False) -> str:
+    """A row's line in the plot: its attention in one form (the settings that are forms, :func:`_is_form`; its sizes
+    vary along the line); with ``task``, its task after it."""
+    forms = [item for item in row["setting"].split() if _is_form(item)]
+    return " ".join([row["attention"], *forms, *([f"({row['task']})"] if task else [])])
 
 
 def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against recurrent state",
@@ -159,13 +177,14 @@ def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against r
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     task = _several_tasks(rows)
-    for name in dict.fromkeys(_series(r, task) for r in rows):
-        series = sorted((r for r in rows if _series(r, task) == name), key=lambda r: r["state_bytes"])
+    colours = plt.get_cmap("tab20").colors
+    for i, name in enumerate(dict.fromkeys(series_name(r, task) for r in rows)):
+        series = sorted((r for r in rows if series_name(r, task) == name), key=lambda r: r["state_bytes"])
         xs = [r["state_bytes"] for r in series]
         ys, errs = zip(*(r["metrics"]["accuracy"] for r in series))
         grows = any(r["grows"] for r in series)
-        line = ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="-" if len(xs) > 1 else "none",
-                           mfc="none" if grows else None,
+        line = ax.errorbar(xs, ys, yerr=errs, marker=MARKERS[i % len(MARKERS)], color=colours[i % len(colours)],
+                           capsize=3, linestyle="-" if len(xs) > 1 else "none", mfc="none" if grows else None,
                            label=f"{name} (grows with T)" if grows else name)
         if len(series) < 2:
             continue
