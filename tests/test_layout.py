@@ -26,7 +26,8 @@ _FLA = "the op's flash-linear-attention glue: tested on fla's stand-in in tests/
 _RECURRENCE = ("the op's token-by-token recurrence, the reference that its test_chunk.py and "
                "tests/attention/ops/test_fla.py compare with")
 _BENCH = "a `lavo-zoo bench` command: no test file of its own yet"
-_SLURM = "tested through tests/compare/test_slurm.py (one file for compare/slurm/, on submitit's local executor)"
+_SLURM = ("a part of the Slurm launcher: tested through tests/compare/slurm/test_launcher.py (a study's jobs on "
+          "submitit's local executor and on a real Slurm)")
 _LM_HF = "the lm recipe's transformers form: tested through tests/recipes/lm/test_hf.py (one file for lm/hf/)"
 _LRA_DATA = "an LRA task's data: tested through tests/recipes/lra/test_data.py and test_builtin.py"
 _COMMANDS = "the domain's commands: tested through tests/recipes/{domain}/test_infer.py and test_recipe.py"
@@ -67,13 +68,10 @@ NOT_MIRRORED: dict[str, str] = {
     "zoo/bench/timing.py": "tested through tests/bench/test_attention.py",
     "zoo/cli.py": "the click application: its commands are tested in tests/cli/ and each command's own folder",
     "zoo/compare/outcomes.py": "what the launchers share: tested through tests/compare/test_local.py and "
-                               "test_slurm.py",
+                               "tests/compare/slurm/test_launcher.py",
     "zoo/compare/slurm/cell_jobs.py": _SLURM,
     "zoo/compare/slurm/efficiency_job.py": _SLURM,
-    "zoo/compare/slurm/launcher.py": _SLURM,
-    "zoo/compare/slurm/queue.py": _SLURM,
     "zoo/compare/slurm/submissions.py": _SLURM,
-    "zoo/compare/slurm/options.py": "the sbatch option rules: tested through tests/compare/test_launchers.py",
     "zoo/data/split.py": "tested through tests/data/test_stdlib.py",
     "zoo/engine/data.py": "the trainer's batching: tested through tests/engine/test_trainer.py (an exact resume)",
     "zoo/engine/dry_run.py": "`train --dry-run`: run by tests/test_docs.py's documented commands",
