@@ -29,7 +29,8 @@ _BENCH = "a `lavo-zoo bench` command: no test file of its own yet"
 _SLURM = ("a part of the Slurm launcher: tested through tests/compare/slurm/test_launcher.py (a study's jobs on "
           "submitit's local executor and on a real Slurm)")
 _LM_HF = "the lm recipe's transformers form: tested through tests/recipes/lm/test_hf.py (one file for lm/hf/)"
-_LRA_DATA = "an LRA task's data: tested through tests/recipes/lra/test_data.py and test_builtin.py"
+_LRA_DATA = ("what the LRA tasks' data share: tested through the tasks' tests in tests/recipes/lra/data/ and "
+             "tests/recipes/lra/test_builtin.py")
 _COMMANDS = "the domain's commands: tested through tests/recipes/{domain}/test_infer.py and test_recipe.py"
 _MODEL = "the domain's network: tested through tests/recipes/{domain}/test_recipe.py and the recipe contract " \
          "(tests/recipes/test_recipe_contract.py)"
@@ -98,12 +99,8 @@ NOT_MIRRORED: dict[str, str] = {
     "recipes/lm/hf/tokenizer.py": _LM_HF,
     "recipes/lra/cli.py": "the lra recipe declares no command of its own",
     "recipes/lra/data/common.py": _LRA_DATA,
-    "recipes/lra/data/image.py": _LRA_DATA,
-    "recipes/lra/data/listops.py": _LRA_DATA,
-    "recipes/lra/data/pathfinder.py": _LRA_DATA,
-    "recipes/lra/data/retrieval.py": _LRA_DATA,
-    "recipes/lra/data/stdlib.py": _LRA_DATA + " (and tests/data/test_stdlib.py)",
-    "recipes/lra/data/text.py": _LRA_DATA,
+    "recipes/lra/data/stdlib.py": "the built-in Text and Retrieval corpus: tested through "
+                                  "tests/recipes/lra/test_builtin.py and tests/data/test_stdlib.py",
     "recipes/lra/model.py": _MODEL.format(domain="lra"),
     "recipes/point_cloud/cli.py": _COMMANDS.format(domain="point_cloud"),
     "recipes/point_cloud/model.py": _MODEL.format(domain="point_cloud"),
