@@ -91,6 +91,8 @@ def small_study(config, out, attentions=("sdpa", "local"), seeds=(1, 2), overrid
                      launcher=launcher)
 
 
+# the launcher options the command line gives when none is given
+NONE_GIVEN = {"name": None, "jobs": None, "partition": None, "time": None, "slurm_options": {}, "wait": None}
 TINY_EFFICIENCY = Efficiency(lengths=(8, 64), repeats=1, warmup=0, isolate=False)  # in process: milliseconds
 
 

@@ -5,7 +5,7 @@ where the kernels run (the interpreter). Block sizes are 16 so that small sequen
 
 Triton decides on interpretation when it is first imported (its own library functions are ``@triton.jit`` too), so
 these tests run in a subprocess started with TRITON_INTERPRET=1 (:func:`test_kernels_in_the_triton_interpreter`);
-in a process started that way (``TRITON_INTERPRET=1 pytest tests/attention/test_lavo_triton.py``) they run
+in a process started that way (``TRITON_INTERPRET=1 pytest tests/attention/lavo/test_triton.py``) they run
 directly, and the driver skips."""
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_kernels_in_the_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     env.pop("LAVO_ZOO_TRITON", None)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__, "-k",
-                          "not test_kernels_in_the_triton_interpreter"], env=env, cwd=Path(__file__).parents[2],
+                          "not test_kernels_in_the_triton_interpreter"], env=env, cwd=Path(__file__).parents[3],
                          capture_output=True, text=True, timeout=900, check=False)
     skipped = [line for line in run.stdout.splitlines() if line.startswith("SKIPPED")]
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
@@ -763,6 +763,6 @@ def test_the_layer_compiles_whole_on_the_triton_kernels(kernels, pattern):
 def test_a_recipe_model_compiles_whole_on_the_triton_kernels(kernels):
     """lm/tiny-lavo's model, training loss and backward, compiled with fullgraph=True on the Triton kernels: no graph
     break, the eager loss and gradients."""
-    from tests.attention.test_lavo_compile import check_model_compiles
+    from tests.attention.lavo.test_compile import check_model_compiles
 
     check_model_compiles("triton")

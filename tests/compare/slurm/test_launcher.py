@@ -3,7 +3,8 @@ everywhere), then against a real Slurm (a one-node cluster on this machine: ``.c
 one): a study's cells as jobs with the same results as a serial study, a failed cell reported with its job and log
 while the others go on, a requeued cell (Slurm's SIGTERM, and submitit's signal before the time limit) resuming to the
 result of an uninterrupted run, and ``--no-wait`` then the same command collecting. Where Slurm is absent those tests
-skip, saying why; the launcher's options and sbatch lines are tested in tests/compare/test_launchers.py."""
+skip, saying why; the launcher's options and sbatch lines are tested in tests/compare/slurm/test_options.py and
+test_queue.py."""
 from __future__ import annotations
 
 import csv
