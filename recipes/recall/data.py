@@ -149,7 +149,8 @@ def parse_example(row: Any, vocab_size: int, seq_len: int, where: str, fix: str 
 
     Args:
         row: the parsed line.
-        vocab_size, seq_len: the ids' range and the sequence's length (cross recall: the context's).
+        vocab_size: the ids' range: every id is in [0, vocab_size).
+        seq_len: the sequence's length (cross recall: the context's).
         where: the file and line, for the messages.
         fix: what to do about another length than ``seq_len``, where the caller's settings are fixed.
         pattern: the model's pattern (``data.task``'s): a line of another pattern's task is refused.
@@ -252,7 +253,8 @@ def read_examples(path: Path, vocab_size: int, seq_len: int, fix: str = SET_SEQ_
 
     Args:
         path: the file.
-        vocab_size, seq_len: the ids' range and every sequence's length (cross recall: the context's).
+        vocab_size: the ids' range: every id is in [0, vocab_size).
+        seq_len: every sequence's length (cross recall: the context's).
         fix: the advice for another length.
         pattern: the model's pattern (``data.task``'s, :data:`TASK_PATTERNS`).
         target_len: cross recall: every target's length.

@@ -80,7 +80,10 @@ class BasedAttention(RecurrentAttention):
         """Based's layer (flash-linear-attention's ``BasedLinearAttention``; its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             feature_dim: f, the width per head that queries and keys are projected to before the Taylor feature map
                 (1 + f + f (f + 1) / 2 features).
             conv_size: taps of a short convolution on the query, key and value projections (0: none, as the

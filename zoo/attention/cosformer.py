@@ -65,7 +65,10 @@ class CosFormerAttention(ProjectedAttention):
         """cosFormer; the re-weighting horizon M is the module docstring's.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             max_length: the causal horizon M (positions past it are refused; build with a larger one for longer
                 sequences).
             chunk_size: tokens per chunk of the causal prefix sums.

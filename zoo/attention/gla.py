@@ -64,7 +64,10 @@ class GLAAttention(RecurrentAttention):
         """GLA's layer (flash-linear-attention's ``GatedLinearAttention``; its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             expand_k: the keys' (and queries') total width as a multiple of ``embed_dim`` (d_k = expand_k D / H
                 per head).
             gate_low_rank_dim: the rank of the gate's low-rank projection.

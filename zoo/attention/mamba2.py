@@ -64,7 +64,10 @@ class Mamba2Attention(RecurrentAttention):
         """Mamba-2's layer (flash-linear-attention's ``Mamba2``; its defaults, one group).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`);
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``;
                 the E = expand D inner channels are split into ``num_heads`` heads.
             state_size: N, the SSM state per head is N x (E / H).
             expand: E / D, the inner width.

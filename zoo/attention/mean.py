@@ -57,7 +57,10 @@ class MeanAttention(Attention):
         """The mean control.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             bias: biases in the value and output projections.
         """
         super().__init__(embed_dim, num_heads, pattern)

@@ -67,7 +67,10 @@ class PerformerAttention(ProjectedAttention):
         """Performer FAVOR+.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_features: m, the positive orthogonal random features per head.
             chunk_size: tokens per chunk of the causal prefix sums.
             bias: biases in the q, k, v and output projections.

@@ -77,7 +77,10 @@ class ProbSparseAttention(Attention):
         """ProbSparse attention.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             factor: c, Informer's sampling factor: c ceil(ln L) sampled keys and active queries.
             eval_seed: the seed of the key sample in eval mode (a fixed function of the inputs there).
         """

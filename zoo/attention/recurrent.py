@@ -185,7 +185,10 @@ class RecurrentAttention(HasKernels, Attention):
     mechanism (module docstring, "Patterns").
 
     Args:
-        embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+        embed_dim: D, the model width (the contract's three arguments, stated on
+            :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+        num_heads: H, the number of heads.
+        pattern: causal, noncausal or cross, one of the class's ``patterns``.
         kernels: 'auto' or one kernel's name of :attr:`kernel_set` (checked: an unknown one is a ValueError naming
             the choices).
         noncausal_form: the noncausal pattern's reading: 'bidirectional' (a forward and a backward scan combined) or

@@ -53,9 +53,13 @@ class S4DAttention(Attention):
         """S4D.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             state_size: N, the SSM state per channel (even: N/2 complex conjugate pairs).
-            dt_min, dt_max: the range of the log-uniform initial step dt.
+            dt_min: the smallest initial step dt (steps are drawn log-uniform in [dt_min, dt_max]).
+            dt_max: the largest initial step dt.
             bias: a bias in the output projection.
         """
         super().__init__(embed_dim, num_heads, pattern)

@@ -142,9 +142,14 @@ def read_binding(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset
     the one row) through bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward.
 
     Args:
-        q, mem, bases, offset, group: as above.
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, r, d] the binding memory's rows, an [r, d] matrix each.
+        bases: [H, r, d] orthonormal rows per head (the slots' keys).
+        offset: the position of query 0 within its memory group (context dissection: the position in the window).
+        group: queries per memory row (context dissection: the window w; 1: one row per query).
         chunk: queries recomputed at a time (None: ``CHUNK``).
-        dropout, seed: attention dropout p on the slot probabilities, with the mask of ``seed`` (0: none).
+        dropout: attention dropout p on the slot probabilities (0: none).
+        seed: the seed of the dropout mask (:func:`~lavo_zoo.attention.ops.dropout.keep_factor`), redrawn in backward.
     """
     return BindingReadFunction.apply(q, mem, bases, offset, group, chunk or CHUNK, dropout, seed)
 

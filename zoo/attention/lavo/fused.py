@@ -238,9 +238,14 @@ def fused_self_attention(qkv: Tensor, bases: Tensor, window: int, *, heads: int,
 
     Args:
         qkv: [B, T, 3D] the q, k, v projections side by side (fp16 / bf16 / fp32).
-        bases: [H, r, d]; window: w; heads: H; causal: causal (context dissection) or noncausal.
-        bias: the EPE [H, 2w - 1] or None; log_temperature: [H] or None.
-        gain, combine: 'sum' (local + gain read), 'gain' (``gain`` the per-head [H] tensor) or 'half'
+        bases: [H, r, d].
+        window: w.
+        heads: H.
+        causal: causal (context dissection) or noncausal.
+        bias: the EPE [H, 2w - 1] or None.
+        log_temperature: [H] or None.
+        gain: the read's factor: a number, or (combine 'gain') the per-head [H] tensor.
+        combine: 'sum' (local + gain read), 'gain' (``gain`` the per-head [H] tensor) or 'half'
             (0.5 (local + read); noncausal only: the causal 'half' keeps the local branch whole in window 0).
         memory_norm: 'mean' or 'rms'.
         key_mask: [B, T] bool, True = real token (a causal row left-aligned), or None.

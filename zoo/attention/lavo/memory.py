@@ -117,7 +117,8 @@ def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState 
     """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t.
 
     Args:
-        feats: [B, H, T, d] features, zero at padded positions; valid: [B, 1, T] 1 real, 0 padded.
+        feats: [B, H, T, d] features, zero at padded positions.
+        valid: [B, 1, T] 1 real, 0 padded.
         state: the memory state before the chunk (its ``sum_complete`` is the running sum), or None.
         weights: the binding memory's [B, H, T, r] key projections on the bases, or None (the paper's memory).
 

@@ -460,9 +460,15 @@ def read_memory_triton(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, 
     custom operator ``lavo_zoo::triton_read`` (no graph break).
 
     Args:
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, d] the memory's mean features.
+        bases: [H, r, d] orthonormal rows per head.
+        offset: the position of query 0 within its memory group (context dissection: the position in the window).
+        group: queries per memory row (context dissection: the window w; 1: one row per query).
         block_m: queries per program, a power of two >= 16 (tests use 16), or None (autotuned forward on a GPU).
-        dropout, seed: p > 0 drops slot probabilities with the mask of ``seed``
+        dropout: p > 0 drops slot probabilities with the mask of ``seed``
             (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, r]).
+        seed: the seed of the dropout mask.
         log_temperature: [H] or None: the read of q exp(t_h), the factor applied inside the kernels.
         local: [B, H, T, d] or None: return local + gain * read, joined inside the kernel (LAVO's 'sum' and 'gain').
         gain: the read's factor with ``local``: a number, or a per-head [H] tensor (learned).
@@ -561,12 +567,23 @@ def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: 
     autograd graph).
 
     Args:
-        q, k, v: [B, H, 1, d] the step's query, key and value.
-        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
-        sum_complete, sum_partial: [B, H, d] fp32, the memory sums before the step; position: tokens before it.
-        bases: [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        q: [B, H, 1, d] the step's query.
+        k: [B, H, 1, d] the step's key.
+        v: [B, H, 1, d] the step's value.
+        keys: [B, H, L, d], L = min(w - 1, position): the last keys before the step.
+        values: [B, H, L, d]: the last values before the step.
+        sum_complete: [B, H, d] fp32, the memory's sum over the complete windows before the step.
+        sum_partial: [B, H, d] fp32, the sum over the current window's tokens before the step.
+        position: tokens before the step.
+        bases: [H, r, d].
+        window: w.
+        bias: the EPE [H, 2w - 1] or None.
         feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
-        log_temperature, memory_norm, combine, gain, empty_memory: the reading, as :func:`..ops.memory_step`.
+        log_temperature: the reading's, as :func:`..ops.memory_step`.
+        memory_norm: the reading's, as :func:`..ops.memory_step`.
+        combine: the reading's, as :func:`..ops.memory_step`.
+        gain: the reading's, as :func:`..ops.memory_step`.
+        empty_memory: the reading's, as :func:`..ops.memory_step`.
 
     Returns:
         out [B, H, 1, d] fp32; the new keys and values [B, H, min(w - 1, L + 1), d]; the new sum_complete and

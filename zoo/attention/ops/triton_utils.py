@@ -187,7 +187,8 @@ def launch(name: str, kernel, programs, *args, config: dict | None = None, small
         name: the kernel's name in the warning and in :func:`failures`.
         kernel: a ``@triton.jit`` (or autotuned) kernel.
         programs: the grid, or a function of the meta-parameters (an autotuned kernel's block size) that gives it.
-        *args, **kwargs: the kernel's arguments.
+        *args: the kernel's positional arguments.
+        **kwargs: the kernel's keyword arguments.
         config: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
             tuning.
         smaller_fits: as in :func:`compiling`: OutOfResources raises as it is (the caller retries smaller).

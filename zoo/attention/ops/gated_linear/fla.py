@@ -38,7 +38,8 @@ def fla_chunk_gated_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     key channel) or ``chunk_simple_gla`` (one per head, or none).
 
     Args:
-        q, k: queries and keys [B, H, T, K] (any scale already applied); k and v are cast to q's dtype.
+        q: queries [B, H, T, K] (any scale already applied); k and v are cast to q's dtype.
+        k: keys [B, H, T, K].
         v: values [B, H, T, V].
         g: log decays (<= 0): [B, H, T], [B, H, T, K] or None; passed in fp32.
         state: the state before the first token [B, H, K, V] (None: zeros).

@@ -105,14 +105,17 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     """Exact sliding-window attention.
 
     Args:
-        q, k, v: [B, H, T, d].
+        q: queries [B, H, T, d].
+        k: keys [B, H, T, d].
+        v: values [B, H, T, d].
         window: w, the keys per causal window (2w - 1 noncausal).
         causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
         bias: [H, 2w-1] relative bias added to the scaled scores, or None.
         key_mask: [B, T] bool (True = real key), or None.
         prefix: (keys, values) [B, H, P, d], P < w: the previous chunk's last keys and values (causal streaming; no
             key_mask then), sitting before position 0.
-        dropout, training: attention dropout on the probabilities (in training only).
+        dropout: attention dropout p on the probabilities (in training only).
+        training: whether the call is in training (False: no dropout).
         kernel: 'auto' or a kernel name, chosen from :data:`WINDOW_KERNELS`; or a kernel a layer chose already
             (its :class:`~lavo_zoo.attention.ops.dispatch.Choice`'s ``window``).
         chunk: queries per recomputed chunk of the ``recompute`` kernel.
@@ -135,7 +138,9 @@ def window_attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
     """One causal query's window (a decoding step), in a handful of small operations.
 
     Args:
-        q, k, v: [B, H, 1, d], the step's query, key and value.
+        q: [B, H, 1, d], the step's query.
+        k: [B, H, 1, d], the step's key.
+        v: [B, H, 1, d], the step's value.
         window: w.
         prefix: (keys, values) [B, H, P, d], P < w: the last keys and values before the step.
         bias: [H, 2w-1] relative bias, or None.

@@ -368,8 +368,25 @@ def window_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: tor
     took them), its output and log-sum-exp, and ``grad`` [B, H, T, d] in q's dtype with unit column stride.
 
     Args:
-        dq, dk, dv: where to write the gradients ([B, H, T, d] and [B, H, P + T, d], any strides with a unit column
-            stride; None: new tensors).
+        q: the forward's queries [B, H, T, d].
+        k: the forward's joined keys [B, H, P + T, d] (:func:`joined`).
+        v: the forward's joined values [B, H, P + T, d].
+        bias: the forward's relative bias [H, 2w - 1], or None.
+        mask: the forward's key mask [B, T] int8 (:func:`int8_mask`), or None.
+        out: the forward's output [B, H, T, d].
+        lse: the forward's log-sum-exp [B H, T] fp32.
+        grad: the output's gradient [B, H, T, d] in q's dtype, unit column stride.
+        window: w, as in the forward.
+        causal: as in the forward.
+        dropout: the forward's dropout p (the same ``seed`` redraws its mask).
+        seed: the forward's dropout seed.
+        block_m: query rows per tile (None: the tuned or default size).
+        block_n: key rows per tile (None: the tuned or default size).
+        bias_grad: compute the bias's gradient (False: None is returned for it).
+        dq: where to write the queries' gradient ([B, H, T, d], any strides with a unit column stride; None: a new
+            tensor).
+        dk: where to write the keys' gradient ([B, H, P + T, d], as ``dq``).
+        dv: where to write the values' gradient ([B, H, P + T, d], as ``dq``).
         memory_grad: LAVO's fused layer: (dwin [B H, n, d] fp32, n, ls), with ``grad`` its output's gradient: the
             window's dO is ls grad + dwin's row of each query, zero at padded queries (``_load_grad``).
         accumulate_dq: add dq to what ``dq`` holds.
