@@ -137,7 +137,10 @@ class ABCAttention(ProjectedAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """ABC: for each query t, slot memory K~_t = sum_i softmax_i(s_i) k_i over the keys it may see (cumulative in
-    the causal case), then softmax(q_t K~_t^T / sqrt(d)) V~_t."""
+    the causal case), then softmax(q_t K~_t^T / sqrt(d)) V~_t.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     src = x if context is None else context
     B, H, T, d = q.shape

@@ -156,7 +156,10 @@ class BasedAttention(RecurrentAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone: causal by the token recurrence of the sums, noncausal and cross as
     :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads the sums; the normalised quotient, then
-    out_proj."""
+    out_proj.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = naive_short_conv(m.q_conv, m.q_proj(xq))

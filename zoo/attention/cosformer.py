@@ -155,7 +155,10 @@ class CosFormerAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """cosFormer quadratic form: sim_ij = relu(q_i).relu(k_j) cos(pi/2 (i-j)/M), positions counting real tokens."""
+    """cosFormer quadratic form: sim_ij = relu(q_i).relu(k_j) cos(pi/2 (i-j)/M), positions counting real tokens.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     B, _, T, _ = q.shape
     S = k.shape[2]

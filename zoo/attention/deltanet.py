@@ -195,7 +195,10 @@ class DeltaNetAttention(DeltaRuleAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the delta rule token by token (S <- exp(g) S; S <- S + beta k (v - S^T k)^T):
     causal reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
-    reads."""
+    reads.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))

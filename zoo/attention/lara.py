@@ -93,7 +93,10 @@ class LARAAttention(ProjectedAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """LARA in its importance-sampling form (eval mode, omega_c = mu_c): for each query n,
     o_n = sum_c w_nc S_c / sum_c w_nc z_c, S_c = sum_m xi(k_m, w_c) v_m, z_c = sum_m xi(k_m, w_c),
-    w_nc = alpha_nc xi(q_n, w_c) N(w_c; 0, I) / N(w_c; mu_c, I), alpha_nc = softmax_c(q_n . mu_c)."""
+    w_nc = alpha_nc xi(q_n, w_c) N(w_c; 0, I) / N(w_c; mu_c, I), alpha_nc = softmax_c(q_n . mu_c).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     assert not m.training
     q, k, v = qkv(m, x, context)
     B, H, T, d = q.shape

@@ -163,7 +163,10 @@ class LocalAttention(ProjectedAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(attn: LocalAttention, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The ``local`` mechanism: exact sliding window of w keys, optional relative bias, with a dense [T, T] mask;
-    with sinks, each row's real tokens alone with the sinks' dense mask."""
+    with sinks, each row's real tokens alone with the sinks' dense mask.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     if attn.num_sinks:
         out = attn.out_proj(torch.zeros_like(x))  # padded rows: zero before the projection, as the fast path
         for b in range(x.shape[0]):

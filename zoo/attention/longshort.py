@@ -136,7 +136,10 @@ class LongShortAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Transformer-LS per query: one softmax over [window keys (LN_short); projected keys (LN_long)]."""
+    """Transformer-LS per query: one softmax over [window keys (LN_short); projected keys (LN_long)].
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, None)
     B, H, T, d = q.shape
     w = m.window_size

@@ -152,7 +152,10 @@ class Mamba2Attention(RecurrentAttention):
 def naive(m, u, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the SSM recurrence h_t = a_t h_{t-1} + B_t (dt_t x_t)^T: causal reads
     y_t = h_t^T C_t + D x_t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
-    reads."""
+    reads.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive` (``u``: the input, there ``x``).
+    """
     E, N, H = m.inner, m.state_size, m.num_heads
     out = torch.zeros_like(u)
 

@@ -129,7 +129,10 @@ class MeanAttention(Attention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Each query's output by a loop: the plain mean of W_v x_s over the real keys s it may see (causal: s <= t),
-    zeros for a padded query or one without a key, then W_o."""
+    zeros for a padded query or one without a key, then W_o.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     src = x if context is None else context
     B, T, D = x.shape
     S = src.shape[1]

@@ -84,7 +84,10 @@ class NystromAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Nystrom formula with explicitly looped landmarks and the exact pseudo-inverse."""
+    """Nystrom formula with explicitly looped landmarks and the exact pseudo-inverse.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     B, H, T, d = q.shape
     S = k.shape[2]

@@ -156,7 +156,10 @@ class PerformerAttention(ProjectedAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """FAVOR+ quadratic form with the module's random features: A = phi(Q) phi(K)^T (causally masked),
-    o = A V / A 1, phi(x) = exp(W x' - |x'|^2/2), x' = d^(-1/4) x (no stabilisation)."""
+    o = A V / A 1, phi(x) = exp(W x' - |x'|^2/2), x' = d^(-1/4) x (no stabilisation).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     _, _, T, d = q.shape
     S = k.shape[2]

@@ -195,7 +195,10 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
     sampled keys are the module's fixed-seed draw (the one random part, shared like the parameters). Query i's score
     is max - mean of q_i . k_j over its sampled keys; it is active when fewer than u queries score strictly higher
     (causal: among queries 0..i-1); active queries take softmax attention over their keys (causal: 0..i), lazy ones
-    the mean of those values. Padded query rows are zero."""
+    the mean of those values. Padded query rows are zero.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     assert not m.training
     source, source_mask = (x, padding_mask) if context is None else (context, context_mask)
     B, T, D = x.shape

@@ -167,7 +167,12 @@ class S4DAttention(Attention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None, state=None, return_state=False):
     """S4D by its recurrence h_t = A_bar h_{t-1} + u_t, y_t = 2 Re(C' h_t) + D u_t (noncausal: plus the same
-    recurrence run backwards with the second parameter set), then out_proj(GELU(y))."""
+    recurrence run backwards with the second parameter set), then out_proj(GELU(y)).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`; ``state`` is the complex recurrence state before
+    the chunk (None: zeros) and with ``return_state`` it also returns the state after the chunk, as the module
+    streams.
+    """
     if padding_mask is not None:
         x = x * padding_mask[..., None]
     B, T, D = x.shape

@@ -147,7 +147,10 @@ def naive_rotary(t: torch.Tensor, positions: torch.Tensor, base: float) -> torch
 
 def naive(attn: SDPAttention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
           context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Full softmax attention with a dense mask (and rotary embedding when the module has rope=True)."""
+    """Full softmax attention with a dense mask (and rotary embedding when the module has rope=True).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive` (``attn``: the module, there ``m``).
+    """
     B, T, _ = x.shape
     src = x if context is None else context
     S = src.shape[1]

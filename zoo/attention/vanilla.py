@@ -63,7 +63,10 @@ class VanillaAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Softmax attention by a loop over the queries, each over the keys it may see."""
+    """Softmax attention by a loop over the queries, each over the keys it may see.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     key_mask = context_mask if m.pattern == "cross" else padding_mask
     return merge(m, softmax_attention(q, k, v, key_mask, m.pattern == "causal"))

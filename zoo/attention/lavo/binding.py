@@ -74,6 +74,7 @@ class BindingReadFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, mem, bases, offset, group, chunk, dropout=0.0, seed=0):
+        """The chunked forward; its arguments are stated on `read_binding`."""
         B, H, T, _ = q.shape
         ct = compute_dtype(q.dtype)
         r0, rows, g, a = _layout(T, mem.shape[2], offset, group)
@@ -158,7 +159,10 @@ def read_binding_autograd(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tenso
                           dropout: float = 0.0, training: bool = False, keep: torch.Tensor | None = None
                           ) -> torch.Tensor:
     """:func:`read_binding` differentiated by autograd (keeps the [T, r] probabilities), with attention dropout:
-    torch's (``dropout`` in ``training``) or the factors ``keep`` [B, H, T, r] of a kernel's mask."""
+    torch's (``dropout`` in ``training``) or the factors ``keep`` [B, H, T, r] of a kernel's mask.
+
+    Its other arguments are stated on `read_binding`.
+    """
     T, d = q.shape[2:]
     ct = compute_dtype(q.dtype)
     r0, rows, g, a = _layout(T, mem.shape[2], offset, group)

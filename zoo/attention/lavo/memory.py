@@ -43,7 +43,14 @@ def window_sums(feats: torch.Tensor, a: int, w: int, weights: torch.Tensor | Non
     (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d] in the compute
     dtype. The whole windows are summed through a view, so no padded (or cast) copy of feats is made. With
     ``weights`` [B, H, T, r] (the binding memory), the sums of the items weights_t feats_t^T: [B, H, n, r, d], one
-    [r, w] x [w, d] product per window (padded copies of both)."""
+    [r, w] x [w, d] product per window (padded copies of both).
+
+    Args:
+        feats: [B, H, T, d] the features (zero at padded positions).
+        a: steps of the first window before position 0, 0 <= a < w (a streaming chunk's position in its window).
+        w: the window.
+        weights: [B, H, T, r] the binding memory's key projections, or None (the paper's memory).
+    """
     T, ct = feats.shape[2], compute_dtype(feats.dtype)
     if weights is not None:
         n = math.ceil((a + T) / w)

@@ -77,7 +77,10 @@ def recompute_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offs
                    inplace: bool = False) -> torch.Tensor:
     """The read that recomputes in backward (:func:`.read.read_memory`; the binding memory's
     :func:`.binding.read_binding`): [B, H, T, d] in the compute dtype, a fresh tensor; ``inplace``: local may be
-    overwritten (a fresh output of the recompute window)."""
+    overwritten (a fresh output of the recompute window).
+
+    Its arguments are stated on `read` (``dropout`` already 0 outside training).
+    """
     seed = new_seed() if dropout else 0
     read_rows = read_binding if binding else read_memory
     glob = read_rows(_tempered(q, log_temperature), mem, bases, offset, group, chunk, dropout, seed)
@@ -89,7 +92,10 @@ def autograd_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offse
                   chunk: int | None = None, local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0,
                   inplace: bool = False) -> torch.Tensor:
     """The read left to autograd (:func:`.read.read_memory_autograd`; the binding memory's
-    :func:`.binding.read_binding_autograd`; both keep the [T, r] probabilities)."""
+    :func:`.binding.read_binding_autograd`; both keep the [T, r] probabilities).
+
+    Its arguments are stated on `read` (``dropout`` already 0 outside training; ``chunk`` and ``inplace`` unused).
+    """
     read_rows = read_binding_autograd if binding else read_memory_autograd
     glob = read_rows(_tempered(q, log_temperature), mem, bases, offset, group, dropout, dropout > 0)
     return glob if local is None else combine_branches(local, glob, None, combine="sum", gain=gain)
@@ -100,7 +106,11 @@ def triton_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset:
                 chunk: int | None = None, local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0,
                 inplace: bool = False) -> torch.Tensor:
     """The Triton read (:func:`.triton.read_memory_triton`; temperature and the joining inside the kernel): [B, H, T,
-    d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled."""
+    d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled.
+
+    Its arguments are stated on `read` (``dropout`` already 0 outside training; ``binding`` False: the Triton read
+    has the paper's memory only; ``chunk`` and ``inplace`` unused).
+    """
     from lavo_zoo.attention.lavo import triton as lavo_triton
 
     return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=dropout,
@@ -117,7 +127,10 @@ def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
                 memory: MemoryState, bases: torch.Tensor, window: int, **reading: Any
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, MemoryState]:
     """One causal token after a state, in one Triton kernel (:func:`.triton.decode_step_triton`, whose arguments
-    ``reading`` holds): the output [B, H, 1, d], the new last keys and values, the new :class:`MemoryState`."""
+    ``reading`` holds): the output [B, H, 1, d], the new last keys and values, the new :class:`MemoryState`.
+
+    Its arguments are stated on `torch_step`.
+    """
     from lavo_zoo.attention.lavo import triton as lavo_triton
 
     reading.pop("binding", None)  # the paper's memory only: paper_memory, its declared limit, sent the binding one
@@ -130,7 +143,10 @@ def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
 def triton_layer(qkv: torch.Tensor, bases: torch.Tensor, window: int, **options: Any) -> torch.Tensor:
     """A whole self-attention call from the fused q, k, v projection [B, T, 3D] to the joined output [B, T, D] on the
     Triton kernels (:func:`.fused.fused_self_attention`, whose arguments ``options`` holds). Raises
-    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where a forward kernel cannot be compiled."""
+    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where a forward kernel cannot be compiled.
+
+    Its arguments are stated on `lavo_zoo.attention.lavo.fused.fused_self_attention`.
+    """
     from lavo_zoo.attention.lavo import fused
 
     options.pop("binding", None)  # the paper's memory only: paper_memory, its declared limit, left the binding one

@@ -4,6 +4,16 @@ Each mechanism's reference is the function ``naive`` beside it, in its own modul
 :mod:`lavo_zoo.attention.lavo.naive`; the sliding window's dense form in :mod:`lavo_zoo.attention.ops.window.naive`).
 A reference takes a built module (to share its parameters) and the same inputs as ``module(...)`` and computes the
 output from the mechanism's defining formula: quadratic forms, per-query loops, the recurrence. Use float64.
+
+The arguments of every reference ``naive(m, x, padding_mask=None, context=None, context_mask=None)``, stated here
+once (the contract's inputs, as :meth:`~lavo_zoo.attention.base.Attention.forward` states them); it returns the
+output [B, T, D]:
+
+    m: the built module whose parameters the reference shares (float64, eval mode).
+    x: the queries' sequence [B, T, D].
+    padding_mask: [B, T] bool, True = a real token, or None (all real).
+    context: cross: the source [B, S, D]; None for the other patterns.
+    context_mask: cross: [B, S] bool, True = a real source token, or None (all real).
 """
 from __future__ import annotations
 

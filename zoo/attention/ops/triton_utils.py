@@ -220,7 +220,14 @@ def _dropout_mask(OUT, seed, N, p, BLOCK: tl.constexpr):
 
 def dropout_mask(seed: int, shape: tuple[int, ...], p: float, device: torch.device | str) -> torch.Tensor:
     """The dropout factors the kernels use for a call with this seed and p, materialised: [*shape] fp32 where shape
-    is [B, H, T, W] (the window: W = 2w - 1 relative key offsets s - t + w - 1; the read: W = r bases)."""
+    is [B, H, T, W] (the window: W = 2w - 1 relative key offsets s - t + w - 1; the read: W = r bases).
+
+    Args:
+        seed: the call's seed (:func:`~lavo_zoo.attention.ops.dropout.new_seed`).
+        shape: [B, H, T, W], the kernel's layout of the mask.
+        p: the dropout probability, in [0, 1).
+        device: a CUDA device (the Triton kernel draws the factors).
+    """
     out = torch.empty(shape, dtype=torch.float32, device=device)
     block = 1024
     launch("dropout_mask", _dropout_mask, grid(triton.cdiv(out.numel(), block), "dropout_mask"), out, seed,
