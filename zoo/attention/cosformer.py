@@ -84,7 +84,14 @@ class CosFormerAttention(ProjectedAttention):
 
     @staticmethod
     def positions(mask: torch.Tensor | None, B: int, T: int, device: torch.device) -> torch.Tensor:
-        """1-based positions counting real tokens only: [B, T] (int64)."""
+        """1-based positions counting real tokens only: [B, T] (int64).
+
+        Args:
+            mask: [B, T] bool, True = real token, or None (all real).
+            B: the batch size.
+            T: the sequence length.
+            device: where the positions are made.
+        """
         if mask is None:
             return torch.arange(1, T + 1, device=device).expand(B, T)
         return mask.long().cumsum(1)

@@ -55,7 +55,18 @@ class LARAAttention(ProjectedAttention):
 
     def proposals(self, q: torch.Tensor, k: torch.Tensor, q_mask: torch.Tensor | None,
                   k_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Scaled q [B,H,T,d], k [B,H,S,d] -> mu [B,H,C,d], omega [B,H,C,d], valid [B,C]."""
+        """Scaled q [B,H,T,d], k [B,H,S,d] -> mu [B,H,C,d], omega [B,H,C,d], valid [B,C].
+
+        Args:
+            q: scaled queries [B, H, T, d].
+            k: scaled keys [B, H, S, d].
+            q_mask: [B, T] bool, True = real query, or None.
+            k_mask: [B, S] bool, True = real key, or None.
+
+        Returns:
+            The proposals' means mu (the sum of the C query and key segment means), their draws omega (mu itself in
+            eval mode, mu plus standard normal noise in training) and which of the C proposals are real.
+        """
         C = min(self.num_landmarks, q.shape[2], k.shape[2])
         nq = q_mask.sum(1) if q_mask is not None else torch.full((q.shape[0],), q.shape[2], device=q.device)
         nk = k_mask.sum(1) if k_mask is not None else torch.full((k.shape[0],), k.shape[2], device=k.device)

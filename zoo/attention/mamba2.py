@@ -124,7 +124,14 @@ class Mamba2Attention(RecurrentAttention):
         return x, keys, queries, x * dt[..., None], g
 
     def output(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """y [B, H, T, P] + D x, gated RMSNorm with z [B, T, E], out_proj -> [B, T, D]."""
+        """y [B, H, T, P] + D x, gated RMSNorm with z [B, T, E], out_proj -> [B, T, D].
+
+        Args:
+            y: [B, H, T, P] the SSM's output per head.
+            x: [B, H, T, P] the SSM's input (the skip through D).
+            z: [B, T, E] the gate branch.
+            dtype: the output's dtype (the layer's input's).
+        """
         y = merge_heads(y + self.D[:, None, None] * x)
         return self.out_proj(rms_norm(y * F.silu(z.to(y.dtype)), self.norm_weight, self.norm_eps).to(dtype))
 

@@ -29,7 +29,14 @@ from lavo_zoo.attention.ops.naive import merge, qkv
 def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
                         device: torch.device | str | None = None) -> torch.Tensor:
     """[num_features, dim] random matrix: blocks of orthonormal rows, each row rescaled to the norm of a Gaussian
-    vector (so every row is marginally N(0, I) while rows in a block are exactly orthogonal)."""
+    vector (so every row is marginally N(0, I) while rows in a block are exactly orthogonal).
+
+    Args:
+        num_features: the rows (random features).
+        dim: the columns (the head dim); rows come in blocks of ``dim``.
+        dtype: the result's dtype (drawn in float64).
+        device: where it is drawn (None: the default device).
+    """
     blocks = []
     for _ in range(math.ceil(num_features / dim)):
         qmat, _ = torch.linalg.qr(torch.randn(dim, dim, dtype=torch.float64, device=device))

@@ -36,7 +36,14 @@ def qkv(m, x: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor,
 def merge(m, o: torch.Tensor, padding_mask: torch.Tensor | None = None, dtype: torch.dtype | None = None
           ) -> torch.Tensor:
     """out_proj of the merged heads o [B, H, T, d]; padded query rows zeroed first when ``padding_mask`` is given,
-    cast to ``dtype`` when given."""
+    cast to ``dtype`` when given.
+
+    Args:
+        m: the module (its ``out_proj``).
+        o: [B, H, T, d] the heads' outputs.
+        padding_mask: [B, T] bool, True = real query, or None.
+        dtype: the dtype the projection takes, or None (o's).
+    """
     if padding_mask is not None:
         o = o * padding_mask[:, None, :, None]
     B, H, T, d = o.shape
@@ -55,7 +62,14 @@ def key_mask_4d(mask: torch.Tensor | None, B: int, T: int) -> torch.Tensor:
 
 
 def allowed_keys(m, t: int, S: int, key_mask_b: torch.Tensor) -> list[int]:
-    """Indices of keys query t may see (causal: s <= t)."""
+    """Indices of keys query t may see (causal: s <= t).
+
+    Args:
+        m: the module (its pattern).
+        t: the query's position.
+        S: the keys.
+        key_mask_b: [S] bool, one row's key mask (True = real).
+    """
     return [s for s in range(S) if bool(key_mask_b[s]) and (m.pattern != "causal" or s <= t)]
 
 
@@ -75,7 +89,15 @@ def seg_means(x: torch.Tensor, mask_b: torch.Tensor, C: int) -> tuple[torch.Tens
 
 def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None,
                       causal: bool = False) -> torch.Tensor:
-    """Per-query loop softmax attention: q [B,H,T,d], k, v [B,H,S,d] -> [B,H,T,d] (scale d^-1/2)."""
+    """Per-query loop softmax attention: q [B,H,T,d], k, v [B,H,S,d] -> [B,H,T,d] (scale d^-1/2).
+
+    Args:
+        q: [B, H, T, d] queries.
+        k: [B, H, S, d] keys.
+        v: [B, H, S, d] values.
+        key_mask: [B, S] bool, True = real key, or None.
+        causal: query t sees keys s <= t only.
+    """
     B, _, T, d = q.shape
     S = k.shape[2]
     out = torch.zeros_like(q)

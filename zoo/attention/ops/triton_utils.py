@@ -97,7 +97,14 @@ def autotuned(blocks: tuple[int, ...], warps: tuple[int, ...], key: list[str], s
     (its tile extent): on a GPU ``triton.autotune`` over the ``blocks`` x ``warps`` configurations, keyed on
     ``key``, each band kernel's with the exact-skipping tile of :func:`band_tile` (``span_of(args)`` gives the
     band's span from the launch's arguments); in Triton's interpreter one fixed configuration (no benchmarking
-    there): the first block and warps, the smallest tile."""
+    there): the first block and warps, the smallest tile.
+
+    Args:
+        blocks: the BM values to try.
+        warps: the warp counts to try.
+        key: the launch arguments whose values key the tuning cache.
+        span_of: for a band kernel, the band's span from the launch's named arguments; None: no BN.
+    """
     def config(block: int, num_warps: int, tile: int | None = None) -> triton.Config:
         return triton.Config({"BM": block} | ({} if span_of is None else {"BN": tile or block}), num_warps=num_warps)
 

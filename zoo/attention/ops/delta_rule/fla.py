@@ -43,7 +43,10 @@ def delta_rule_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
                        write: torch.Tensor | None = None) -> bool:
     """Whether fla's delta rule covers this call (the op's arguments, see :func:`fla_chunk_delta_rule`): key head
     dims up to :data:`MAX_HEAD_DIM`, and a per-head decay's backward where fla has it (``chunk_gated_delta_rule``'s:
-    :func:`~lavo_zoo.attention.ops.fla.gated_backward_refused`; KDA's and GDN-2's kernels have their own)."""
+    :func:`~lavo_zoo.attention.ops.fla.gated_backward_refused`; KDA's and GDN-2's kernels have their own).
+
+    Its arguments are stated on `lavo_zoo.attention.ops.delta_rule.chunk.chunk_delta_rule`.
+    """
     if q.shape[-1] > MAX_HEAD_DIM:
         return False
     if fla_function(beta, g, write) != "chunk_gated_delta_rule":

@@ -81,7 +81,17 @@ def sink_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
 def naive_sink_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, num_sinks: int, causal: bool,
                       bias: torch.Tensor | None = None) -> torch.Tensor:
     """Dense reference, one sequence without padding: q, k, v [B, H, T, d]; key s is visible to query t when it is
-    in t's window or s < num_sinks (and s <= t causally); the relative bias inside the window only. Tests only."""
+    in t's window or s < num_sinks (and s <= t causally); the relative bias inside the window only. Tests only.
+
+    Args:
+        q: [B, H, T, d] queries.
+        k: [B, H, T, d] keys.
+        v: [B, H, T, d] values.
+        window: w.
+        num_sinks: the first tokens every query sees.
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1] in the window.
+        bias: [H, 2w - 1] relative bias of the window's keys, or None.
+    """
     T, w = q.shape[2], window
     t = torch.arange(T)[:, None]
     s = torch.arange(T)[None, :]
