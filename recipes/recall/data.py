@@ -118,7 +118,18 @@ def check_answers(task: str, tokens: list[int], queries: list[int], sources: lis
     query that breaks the rule. MQAR and induction heads: the source holds the same token as the query (the key, the
     trigger) and the answer is the token after it, between them; noncausal MQAR the same on either side of the query,
     the answer not the query itself; cross MQAR: the key at the source of ``context`` (the source sequence), the
-    answer after it there; selective copying: the source's token."""
+    answer after it there; selective copying: the source's token.
+
+    Args:
+        task: the task (:data:`TASKS`).
+        tokens: the example's tokens (cross MQAR: the target).
+        queries: the queries' positions in ``tokens``.
+        sources: the position each query recalls (cross MQAR: in ``context``).
+        context: cross MQAR's source, else None.
+
+    Raises:
+        ValueError: the first query that breaks the rule.
+    """
     if task == "selective_copying":
         return [tokens[s] for s in sources]
     keys = context if task == "cross_mqar" else tokens
