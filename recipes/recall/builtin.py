@@ -194,7 +194,7 @@ def noncausal_mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: i
 def cross_mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int, num_pairs: int, num_queries: int = 0,
                start_pairs: int = 0, random_fill: bool = True) -> Examples:
     """``n`` cross MQAR examples (the module docstring): a source of ``seq_len`` tokens, a target of ``num_queries``
-    (0: ``num_pairs``). Its arguments are stated in the module docstring (`lavo_zoo.recipes.recall.builtin`)."""
+    (0: ``num_pairs``). Its arguments are stated in `lavo_zoo.recipes.recall.builtin`."""
     S, K, P = seq_len, num_pairs, start_pairs
     Q = num_queries or K
     keys, values = _keys_and_values(rng, n, vocab_size, K)
