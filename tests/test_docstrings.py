@@ -25,10 +25,6 @@ NOT_COUNTED = ("self", "cls", "ctx")  # the instance, the class, an autograd Fun
 POINTER = re.compile(r"arguments\s+(?:are\s+)?(?:as\s+)?stated\s+(?:on|in)\s+`+~?([\w.]+)`+", re.IGNORECASE)
 ENTRY = re.compile(r"^\s+\**(\w+)\s*(?:\([^)]*\))?:", re.MULTILINE)  # "    name (type): ..." in a section
 
-# {"module:qualname": "stated on ..."}: wide public functions whose arguments are stated where the rules above do not
-# see it.
-ALLOWED: dict[str, str] = {}
-
 
 @dataclass
 class Function:
@@ -84,7 +80,6 @@ def _collect() -> tuple[dict[str, ast.Module], list[Function]]:
 
 
 MODULES, FUNCTIONS = _collect()
-BY_NAME = {(f.module, f.qualname): f for f in FUNCTIONS}
 
 
 def _classes(module: str) -> dict[str, ast.ClassDef]:
@@ -166,12 +161,9 @@ def undocumented() -> dict[str, str]:
     for fn in FUNCTIONS:
         if len(fn.params()) < WIDE or "Args:" in fn.doc or _is_click_command(fn) or _base_documents(fn):
             continue
-        key = f"{fn.module}:{fn.qualname}"
-        if key in ALLOWED:
-            continue
         problem = _pointer_problem(fn)
         if problem:
-            out[f"{key} ({fn.where})"] = problem
+            out[f"{fn.module}:{fn.qualname} ({fn.where})"] = problem
     return out
 
 
@@ -180,15 +172,6 @@ def test_wide_public_functions_state_their_arguments():
     assert not missing, (f"{len(missing)} public functions with {WIDE}+ parameters state their arguments nowhere "
                          "(add an Args: section, or point at where they are stated):\n"
                          + "\n".join(f"  {k}: {v}" for k, v in sorted(missing.items())))
-
-
-def test_the_allow_list_is_current():
-    """Each allowed name is a wide public function that still has no Args: section, and says where instead."""
-    for key, where in ALLOWED.items():
-        fn = BY_NAME.get(tuple(key.split(":")))
-        assert fn is not None, f"ALLOWED names {key}, which is not a public function of the package"
-        assert "Args:" not in fn.doc, f"{key} has an Args: section now: drop it from ALLOWED"
-        assert where.startswith("stated on "), f"{key}: say where its arguments are stated ('stated on ...')"
 
 
 def test_a_pointer_must_cover_the_arguments():
