@@ -233,7 +233,7 @@ def dropout_mask(seed: int, shape: tuple[int, ...], p: float, device: torch.devi
         seed: the call's seed (:func:`~lavo_zoo.attention.ops.dropout.new_seed`).
         shape: [B, H, T, W], the kernel's layout of the mask.
         p: the dropout probability, in [0, 1).
-        device: a CUDA device (the Triton kernel draws the factors).
+        device: where the mask is made (the Triton kernel draws the factors there).
     """
     out = torch.empty(shape, dtype=torch.float32, device=device)
     block = 1024
