@@ -182,3 +182,30 @@ def test_a_pointer_must_cover_the_arguments():
     assert "bogus" in (_pointer_problem(fn) or "")
     fn.node.body[0].value.value += " ``bogus`` is extra."
     assert _pointer_problem(fn) is None
+
+
+def test_an_override_takes_its_base_methods_statement(monkeypatch):
+    """The override rule accepts a method whose base class's method has Args:, and only then."""
+    source = '''
+class Base:
+    def run(self, a, b, c, d):
+        """Run.
+
+        Args:
+            a: one.
+            b: two.
+            c: three.
+            d: four.
+        """
+
+
+class Child(Base):
+    def run(self, a, b, c, d):
+        pass
+'''
+    for documented in (True, False):
+        tree = ast.parse(source if documented else source.replace("Args:", "Notes:"))
+        monkeypatch.setitem(MODULES, "lavo_zoo.probe", tree)
+        child = tree.body[1]
+        fn = Function("lavo_zoo.probe", "Child.run", child.body[0], child, "probe")
+        assert _base_documents(fn) is documented
