@@ -80,7 +80,15 @@ def cached_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, d
     """The rows' efficiency lengths kept in ``out_dir/efficiency/`` from an earlier measurement with the same
     attention, model sizes, pattern and settings on ``device`` (its name: ``cpu``, ``cuda``, ``cuda:1``), and the
     rows still to measure, grouped by model shape: ``({label: lengths}, {(embed_dim, heads, pattern): [(label,
-    key), ...]})`` (see :func:`study_efficiency`)."""
+    key), ...]})`` (see :func:`study_efficiency`).
+
+    Args:
+        setups: each row's layer (:func:`attention_setup`), None for a row without one.
+        out_dir: the study's folder.
+        device: the device's name.
+        efficiency: how the lengths are measured.
+        echo: print a line for each row whose lengths are kept.
+    """
     from lavo_zoo.bench.efficiency import BASELINE
 
     settings = efficiency.settings(device)
@@ -111,7 +119,14 @@ def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, de
     every row with a setup (:func:`attention_setup`). Each is read from ``out_dir/efficiency/<label>.json`` when
     that was measured with the same attention, model sizes, pattern and :class:`Efficiency` settings
     (:func:`cached_efficiency`); the others are measured together (one ``sdpa`` sweep per model shape, with the
-    study's ``sdpa`` options where it is a row) and written there."""
+    study's ``sdpa`` options where it is a row) and written there.
+
+    Args:
+        setups: each row's layer (:func:`attention_setup`), None for a row without one.
+        out_dir: the study's folder.
+        device: where to measure (None: the default device, :func:`~lavo_zoo.engine.env.pick_device`).
+        efficiency: how the lengths are measured.
+    """
     from lavo_zoo.bench.attention import run_sweep
     from lavo_zoo.bench.efficiency import BASELINE
     from lavo_zoo.engine.env import pick_device

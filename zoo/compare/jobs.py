@@ -38,7 +38,16 @@ def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: s
     """Train (or resume) and evaluate one cell (``cfg`` resolved); writes its results.json and returns what its
     record holds of the run: metrics, the weights scored, parameters, the wall time of its training (data
     preparation and validation included) and its steady-state step time and step memory
-    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it)."""
+    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it).
+
+    Args:
+        recipe: the cell's recipe.
+        cfg: the cell's resolved config.
+        cell_dir: the cell's run folder.
+        device: where it trains (None: the default device).
+        split: the split it is evaluated on.
+        max_batches: evaluate on this many batches at most (None: the whole split).
+    """
     from lavo_zoo.compare.steps import StepMeter
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.engine.evaluate import evaluate_checkpoint

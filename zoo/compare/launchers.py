@@ -114,7 +114,18 @@ class Launcher(Protocol):
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
         """Run the unfinished cells of ``jobs`` (a finished one, with its cell.json, is kept) and measure
-        ``efficiency``; ``progress`` is told the finished cells each time one finishes."""
+        ``efficiency``; ``progress`` is told the finished cells each time one finishes.
+
+        Args:
+            jobs: the study's cells, in study order.
+            out_dir: the study's folder.
+            progress: told the finished cells (study order) each time one finishes, or None.
+            efficiency: the efficiency lengths to measure beside the cells, or None.
+
+        Returns:
+            The cells' records (those finished; a launcher that does not wait names the others) and the
+            efficiency lengths measured.
+        """
 
     def plan(self, cells: int) -> str:
         """How ``cells`` cells would run, in words (``--dry-run``), after the checks :meth:`run` makes before it
@@ -130,6 +141,8 @@ class SerialLauncher:
 
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
+        """Train the cells one by one; its arguments are stated on `Launcher.run` (``progress`` is not told: the
+        cells finish in order, each announced as it starts)."""
         records: list[CellRecord] = []
         for i, job in enumerate(jobs, 1):
             record = kept_record(job, count(len(jobs), i))

@@ -101,6 +101,13 @@ def plan_slots(jobs: int | None, cells_per_gpu: int, gpus: list[str], cores: lis
     default as many as the GPUs hold; on the CPU one per :data:`CORES_PER_CPU_CELL` cores by default. The cores are
     divided among the slots (a core each at least; more slots than cores share them round robin).
 
+    Args:
+        jobs: cells at once (``--jobs``), or None (the default above).
+        cells_per_gpu: slots per GPU (``--cells-per-gpu``; 1 on the CPU).
+        gpus: the visible GPUs' names (empty: the cells run on the CPU).
+        cores: the cores this process may use.
+        cells: the cells to train (no more slots than that).
+
     Raises:
         UsageError: more cells at once than the GPUs hold, or ``cells_per_gpu`` for cells on the CPU.
     """
@@ -170,6 +177,8 @@ class LocalLauncher:
 
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
+        """Train the cells in parallel slots; its arguments are stated on
+        `lavo_zoo.compare.launchers.Launcher.run`."""
         found: dict[str, CellRecord] = {}
         todo = []
         for i, job in enumerate(jobs, 1):

@@ -172,7 +172,14 @@ def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any
     """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
     keeps the config's attention, ``key`` None) and seed. A hybrid row sets the schedule of ``key``'s layers
     (:func:`schedule_key`); a mechanism's row over a config with a schedule there (``scheduled``) drops it, so that
-    every layer runs the row's mechanism."""
+    every layer runs the row's mechanism.
+
+    Args:
+        key: the config key of the attention the study varies (``model.attention``), or None.
+        cell: the cell (its attention row and seed).
+        options: each row's attention options (``-o ATTN.key=value``), by row name.
+        scheduled: the config sets a schedule at ``key``.
+    """
     seed = f"{SEED_KEY}={cell.seed}"
     if key is None:
         return [seed]

@@ -57,6 +57,12 @@ class LoadedConfig:
     def of(cls, recipe: Recipe, data: dict[str, Any], source: str, overrides: Sequence[str] = ()) -> LoadedConfig:
         """``data`` (a merged mapping), the sections of other commands set apart, checked with ``overrides``.
 
+        Args:
+            recipe: the config's recipe.
+            data: the merged mapping (the file over its bases).
+            source: the config file (or name), for messages.
+            overrides: KEY=VALUE overrides, applied over ``data`` under the recipe's schema.
+
         Raises:
             ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
         """

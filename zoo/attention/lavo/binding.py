@@ -74,6 +74,7 @@ class BindingReadFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, mem, bases, offset, group, chunk, dropout=0.0, seed=0):
+        """The chunked forward; its arguments are stated on `read_binding`."""
         B, H, T, _ = q.shape
         ct = compute_dtype(q.dtype)
         r0, rows, g, a = _layout(T, mem.shape[2], offset, group)
@@ -142,9 +143,14 @@ def read_binding(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset
     the one row) through bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward.
 
     Args:
-        q, mem, bases, offset, group: as above.
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, r, d] the binding memory's rows, an [r, d] matrix each.
+        bases: [H, r, d] orthonormal rows per head (the slots' keys).
+        offset: the position of query 0 within its memory group (context dissection: the position in the window).
+        group: queries per memory row (context dissection: the window w; 1: one row per query).
         chunk: queries recomputed at a time (None: ``CHUNK``).
-        dropout, seed: attention dropout p on the slot probabilities, with the mask of ``seed`` (0: none).
+        dropout: attention dropout p on the slot probabilities (0: none).
+        seed: the seed of the dropout mask (:func:`~lavo_zoo.attention.ops.dropout.keep_factor`), redrawn in backward.
     """
     return BindingReadFunction.apply(q, mem, bases, offset, group, chunk or CHUNK, dropout, seed)
 
@@ -153,7 +159,10 @@ def read_binding_autograd(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tenso
                           dropout: float = 0.0, training: bool = False, keep: torch.Tensor | None = None
                           ) -> torch.Tensor:
     """:func:`read_binding` differentiated by autograd (keeps the [T, r] probabilities), with attention dropout:
-    torch's (``dropout`` in ``training``) or the factors ``keep`` [B, H, T, r] of a kernel's mask."""
+    torch's (``dropout`` in ``training``) or the factors ``keep`` [B, H, T, r] of a kernel's mask.
+
+    Its other arguments are stated on `read_binding`.
+    """
     T, d = q.shape[2:]
     ct = compute_dtype(q.dtype)
     r0, rows, g, a = _layout(T, mem.shape[2], offset, group)

@@ -128,7 +128,8 @@ class LavoOptions:
 
         Args:
             pattern: causal, noncausal or cross (the defaults and some checks depend on it).
-            embed_dim, num_heads: the layer's width and heads (the head dim bounds ``num_bases``).
+            embed_dim: the layer's width D.
+            num_heads: the layer's heads H (the head dim D / H bounds ``num_bases``).
             **given: every option of :class:`LavoAttention`, None where the pattern's default applies.
 
         Returns:
@@ -210,7 +211,10 @@ class LavoAttention(HasKernels, Attention):
         reading of the memory: the measured one in causal attention, the paper's otherwise; docs/lavo.md, "Flags").
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_bases: r, the orthonormal bases per head (1 <= r <= head dim); None: min(64, head dim).
             window_size: w, the keys of the local window (2w - 1 noncausal) and the length of context dissection's
                 windows.

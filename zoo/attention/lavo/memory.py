@@ -43,7 +43,14 @@ def window_sums(feats: torch.Tensor, a: int, w: int, weights: torch.Tensor | Non
     (its first a steps and the last window's tail count as zeros): [B, H, ceil((a + T) / w), d] in the compute
     dtype. The whole windows are summed through a view, so no padded (or cast) copy of feats is made. With
     ``weights`` [B, H, T, r] (the binding memory), the sums of the items weights_t feats_t^T: [B, H, n, r, d], one
-    [r, w] x [w, d] product per window (padded copies of both)."""
+    [r, w] x [w, d] product per window (padded copies of both).
+
+    Args:
+        feats: [B, H, T, d] the features (zero at padded positions).
+        a: steps of the first window before position 0, 0 <= a < w (a streaming chunk's position in its window).
+        w: the window.
+        weights: [B, H, T, r] the binding memory's key projections, or None (the paper's memory).
+    """
     T, ct = feats.shape[2], compute_dtype(feats.dtype)
     if weights is not None:
         n = math.ceil((a + T) / w)
@@ -117,7 +124,8 @@ def running_memory(feats: torch.Tensor, valid: torch.Tensor, state: MemoryState 
     """Without context dissection (paper eq. 4): token t reads the running mean of features 0..t.
 
     Args:
-        feats: [B, H, T, d] features, zero at padded positions; valid: [B, 1, T] 1 real, 0 padded.
+        feats: [B, H, T, d] features, zero at padded positions.
+        valid: [B, 1, T] 1 real, 0 padded.
         state: the memory state before the chunk (its ``sum_complete`` is the running sum), or None.
         weights: the binding memory's [B, H, T, r] key projections on the bases, or None (the paper's memory).
 

@@ -36,7 +36,15 @@ def memory_read(bases: torch.Tensor, q: torch.Tensor, m: torch.Tensor) -> torch.
 def read(q: torch.Tensor, m: torch.Tensor, bases: torch.Tensor, log_temperature: torch.Tensor | None = None,
          memory_norm: str = "mean") -> torch.Tensor:
     """``memory_read`` with the reading's options: q times exp(t_h) (``log_temperature`` [H]), m over its rms
-    (``memory_norm='rms'``). q/m [B, H, d] -> [B, H, d]."""
+    (``memory_norm='rms'``). q/m [B, H, d] -> [B, H, d].
+
+    Args:
+        q: [B, H, d] one query per head.
+        m: [B, H, d] the memory's mean feature.
+        bases: [H, r, d].
+        log_temperature: [H], or None.
+        memory_norm: 'mean' or 'rms'.
+    """
     if log_temperature is not None:
         q = q * log_temperature.double().exp()[None, :, None]
     if memory_norm == "rms":
@@ -59,7 +67,15 @@ def binding_read(q: torch.Tensor, M: torch.Tensor, bases: torch.Tensor, log_temp
                  memory_norm: str = "mean") -> torch.Tensor:
     """One query per head reads a binding memory: s_i = scale (b_i . q) (q times exp(t_h) with ``log_temperature``),
     p = softmax(s) over the r bases, o = sum_i p_i M_i (M_i over its rms with ``memory_norm='rms'``). q [B, H, d],
-    M [B, H, r, d] -> [B, H, d] float64."""
+    M [B, H, r, d] -> [B, H, d] float64.
+
+    Args:
+        q: [B, H, d] one query per head.
+        M: [B, H, r, d] the binding memory (:func:`binding_memory`).
+        bases: [H, r, d].
+        log_temperature: [H], or None.
+        memory_norm: 'mean' or 'rms'.
+    """
     B, H, d = q.shape
     out = torch.zeros(B, H, d, dtype=torch.float64)
     for b in range(B):
@@ -85,7 +101,10 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
     0..t); where that is nobody, the output is the local branch (0.5 of it for combine='half' with
     empty_memory='half'); else 0.5 (local + read) ('half') or local + gain * read. With ``keys`` [B, H, T, d] the
     memory of the same tokens is the binding memory (:func:`binding_memory`, read by :func:`binding_read`).
-    [B, H, T, d] float64."""
+    [B, H, T, d] float64.
+
+    Its arguments are stated on `lavo_zoo.attention.lavo.ops.memory_branch`, the function it checks.
+    """
     B, _, T, _ = q.shape
     q, local, feats = q.double(), local.double(), feats.double()
     valid = torch.ones(B, T, dtype=torch.bool) if padding_mask is None else padding_mask
@@ -118,7 +137,10 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
 
 def naive(attn: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
           context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """LAVO by the letter of docs/lavo.md, one query position at a time."""
+    """LAVO by the letter of docs/lavo.md, one query position at a time.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive` (``attn``: the module, there ``m``).
+    """
     B, T, _ = x.shape
     q = heads(attn, attn.q_proj(x)).double()
     reading = {"log_temperature": attn.log_read_temperature, "memory_norm": attn.memory_norm}

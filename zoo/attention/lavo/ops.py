@@ -77,7 +77,10 @@ def recompute_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offs
                    inplace: bool = False) -> torch.Tensor:
     """The read that recomputes in backward (:func:`.read.read_memory`; the binding memory's
     :func:`.binding.read_binding`): [B, H, T, d] in the compute dtype, a fresh tensor; ``inplace``: local may be
-    overwritten (a fresh output of the recompute window)."""
+    overwritten (a fresh output of the recompute window).
+
+    Its arguments are stated on `read` (``dropout`` already 0 outside training).
+    """
     seed = new_seed() if dropout else 0
     read_rows = read_binding if binding else read_memory
     glob = read_rows(_tempered(q, log_temperature), mem, bases, offset, group, chunk, dropout, seed)
@@ -89,7 +92,10 @@ def autograd_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offse
                   chunk: int | None = None, local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0,
                   inplace: bool = False) -> torch.Tensor:
     """The read left to autograd (:func:`.read.read_memory_autograd`; the binding memory's
-    :func:`.binding.read_binding_autograd`; both keep the [T, r] probabilities)."""
+    :func:`.binding.read_binding_autograd`; both keep the [T, r] probabilities).
+
+    Its arguments are stated on `read` (``dropout`` already 0 outside training; ``chunk`` and ``inplace`` unused).
+    """
     read_rows = read_binding_autograd if binding else read_memory_autograd
     glob = read_rows(_tempered(q, log_temperature), mem, bases, offset, group, dropout, dropout > 0)
     return glob if local is None else combine_branches(local, glob, None, combine="sum", gain=gain)
@@ -100,7 +106,11 @@ def triton_read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset:
                 chunk: int | None = None, local: torch.Tensor | None = None, gain: float | torch.Tensor = 1.0,
                 inplace: bool = False) -> torch.Tensor:
     """The Triton read (:func:`.triton.read_memory_triton`; temperature and the joining inside the kernel): [B, H, T,
-    d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled."""
+    d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled.
+
+    Its arguments are stated on `read` (``dropout`` already 0 outside training; ``binding`` False: the Triton read
+    has the paper's memory only; ``chunk`` and ``inplace`` unused).
+    """
     from lavo_zoo.attention.lavo import triton as lavo_triton
 
     return lavo_triton.read_memory_triton(q, mem, bases, offset, group, dropout=dropout,
@@ -117,7 +127,10 @@ def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
                 memory: MemoryState, bases: torch.Tensor, window: int, **reading: Any
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, MemoryState]:
     """One causal token after a state, in one Triton kernel (:func:`.triton.decode_step_triton`, whose arguments
-    ``reading`` holds): the output [B, H, 1, d], the new last keys and values, the new :class:`MemoryState`."""
+    ``reading`` holds): the output [B, H, 1, d], the new last keys and values, the new :class:`MemoryState`.
+
+    Its arguments are stated on `torch_step`.
+    """
     from lavo_zoo.attention.lavo import triton as lavo_triton
 
     reading.pop("binding", None)  # the paper's memory only: paper_memory, its declared limit, sent the binding one
@@ -130,7 +143,10 @@ def triton_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
 def triton_layer(qkv: torch.Tensor, bases: torch.Tensor, window: int, **options: Any) -> torch.Tensor:
     """A whole self-attention call from the fused q, k, v projection [B, T, 3D] to the joined output [B, T, D] on the
     Triton kernels (:func:`.fused.fused_self_attention`, whose arguments ``options`` holds). Raises
-    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where a forward kernel cannot be compiled."""
+    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where a forward kernel cannot be compiled.
+
+    Its arguments are stated on `lavo_zoo.attention.lavo.fused.fused_self_attention`.
+    """
     from lavo_zoo.attention.lavo import fused
 
     options.pop("binding", None)  # the paper's memory only: paper_memory, its declared limit, left the binding one
@@ -163,6 +179,8 @@ def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str | 
         mem: [B, H, n, d] mean features (the binding memory: [B, H, n, r, d] rows); query t reads row
             (offset + t) // group (n == 1: every query the one row).
         bases: [H, r, d] orthonormal rows per head.
+        offset: the position of query 0 within its memory group (context dissection: the position in the window).
+        group: queries per memory row (context dissection: the window w; 1: one row per query).
         binding: False: the paper's memory (slot i is h_i b_i, h = B m); True: the binding memory (slot i is keyed
             by b_i and holds row i of the [r, d] matrix).
         kernel: a kernel of :data:`READ` by name ('recompute', 'autograd', 'triton'), or the one a layer chose
@@ -173,11 +191,14 @@ def read(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, kernel: str | 
         memory_norm: 'mean' reads mem as it is, 'rms' reads m / rms(m) per row (zero rows stay zero; the binding
             memory: per basis, each [d] row of its matrices).
         chunk: queries per recomputed chunk of the 'recompute' kernel (None: :func:`.read.read_chunk`).
-        dropout, training: attention dropout on the slot probabilities, in training (every kernel; the
-            recompute and Triton kernels regenerate the call's mask in backward).
-        local, gain: with ``local`` [B, H, T, d], return local + gain * read (``combine`` 'sum', or 'gain' with a
+        dropout: attention dropout p on the slot probabilities, in training (every kernel; the recompute and Triton
+            kernels regenerate the call's mask in backward). The kernels themselves take p already 0 outside
+            training.
+        training: whether the call is in training (False: no dropout).
+        local: [B, H, T, d] or None: with it, return local + gain * read (``combine`` 'sum', or 'gain' with a
             per-head [H] gain): the Triton kernels join the branches inside, the others by
             :func:`combine_branches`.
+        gain: the read's factor with ``local``: a number, or the learned per-head [H] gain.
         inplace: with ``local``, the recompute kernel may overwrite local (a fresh output of the recompute window).
 
     Returns:
@@ -196,11 +217,14 @@ def combine_branches(local: torch.Tensor, glob: torch.Tensor, empty: torch.Tenso
     """Join the local branch and the memory read, local and glob [B, H, T, d] -> [B, H, T, d].
 
     Args:
+        local: [B, H, T, d] the local branch's output.
+        glob: [B, H, T, d] the memory read's output (exactly zero where the memory is empty).
         empty: [B, 1, T, 1] bool, where the memory has no real token, or None (nowhere).
         combine: 'half': 0.5 * (local + glob) where the memory is non-empty; local (``empty_memory`` 'local') or
             0.5 * local ('half') where it is empty. 'sum' / 'gain': local + gain * glob (glob is exactly zero where
             the memory is empty, so there the output is local).
         gain: 'sum': a constant factor; 'gain': the learned per-head gain [H].
+        empty_memory: 'local' or 'half', what combine 'half' gives where the memory is empty (above).
         inplace: overwrite local and glob (fresh outputs of the recompute kernels, saved by nobody) instead of
             allocating more [B, H, T, d] tensors.
 
@@ -242,8 +266,15 @@ def memory_branch(q: torch.Tensor, local: torch.Tensor, feats: torch.Tensor, bas
         causal: causal (the memory of the tokens before: :func:`dissected_memory` or :func:`running_memory`) or
             noncausal (one memory of every real token: :func:`mean_memory`).
         context_dissection: causal only; see above.
-        combine, gain, empty_memory: :func:`combine_branches`.
-        log_temperature, memory_norm, kernel, chunk, dropout, training: :func:`read`.
+        combine: how the branches join, as :func:`combine_branches`.
+        gain: the read's factor, as :func:`combine_branches`.
+        empty_memory: where the memory is empty, as :func:`combine_branches`.
+        log_temperature: the per-head read temperature, as :func:`read`.
+        memory_norm: 'mean' or 'rms', as :func:`read`.
+        kernel: the read kernel, as :func:`read`.
+        chunk: queries per recomputed chunk, as :func:`read`.
+        dropout: attention dropout p on the slot probabilities, as :func:`read`.
+        training: whether the call is in training, as :func:`read`.
         initial_state: causal streaming: the state after the previous chunk, or None.
         output_final_state: causal: return the state after this chunk (fresh tensors), else None.
         inplace: :func:`combine_branches` (only where local and the read's output are fresh outputs: the ``fresh``
@@ -303,9 +334,17 @@ def memory_step(q: torch.Tensor, local: torch.Tensor, feat: torch.Tensor, bases:
     softmax attention of q over the keys b_i and the values M_i, the rows of its [r, d] matrix: one call too.
 
     Args:
-        q, local, feat: [B, H, 1, d] the token's query, local output and memory feature (compute dtype).
-        bases, window: as :func:`memory_branch`; state: the state before the token.
-        combine, gain, empty_memory, log_temperature, memory_norm: as :func:`memory_branch`.
+        q: [B, H, 1, d] the token's query (compute dtype).
+        local: [B, H, 1, d] the token's local output (compute dtype).
+        feat: [B, H, 1, d] the token's memory feature (compute dtype).
+        bases: [H, r, d], as :func:`memory_branch`.
+        window: w, as :func:`memory_branch`.
+        state: the memory's state before the token.
+        combine: as :func:`memory_branch`.
+        gain: as :func:`memory_branch`.
+        empty_memory: as :func:`memory_branch`.
+        log_temperature: as :func:`memory_branch`.
+        memory_norm: as :func:`memory_branch`.
         key: the binding memory: [B, H, 1, d] the token's key (compute dtype); None: the paper's memory.
 
     Returns:
@@ -353,9 +392,15 @@ def torch_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Te
     one does not run (differentiable).
 
     Args:
-        q, k, v: [B, H, 1, d] the step's query, key and value.
-        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
-        memory: the memory's state before the step; bases [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        q: [B, H, 1, d] the step's query.
+        k: [B, H, 1, d] the step's key.
+        v: [B, H, 1, d] the step's value.
+        keys: [B, H, L, d], L = min(w - 1, position): the last keys before the step.
+        values: [B, H, L, d]: the last values before the step.
+        memory: the memory's state before the step.
+        bases: [H, r, d].
+        window: w.
+        bias: the EPE [H, 2w - 1] or None.
         feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
         **reading: log_temperature, memory_norm, combine, gain, empty_memory (:func:`memory_step`); binding: True
             for the binding memory (k's projections on the bases weight the feature).
@@ -397,14 +442,26 @@ def static_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.T
     static shapes, the position read from a tensor, no value read to the host, no branch on one).
 
     Args:
-        q, k, v: [B, H, 1, d] the step's query, key and value.
-        keys, values: [B, H, w - 1, d] the last w - 1 keys and values, oldest first (a slot before the sequence's
-            first token is not read); updated in place.
-        sum_complete, sum_partial: [B, H, d] the memory's sums (compute dtype; the binding memory's [B, H, r, d]);
-            updated in place.
+        q: [B, H, 1, d] the step's query.
+        k: [B, H, 1, d] the step's key.
+        v: [B, H, 1, d] the step's value.
+        keys: [B, H, w - 1, d] the last w - 1 keys, oldest first (a slot before the sequence's first token is not
+            read); updated in place.
+        values: [B, H, w - 1, d] the last w - 1 values, as ``keys``; updated in place.
+        sum_complete: [B, H, d] the sum over the complete windows (compute dtype; the binding memory's
+            [B, H, r, d]); updated in place.
+        sum_partial: [B, H, d] the sum over the current window so far (as ``sum_complete``); updated in place.
         position: [B] int64, tokens before the step; incremented in place.
-        bases, window, bias, feat: as :func:`torch_step`; global_read: False leaves the sums as they are.
-        log_temperature, memory_norm, combine, gain, empty_memory: as :func:`memory_step`.
+        bases: [H, r, d], as :func:`torch_step`.
+        window: w, as :func:`torch_step`.
+        bias: the EPE [H, 2w - 1] or None, as :func:`torch_step`.
+        feat: as :func:`torch_step`.
+        global_read: False: the local branch only, and the sums are left as they are.
+        log_temperature: as :func:`memory_step`.
+        memory_norm: as :func:`memory_step`.
+        combine: as :func:`memory_step`.
+        gain: as :func:`memory_step`.
+        empty_memory: as :func:`memory_step`.
         binding: the binding memory (k's projections on the bases weight the feature), else the paper's.
 
     Returns:

@@ -53,6 +53,8 @@ class SlurmLauncher:
 
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
+        """Submit the unfinished cells as jobs and, with ``wait``, collect them; its arguments are stated on
+        `lavo_zoo.compare.launchers.Launcher.run`."""
         found: dict[str, CellRecord] = {}
         pending: dict[str, tuple[CellJob, str]] = {}
         with FolderLock(out_dir / SUBMIT_LOCK,

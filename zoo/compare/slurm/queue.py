@@ -90,7 +90,14 @@ class SlurmQueue:
         return {k: v for k, v in options.items() if v is not None}
 
     def executor(self, folder: Path, settings: LauncherSettings, name: str, dependency: list[str]) -> Any:
-        """A submitit executor for one job (:meth:`parameters`)."""
+        """A submitit executor for one job (:meth:`parameters`).
+
+        Args:
+            folder: where submitit keeps the job's files.
+            settings: the study's launcher settings.
+            name: the job's name.
+            dependency: the jobs it starts after (any end).
+        """
         executor = submitit().SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
         executor.update_parameters(**self.parameters(settings, name, dependency))
         return executor
@@ -137,6 +144,8 @@ class LocalQueue:
         pass
 
     def executor(self, folder: Path, settings: LauncherSettings, name: str, dependency: list[str]) -> Any:
+        """A submitit local executor for one job; its arguments are stated on `SlurmQueue.executor` (``name`` and
+        ``dependency`` unused: a local job cannot wait for others)."""
         executor = submitit().LocalExecutor(folder=folder, max_num_timeout=settings.max_requeues)
         executor.update_parameters(timeout_min=slurm_minutes(settings.time), gpus_per_node=settings.gpus_per_cell or 0)
         return executor
