@@ -23,7 +23,10 @@ __all__ = ["IndexEntry", "fetch_reference", "list_checkpoints", "load_index", "l
 def load_predictor(name_or_path: Any, device: str | None = None, overrides: Any = (), recipe: str | None = None
                    ) -> Any:
     """The predictor of a trained model: :func:`lavo_zoo.checkpoints.load.load_predictor` (``lavo_zoo.load``), imported
-    on first use (it imports torch)."""
+    on first use (it imports torch).
+
+    Its arguments are stated on `lavo_zoo.checkpoints.load.load_predictor`.
+    """
     from lavo_zoo.checkpoints.load import load_predictor as load
 
     return load(name_or_path, device, overrides, recipe)

@@ -113,7 +113,15 @@ def pack_checkpoint(checkpoint: Path, out: Path, with_train_state: bool = False,
     Only a checkpoint's own files are packed (model.safetensors, config.yaml, meta.json and, with
     ``with_train_state``, train_state.pt): anything else in the folder (a lock file, notes, editor backups) stays
     out of a release. The archive is written to a temporary file linked into place when complete (replacing ``out``
-    only with ``overwrite``); a failure leaves neither ``out`` nor the temporary file. Returns the names left out."""
+    only with ``overwrite``); a failure leaves neither ``out`` nor the temporary file. Returns the names left out.
+
+    Args:
+        checkpoint: the checkpoint directory.
+        out: the archive to write (.tar.gz).
+        with_train_state: pack train_state.pt too (the optimiser state, to resume training).
+        extra: {file name: content} added beside the checkpoint's files, or None.
+        overwrite: replace an existing ``out``.
+    """
     top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     extra = {name: data.encode("utf-8") if isinstance(data, str) else data for name, data in (extra or {}).items()}
     wanted = {*REQUIRED_FILES, *([TRAIN_STATE] if with_train_state else [])} - set(extra)

@@ -133,7 +133,16 @@ def build_card(checkpoint: Path, meta: dict[str, Any], *, name: str, license: st
     """The model card (Markdown with YAML front matter) of checkpoint directory ``checkpoint`` released as index
     entry ``name`` under ``license``; ``results``: a results JSON (:func:`load_results`) whose metrics it reports.
     ``transformers_use``: the card of the checkpoint exported as a transformers folder (``export --format hf``):
-    ``library_name: transformers``, and this Markdown (from the recipe's transformers plugin) as its Use section."""
+    ``library_name: transformers``, and this Markdown (from the recipe's transformers plugin) as its Use section.
+
+    Args:
+        checkpoint: the checkpoint directory (its config.yaml is read).
+        meta: the checkpoint's meta.json.
+        name: the index entry's name.
+        license: the weights' license (an SPDX id).
+        results: a results JSON whose metrics the card reports, or None.
+        transformers_use: the Use section of a transformers folder's card, or None (an archive's card).
+    """
     transformers = transformers_use is not None
     config_text = (checkpoint / CONFIG).read_text(encoding="utf-8", errors="replace")
     try:

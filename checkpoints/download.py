@@ -58,7 +58,15 @@ class _Interrupted(Exception):
 def fetch(source: str, sha256: str | None = None, *, name: str | None = None, cache_dir: Path | str | None = None,
           timeout: tuple[float, float] = TIMEOUT) -> Path:
     """The cached, verified copy of ``source`` (http(s):// URL or hf://org/repo@revision/path), downloading it
-    when needed. ``sha256`` is the expected hex digest; ``name`` the index name, kept in the cache record."""
+    when needed.
+
+    Args:
+        source: an http(s):// URL or hf://org/repo@revision/path.
+        sha256: the expected hex digest, or None (not checked).
+        name: the index name, kept in the cache record (None: ``source``).
+        cache_dir: the download cache (None: the default one).
+        timeout: seconds (to connect, between bytes).
+    """
     label = name or source
     if not source.startswith(("https://", "http://", "hf://")):
         raise UsageError(f"cannot download '{source}': give an http(s):// URL or hf://org/repo@revision/path")

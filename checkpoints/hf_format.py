@@ -58,8 +58,16 @@ def export_hf(checkpoint: Path, out: Path, *, name: str | None, license_: str, r
               named_after: Path | None = None) -> list[Path]:
     """Write checkpoint directory ``checkpoint`` as a transformers model folder with its model card (README.md) into
     ``out``, an empty folder (the staging folder the output policy gives ``export --format hf``, which puts it in
-    place, or a scratch folder of ``push``); returns the files written. ``name``: the index name the card gives
-    (default: from the name of ``named_after``, else of ``out``)."""
+    place, or a scratch folder of ``push``); returns the files written.
+
+    Args:
+        checkpoint: the checkpoint directory.
+        out: the empty folder to write into.
+        name: the index name the card gives (None: from the name of ``named_after``, else of ``out``).
+        license_: the weights' license (an SPDX id).
+        results: an ``eval`` results JSON of these weights, or None.
+        named_after: the path whose name gives the default ``name`` (the command's OUT), or None.
+    """
     from lavo_zoo.checkpoints.archive import check_checkpoint_dir
     from lavo_zoo.checkpoints.card import build_card, load_results
     from lavo_zoo.checkpoints.index import NAME_RE, default_name

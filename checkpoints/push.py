@@ -46,7 +46,16 @@ def upload(api: Any, repo_id: str, branch: str, files: dict[str, Path], message:
            private: bool = False) -> str:
     """Commit ``files`` ({path in the repository: local file}) to ``repo_id`` at ``branch`` in one commit, creating
     the repository (``private`` when asked; an existing one keeps its visibility) and the branch where missing;
-    returns the commit's id."""
+    returns the commit's id.
+
+    Args:
+        api: a ``huggingface_hub.HfApi``.
+        repo_id: the repository, ``org/name``.
+        branch: the branch to commit to.
+        files: {path in the repository: local file}.
+        message: the commit message.
+        private: create a missing repository private.
+    """
     from huggingface_hub import CommitOperationAdd
 
     where = f"hf://{repo_id}@{branch}"
@@ -68,7 +77,19 @@ def upload(api: Any, repo_id: str, branch: str, files: dict[str, Path], message:
 def verify(repo_id: str, commit: str, filename: str, sha256: str, name: str,
            cache_dir: Path | str | None = None) -> tuple[str, Path]:
     """(source, cached file): the uploaded archive downloaded back at ``commit`` through the hf:// path of the
-    download cache, which checks its sha256."""
+    download cache, which checks its sha256.
+
+    Args:
+        repo_id: the repository, ``org/name``.
+        commit: the commit the upload made.
+        filename: the archive's path in the repository.
+        sha256: the archive's hex digest.
+        name: the index name, for the cache record.
+        cache_dir: the download cache (None: the default one).
+
+    Raises:
+        CheckpointError: the download or its check failed.
+    """
     source = f"hf://{repo_id}@{commit}/{filename}"
     try:
         return source, fetch(source, sha256, name=name, cache_dir=cache_dir)

@@ -26,8 +26,20 @@ def card_path(archive: Path) -> Path:
 def export_release(checkpoint: Path, out: Path, *, name: str | None, source: str | None, license_: str,
                    description: str, results: Path | None, with_train_state: bool = False, overwrite: bool = True
                    ) -> tuple[dict[str, Any], str]:
-    """Pack ``checkpoint`` as ``out`` with its model card inside; (the index entry, the card's text). ``name``
-    defaults to ``<recipe>/<OUT stem>@v1``; ``results``: an ``eval`` results JSON of exactly these weights."""
+    """Pack ``checkpoint`` as ``out`` with its model card inside; (the index entry, the card's text).
+
+    Args:
+        checkpoint: the checkpoint directory.
+        out: the archive to write (.tar.gz).
+        name: the index name (None: ``<recipe>/<OUT stem>@v1``).
+        source: where the archive will be published (an https:// or hf:// address), or None (a placeholder the
+            entry asks to fill).
+        license_: the weights' license (an SPDX id).
+        description: the index entry's description ('' for none).
+        results: an ``eval`` results JSON of exactly these weights, or None.
+        with_train_state: pack the optimiser state too.
+        overwrite: replace an existing ``out``.
+    """
     from lavo_zoo.checkpoints.card import build_card, load_results
 
     meta = check_checkpoint_dir(checkpoint.resolve())

@@ -151,7 +151,14 @@ def read_recall_files(pred: Path, ref: Path, pred_lines: list[str] | None = None
     ``context`` a cross-recall target reads), ``pred`` one JSON object per example in the same order with its
     ``answers`` (``lavo-zoo answer`` writes it; a ``queries`` list, where given, must be the reference's).
     Mismatched or malformed lines are a DataError naming the line; a split's example given as a prediction (it holds
-    the true answers) is a UsageError. ``pred_lines``, ``ref_lines``: the files' lines, already read."""
+    the true answers) is a UsageError.
+
+    Args:
+        pred: the predictions file.
+        ref: the split's file.
+        pred_lines: ``pred``'s lines, already read, or None (read here).
+        ref_lines: ``ref``'s lines, already read, or None (read here).
+    """
     refs = list(json_rows(read_lines(input_path(ref, "--ref")) if ref_lines is None else ref_lines, ref))
     preds = list(json_rows(read_lines(input_path(pred, "--pred")) if pred_lines is None else pred_lines, pred))
     if len(preds) != len(refs) or not refs:

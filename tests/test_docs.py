@@ -205,9 +205,9 @@ def test_documented_slurm_studies_run_on_a_cluster(block: Block, tmp_path: Path,
         pytest.skip(reason)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    from lavo_zoo.compare import slurm
+    from lavo_zoo.compare.slurm import queue
 
-    monkeypatch.setattr(slurm, "POLL_S", 1.0)
+    monkeypatch.setattr(queue, "POLL_S", 1.0)
     commands = expand(block, tmp_path)
     assert commands, f"{block} runs no lavo-zoo command"
     for args in commands:

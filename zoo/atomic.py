@@ -150,7 +150,10 @@ def write_atomic(path: Path, fill: Callable[[BinaryIO], Any], overwrite: bool = 
 
 
 def write_file(path: Path, data: bytes | str, overwrite: bool = False, option: str = "--out") -> Path:
-    """Write ``data`` (bytes, or text as UTF-8) to ``path`` atomically, as :func:`write_atomic`."""
+    """Write ``data`` (bytes, or text as UTF-8) to ``path`` atomically, as :func:`write_atomic`.
+
+    Its arguments are stated on `write_atomic` (``data`` in place of its ``fill``).
+    """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     return write_atomic(path, lambda f: f.write(payload), overwrite, option)
 

@@ -28,7 +28,14 @@ json_records_option = click.option("--json", "json_file", type=click.Path(dir_ok
 
 def out_option(help: str, required: bool = False, default: Path | None = None, folder: bool = False
                ) -> Callable[[F], F]:
-    """``--out PATH``: the file (or ``folder``) a command writes."""
+    """``--out PATH``: the file (or ``folder``) a command writes.
+
+    Args:
+        help: the option's help text.
+        required: the command needs it.
+        default: its default, or None.
+        folder: the command writes a folder (else a file).
+    """
     kind = NonEmptyPath(file_okay=not folder, dir_okay=folder, path_type=Path)
     return click.option("--out", "out", type=kind, required=required, default=default,
                         show_default=default is not None, help=help)

@@ -73,7 +73,18 @@ class Registry:
         self._discovered = False
 
     def register(self, name: str, target: Any = None, *, source: str = "builtin", **info: Any) -> Any:
-        """Register ``target`` under ``name``; without ``target`` returns a decorator."""
+        """Register ``target`` under ``name``; without ``target`` returns a decorator.
+
+        Args:
+            name: the registry name.
+            target: the object, a lazy ``"module:attr"`` string, or None (a decorator is returned).
+            source: who registers it (``builtin``, a plugin's name), for messages.
+            **info: what the registry keeps beside it (a description, capabilities).
+
+        Raises:
+            ValueError: ``name`` is registered already to another object (a lazy entry may be replaced by its
+                object).
+        """
         if target is None:
             def decorator(obj: Any) -> Any:
                 self.register(name, obj, source=source, **info)

@@ -92,6 +92,13 @@ def load_tokens(root: Path, split: str, tokenizer: Tokenizer, cache_dir: Path, s
     The token files go to ``cache_dir`` (the recipe's ``tokens/`` cache folder). A book that is not text
     (:func:`read_book`) is a :class:`DataError`, or with ``skip_bad_files`` left out with a warning that counts and
     names the skipped files.
+
+    Args:
+        root: the corpus folder.
+        split: the split (its files: :func:`split_files`).
+        tokenizer: the tokenizer.
+        cache_dir: the token cache's folder.
+        skip_bad_files: leave out, with a warning, the books that are not text (else a DataError).
     """
     root = Path(root).resolve()
     files = split_files(root, split)

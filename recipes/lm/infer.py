@@ -42,7 +42,15 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 def next_token(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
                generator: torch.Generator | None) -> int:
     """Greedy at temperature 0, else a sample from the filtered, temperature-scaled distribution; logits [V] that are
-    not finite are refused (an :class:`InputError`)."""
+    not finite are refused (an :class:`InputError`).
+
+    Args:
+        logits: [V] the next token's scores.
+        temperature: the sampling temperature (<= 0: greedy).
+        top_k: sample among the k most likely ids (0: all).
+        top_p: sample among the most likely ids whose probabilities sum to ``top_p`` (1: all).
+        generator: the sampling generator, or None (the global one).
+    """
     if not bool(torch.isfinite(logits).all()):
         raise InputError("the model's next-token scores are not finite (NaN or infinite); nothing was generated")
     if temperature <= 0:
@@ -63,6 +71,20 @@ def generate_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, *, te
     ``use_state`` (default: when the model streams) decodes with the carried state instead of full re-runs; the prompt
     then runs :data:`PREFILL_CHUNK` tokens at a time (what streaming gives equals the one pass), so only the state
     grows with its length.
+
+    Args:
+        model: the language model (eval mode).
+        prompt: the prompt's token ids (at least one).
+        max_new_tokens: ids to add at most.
+        temperature: the sampling temperature (0: greedy).
+        top_k: sample among the k most likely ids (0: all).
+        top_p: sample among the most likely ids whose probabilities sum to ``top_p`` (1: all).
+        stop: an id that ends the generation (kept), or None.
+        seed: the sampling generator's seed, or None (the global generator).
+        use_state: decode with the carried state (None: when the model streams).
+
+    Returns:
+        The new ids (the prompt not included).
     """
     if not prompt:
         raise ValueError("generation needs at least one prompt token")
@@ -196,7 +218,20 @@ class LanguageModel(Predictor):
 def length_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTable, lengths: list[int], *,
                       tokens_per_batch: int, max_tokens: int, device: torch.device | str = "cpu") -> None:
     """Score non-overlapping blocks of each length into group ``<length>`` of ``table``, every length over the same
-    first ``max_tokens`` targets rounded down to a multiple of the longest length."""
+    first ``max_tokens`` targets rounded down to a multiple of the longest length.
+
+    Args:
+        model: the language model (eval mode).
+        tokens: the split's token ids.
+        table: the table the NLLs are added to.
+        lengths: the evaluation lengths.
+        tokens_per_batch: tokens per forward pass (blocks per batch: this over the length).
+        max_tokens: targets scored at most.
+        device: where the model runs.
+
+    Raises:
+        DataError: fewer tokens than one block of the longest length.
+    """
     scored = max_tokens // max(lengths) * max(lengths)
     if scored == 0:
         raise DataError(f"the split has {tokens.size} tokens (limit {max_tokens}), fewer than one block of the "
@@ -224,6 +259,18 @@ def stream_perplexity(model: nn.Module, tokens: np.ndarray, table: PerplexityTab
     Adds every token's NLL to group ``stream`` of ``table`` and to ``ctx:<lo>-<hi>``, the bucket of its context
     length (tokens seen so far, 1-based; buckets double from ``bucket_start``). Memory is constant in the stream's
     length for attentions with a bounded state (LAVO, local); a KV cache grows with it.
+
+    Args:
+        model: the language model, with a streaming attention (eval mode).
+        tokens: the split's token ids, read as one sequence.
+        table: the table the NLLs are added to.
+        chunk: tokens per forward pass.
+        bucket_start: the first context-length bucket's upper end (buckets double from it).
+        max_tokens: targets scored at most (None: the whole split).
+        device: where the model runs.
+
+    Raises:
+        UsageError: the model's attention cannot stream.
     """
     if not getattr(model, "streaming", False):
         raise UsageError("eval.stream needs a streaming attention (one whose `lavo-zoo list attentions` entry has "

@@ -62,6 +62,12 @@ class TransformerLM(TiedDecoderLM):
 
         With ``return_state`` also returns the :class:`DecoderState` after these tokens; pass it back as ``state`` to
         continue the sequence (requires a streaming attention).
+
+        Args:
+            idx: [B, T] token ids.
+            targets: [B, T] the next tokens, or None (logits are returned).
+            state: the state after the tokens before (``return_state``), or None (the sequence starts here).
+            return_state: also return the state after these tokens.
         """
         h, new_state = self.features(idx, state=state, return_state=return_state)  # [B, T, D]
         if targets is not None:

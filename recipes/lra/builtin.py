@@ -52,7 +52,20 @@ def builtin_lengths(cfg: DataConfig) -> tuple[int, int]:
 def write_task(out: Path, task: str, size: int, seed: int = 0, length_range: tuple[int, int] | None = None,
                difficulty: str = "curv_contour_length_14") -> Path:
     """Write task ``task``'s built-in data (``size`` training examples) into ``out`` in the release layout;
-    returns the folder to give as ``data.path``."""
+    returns the folder to give as ``data.path``.
+
+    Args:
+        out: the folder to write into.
+        task: the LRA task (:data:`TASKS`).
+        size: the training split's examples (the others in proportion: :func:`split_sizes`).
+        seed: the generator's seed.
+        length_range: (min, max) sequence length of the generated listops, text and retrieval examples, or None
+            (the task's defaults).
+        difficulty: Pathfinder's difficulty (its folder's name).
+
+    Raises:
+        ConfigError: an unknown task or a size below 1.
+    """
     if task not in TASKS:
         raise ConfigError(f"unknown LRA task '{task}'; choose one of {', '.join(TASKS)}")
     if size < 1:

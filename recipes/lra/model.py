@@ -93,6 +93,17 @@ class LRAClassifier(nn.Module):
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor, tokens2: torch.Tensor | None = None,
                 mask2: torch.Tensor | None = None) -> torch.Tensor:
+        """Class logits [B, C] of a sequence (or, with ``two_tower``, a pair of them).
+
+        Args:
+            tokens: [B, T] token ids.
+            mask: [B, T] bool, True = real token.
+            tokens2: two-tower: [B, T] the second document's ids; else None.
+            mask2: two-tower: [B, T] its mask; else None.
+
+        Raises:
+            ValueError: a two-tower model without the second document.
+        """
         u = self.encoder(tokens, mask)  # [B, D]
         if not self.cfg.two_tower:
             return self.classifier(u)  # [B, C]

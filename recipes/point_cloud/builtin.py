@@ -169,7 +169,14 @@ def builtin_splits(train: int) -> dict[str, int]:
 
 def write_shapes(out: Path, train: int = 24, seed: int = 0, num_points: int = 16384) -> Path:
     """Write the built-in dataset in the PCN layout under ``out`` (``train`` models per category in train, a
-    quarter in val, half in test); returns ``out``."""
+    quarter in val, half in test); returns ``out``.
+
+    Args:
+        out: the folder to write into.
+        train: shapes per category in the training split.
+        seed: the generator's seed.
+        num_points: points per complete cloud.
+    """
     out = Path(out)
     index = []
     for c, (tax, name) in enumerate(PCN_CATEGORIES.items()):

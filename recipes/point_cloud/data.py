@@ -98,7 +98,18 @@ def read_index(root: Path) -> list[dict[str, Any]]:
 
 
 def pcn_models(root: Path, split: str, categories: list[str] = (), partial: str = "pcn") -> list[Model]:
-    """Every model of ``split`` in the PCN root (files checked to exist), in PCN.json order."""
+    """Every model of ``split`` in the PCN root (files checked to exist), in PCN.json order.
+
+    Args:
+        root: the PCN root (its PCN.json).
+        split: ``train``, ``val`` or ``test``.
+        categories: taxonomy ids or names to keep (empty: all).
+        partial: ``pcn`` (the partial scans on disk are needed too) or ``crop`` (the complete clouds only).
+
+    Raises:
+        DataError: an unknown split, or files PCN.json lists that are missing.
+        ConfigError: a category PCN.json does not have.
+    """
     if split not in SPLIT_FOLDERS:
         raise DataError(f"unknown split '{split}'; choose one of {', '.join(SPLIT_FOLDERS)}")
     entries = read_index(root)

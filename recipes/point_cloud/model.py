@@ -177,7 +177,14 @@ class KnnBranch(nn.Module):
 
     def forward(self, attended: torch.Tensor, x_q: torch.Tensor, x_k: torch.Tensor, idx: torch.Tensor
                 ) -> torch.Tensor:
-        """attended [B, M, C], queries x_q [B, M, C], keys x_k [B, N, C], idx [B, M, k] -> [B, M, C]."""
+        """attended [B, M, C], queries x_q [B, M, C], keys x_k [B, N, C], idx [B, M, k] -> [B, M, C].
+
+        Args:
+            attended: [B, M, C] the attention's output.
+            x_q: [B, M, C] the queries' features.
+            x_k: [B, N, C] the keys' features.
+            idx: [B, M, k] each query's k nearest keys.
+        """
         local = self.knn_map(edge_features(x_q, x_k, idx)).max(dim=2).values  # [B, M, C]
         return self.merge_map(torch.cat([attended, local], dim=-1))
 
@@ -226,7 +233,14 @@ class DecoderBlock(nn.Module):
 
     def forward(self, q: torch.Tensor, v: torch.Tensor, self_index: torch.Tensor | None = None,
                 cross_index: torch.Tensor | None = None) -> torch.Tensor:
-        """q [B, M, C] queries, v [B, P, C] encoder output, self_index [B, M, k], cross_index [B, M, k] -> [B, M, C]."""
+        """q [B, M, C] queries, v [B, P, C] encoder output -> [B, M, C].
+
+        Args:
+            q: [B, M, C] the queries.
+            v: [B, P, C] the encoder's output.
+            self_index: [B, M, k] each query's k nearest queries (the k-NN branch of the self-attention), or None.
+            cross_index: [B, M, k] each query's k nearest proxies (the cross branch), or None.
+        """
         h = self.norm1(q)
         out = self.self_attn(h)
         if self.knn is not None:

@@ -11,7 +11,16 @@ from lavo_zoo.outputs import save_figure
 
 def draw_clouds(clouds: Sequence[np.ndarray], titles: Sequence[str], path: str | Path, max_points: int = 8192,
                 elev: float = 25.0, azim: float = 45.0) -> Path:
-    """Write a PNG with one 3-D scatter per cloud [N, 3] (y up, PCN's convention), all on the same axes limits."""
+    """Write a PNG with one 3-D scatter per cloud [N, 3] (y up, PCN's convention), all on the same axes limits.
+
+    Args:
+        clouds: the clouds, [N, 3] each.
+        titles: one title per cloud.
+        path: the PNG to write.
+        max_points: points drawn per cloud at most (a random subset beyond).
+        elev: the view's elevation, in degrees.
+        azim: the view's azimuth, in degrees.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -29,6 +29,24 @@ side.
 Deliberate differences from the reference code: MQAR's random fill never draws this example's keys (Zoology's may,
 so a key could appear again before its query; here each queried key appears exactly once before it), and the
 answer is not fed back as the next input (as in Zoology, the queries' next positions hold fill).
+
+The generators' arguments, stated here once (each takes those its task uses; the ``data.`` settings of the same
+names give them):
+
+    rng: the generator the examples are drawn from.
+    n: the examples to generate.
+    vocab_size: V, the ids' range 0 .. V - 1.
+    seq_len: T, each sequence's length (cross MQAR: the source's).
+    num_pairs: K, the key-value pairs of an example.
+    num_tokens: selective copying's data tokens to copy (``data.num_pairs``).
+    num_queries: the keys asked for (0: every one).
+    start_pairs: the pairs placed first, from position 0 on.
+    min_distance: the least distance from a query to its source (above).
+    power_a: MQAR's a, the power law of the queries' offsets (above).
+    random_fill: fill with random tokens (else the blank 0).
+
+Each raises a ConfigError naming the ``data.`` setting when the sequence is too short or the vocabulary too small
+for the task.
 """
 from __future__ import annotations
 
@@ -74,7 +92,7 @@ def _distinct(rng: np.random.Generator, low: int, high: int, n: int, k: int) -> 
 
 def mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int, num_pairs: int, min_distance: int = 1,
          power_a: float = 0.01, random_fill: bool = True) -> Examples:
-    """``n`` MQAR examples (the module docstring)."""
+    """``n`` MQAR examples; its arguments are stated in `lavo_zoo.recipes.recall.builtin`."""
     V, T, K = vocab_size, seq_len, num_pairs
     context = 2 * K
     gap = max(0, min_distance - 2)  # fill after the pairs: the last key (at 2K - 2) is >= 2 + gap from a query
@@ -146,7 +164,7 @@ def _slots(rng: np.random.Generator, n: int, slots: int, num_pairs: int, start_p
 def noncausal_mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int, num_pairs: int,
                    num_queries: int = 0, start_pairs: int = 0, min_distance: int = 1, random_fill: bool = True
                    ) -> Examples:
-    """``n`` noncausal MQAR examples (the module docstring); ``num_queries`` 0: every pair is asked for."""
+    """``n`` noncausal MQAR examples; its arguments are stated in `lavo_zoo.recipes.recall.builtin`."""
     T, K, P = seq_len, num_pairs, start_pairs
     Q = num_queries or K
     keys, values = _keys_and_values(rng, n, vocab_size, K)
@@ -176,7 +194,7 @@ def noncausal_mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: i
 def cross_mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int, num_pairs: int, num_queries: int = 0,
                start_pairs: int = 0, random_fill: bool = True) -> Examples:
     """``n`` cross MQAR examples (the module docstring): a source of ``seq_len`` tokens, a target of ``num_queries``
-    (0: ``num_pairs``)."""
+    (0: ``num_pairs``). Its arguments are stated in `lavo_zoo.recipes.recall.builtin`."""
     S, K, P = seq_len, num_pairs, start_pairs
     Q = num_queries or K
     keys, values = _keys_and_values(rng, n, vocab_size, K)
@@ -193,7 +211,7 @@ def cross_mqar(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int, 
 
 def selective_copying(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int, num_tokens: int,
                       min_distance: int = 1) -> Examples:
-    """``n`` selective-copying examples (the module docstring)."""
+    """``n`` selective-copying examples; its arguments are stated in `lavo_zoo.recipes.recall.builtin`."""
     V, T, M = vocab_size, seq_len, num_tokens
     gap = max(0, min_distance - M)  # blanks before the markers: the i-th token is >= M + gap from the i-th marker
     region = T - M - gap  # where the data tokens go
@@ -211,7 +229,7 @@ def selective_copying(rng: np.random.Generator, n: int, vocab_size: int, seq_len
 
 def induction_heads(rng: np.random.Generator, n: int, vocab_size: int, seq_len: int,
                     min_distance: int = 1) -> Examples:
-    """``n`` induction-heads examples (the module docstring)."""
+    """``n`` induction-heads examples; its arguments are stated in `lavo_zoo.recipes.recall.builtin`."""
     V, T = vocab_size, seq_len
     distance = max(min_distance, 2)  # the token after the first trigger must come before the last one
     if T - 1 - distance < 0:

@@ -118,7 +118,18 @@ def check_answers(task: str, tokens: list[int], queries: list[int], sources: lis
     query that breaks the rule. MQAR and induction heads: the source holds the same token as the query (the key, the
     trigger) and the answer is the token after it, between them; noncausal MQAR the same on either side of the query,
     the answer not the query itself; cross MQAR: the key at the source of ``context`` (the source sequence), the
-    answer after it there; selective copying: the source's token."""
+    answer after it there; selective copying: the source's token.
+
+    Args:
+        task: the task (:data:`TASKS`).
+        tokens: the example's tokens (cross MQAR: the target).
+        queries: the queries' positions in ``tokens``.
+        sources: the position each query recalls (cross MQAR: in ``context``).
+        context: cross MQAR's source, else None.
+
+    Raises:
+        ValueError: the first query that breaks the rule.
+    """
     if task == "selective_copying":
         return [tokens[s] for s in sources]
     keys = context if task == "cross_mqar" else tokens
@@ -149,7 +160,8 @@ def parse_example(row: Any, vocab_size: int, seq_len: int, where: str, fix: str 
 
     Args:
         row: the parsed line.
-        vocab_size, seq_len: the ids' range and the sequence's length (cross recall: the context's).
+        vocab_size: the ids' range: every id is in [0, vocab_size).
+        seq_len: the sequence's length (cross recall: the context's).
         where: the file and line, for the messages.
         fix: what to do about another length than ``seq_len``, where the caller's settings are fixed.
         pattern: the model's pattern (``data.task``'s): a line of another pattern's task is refused.
@@ -254,7 +266,8 @@ def read_examples(path: Path, vocab_size: int, seq_len: int, fix: str = SET_SEQ_
 
     Args:
         path: the file.
-        vocab_size, seq_len: the ids' range and every sequence's length (cross recall: the context's).
+        vocab_size: the ids' range: every id is in [0, vocab_size).
+        seq_len: every sequence's length (cross recall: the context's).
         fix: the advice for another length.
         pattern: the model's pattern (``data.task``'s, :data:`TASK_PATTERNS`).
         target_len: cross recall: every target's length.

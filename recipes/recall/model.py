@@ -86,7 +86,8 @@ class RecallAttention:
 
         Args:
             value: the YAML value (or a spec, returned as it is).
-            key, source: the config key and file it came from, for the messages.
+            key: the config key it came from, for the messages.
+            source: the config file it came from, for the messages.
 
         Raises:
             ConfigError: neither form, or a form its reader refuses.

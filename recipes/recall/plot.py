@@ -1,66 +1,32 @@
 """Recall against recurrent-state size (Zoology's main figure): the cells of ``lavo-zoo compare`` studies, each
 setting's accuracy (mean and std over its seeds) beside the state its model keeps per sequence, measured from the
 attention's own state object, layer by layer (a hybrid's layers keep different states:
-:func:`~lavo_zoo.recipes.recall.model.layer_states`); a table and a PNG."""
+:func:`~lavo_zoo.recipes.recall.model.layer_states`); a table and a PNG. The cells are found, read and counted as every
+gathering of studies does (:func:`~lavo_zoo.engine.run_identity.collect_runs`), and summarised over seeds by
+:class:`~lavo_zoo.engine.records.MetricSummary`."""
 from __future__ import annotations
 
 import io
-import json
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
-from lavo_zoo.engine.records import CELL_FILE, CellRecord
-from lavo_zoo.engine.run_identity import RunsSeen
-from lavo_zoo.errors import UsageError, os_error_message
+from lavo_zoo.engine.records import CellRecord, MetricSummary
+from lavo_zoo.engine.run_identity import collect_runs
+from lavo_zoo.errors import UsageError
 from lavo_zoo.evaluators.classification import BUCKETS, group_order
 
 
-def collect_cells(paths: list[Path]) -> list[tuple[CellRecord, Path]]:
-    """Every finished compare cell under ``paths`` (study folders, cell folders or cell files): its record and its
-    folder, each run once however many paths reach it (:class:`~lavo_zoo.engine.run_identity.RunsSeen`, the rule of
-    ``compare --collect``: the same study twice, a study and one of its cells, a link)."""
-    cells = []
-    seen = RunsSeen()
-    for path in paths:
-        if not Path(path).exists():
-            raise UsageError(f"{path} does not exist; give the --out folders of `lavo-zoo compare` studies")
-        files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob(CELL_FILE))
-        for file in files:
-            if not seen.new_file(file):
-                continue
-            data = read_cell(file)
-            if seen.new_run(file, data):
-                cells.append((CellRecord.from_json(data, str(file)), file.parent))
-    if not cells:
-        raise UsageError(f"no finished compare cell ({CELL_FILE}) under {', '.join(map(str, paths))}")
-    return cells
-
-
-def read_cell(file: Path) -> dict[str, Any]:
-    """The record of a compare cell (``cell.json``: a mapping with ``metrics`` holding an ``accuracy``).
+def check_recall_record(record: CellRecord) -> None:
+    """Refuse a cell record that is not a recall study's: its table and figure need an ``accuracy`` value.
 
     Raises:
-        UsageError: the file is unreadable, not JSON (naming the line and column), or not a cell record.
+        UsageError: naming the record.
     """
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(os_error_message(e, "cannot read the compare cell")) from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{file} is not UTF-8 text, so not a compare cell record") from None
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{file}, line {e.lineno}, column {e.colno}: not JSON ({e.msg}); a compare cell record is "
-                         "what `lavo-zoo compare` writes (run that cell again, or leave its folder out)") from None
-    metrics = record.get("metrics") if isinstance(record, dict) else None
-    if not isinstance(metrics, dict) or not isinstance(metrics.get("accuracy"), dict) or not isinstance(
-            metrics["accuracy"].get("value"), (int, float)):
-        raise UsageError(f"{file} is not the cell record of a recall study (it needs 'metrics' with an 'accuracy' "
-                         "value, as `lavo-zoo compare` writes for a recall config)")
-    return record
+    accuracy = record.metrics.get("accuracy")
+    if not isinstance(accuracy, dict) or not isinstance(accuracy.get("value"), (int, float)):
+        raise UsageError(f"{record.source} is not the cell record of a recall study (it needs 'metrics' with an "
+                         "'accuracy' value, as `lavo-zoo compare` writes for a recall config)")
 
 
 def measure_state(cell_folder: Path) -> tuple[int, bool, int, list[dict[str, Any]]]:
@@ -94,15 +60,13 @@ def cell_task(cell_folder: Path) -> str:
     return str(data.get("task", "mqar")) if isinstance(data, dict) else "mqar"
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
     """One row per (task, attention, setting): state bytes, whether they grow, each layer's (``layers``), the seeds,
     and mean / std of every accuracy metric over them; sorted by task, attention, then state size."""
     groups: dict[tuple[str, str, str], list[tuple[CellRecord, Path]]] = {}
-    for record, folder in collect_cells(paths):
+    for record in collect_runs(paths):  # each run once; a damaged cell record stops the command, naming it
+        check_recall_record(record)
+        folder = Path(record.source).parent
         key = (cell_task(folder), str(record.attention), " ".join(record.options()))
         groups.setdefault(key, []).append((record, folder))
     rows = []
@@ -112,7 +76,8 @@ def state_rows(paths: list[Path]) -> list[dict[str, Any]]:
         metrics = sorted({m for r in records for m in r.metrics}, key=lambda m: (m != "accuracy", group_order(m)))
         rows.append({"task": task, "attention": name, "setting": setting, "state_bytes": size, "grows": grows,
                      "seq_len": seq_len, "layers": layers, "seeds": sorted(r.seed for r in records),
-                     "metrics": {m: _mean_std([r.metrics[m]["value"] for r in records if m in r.metrics])
+                     # (mean, std) of each metric over the seeds
+                     "metrics": {m: MetricSummary.of(r.metrics[m]["value"] for r in records if m in r.metrics)[:2]
                                  for m in metrics}})
     return sorted(rows, key=lambda r: (r["task"], r["attention"], r["state_bytes"], r["setting"]))
 
@@ -163,23 +128,41 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 SHORT = {"num_bases": "r", "window_size": "w", "num_features": "m", "num_slots": "n", "state_size": "N"}
+# numeric settings that change a mechanism's form rather than its size: each value is a series of its own
+FORM_KEYS = {"conv_size"}
+MARKERS = "osD^v<>phX*d"
 
 
 def _short(setting: str) -> str:
-    """A setting as the plot labels it: ``window_size=8 num_bases=4`` -> ``w=8 r=4`` (flags that are on dropped)."""
+    """A setting as the plot labels a point: ``window_size=8 num_bases=4`` -> ``w=8 r=4`` (flags that are on and the
+    forms its series names, :func:`series_name`, dropped)."""
     parts = []
     for item in setting.split():
         key, _, value = item.partition("=")
-        if value != "true":
+        if value != "true" and not _is_form(item):
             parts.append(f"{SHORT.get(key, key)}={value}")
     return " ".join(parts)
 
 
-def _series(row: dict[str, Any], task: bool = False) -> str:
-    """A row's line in the plot: its attention, and a switch it was trained with off (LAVO's global_read=false);
-    with ``task``, its task after it."""
-    off = [item for item in row["setting"].split() if item.endswith("=false")]
-    return " ".join([row["attention"], *off, *([f"({row['task']})"] if task else [])])
+def _is_form(item: str) -> bool:
+    """Whether a setting (``key=value``) is a form of the mechanism, not a size: a switch turned off (LAVO's
+    ``global_read=false``), a named choice (``noncausal_form=final_state``), a short convolution (``conv_size=4``).
+    Numbers are sizes (``num_bases=8``, ``num_heads=1``) and a switch turned on is the flag's own name."""
+    key, _, value = item.partition("=")
+    if key in FORM_KEYS:
+        return True
+    try:
+        float(value)
+    except ValueError:
+        return value != "true"
+    return False
+
+
+def series_name(row: dict[str, Any], task: bool = False) -> str:
+    """A row's line in the plot: its attention in one form (the settings that are forms, :func:`_is_form`; its sizes
+    vary along the line); with ``task``, its task after it."""
+    forms = [item for item in row["setting"].split() if _is_form(item)]
+    return " ".join([row["attention"], *forms, *([f"({row['task']})"] if task else [])])
 
 
 def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against recurrent state",
@@ -194,13 +177,14 @@ def plot_state(rows: list[dict[str, Any]], title: str = "MQAR accuracy against r
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     task = _several_tasks(rows)
-    for name in dict.fromkeys(_series(r, task) for r in rows):
-        series = sorted((r for r in rows if _series(r, task) == name), key=lambda r: r["state_bytes"])
+    colours = plt.get_cmap("tab20").colors
+    for i, name in enumerate(dict.fromkeys(series_name(r, task) for r in rows)):
+        series = sorted((r for r in rows if series_name(r, task) == name), key=lambda r: r["state_bytes"])
         xs = [r["state_bytes"] for r in series]
         ys, errs = zip(*(r["metrics"]["accuracy"] for r in series))
         grows = any(r["grows"] for r in series)
-        line = ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="-" if len(xs) > 1 else "none",
-                           mfc="none" if grows else None,
+        line = ax.errorbar(xs, ys, yerr=errs, marker=MARKERS[i % len(MARKERS)], color=colours[i % len(colours)],
+                           capsize=3, linestyle="-" if len(xs) > 1 else "none", mfc="none" if grows else None,
                            label=f"{name} (grows with T)" if grows else name)
         if len(series) < 2:
             continue

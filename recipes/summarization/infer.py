@@ -25,7 +25,16 @@ from lavo_zoo.recipes.summarization.data import Vocabulary, collate
 def search_summaries(model: nn.Module, cfg: Any, source: torch.Tensor, source_mask: torch.Tensor,
                      beam: int | None = None, max_length: int | None = None) -> Generation:
     """The search's output (token ids, lengths, scores) for a padded batch of sources (source [B, S], source_mask
-    [B, S]), decoded with the eval settings of ``cfg`` (``beam`` and ``max_length`` in tokens override them)."""
+    [B, S]), decoded with the eval settings of ``cfg`` (``beam`` and ``max_length`` in tokens override them).
+
+    Args:
+        model: the summarisation model (a wrapped one is unwrapped).
+        cfg: the run's config (its ``eval`` search settings, its tokenizer).
+        source: [B, S] the sources' token ids.
+        source_mask: [B, S] bool, True = real token.
+        beam: the beam size, or None (``eval.beam``).
+        max_length: the summaries' maximum length in tokens, or None (``eval.max_len_a`` and ``max_len_b``).
+    """
     from lavo_zoo.nn.search import generate
 
     core, e, vocab = unwrap(model), cfg.eval, Vocabulary(cfg.data.tokenizer)
@@ -47,7 +56,10 @@ def decode_summaries(cfg: Any, out: Generation) -> list[str]:
 def generate_summaries(model: nn.Module, cfg: Any, source: torch.Tensor, source_mask: torch.Tensor,
                        beam: int | None = None, max_length: int | None = None) -> list[str]:
     """Summaries of a padded batch of sources (source [B, S], source_mask [B, S]) as text, decoded with the eval
-    settings of ``cfg`` (``beam`` and ``max_length`` in tokens override them)."""
+    settings of ``cfg`` (``beam`` and ``max_length`` in tokens override them).
+
+    Its arguments are stated on `search_summaries`.
+    """
     return decode_summaries(cfg, search_summaries(model, cfg, source, source_mask, beam, max_length))
 
 
@@ -56,7 +68,15 @@ def summarize_batches(model: nn.Module, cfg: Any, batches: Iterable[dict], devic
                       max_batches: int | None = None) -> Rouge:
     """ROUGE of the summaries of ``batches`` (collated dicts with ``source``, ``source_mask``, ``references``,
     ``ids``; at most ``max_batches`` of them) against the full references, decoded in eval mode with the eval settings
-    of ``cfg``; the evaluator keeps every (id, hypothesis, reference)."""
+    of ``cfg``; the evaluator keeps every (id, hypothesis, reference).
+
+    Args:
+        model: the summarisation model (put back in training mode after, where it was).
+        cfg: the run's config.
+        batches: the collated batches.
+        device: where the model runs.
+        max_batches: batches to summarise at most (None: all).
+    """
     evaluator = Rouge(keep_summaries=True)
     was_training = model.training
     model.eval()

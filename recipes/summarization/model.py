@@ -107,8 +107,14 @@ class SummarizationTransformer(nn.Module):
     # ----------------------------------------------------------------------------------------- teacher forcing
     def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor,
                 target_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """source [B, S], source_mask [B, S] (True = real), target_in [B, T] (BOS + summary, shifted right),
-        target_mask [B, T] -> decoder hidden states [B, T, D] (before the output projection)."""
+        """The decoder's hidden states [B, T, D] (before the output projection) under teacher forcing.
+
+        Args:
+            source: [B, S] the sources' token ids.
+            source_mask: [B, S] bool, True = real token.
+            target_in: [B, T] BOS + summary, shifted right.
+            target_mask: [B, T] bool, True = real token, or None (all real).
+        """
         memory = self.encode(source, source_mask)
         return self.decoder(self.embed_target(target_in), memory, source_mask, target_mask)
 

@@ -131,8 +131,14 @@ class Informer(nn.Module):
 
     def forward(self, x: torch.Tensor, x_mark: torch.Tensor, y_start: torch.Tensor,
                 y_mark: torch.Tensor) -> torch.Tensor:
-        """x [B, seq_len, C], x_mark [B, seq_len, F], y_start [B, label_len, C] (the known start token),
-        y_mark [B, label_len + pred_len, F] -> forecast [B, pred_len, c_out]."""
+        """The forecast [B, pred_len, c_out].
+
+        Args:
+            x: [B, seq_len, C] the input window.
+            x_mark: [B, seq_len, F] its time features.
+            y_start: [B, label_len, C] the known start of the decoder's input (the window's end).
+            y_mark: [B, label_len + pred_len, F] the decoder's time features.
+        """
         memory = self.encode(x, x_mark)
         placeholder = y_start.new_zeros(y_start.shape[0], self.pred_len, y_start.shape[2])  # [B, pred_len, C]
         h = self.dec_embedding(torch.cat([y_start, placeholder], dim=1), y_mark)  # [B, label+pred, D]

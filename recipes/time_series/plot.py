@@ -12,7 +12,16 @@ from lavo_zoo.outputs import save_figure
 
 def plot_forecasts(history: np.ndarray, truth: np.ndarray, forecast: np.ndarray, path: Path | str,
                    labels: list[str] | None = None, title: str = "") -> Path:
-    """One panel per window: input history, then truth and forecast over the horizon; returns the PNG path."""
+    """One panel per window: input history, then truth and forecast over the horizon; returns the PNG path.
+
+    Args:
+        history: [K, seq_len] each window's input.
+        truth: [K, pred_len] each window's true continuation.
+        forecast: [K, pred_len] each window's forecast.
+        path: the PNG to write.
+        labels: one label per window (None: ``window <i>``).
+        title: the figure's title ('' for none).
+    """
     import matplotlib
 
     matplotlib.use("Agg")

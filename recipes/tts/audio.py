@@ -108,7 +108,15 @@ def read_wav(path: Path, sample_rate: int) -> np.ndarray:
 def write_wav(path: Path, wave: np.ndarray, sample_rate: int, overwrite: bool = True, exact: bool = False) -> Path:
     """A wav written atomically: 16-bit PCM (samples clipped to [-1, 1]) to listen to, or with ``exact`` 32-bit
     float holding the samples as they are (what an evaluation scored, so that ``lavo-zoo score mcd`` on the files
-    gives the same figures). With ``overwrite=False`` an existing file is refused."""
+    gives the same figures). With ``overwrite=False`` an existing file is refused.
+
+    Args:
+        path: the wav to write.
+        wave: [N] the samples.
+        sample_rate: samples per second.
+        overwrite: replace an existing file.
+        exact: 32-bit float samples as they are (else 16-bit PCM, clipped).
+    """
     buffer = io.BytesIO()
     wave = np.asarray(wave, dtype=np.float32)
     if exact:

@@ -134,7 +134,14 @@ class SplitFeatures:
 
 def split_features(cfg: DataConfig, split: str, root: Path, cache: Path) -> SplitFeatures:
     """The features of ``split`` of the LJSpeech-layout folder ``root``, from the feature cache under ``cache`` (the
-    recipe's cache folder), computing (and caching) them first when the files or settings changed."""
+    recipe's cache folder), computing (and caching) them first when the files or settings changed.
+
+    Args:
+        cfg: the recipe's data settings (the features, the limits on utterances).
+        split: ``train``, ``val`` or ``test``.
+        root: the LJSpeech-layout folder.
+        cache: the recipe's cache folder.
+    """
     root = Path(root).resolve()
     utts = split_utterances(read_metadata(root), split)
     if cfg.max_utterances:
@@ -210,6 +217,14 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 def build_dataset(cfg: DataConfig, split: str, root: Path, cache: Path, synthesis: Any = None) -> TTSDataset:
     """The dataset of ``split`` of the LJSpeech-layout folder ``root``: features from the cache under ``cache``
-    (computed on first use), normalised by the train split's statistics."""
+    (computed on first use), normalised by the train split's statistics.
+
+    Args:
+        cfg: the recipe's data settings.
+        split: ``train``, ``val`` or ``test``.
+        root: the LJSpeech-layout folder.
+        cache: the recipe's cache folder.
+        synthesis: the recipe's synthesis settings, passed along in every batch, or None.
+    """
     mean, std = feature_stats(cfg, root, cache)
     return TTSDataset(split_features(cfg, split, root, cache), text_encoder(cfg.text), mean, std, synthesis)

@@ -39,6 +39,14 @@ def synthesize(model: TransformerTTS, tokens: torch.Tensor, token_mask: torch.Te
 
     -> (frames [B, T, n_mels] after the postnet (normalised), lengths [B] in frames, the groups that were fed back
     [B, T / r, r * n_mels] (zeros after each utterance's end)).
+
+    Args:
+        model: the TTS model.
+        tokens: [B, S] the texts' ids.
+        token_mask: [B, S] bool, True = real token.
+        max_frames: frames per utterance at most.
+        threshold: the stop probability that ends an utterance.
+        frames: [B] frames per utterance, or None (above).
     """
     from lavo_zoo.nn.search import StopProbability, generate_frames
 
@@ -59,7 +67,16 @@ def speak(model: nn.Module, tokens: torch.Tensor, features: FeatureSettings, max
           stop_threshold: float = 0.5, frames: torch.Tensor | None = None) -> list[dict[str, np.ndarray]]:
     """Synthesise tokens [B, S] (0 = pad): per utterance ``mel`` [T, n_mels] (denormalised log-mel), ``wave`` [N]
     (Griffin-Lim) and ``grouped`` [T / r, r * n_mels] (the normalised groups fed back to the decoder). ``frames``
-    [B] (optional) fixes each utterance's length instead of the stop token (:func:`synthesize`)."""
+    [B] (optional) fixes each utterance's length instead of the stop token (:func:`synthesize`).
+
+    Args:
+        model: the TTS model (a wrapped one is unwrapped).
+        tokens: [B, S] the texts' ids, 0 = pad.
+        features: the feature settings (the mel and Griffin-Lim parameters).
+        max_frames: frames per utterance at most.
+        stop_threshold: the stop probability that ends an utterance.
+        frames: [B] frames per utterance, or None (the stop token decides).
+    """
     tts = unwrap(model)
     frames, lengths, grouped = synthesize(tts, tokens, tokens != 0, max_frames, stop_threshold, frames)
     mean, std = np.asarray(tts.cfg.feature_mean), np.asarray(tts.cfg.feature_std)

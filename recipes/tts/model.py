@@ -188,8 +188,14 @@ class TransformerTTS(nn.Module):
     # -------------------------------------------------------------------------------------- teacher forcing
     def forward(self, tokens: torch.Tensor, token_mask: torch.Tensor, prev: torch.Tensor,
                 step_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """tokens [B, S], token_mask [B, S], prev [B, T, r * n_mels] (targets shifted right by one step),
-        step_mask [B, T] (True = real step) -> (frames [B, T, r * n_mels], after the postnet, stop logits [B, T])."""
+        """Teacher-forced decoding -> (frames [B, T, r * n_mels], the same after the postnet, stop logits [B, T]).
+
+        Args:
+            tokens: [B, S] the texts' ids.
+            token_mask: [B, S] bool, True = real token.
+            prev: [B, T, r * n_mels] the target groups shifted right by one step.
+            step_mask: [B, T] bool, True = real step, or None (all real).
+        """
         memory = self.encode(tokens, token_mask)
         h = self.decoder(self.decoder_input(prev), memory, token_mask, step_mask)
         frames, stop = self.heads(h)
@@ -230,7 +236,17 @@ def tacotron2_loss(frames: torch.Tensor, post: torch.Tensor, stop_logits: torch.
                    lengths: torch.Tensor, pos_weight: float = 5.0) -> tuple[torch.Tensor, dict[str, float]]:
     """fairseq's ``tacotron2`` criterion over the real steps: L1 + MSE before and after the postnet, stop BCE.
 
-    frames, post, target [B, T, C]; stop_logits [B, T]; lengths [B] (real steps; the stop target is 1 at the last)."""
+    Args:
+        frames: [B, T, C] the decoder's frames.
+        post: [B, T, C] the frames after the postnet.
+        stop_logits: [B, T] the stop logits.
+        target: [B, T, C] the target frames.
+        lengths: [B] real steps (the stop target is 1 at the last).
+        pos_weight: the stop BCE's weight on the positive (last-step) target.
+
+    Returns:
+        (the loss, its parts as floats for logging).
+    """
     steps = torch.arange(target.shape[1], device=target.device)[None]  # [1, T]
     mask = steps < lengths[:, None]  # [B, T]
     stop_target = (steps == (lengths[:, None] - 1)).float()  # [B, T]

@@ -13,7 +13,16 @@ from lavo_zoo.outputs import save_figure
 def plot_utterance(path: Path, mel: np.ndarray, target: np.ndarray | None, stop: np.ndarray,
                    alignment: np.ndarray | None = None, title: str = "") -> Path:
     """PNG of the synthesised log-mel [T, n_mels], the reference [T', n_mels] (optional), the stop probability
-    [T / r] and the alignment [T / r, S] (optional)."""
+    [T / r] and the alignment [T / r, S] (optional).
+
+    Args:
+        path: the PNG to write.
+        mel: [T, n_mels] the synthesised log-mel.
+        target: [T', n_mels] the reference, or None.
+        stop: [T / r] the stop probability per step.
+        alignment: [T / r, S] the cross-attention alignment, or None.
+        title: the figure's title ('' for none).
+    """
     import matplotlib
 
     matplotlib.use("Agg")

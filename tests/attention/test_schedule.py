@@ -139,7 +139,8 @@ def test_describe_layers_says_per_site_what_each_layer_runs_and_keeps_while_deco
         ("model.attention_schedule.cross", "layer 1", "lavo", "the source prepared once (cross cache)")]
     assert site_labels(cfg.model) == {"encoder_self": "sdpa", "decoder_self": "hybrid:lavo+sdpa",
                                       "cross": "hybrid:sdpa+lavo"}
-    assert state_text("lavo", "causal") == "2 (w-1) D window keys/values + 2 D feature sums"
+    assert state_text("lavo", "causal") == ("2 (w-1) D window keys/values + 2 D feature sums "
+                                            "(memory=binding: 2 r D, r x d per head)")
     assert state_text("longshort", "causal") == "T D inputs (no streaming: re-runs the prefix)"
     groups = describe_layers(resolve_config("lm/tiny-hybrid-gdn-sdpa")[1].model)
     assert [(g.key, g.where, g.spec.name) for g in groups] == [

@@ -1,6 +1,6 @@
 """``lavo-zoo bench ops``: the operations one step of a layer dispatches, per path, and the counts pinned here so
 that they cannot creep back (the GPU's fixed cost per step: benchmarks/RESULTS.md). The Triton path's counts are
-pinned in tests/attention/test_lavo_triton.py, where the kernels run in Triton's interpreter."""
+pinned in tests/attention/lavo/test_triton.py, where the kernels run in Triton's interpreter."""
 from __future__ import annotations
 
 import json

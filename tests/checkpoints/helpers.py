@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import re
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -217,3 +219,17 @@ def split_card(text: str) -> tuple[dict, str]:
     if match is None:
         return {}, text
     return yaml.safe_load(match.group(1)) or {}, match.group(2)
+
+
+def tar_with(path: Path, members: list[tuple[str, bytes | None, bytes]]) -> Path:
+    """A .tar.gz of (name, link target or None, content) members."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, link, data in members:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link.decode()
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path

@@ -1,6 +1,6 @@
-"""``lavo-zoo export CKPT OUT --format hf``: a transformers model folder with its model card (library_name
-transformers, the model-index of --results), refusals that leave nothing behind, and the folder read back wherever a
-checkpoint is accepted (``lavo-zoo eval``, ``lavo_zoo.load``)."""
+"""Transformers model folders (checkpoints/hf_format.py), ``lavo-zoo export CKPT OUT --format hf``: a transformers model
+folder with its model card (library_name transformers, the model-index of --results), refusals that leave nothing
+behind, and the folder read back wherever a checkpoint is accepted (``lavo-zoo eval``, ``lavo_zoo.load``)."""
 from __future__ import annotations
 
 import json

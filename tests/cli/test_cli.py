@@ -51,7 +51,8 @@ def test_list_configs_say_per_layer_what_runs_and_what_each_layer_keeps(capsys):
     [row] = json.loads(capsys.readouterr().out)
     assert row["attention"] == "hybrid:lavo*3+sdpa"
     assert [(g["key"], g["layers"], g["attention"], g["state"]) for g in row["layers"]] == [
-        ("model.attention_schedule", [0, 1, 2], "lavo", "2 (w-1) D window keys/values + 2 D feature sums"),
+        ("model.attention_schedule", [0, 1, 2], "lavo",
+         "2 (w-1) D window keys/values + 2 D feature sums (memory=binding: 2 r D, r x d per head)"),
         ("model.attention_schedule", [3], "sdpa", "2 T D (KV cache, grows with T)")]
     assert row["layers"][0]["options"]["num_bases"] == 32
     assert main(["list", "configs", "summarization/tiny-sdpa", "--json"]) == 0
@@ -60,7 +61,8 @@ def test_list_configs_say_per_layer_what_runs_and_what_each_layer_keeps(capsys):
     assert main(["list", "configs", "lm/tiny-*"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"lm/tiny-hybrid-lavo-sdpa +attention=hybrid:lavo\*3\+sdpa\n +layers 0-2 +lavo num_bases=32 "
-                     r"window_size=16 +state: 2 \(w-1\) D window keys/values \+ 2 D feature sums\n +layer 3 +sdpa +"
+                     r"window_size=16 +state: 2 \(w-1\) D window keys/values \+ 2 D feature sums "
+                     r"\(memory=binding: 2 r D, r x d per head\)\n +layer 3 +sdpa +"
                      r"state: 2 T D \(KV cache, grows with T\)\n", out), out
     assert re.search(r"lm/tiny-lavo +attention=lavo\n  lm/", out)  # one attention in every layer: one line
 

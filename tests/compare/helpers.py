@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from lavo_zoo.attention import AttentionSpec
-from lavo_zoo.compare import CellRecord, Efficiency, run_study
+from lavo_zoo.compare import CellRecord, Efficiency, Study, run_study
 from lavo_zoo.engine.recipe import Recipe
 from lavo_zoo.engine.run_config import RunConfig
 
@@ -80,12 +80,19 @@ class SeqRecipe(Recipe):
         return ((self._out(model, x) - y) ** 2).mean(1), None
 
 
-def small_study(config, out, attentions=("sdpa", "local"), seeds=(1, 2), overrides=(), **kwargs):
+def a_study(config, out, attentions=(), seeds=(1,), **settings) -> Study:
+    """The study of ``config`` in ``out`` on the CPU, scored on the test split (``settings``: Study's other fields)."""
+    return Study.load(str(config), out, attentions=attentions, seeds=seeds, device="cpu", split="test", **settings)
+
+
+def small_study(config, out, attentions=("sdpa", "local"), seeds=(1, 2), overrides=(), launcher=None, **settings):
     options = {"local": {"window_size": 3}} if "local" in attentions else {}
-    return run_study(str(config), list(attentions), list(seeds), None, list(overrides), options, out, "cpu", "test",
-                     **kwargs)
+    return run_study(a_study(config, out, attentions, seeds, overrides=overrides, options=options, **settings),
+                     launcher=launcher)
 
 
+# the launcher options the command line gives when none is given
+NONE_GIVEN = {"name": None, "jobs": None, "partition": None, "time": None, "slurm_options": {}, "wait": None}
 TINY_EFFICIENCY = Efficiency(lengths=(8, 64), repeats=1, warmup=0, isolate=False)  # in process: milliseconds
 
 

@@ -97,7 +97,8 @@ def test_what_collect_leaves_out_or_mixes_is_noted(study, tmp_path, capsys):
     capsys.readouterr()
     assert len(collect([out])) == 3
     said = capsys.readouterr().err
-    assert f"{out / 'cells' / 'local-seed2' / 'cell.json'} cannot be read" in said and "left out" in said
+    assert (f"{out / 'cells' / 'local-seed2' / 'cell.json'}, line 1, column 2: the record of a finished cell cannot be "
+            "read (not JSON") in said and "so it is left out" in said
     assert "recipes" not in said
     assert len(collect([out, other])) == 4
     assert ("the collected runs come from 2 recipes (compare_toy: 3 run(s); time_series: 1 run(s)); they share one "

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from lavo_zoo.compare import Efficiency, attention_setup, collect, run_study, write_table
-from tests.compare.helpers import TINY_EFFICIENCY
+from tests.compare.helpers import TINY_EFFICIENCY, a_study
 
 
 def test_efficiency_lengths_beside_the_metrics_kept_and_collected(study, tmp_path, monkeypatch):
     out = tmp_path / "cmp"
-    records = run_study(str(study), ["sdpa", "local"], [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu",
-                        "test", efficiency=TINY_EFFICIENCY)
+    records = run_study(a_study(study, out, ["sdpa", "local"], [1, 2], options={"local": {"window_size": 3}},
+                                efficiency=TINY_EFFICIENCY))
     found = {r.attention: r.efficiency for r in records}
     assert found["sdpa"] == {"is_baseline": True}  # softmax itself: "-"
     local = found["local"]
@@ -42,23 +42,22 @@ def test_efficiency_lengths_beside_the_metrics_kept_and_collected(study, tmp_pat
     def no_measuring(*args, **kwargs):
         raise AssertionError("measured again")
     monkeypatch.setattr(attention, "run_sweep", no_measuring)
-    again = run_study(str(study), ["sdpa", "local"], [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu",
-                      "test", efficiency=TINY_EFFICIENCY)  # a re-run keeps the measurement
+    again = run_study(a_study(study, out, ["sdpa", "local"], [1, 2], options={"local": {"window_size": 3}},
+                              efficiency=TINY_EFFICIENCY))  # a re-run keeps the measurement
     assert [r.efficiency for r in again] == [r.efficiency for r in records]
     collected = collect([out])  # so does --collect
     assert {r.label: r.efficiency for r in collected} == found
     assert all(r.efficiency is None for r in collect([out], efficiency=False))
     monkeypatch.undo()
     other = Efficiency(lengths=(8, 16), repeats=1, warmup=0, isolate=False)  # other settings: measured again
-    run_study(str(study), ["sdpa", "local"], [1], None, [], {"local": {"window_size": 3}}, out, "cpu", "test",
-              efficiency=other)
+    run_study(a_study(study, out, ["sdpa", "local"], [1], options={"local": {"window_size": 3}}, efficiency=other))
     assert json.loads((out / "efficiency" / "local.json").read_text())["key"]["lengths"] == [8, 16]
 
 
 def test_repeated_runs_measure_the_configs_own_attention(study, tmp_path):
     out = tmp_path / "rep"
-    (record,) = run_study(str(study), [], [1], None, ["model.attention.name=local", "model.attention.window_size=3"],
-                          {}, out, "cpu", "test", efficiency=TINY_EFFICIENCY)
+    local = ["model.attention.name=local", "model.attention.window_size=3"]
+    (record,) = run_study(a_study(study, out, [], [1], overrides=local, efficiency=TINY_EFFICIENCY))
     assert record.attention == "local" and record.efficiency["memory"]["text"]
     key = json.loads((out / "efficiency" / "local.json").read_text())["key"]
     assert key["options"] == {"window_size": 3} and key["pattern"] == "noncausal"

@@ -14,13 +14,14 @@ from torch import nn
 from lavo_zoo.attention import AttentionSchedule, AttentionSpec
 from lavo_zoo.attention.schedule import attention_layers, resolve_schedules
 from lavo_zoo.compare import run_study, write_table
-from lavo_zoo.compare.records import attention_label, attention_names
+from lavo_zoo.compare.records import attention_label
 from lavo_zoo.compare.study import Cell, cell_overrides, has_schedule, normal_row
 from lavo_zoo.engine.configs import resolve_config
 from lavo_zoo.engine.recipe import RECIPES
+from lavo_zoo.engine.records import attention_names
 from lavo_zoo.engine.run_config import RunConfig
 from lavo_zoo.errors import UsageError
-from tests.compare.helpers import SeqRecipe
+from tests.compare.helpers import SeqRecipe, a_study
 
 
 @dataclass
@@ -82,8 +83,7 @@ def _saved_layers(cell):
 
 def test_each_row_trains_what_it_names_labelled_as_written(hybrid_study, tmp_path):
     out = tmp_path / "cmp"
-    records = run_study(str(hybrid_study), ["sdpa", "hybrid:local+sdpa", "hybrid:mean+mean"], [1], None, [], {},
-                        out, "cpu", "test")
+    records = run_study(a_study(hybrid_study, out, ["sdpa", "hybrid:local+sdpa", "hybrid:mean+mean"], [1]))
     assert [r.attention for r in records] == ["sdpa", "hybrid:local+sdpa", "hybrid:mean*2"]
     cells = {p.name for p in (out / "cells").iterdir()}
     assert cells == {"sdpa-seed1", "hybrid-local+sdpa-seed1", "hybrid-mean_x2-seed1"}
@@ -99,7 +99,7 @@ def test_each_row_trains_what_it_names_labelled_as_written(hybrid_study, tmp_pat
 
 
 def test_a_hybrid_configs_own_row_is_its_schedule(hybrid_study, tmp_path):
-    (record,) = run_study(str(hybrid_study), [], [1], None, [], {}, tmp_path / "own", "cpu", "test")
+    (record,) = run_study(a_study(hybrid_study, tmp_path / "own", [], [1]))
     assert record.attention == "hybrid:local+sdpa"
     assert (tmp_path / "own" / "cells" / "hybrid-local+sdpa-seed1" / "cell.json").is_file()
     config = yaml.safe_load((tmp_path / "own" / "cells" / "hybrid-local+sdpa-seed1" / "config.yaml").read_text())
@@ -128,5 +128,5 @@ def test_rows_select_a_schedule_or_drop_it_and_malformed_rows_are_refused(hybrid
             (["hybrid:local*2", "hybrid:local+local"], {}, "lists the attention hybrid:local\\*2 more than once"),
             (["hybrid:local+sdpa"], {"hybrid:local+sdpa": {"window_size": 3}}, "a hybrid row takes its options")):
         with pytest.raises(UsageError, match=match):
-            run_study(str(hybrid_study), rows, [1], None, [], options, out, "cpu", "test")
+            run_study(a_study(hybrid_study, out, rows, [1], options=options))
     assert not out.exists()  # refused before anything trained

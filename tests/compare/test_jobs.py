@@ -8,6 +8,7 @@ import sys
 
 from lavo_zoo.compare import locks
 from lavo_zoo.compare.jobs import CellJob, main, recipe_target
+from lavo_zoo.engine.configs import load_config
 from lavo_zoo.engine.recipe import get_recipe
 from tests.compare.helpers import SeqRecipe
 
@@ -18,7 +19,9 @@ WRITE_AFTER = ("import json, sys, time; from lavo_zoo.compare.locks import Folde
 
 
 def cell_job(study, cell_dir) -> CellJob:
-    return CellJob(config=str(study), overrides=["model.attention.name=sdpa", "train.seed=1"], cell_dir=str(cell_dir),
+    loaded = load_config(study)
+    return CellJob(config=str(study), config_data=loaded.data, config_file=loaded.source,
+                   overrides=["model.attention.name=sdpa", "train.seed=1"], cell_dir=str(cell_dir),
                    attention="sdpa", seed=1, split="test", device="cpu",
                    recipe=recipe_target(get_recipe("compare_toy")))
 

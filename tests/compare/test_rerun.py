@@ -6,11 +6,12 @@ import pytest
 
 from lavo_zoo.compare import run_study
 from lavo_zoo.errors import UsageError
+from tests.compare.helpers import a_study
 
 
 def _study(config, out, steps, attentions=("sdpa",), seeds=(1,), options=None, **kwargs):
-    return run_study(str(config), list(attentions), list(seeds), None, [f"train.max_steps={steps}"], options or {},
-                     out, "cpu", "test", **kwargs)
+    return run_study(a_study(config, out, attentions, seeds, overrides=[f"train.max_steps={steps}"],
+                             options=options or {}, **kwargs))
 
 
 def _snapshot(folder):

@@ -7,7 +7,7 @@ import time
 
 from lavo_zoo.compare import run_study, write_table
 from lavo_zoo.compare.steps import StepMeter
-from tests.compare.helpers import FIRST_STEP_BYTES, SeqRecipe
+from tests.compare.helpers import FIRST_STEP_BYTES, SeqRecipe, a_study
 
 COST_S = 0.5
 
@@ -16,7 +16,7 @@ def test_the_first_cells_warm_up_is_in_no_column(study, tmp_path):
     for order in (["sdpa", "local"], ["local", "sdpa"]):
         SeqRecipe.calls, SeqRecipe.first_step_cost_s = 0, COST_S
         out = tmp_path / "-".join(order)
-        records = run_study(str(study), order, [1, 2], None, [], {"local": {"window_size": 3}}, out, "cpu", "test")
+        records = run_study(a_study(study, out, order, [1, 2], options={"local": {"window_size": 3}}))
         assert records[0].attention == order[0] and records[0].train_time_s >= COST_S  # the first cell paid
         for r in records:
             assert r.step_time_s < COST_S / 2, (order, r.attention, r.seed)

@@ -8,9 +8,10 @@ import json
 import statistics
 
 import pytest
+import yaml
 
 from lavo_zoo.compare import CellRecord, run_study, write_table
-from tests.compare.helpers import Killed, SeqRecipe, small_study
+from tests.compare.helpers import Killed, SeqRecipe, a_study, small_study
 
 
 def test_interrupted_study_keeps_finished_cells_and_resumes_the_killed_one(study, tmp_path):
@@ -53,12 +54,11 @@ def test_interrupted_study_keeps_finished_cells_and_resumes_the_killed_one(study
 def test_refusals(study, tmp_path):
     from lavo_zoo.errors import ConfigError, UsageError
     with pytest.raises(UsageError, match="not sites"):
-        run_study(str(study), ["sdpa"], [1], "encoder_self", [], {}, tmp_path / "x", "cpu", "test")
+        run_study(a_study(study, tmp_path / "x", ["sdpa"], [1], site="encoder_self"))
     with pytest.raises(UsageError, match="-o names performer"):
-        run_study(str(study), ["sdpa"], [1], None, [], {"performer": {"num_features": 4}}, tmp_path / "x", "cpu",
-                  "test")
+        run_study(a_study(study, tmp_path / "x", ["sdpa"], [1], options={"performer": {"num_features": 4}}))
     with pytest.raises((UsageError, ConfigError)):  # an unknown attention is refused before anything trains
-        run_study(str(study), ["sdpa", "nosuch"], [1], None, [], {}, tmp_path / "y", "cpu", "test")
+        run_study(a_study(study, tmp_path / "y", ["sdpa", "nosuch"], [1]))
     assert not (tmp_path / "y" / "cells").exists()
 
 
@@ -66,10 +66,10 @@ def test_repeated_runs_of_the_configs_own_attention(study, tmp_path):
     """Without --attentions: one row, the config's attention, over the seeds (Informer's --itr): mean and spread of
     each metric; more seeds later keep the finished ones."""
     out = tmp_path / "rep"
-    records = run_study(str(study), [], [1, 2], None, [], {}, out, "cpu", "test")
+    records = run_study(a_study(study, out, [], [1, 2]))
     assert [(r.attention, r.seed) for r in records] == [("sdpa", 1), ("sdpa", 2)]
     kept = (out / "cells" / "sdpa-seed1" / "cell.json").read_text()
-    run_study(str(study), [], [1, 2, 3], None, [], {}, out, "cpu", "test")
+    run_study(a_study(study, out, [], [1, 2, 3]))
     assert (out / "cells" / "sdpa-seed1" / "cell.json").read_text() == kept
     write_table([CellRecord.from_json(json.loads(p.read_text())) for p in sorted(out.rglob("cell.json"))], out,
                 "repeats")
@@ -84,12 +84,12 @@ def test_a_cell_trained_with_another_config_is_refused_or_rerun(study, tmp_path)
     from lavo_zoo.errors import UsageError
 
     out = tmp_path / "cmp"
-    run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=2"], {}, out, "cpu", "test")
+    run_study(a_study(study, out, ["sdpa"], [1], overrides=["train.max_steps=2"]))
     first = (out / "cells" / "sdpa-seed1" / "cell.json").read_text()
     with pytest.raises(UsageError, match=r"train\.max_steps: 2 there, 3 now.*--rerun"):
-        run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test")
+        run_study(a_study(study, out, ["sdpa"], [1], overrides=["train.max_steps=3"]))
     assert (out / "cells" / "sdpa-seed1" / "cell.json").read_text() == first  # nothing lost
-    (record,) = run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test", rerun=True)
+    (record,) = run_study(a_study(study, out, ["sdpa"], [1], overrides=["train.max_steps=3"], rerun=True))
     steps = [json.loads(line)["step"] for line in (out / "cells" / "sdpa-seed1" / "metrics.jsonl").read_text()
              .splitlines() if json.loads(line).get("split") == "train"]
     assert max(steps) == 3 and record.overrides[-1] == "train.seed=1"
@@ -101,9 +101,9 @@ def test_a_seed_or_an_attention_given_twice_is_refused(study, tmp_path, capsys):
     from lavo_zoo.errors import UsageError
 
     with pytest.raises(UsageError, match="--seeds lists the seed 1 more than once.*a run counts once"):
-        run_study(str(study), ["sdpa"], [1, 1, 1], None, [], {}, tmp_path / "x", "cpu", "test")
+        run_study(a_study(study, tmp_path / "x", ["sdpa"], [1, 1, 1]))
     with pytest.raises(UsageError, match="--attentions lists the attention sdpa more than once"):
-        run_study(str(study), ["sdpa", "local", "sdpa"], [1], None, [], {}, tmp_path / "x", "cpu", "test")
+        run_study(a_study(study, tmp_path / "x", ["sdpa", "local", "sdpa"], [1]))
     assert main(["compare", str(study), "--seeds", "2,1,2", "--out", str(tmp_path / "y"), "--device", "cpu"]) == 2
     assert "--seeds lists the seed 2 more than once" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before anything trained
@@ -116,7 +116,7 @@ def test_a_cell_another_process_works_on_is_not_removed_by_rerun(study, tmp_path
     from lavo_zoo.errors import UsageError
 
     out = tmp_path / "cmp"
-    run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=2"], {}, out, "cpu", "test")
+    run_study(a_study(study, out, ["sdpa"], [1], overrides=["train.max_steps=2"]))
     cell = out / "cells" / "sdpa-seed1"
     hold = ("import sys, time; from lavo_zoo.compare.locks import FolderLock; FolderLock(sys.argv[1]).__enter__(); "
             "print('held', flush=True); time.sleep(60)")
@@ -124,7 +124,7 @@ def test_a_cell_another_process_works_on_is_not_removed_by_rerun(study, tmp_path
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(UsageError, match=rf"--rerun: .*sdpa-seed1 is being worked on by pid {holder.pid} on"):
-            run_study(str(study), ["sdpa"], [1], None, ["train.max_steps=3"], {}, out, "cpu", "test", rerun=True)
+            run_study(a_study(study, out, ["sdpa"], [1], overrides=["train.max_steps=3"], rerun=True))
         assert (cell / "cell.json").is_file()  # nothing removed
     finally:
         holder.kill()
@@ -156,7 +156,8 @@ def test_a_damaged_cell_record_is_named_not_a_raw_error(study, tmp_path, damage)
     small_study(study, out, attentions=("sdpa",), seeds=(1,))
     record = out / "cells" / "sdpa-seed1" / "cell.json"
     record.write_bytes(damage if isinstance(damage, bytes) else damage.encode())
-    with pytest.raises(UsageError, match=r"cell.json, the record of a finished cell, cannot be read .* remove it"):
+    with pytest.raises(UsageError, match=r"cell.json(, line \d+, column \d+)?: the record of a finished cell cannot "
+                                         r"be read .* remove it"):
         small_study(study, out, attentions=("sdpa",), seeds=(1,))
     record.unlink()
     assert [r.attention for r in small_study(study, out, attentions=("sdpa",), seeds=(1,))] == ["sdpa"]
@@ -194,8 +195,7 @@ def test_an_option_a_later_cells_model_refuses_stops_the_study_before_any_trains
     out = tmp_path / "cmp"
     with pytest.raises(OptionError, match=rf"config key 'model.attention' in {study}.* attention 'lavo': num_bases "
                                           r"\(64\) must be between 1 and the head dim 4"):
-        run_study(str(study), ["sdpa", "lavo"], [1, 2], None, [], {"lavo": {"num_bases": 64}}, out, "cpu", "test",
-                  dry_run=dry_run)
+        run_study(a_study(study, out, ["sdpa", "lavo"], [1, 2], options={"lavo": {"num_bases": 64}}, dry_run=dry_run))
     assert not out.exists() and "check out" not in capsys.readouterr().out
 
 
@@ -214,3 +214,26 @@ def test_a_cells_place_that_is_not_a_folder_is_refused_before_any_cell_trains(st
                                              "where the study keeps the folder of its cell sdpa-seed2"):
             small_study(study, out, attentions=("sdpa",), seeds=(1, 2), dry_run=dry_run)
     assert sorted(p.name for p in (out / "cells").iterdir()) == ["sdpa-seed2"]  # sdpa-seed1 did not train
+
+
+def test_a_study_reads_its_config_once(study, tmp_path, monkeypatch):
+    """The config is read once, when the study is built: every cell trains that reading, validated with its
+    overrides (the file was read again per cell and once more in each cell's process, so a config edited while a
+    study ran trained its later cells otherwise); its launcher: section is compare's, in no cell's config."""
+    from lavo_zoo.engine import configs
+
+    study.write_text(study.read_text() + "launcher: {name: serial}\n")
+    reads = []
+    real = configs.read_layers
+    monkeypatch.setattr(configs, "read_layers", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    built = a_study(study, tmp_path / "cmp", ["sdpa"], [1, 2])
+    assert built.config.sections == {"launcher": {"name": "serial"}} and "launcher" not in built.config.data
+    study.write_text(study.read_text().replace("max_steps: 3", "max_steps: 1"))  # edited once the study read it
+    records = run_study(built)
+    assert reads == [study]  # once
+    for r in records:
+        cell = tmp_path / "cmp" / "cells" / f"sdpa-seed{r.seed}"
+        steps = [json.loads(line)["step"] for line in (cell / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(line).get("split") == "train"]
+        saved = yaml.safe_load((cell / "config.yaml").read_text())
+        assert max(steps) == 3 and saved["train"]["max_steps"] == 3 and "launcher" not in saved

@@ -37,18 +37,24 @@ def test_missing_files_unknown_names_and_recipes_are_refused(tmp_path):
         config_from_dict({"recipe": "tyo"})
 
 
-def test_a_launcher_section_is_left_out_of_the_runs_config(tmp_path):
-    """A config's ``launcher:`` section says where `compare` runs the cells: `train` and the runs' config.yaml never
-    see it, so it cannot make a kept cell look trained otherwise; anything else unknown is still refused."""
+def test_a_section_another_command_reads_is_left_out_of_the_runs_config(tmp_path):
+    """A top-level section declared in the config-sections group (another command's, e.g. where a study runs its
+    cells) is kept apart when a config is read: `train` and the runs' config.yaml never see it, so it cannot make a
+    kept cell look trained otherwise; an undeclared one is still refused."""
     from lavo_zoo.config import to_dict
-    from lavo_zoo.engine.configs import LAUNCHER_SECTION, config_section
+    from lavo_zoo.engine.configs import CONFIG_SECTIONS, load_config
 
-    path = tmp_path / "cluster.yaml"
-    path.write_text("extends: time_series/tiny-lavo\nlauncher: {name: slurm, partition: gpu}\n")
-    _, cfg = resolve_config(str(path))
-    _, plain = resolve_config("time_series/tiny-lavo")
-    assert to_dict(cfg) == to_dict(plain)
-    assert config_section(path, LAUNCHER_SECTION) == {"name": "slurm", "partition": "gpu"}
-    path.write_text("extends: time_series/tiny-lavo\nlaunchers: {name: slurm}\n")
-    with pytest.raises(ConfigError, match="unknown config key 'launchers'"):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("extends: time_series/tiny-lavo\nsweep: {trials: 8}\n")
+    with pytest.raises(ConfigError, match="unknown config key 'sweep'"):
         resolve_config(str(path))
+    CONFIG_SECTIONS.register("sweep", "my_package.sweep:Settings")
+    try:
+        _, cfg = resolve_config(str(path))
+        loaded = load_config(str(path))
+        assert to_dict(cfg) == to_dict(resolve_config("time_series/tiny-lavo")[1])
+        assert loaded.sections == {"sweep": {"trials": 8}} and "sweep" not in loaded.data
+        assert to_dict(loaded.validated(["train.seed=3"])) == to_dict(resolve_config(str(path), ["train.seed=3"])[1])
+        assert "sweep" not in to_dict(config_from_dict({**loaded.data, **loaded.sections})[1])
+    finally:
+        CONFIG_SECTIONS._entries.pop("sweep")

@@ -1,5 +1,6 @@
-"""Two CPU processes under torchrun (gloo) train with DistributedDataParallel; only rank 0 writes. The same under a
-Slurm job (docs/slurm/train.sbatch: srun + torchrun, the rendezvous from Slurm's environment), where one answers."""
+"""Distributed training (engine/distributed.py): two CPU processes under torchrun (gloo) train with
+DistributedDataParallel; only rank 0 writes. The same under a Slurm job (docs/slurm/train.sbatch: srun + torchrun, the
+rendezvous from Slurm's environment), where one answers."""
 import json
 import os
 import shutil

@@ -1,5 +1,5 @@
 """Where an evaluation's files go (``eval --out X.json`` -> ``X/``); what it records there and replaces is the output
-policy's (tests/test_outputs.py)."""
+policy's (tests/outputs/)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,5 @@
-"""A run killed with SIGKILL (mid-step, mid-save) and resumed with --resume auto ends bit-identical to an
-uninterrupted run of the same seed; the files a run leaves follow docs/architecture.md."""
+"""The trainer (engine/trainer.py): a run killed with SIGKILL (mid-step, mid-save) and resumed with --resume auto ends
+bit-identical to an uninterrupted run of the same seed; the files a run leaves follow docs/architecture.md."""
 import json
 import signal
 

@@ -1,4 +1,5 @@
-"""The accuracy evaluator against a direct count: accuracy, per-class accuracy, the confusion matrix."""
+"""The accuracy evaluator (evaluators/classification.py) against a direct count: accuracy, per-class accuracy, the
+confusion matrix."""
 import pytest
 import torch
 

@@ -54,7 +54,10 @@ class ABCAttention(ProjectedAttention):
         """ABC with learned slot control (ABC_MLP).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_slots: n, the memory slots per head.
             chunk_size: tokens per chunk of the exact causal computation (a C x C term inside each chunk).
             bias: biases in the q, k, v and output projections.
@@ -134,7 +137,10 @@ class ABCAttention(ProjectedAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """ABC: for each query t, slot memory K~_t = sum_i softmax_i(s_i) k_i over the keys it may see (cumulative in
-    the causal case), then softmax(q_t K~_t^T / sqrt(d)) V~_t."""
+    the causal case), then softmax(q_t K~_t^T / sqrt(d)) V~_t.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     src = x if context is None else context
     B, H, T, d = q.shape

@@ -196,7 +196,20 @@ class Attention(nn.Module):
     def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
                context_mask: torch.Tensor | None, state: Any, return_state: bool
                ) -> torch.Tensor | tuple[torch.Tensor, Any]:
-        """Mechanism-specific computation on validated inputs; returns y or (y, state) when return_state."""
+        """Mechanism-specific computation on validated inputs (:meth:`forward` checked them): what each mechanism
+        implements, and the statement of its arguments for every override.
+
+        Args:
+            x: the queries' sequence [B, T, D].
+            padding_mask: [B, T] bool, True = a real token, or None (all real).
+            context: cross: the source [B, S, D]; None for the other patterns.
+            context_mask: cross: [B, S] bool, True = a real source token, or None (all real).
+            state: causal streaming: the state a previous chunk returned, or None (the sequence starts here).
+            return_state: also return the state after this chunk (causal streaming mechanisms; no padding then).
+
+        Returns:
+            y [B, T, D], or (y, state) with ``return_state``.
+        """
         raise NotImplementedError
 
     @classmethod

@@ -80,7 +80,10 @@ class BasedAttention(RecurrentAttention):
         """Based's layer (flash-linear-attention's ``BasedLinearAttention``; its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             feature_dim: f, the width per head that queries and keys are projected to before the Taylor feature map
                 (1 + f + f (f + 1) / 2 features).
             conv_size: taps of a short convolution on the query, key and value projections (0: none, as the
@@ -153,7 +156,10 @@ class BasedAttention(RecurrentAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone: causal by the token recurrence of the sums, noncausal and cross as
     :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads the sums; the normalised quotient, then
-    out_proj."""
+    out_proj.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = naive_short_conv(m.q_conv, m.q_proj(xq))

@@ -25,7 +25,16 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def heads_major_empty(B: int, H: int, T: int, d: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised [B, H, T, d] tensor laid out as [B, T, H, d] in memory, so that merging the heads afterwards
     (``transpose(1, 2).reshape(B, T, H * d)``) is a view, not a copy. Not a view itself (autograd allows in-place
-    ops on it when a custom Function returns it)."""
+    ops on it when a custom Function returns it).
+
+    Args:
+        B: the batch size.
+        H: the heads.
+        T: the sequence length.
+        d: the head dim.
+        like: a tensor on the device wanted.
+        dtype: the tensor's dtype.
+    """
     return torch.empty_strided((B, H, T, d), (T * H * d, d, H * d, 1), dtype=dtype, device=like.device)
 
 

@@ -65,7 +65,10 @@ class CosFormerAttention(ProjectedAttention):
         """cosFormer; the re-weighting horizon M is the module docstring's.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             max_length: the causal horizon M (positions past it are refused; build with a larger one for longer
                 sequences).
             chunk_size: tokens per chunk of the causal prefix sums.
@@ -81,7 +84,14 @@ class CosFormerAttention(ProjectedAttention):
 
     @staticmethod
     def positions(mask: torch.Tensor | None, B: int, T: int, device: torch.device) -> torch.Tensor:
-        """1-based positions counting real tokens only: [B, T] (int64)."""
+        """1-based positions counting real tokens only: [B, T] (int64).
+
+        Args:
+            mask: [B, T] bool, True = real token, or None (all real).
+            B: the batch size.
+            T: the sequence length.
+            device: where the positions are made.
+        """
         if mask is None:
             return torch.arange(1, T + 1, device=device).expand(B, T)
         return mask.long().cumsum(1)
@@ -152,7 +162,10 @@ class CosFormerAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """cosFormer quadratic form: sim_ij = relu(q_i).relu(k_j) cos(pi/2 (i-j)/M), positions counting real tokens."""
+    """cosFormer quadratic form: sim_ij = relu(q_i).relu(k_j) cos(pi/2 (i-j)/M), positions counting real tokens.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     B, _, T, _ = q.shape
     S = k.shape[2]

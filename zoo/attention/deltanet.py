@@ -61,7 +61,10 @@ class DeltaRuleAttention(RecurrentAttention):
         """The layer both mechanisms share (their constructors give its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             expand_v: the values' total width as a multiple of ``embed_dim`` (d_v = expand_v D / H per head).
             conv_size: taps of the SiLU short convolutions on the query, key and value projections (0: none; causal
                 queries only, see :mod:`lavo_zoo.attention.recurrent`).
@@ -168,7 +171,10 @@ class DeltaNetAttention(DeltaRuleAttention):
         """DeltaNet's layer (flash-linear-attention's ``DeltaNet``; its defaults): values of width D / H.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             conv_size: taps of the SiLU short convolutions on the query, key and value projections (0: none).
             chunk_size: tokens per chunk of the PyTorch chunked form.
             norm_eps: the per-head RMSNorm's epsilon.
@@ -189,7 +195,10 @@ class DeltaNetAttention(DeltaRuleAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the delta rule token by token (S <- exp(g) S; S <- S + beta k (v - S^T k)^T):
     causal reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
-    reads."""
+    reads.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))

@@ -46,7 +46,10 @@ class GatedDeltaNetAttention(DeltaRuleAttention):
         """Gated DeltaNet's layer (flash-linear-attention's ``GatedDeltaNet``; its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             expand_v: the values' total width as a multiple of ``embed_dim`` (d_v = expand_v D / H per head).
             conv_size: taps of the SiLU short convolutions on the query, key and value projections (0: none).
             chunk_size: tokens per chunk of the PyTorch chunked form.

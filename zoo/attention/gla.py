@@ -64,7 +64,10 @@ class GLAAttention(RecurrentAttention):
         """GLA's layer (flash-linear-attention's ``GatedLinearAttention``; its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             expand_k: the keys' (and queries') total width as a multiple of ``embed_dim`` (d_k = expand_k D / H
                 per head).
             gate_low_rank_dim: the rank of the gate's low-rank projection.
@@ -148,7 +151,10 @@ class GLAAttention(RecurrentAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the token recurrence S_t = diag(alpha_t) S_{t-1} + k_t v_t^T: causal
-    reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads."""
+    reads S_t at t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q = m.queries(naive_short_conv(m.q_conv, m.q_proj(xq)))

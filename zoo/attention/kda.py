@@ -83,7 +83,10 @@ class KDAAttention(DeltaRuleAttention):
         """KDA's layer (flash-linear-attention's ``KimiDeltaAttention``; its defaults).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             expand_v: the values' total width as a multiple of ``embed_dim`` (d_v = expand_v D / H per head).
             conv_size: taps of the SiLU short convolutions on the query, key and value projections (0: none, SiLU
                 only, as the reference layer without them).
@@ -153,7 +156,10 @@ def reference_output(m: KDAAttention, o: torch.Tensor, xq: torch.Tensor) -> torc
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the recurrence token by token (:func:`~lavo_zoo.attention.ops.delta_rule.
     naive.naive_delta_rule`: S <- diag(exp(g_t)) S, then S <- S + beta_t k_t (v_t - S^T k_t)^T): causal reads S_t at
-    t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads."""
+    t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading` reads.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     out = torch.zeros_like(x)
     for b, rows, xq, xs in real_rows(m, x, padding_mask, context, context_mask):
         q, k, v, g = reference_inputs(m, xq, xs)

@@ -41,7 +41,10 @@ class LARAAttention(ProjectedAttention):
         """LARA.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_landmarks: C, the segment-mean proposals (at most the sequence length is used).
             bias: biases in the q, k, v and output projections.
         """
@@ -52,7 +55,18 @@ class LARAAttention(ProjectedAttention):
 
     def proposals(self, q: torch.Tensor, k: torch.Tensor, q_mask: torch.Tensor | None,
                   k_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Scaled q [B,H,T,d], k [B,H,S,d] -> mu [B,H,C,d], omega [B,H,C,d], valid [B,C]."""
+        """Scaled q [B,H,T,d], k [B,H,S,d] -> mu [B,H,C,d], omega [B,H,C,d], valid [B,C].
+
+        Args:
+            q: scaled queries [B, H, T, d].
+            k: scaled keys [B, H, S, d].
+            q_mask: [B, T] bool, True = real query, or None.
+            k_mask: [B, S] bool, True = real key, or None.
+
+        Returns:
+            The proposals' means mu (the sum of the C query and key segment means), their draws omega (mu itself in
+            eval mode, mu plus standard normal noise in training) and which of the C proposals are real.
+        """
         C = min(self.num_landmarks, q.shape[2], k.shape[2])
         nq = q_mask.sum(1) if q_mask is not None else torch.full((q.shape[0],), q.shape[2], device=q.device)
         nk = k_mask.sum(1) if k_mask is not None else torch.full((k.shape[0],), k.shape[2], device=k.device)
@@ -90,7 +104,10 @@ class LARAAttention(ProjectedAttention):
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """LARA in its importance-sampling form (eval mode, omega_c = mu_c): for each query n,
     o_n = sum_c w_nc S_c / sum_c w_nc z_c, S_c = sum_m xi(k_m, w_c) v_m, z_c = sum_m xi(k_m, w_c),
-    w_nc = alpha_nc xi(q_n, w_c) N(w_c; 0, I) / N(w_c; mu_c, I), alpha_nc = softmax_c(q_n . mu_c)."""
+    w_nc = alpha_nc xi(q_n, w_c) N(w_c; 0, I) / N(w_c; mu_c, I), alpha_nc = softmax_c(q_n . mu_c).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     assert not m.training
     q, k, v = qkv(m, x, context)
     B, H, T, d = q.shape

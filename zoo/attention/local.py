@@ -52,7 +52,10 @@ class LocalAttention(ProjectedAttention):
         """Exact sliding-window attention, optionally with attention sinks.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             window_size: w: causal keys [t-w+1, t], noncausal [t-w+1, t+w-1].
             relative_bias: add a learned [H, 2w-1] bias on the scores by relative position (the window's keys).
             dropout: attention dropout on the probabilities, in training.
@@ -160,7 +163,10 @@ class LocalAttention(ProjectedAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(attn: LocalAttention, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The ``local`` mechanism: exact sliding window of w keys, optional relative bias, with a dense [T, T] mask;
-    with sinks, each row's real tokens alone with the sinks' dense mask."""
+    with sinks, each row's real tokens alone with the sinks' dense mask.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     if attn.num_sinks:
         out = attn.out_proj(torch.zeros_like(x))  # padded rows: zero before the projection, as the fast path
         for b in range(x.shape[0]):

@@ -42,7 +42,10 @@ class LongShortAttention(ProjectedAttention):
         """Transformer-LS.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             window_size: w, the segment length of the short-term window.
             num_landmarks: r, the keys the dynamic projection makes of the whole sequence (noncausal).
             segment_rank: the keys each w-token segment is projected to (causal).
@@ -133,7 +136,10 @@ class LongShortAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Transformer-LS per query: one softmax over [window keys (LN_short); projected keys (LN_long)]."""
+    """Transformer-LS per query: one softmax over [window keys (LN_short); projected keys (LN_long)].
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, None)
     B, H, T, d = q.shape
     w = m.window_size

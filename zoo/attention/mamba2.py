@@ -64,7 +64,10 @@ class Mamba2Attention(RecurrentAttention):
         """Mamba-2's layer (flash-linear-attention's ``Mamba2``; its defaults, one group).
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`);
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``;
                 the E = expand D inner channels are split into ``num_heads`` heads.
             state_size: N, the SSM state per head is N x (E / H).
             expand: E / D, the inner width.
@@ -121,7 +124,14 @@ class Mamba2Attention(RecurrentAttention):
         return x, keys, queries, x * dt[..., None], g
 
     def output(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """y [B, H, T, P] + D x, gated RMSNorm with z [B, T, E], out_proj -> [B, T, D]."""
+        """y [B, H, T, P] + D x, gated RMSNorm with z [B, T, E], out_proj -> [B, T, D].
+
+        Args:
+            y: [B, H, T, P] the SSM's output per head.
+            x: [B, H, T, P] the SSM's input (the skip through D).
+            z: [B, T, E] the gate branch.
+            dtype: the output's dtype (the layer's input's).
+        """
         y = merge_heads(y + self.D[:, None, None] * x)
         return self.out_proj(rms_norm(y * F.silu(z.to(y.dtype)), self.norm_weight, self.norm_eps).to(dtype))
 
@@ -149,7 +159,10 @@ class Mamba2Attention(RecurrentAttention):
 def naive(m, u, padding_mask=None, context=None, context_mask=None):
     """Per row, its real tokens alone, by the SSM recurrence h_t = a_t h_{t-1} + B_t (dt_t x_t)^T: causal reads
     y_t = h_t^T C_t + D x_t, noncausal and cross as :func:`~lavo_zoo.attention.recurrent.naive_source_reading`
-    reads."""
+    reads.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive` (``u``: the input, there ``x``).
+    """
     E, N, H = m.inner, m.state_size, m.num_heads
     out = torch.zeros_like(u)
 

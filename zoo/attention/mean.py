@@ -57,7 +57,10 @@ class MeanAttention(Attention):
         """The mean control.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             bias: biases in the value and output projections.
         """
         super().__init__(embed_dim, num_heads, pattern)
@@ -126,7 +129,10 @@ class MeanAttention(Attention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """Each query's output by a loop: the plain mean of W_v x_s over the real keys s it may see (causal: s <= t),
-    zeros for a padded query or one without a key, then W_o."""
+    zeros for a padded query or one without a key, then W_o.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     src = x if context is None else context
     B, T, D = x.shape
     S = src.shape[1]

@@ -52,7 +52,10 @@ class NystromAttention(ProjectedAttention):
         """Nystromformer.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_landmarks: C, the segment-mean landmarks (with C >= T the attention is exact).
             pinv_iterations: the iterations of the paper's pseudo-inverse; 0: the exact one.
             bias: biases in the q, k, v and output projections.
@@ -81,7 +84,10 @@ class NystromAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Nystrom formula with explicitly looped landmarks and the exact pseudo-inverse."""
+    """Nystrom formula with explicitly looped landmarks and the exact pseudo-inverse.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     B, H, T, d = q.shape
     S = k.shape[2]

@@ -29,7 +29,14 @@ from lavo_zoo.attention.ops.naive import merge, qkv
 def orthogonal_gaussian(num_features: int, dim: int, dtype: torch.dtype = torch.float32,
                         device: torch.device | str | None = None) -> torch.Tensor:
     """[num_features, dim] random matrix: blocks of orthonormal rows, each row rescaled to the norm of a Gaussian
-    vector (so every row is marginally N(0, I) while rows in a block are exactly orthogonal)."""
+    vector (so every row is marginally N(0, I) while rows in a block are exactly orthogonal).
+
+    Args:
+        num_features: the rows (random features).
+        dim: the columns (the head dim); rows come in blocks of ``dim``.
+        dtype: the result's dtype (drawn in float64).
+        device: where it is drawn (None: the default device).
+    """
     blocks = []
     for _ in range(math.ceil(num_features / dim)):
         qmat, _ = torch.linalg.qr(torch.randn(dim, dim, dtype=torch.float64, device=device))
@@ -67,7 +74,10 @@ class PerformerAttention(ProjectedAttention):
         """Performer FAVOR+.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_features: m, the positive orthogonal random features per head.
             chunk_size: tokens per chunk of the causal prefix sums.
             bias: biases in the q, k, v and output projections.
@@ -153,7 +163,10 @@ class PerformerAttention(ProjectedAttention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
     """FAVOR+ quadratic form with the module's random features: A = phi(Q) phi(K)^T (causally masked),
-    o = A V / A 1, phi(x) = exp(W x' - |x'|^2/2), x' = d^(-1/4) x (no stabilisation)."""
+    o = A V / A 1, phi(x) = exp(W x' - |x'|^2/2), x' = d^(-1/4) x (no stabilisation).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     _, _, T, d = q.shape
     S = k.shape[2]

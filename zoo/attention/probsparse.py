@@ -77,7 +77,10 @@ class ProbSparseAttention(Attention):
         """ProbSparse attention.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             factor: c, Informer's sampling factor: c ceil(ln L) sampled keys and active queries.
             eval_seed: the seed of the key sample in eval mode (a fixed function of the inputs there).
         """
@@ -192,7 +195,10 @@ def naive(m, x, padding_mask=None, context=None, context_mask=None):
     sampled keys are the module's fixed-seed draw (the one random part, shared like the parameters). Query i's score
     is max - mean of q_i . k_j over its sampled keys; it is active when fewer than u queries score strictly higher
     (causal: among queries 0..i-1); active queries take softmax attention over their keys (causal: 0..i), lazy ones
-    the mean of those values. Padded query rows are zero."""
+    the mean of those values. Padded query rows are zero.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     assert not m.training
     source, source_mask = (x, padding_mask) if context is None else (context, context_mask)
     B, T, D = x.shape

@@ -137,7 +137,14 @@ def check_eps(name: str, value: float) -> float:
 
 def expanded_width(name: str, expand: float, embed_dim: int, num_heads: int) -> int:
     """``expand * embed_dim`` as an integer that is a positive multiple of ``num_heads`` (the width of the keys or
-    values split into heads), else a ValueError naming ``name``: a fractional width is refused, not truncated."""
+    values split into heads), else a ValueError naming ``name``: a fractional width is refused, not truncated.
+
+    Args:
+        name: the option's name, for the message (``expand_k``, ``expand_v``).
+        expand: the option's value, the width's ratio to ``embed_dim``.
+        embed_dim: D.
+        num_heads: H.
+    """
     width = expand * embed_dim
     if not (width >= num_heads and float(width).is_integer() and int(width) % num_heads == 0):
         raise ValueError(f"{name} * embed_dim ({name} {expand!r} * {embed_dim} = {width:g}) must be a whole, positive "
@@ -191,7 +198,10 @@ class RecurrentAttention(HasKernels, Attention):
     mechanism (module docstring, "Patterns").
 
     Args:
-        embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+        embed_dim: D, the model width (the contract's three arguments, stated on
+            :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+        num_heads: H, the number of heads.
+        pattern: causal, noncausal or cross, one of the class's ``patterns``.
         kernels: 'auto' or one kernel's name of :attr:`kernel_set` (checked: an unknown one is a ValueError naming
             the choices).
         noncausal_form: the noncausal pattern's reading: 'bidirectional' (a forward and a backward scan combined) or
@@ -416,7 +426,10 @@ def real_rows(m: Attention, x: torch.Tensor, padding_mask: torch.Tensor | None, 
               context_mask: torch.Tensor | None) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The slow references' rows, one at a time, each as its real tokens alone: (b, rows, xq, xs) with rows the
     positions of row b's real queries, xq [1, Tq, D] those queries and xs [1, S, D] the real tokens of the source
-    (the row itself, or its ``context`` in cross attention)."""
+    (the row itself, or its ``context`` in cross attention).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     src = x if context is None else context
     src_mask = context_mask if m.pattern == "cross" else padding_mask
     for b in range(x.shape[0]):
@@ -435,6 +448,14 @@ def naive_source_reading(m: RecurrentAttention, op: Callable[..., tuple[torch.Te
     query reads the state after the whole source. Bidirectional: query t reads the state after tokens 1..t (the
     recurrence over the sequence) plus the state after tokens T..t+1 (the recurrence stepped one token at a time
     over the reversed sequence, read before token t's own step), so the token itself counts once.
+
+    Args:
+        m: the module (its pattern and ``noncausal_form``).
+        op: the op's token-by-token recurrence.
+        q: [1, H, T, K] the queries.
+        k: [1, H, S, K] the source's keys.
+        v: [1, H, S, V] the source's values.
+        **gates: the op's gates by its argument names.
 
     Returns:
         [1, H, T, V], before the output stage.

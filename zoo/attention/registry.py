@@ -312,7 +312,8 @@ def check_layer_fits(layer: Attention, name: str, options: Mapping[str, Any]) ->
 
     Args:
         layer: the layer, built on the meta device.
-        name, options: its registry name and options, for the message.
+        name: its registry name, for the message.
+        options: its options, for the message.
 
     Raises:
         OptionError: naming the bytes needed, those free and the options given.

@@ -53,9 +53,13 @@ class S4DAttention(Attention):
         """S4D.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             state_size: N, the SSM state per channel (even: N/2 complex conjugate pairs).
-            dt_min, dt_max: the range of the log-uniform initial step dt.
+            dt_min: the smallest initial step dt (steps are drawn log-uniform in [dt_min, dt_max]).
+            dt_max: the largest initial step dt.
             bias: a bias in the output projection.
         """
         super().__init__(embed_dim, num_heads, pattern)
@@ -163,7 +167,12 @@ class S4DAttention(Attention):
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None, state=None, return_state=False):
     """S4D by its recurrence h_t = A_bar h_{t-1} + u_t, y_t = 2 Re(C' h_t) + D u_t (noncausal: plus the same
-    recurrence run backwards with the second parameter set), then out_proj(GELU(y))."""
+    recurrence run backwards with the second parameter set), then out_proj(GELU(y)).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`; ``state`` is the complex recurrence state before
+    the chunk (None: zeros) and with ``return_state`` it also returns the state after the chunk, as the module
+    streams.
+    """
     if padding_mask is not None:
         x = x * padding_mask[..., None]
     B, T, D = x.shape

@@ -48,7 +48,8 @@ def parse_schedule(text: str, key: str = "the schedule", source: str = "the comm
 
     Args:
         text: ``NAME[*COUNT]`` terms joined by ``+`` (COUNT >= 1).
-        key, source: where the text was given, for the message.
+        key: the config key (or option) the text was given as, for the message.
+        source: where the text was given (a file, the command line), for the message.
 
     Raises:
         ConfigError: a malformed term (an empty one, a count that is not a positive integer), or more than
@@ -146,7 +147,8 @@ class AttentionSchedule:
             base: the site's ``model.attention`` (or its site's spec).
             num_layers: the stack's layers, which the schedule's length must divide.
             pattern: the site's pattern (causal, noncausal, cross; None: not checked).
-            key, layers_key: the config keys of the schedule and of the layer count, for the messages.
+            key: the config key of the schedule, for the messages.
+            layers_key: the config key of the layer count, for the messages.
 
         Raises:
             ConfigError: a length that does not divide ``num_layers``, or an entry the registry refuses (an unknown

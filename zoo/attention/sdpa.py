@@ -52,7 +52,10 @@ class SDPAttention(ProjectedAttention):
         """Full softmax attention.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             rope: rotate queries and keys by their positions (rotary embedding; self-attention, even head dim).
             rope_base: the rotary embedding's base (the wavelengths' scale).
             dropout: attention dropout on the probabilities, in training.
@@ -144,7 +147,10 @@ def naive_rotary(t: torch.Tensor, positions: torch.Tensor, base: float) -> torch
 
 def naive(attn: SDPAttention, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
           context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Full softmax attention with a dense mask (and rotary embedding when the module has rope=True)."""
+    """Full softmax attention with a dense mask (and rotary embedding when the module has rope=True).
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive` (``attn``: the module, there ``m``).
+    """
     B, T, _ = x.shape
     src = x if context is None else context
     S = src.shape[1]

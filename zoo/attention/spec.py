@@ -105,7 +105,8 @@ class AttentionSpec:
         """The :class:`~lavo_zoo.attention.Attention` module for ``pattern`` (:func:`build_attention`).
 
         Args:
-            embed_dim, num_heads: the site's width D and heads H.
+            embed_dim: the site's width D.
+            num_heads: the site's heads H.
             pattern: causal, noncausal or cross.
 
         Raises:
@@ -140,7 +141,8 @@ class AttentionSpec:
 
         Args:
             value: the YAML value (or a spec, returned as it is).
-            key, source: the config key and file it came from, for the messages.
+            key: the config key it came from, for the messages.
+            source: the config file it came from, for the messages.
 
         Raises:
             ConfigError: neither a name nor a mapping with a ``name``.
@@ -221,7 +223,8 @@ class SiteAttention:
 
         Args:
             value: the mapping (sites left out keep the default, sdpa).
-            key, source: the config key and file it came from, for the messages.
+            key: the config key it came from, for the messages.
+            source: the config file it came from, for the messages.
 
         Raises:
             ConfigError: not a mapping, an unknown site, or a site's attention refused by :meth:`check`.

@@ -33,7 +33,10 @@ class VanillaAttention(ProjectedAttention):
         """Plain softmax attention.
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             bias: biases in the q, k, v and output projections.
         """
         super().__init__(embed_dim, num_heads, pattern, bias)
@@ -60,7 +63,10 @@ class VanillaAttention(ProjectedAttention):
 
 # -------------------------------------------------------------------------------- slow reference, used by tests
 def naive(m, x, padding_mask=None, context=None, context_mask=None):
-    """Softmax attention by a loop over the queries, each over the keys it may see."""
+    """Softmax attention by a loop over the queries, each over the keys it may see.
+
+    Its arguments are stated in `lavo_zoo.attention.ops.naive`.
+    """
     q, k, v = qkv(m, x, context)
     key_mask = context_mask if m.pattern == "cross" else padding_mask
     return merge(m, softmax_attention(q, k, v, key_mask, m.pattern == "causal"))

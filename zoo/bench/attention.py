@@ -208,7 +208,15 @@ def efficiency_lengths(sweep: Sweep, names: list[str], lengths: list[int], toler
                        step: int = DEFAULT_STEP) -> dict[str, dict[str, Any]]:
     """{attention: {"time": ..., "memory": ...}} for every name but the baseline, against the baseline measured in
     the same sweep (:func:`lavo_zoo.bench.efficiency.efficiency_search`); lengths outside ``lengths`` are measured
-    (both attentions) and marked as bisection records."""
+    (both attentions) and marked as bisection records.
+
+    Args:
+        sweep: the sweep that measured ``lengths`` (and measures the bisection points).
+        names: the sweep's attentions (the baseline among them is skipped).
+        lengths: the lengths already swept.
+        tolerance: the bisection stops when the bracket is within this fraction of its lower end.
+        step: the lengths measured are multiples of ``step``.
+    """
     swept = set(lengths)
     out = {}
     for name in names:
@@ -237,7 +245,18 @@ def run_sweep(names: list[str], lengths: list[int], options: dict[str, dict[str,
     """Measure every (name, length) with ``settings`` (mode, pattern, device, dtype, precision (default autocast),
     embed_dim, heads, batch, repeats, warmup, chunk_size), then, with ``efficiency`` (``{"tolerance", "step"}``),
     the efficiency lengths against ``sdpa``, added to the sweep when not in ``names``. Prints as it goes; returns
-    the JSON the command writes: ``settings`` (with the machine), ``results`` and ``efficiency_lengths``."""
+    the JSON the command writes: ``settings`` (with the machine), ``results`` and ``efficiency_lengths``.
+
+    Args:
+        names: the attentions to measure (registry names).
+        lengths: the sequence lengths.
+        options: each attention's options by name (``{}`` for its defaults).
+        settings: the measurement's settings (above).
+        isolate: measure each pair in a fresh process (its own memory peak).
+        timeout: seconds per isolated measurement, or None (no limit).
+        efficiency: ``{"tolerance", "step"}`` to find the efficiency lengths too, or None.
+        echo: where the progress lines go.
+    """
     from lavo_zoo.engine.env import describe_machine, machine
 
     names, options = list(names), dict(options)

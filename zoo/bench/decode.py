@@ -49,7 +49,16 @@ def cache_bytes(cache: DecoderCache) -> int:
 
 def prepare(decoder: TransformerDecoder, batch: int, prefix: int, source: int, device: torch.device,
             dtype: torch.dtype) -> DecoderCache:
-    """The cache after init_cache on a random source of ``source`` tokens and a prefill of ``prefix`` positions."""
+    """The cache after init_cache on a random source of ``source`` tokens and a prefill of ``prefix`` positions.
+
+    Args:
+        decoder: the decoder stack.
+        batch: the batch size.
+        prefix: positions decoded before the timed steps.
+        source: the source's tokens.
+        device: where the inputs are made.
+        dtype: the inputs' dtype.
+    """
     import torch
 
     D = decoder.embed_dim
@@ -59,7 +68,14 @@ def prepare(decoder: TransformerDecoder, batch: int, prefix: int, source: int, d
 
 
 def time_steps(decoder: TransformerDecoder, cache: DecoderCache, steps: int, warmup: int) -> list[float]:
-    """Seconds of each of ``steps`` single-token steps from the same cache, after ``warmup`` untimed ones."""
+    """Seconds of each of ``steps`` single-token steps from the same cache, after ``warmup`` untimed ones.
+
+    Args:
+        decoder: the decoder stack.
+        cache: the cache every step starts from (:func:`prepare`).
+        steps: the timed steps.
+        warmup: the untimed steps before them.
+    """
     import torch
 
     p = next(decoder.parameters())

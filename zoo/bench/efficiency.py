@@ -55,7 +55,14 @@ def beats(pair: dict[str, Any], criterion: str) -> bool | None:
 
 def next_length(lo: int, hi: int, tolerance: float, step: int = DEFAULT_STEP) -> int | None:
     """The length to measure inside the bracket (lo loses, hi wins): the multiple of ``step`` nearest to the
-    geometric midpoint, strictly between them; None once ``hi - lo <= max(tolerance * lo, step)``."""
+    geometric midpoint, strictly between them; None once ``hi - lo <= max(tolerance * lo, step)``.
+
+    Args:
+        lo: the bracket's lower end (the length that loses).
+        hi: the bracket's upper end (the length that wins).
+        tolerance: the bracket's width, as a fraction of ``lo``, below which the search stops.
+        step: lengths are multiples of ``step``.
+    """
     if hi - lo <= max(tolerance * lo, step):
         return None
     mid = math.sqrt(lo * hi) / step
@@ -108,7 +115,18 @@ def efficiency_search(measure: Callable[[int], dict[str, Any]], lengths: Iterabl
                       tolerance: float = DEFAULT_TOLERANCE, step: int = DEFAULT_STEP,
                       criteria: Iterable[str] = tuple(CRITERIA)) -> dict[str, dict[str, Any]]:
     """The efficiency length of each criterion (``{"time": {...}, "memory": {...}}``, as the module describes),
-    measuring every length of ``lengths`` and then the bisection points, each length once."""
+    measuring every length of ``lengths`` and then the bisection points, each length once.
+
+    Args:
+        measure: one length's records, ``{"attention": ..., "baseline": ...}`` (:mod:`lavo_zoo.bench.attention`).
+        lengths: the lengths measured first (the bisection brackets come from them).
+        tolerance: stop when the bracket is within this fraction of its lower end (>= 0).
+        step: lengths measured are multiples of ``step`` (>= 1).
+        criteria: the criteria to search (``time``, ``memory``).
+
+    Raises:
+        ValueError: a negative ``tolerance`` or a ``step`` below 1.
+    """
     if not tolerance >= 0 or step < 1:
         raise ValueError(f"tolerance must be >= 0 and step >= 1, got {tolerance} and {step}")
     known: dict[int, dict[str, Any]] = {}

@@ -20,7 +20,15 @@ from lavo_zoo.options import device_option, json_records_option
 
 def measure(config: str, length: int, repeats: int, device: Any, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     """Train and eval tokens/s of ``config`` with the config ``overrides`` (KEY=VALUE) at context ``length`` (median
-    of ``repeats`` steps), in the config's training precision."""
+    of ``repeats`` steps), in the config's training precision.
+
+    Args:
+        config: the config's name or file.
+        length: the context length T.
+        repeats: timed steps (the median is reported).
+        device: where the model runs.
+        overrides: config overrides, KEY=VALUE.
+    """
     import torch
 
     from lavo_zoo.engine.configs import resolve_config

@@ -9,7 +9,7 @@ kernels on a machine without a GPU, dispatches torch operations of its own). Eac
 Triton path on a CPU with ``TRITON_INTERPRET=1``. The Triton path's count and sdpa's do not depend on the sequence
 length; the recompute kernels loop over chunks of queries, so theirs grows with it.
 
-The test suite pins these counts (``tests/bench/test_ops.py``, ``tests/attention/test_lavo_triton.py``).
+The test suite pins these counts (``tests/bench/test_ops.py``, ``tests/attention/lavo/test_triton.py``).
 """
 from __future__ import annotations
 

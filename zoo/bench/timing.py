@@ -91,7 +91,14 @@ def run_isolated(target: str, spec: dict[str, Any], timeout: float | None = None
 def run_fresh(target: str, spec: dict[str, Any], timeout: float | None = None, env: dict[str, str] | None = None
               ) -> dict[str, Any]:
     """One measurement in one fresh process (so that its resident-memory peak is its own), with this process's
-    environment or ``env``."""
+    environment or ``env``.
+
+    Args:
+        target: the measurement's function, ``"module:function"``.
+        spec: its arguments (JSON-able).
+        timeout: seconds before the process is stopped, or None (no limit).
+        env: the process's environment, or None (this one's).
+    """
     return _run_worker(target, spec, dict(os.environ) if env is None else env, timeout)
 
 

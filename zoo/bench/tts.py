@@ -28,7 +28,16 @@ DECODERS = {"sdpa": "sdpa", "lavo": "lavo-causal"}  # decoder self-attention -> 
 
 def measure(decoder: str, frames: int, at: list[int], size: str, device: str, repeats: int = 1) -> dict:
     """Per-frame time at each of ``at`` (ms), frames/s and real-time factor of the model of config
-    ``tts/<size>-<decoder>`` (:data:`SIZES`, :data:`DECODERS`)."""
+    ``tts/<size>-<decoder>`` (:data:`SIZES`, :data:`DECODERS`).
+
+    Args:
+        decoder: the decoder's attention, a key of :data:`DECODERS`.
+        frames: frames synthesised per run.
+        at: the frames whose per-frame time is reported (the median over the 25 steps ending there).
+        size: the model size, a key of :data:`SIZES`.
+        device: where the model runs.
+        repeats: timed decodes (the fastest is reported).
+    """
     import torch
 
     from lavo_zoo.engine.configs import resolve_config

@@ -3,22 +3,25 @@
 (:mod:`~lavo_zoo.compare.table`)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 
 from lavo_zoo.compare.collect import collect
 from lavo_zoo.compare.efficiency import Efficiency
 from lavo_zoo.compare.launchers import (
+    LAUNCHER_SECTION,
     LAUNCHERS,
-    CellsFailed,
     Launcher,
     LauncherSettings,
     SerialLauncher,
     launcher_settings,
-    parse_slurm_options,
 )
-from lavo_zoo.compare.study import parse_options, run_study
+from lavo_zoo.compare.outcomes import CellsFailed
+from lavo_zoo.compare.slurm.options import parse_slurm_options
+from lavo_zoo.compare.study import Study, parse_options, run_study
 from lavo_zoo.compare.table import check_table_files, table_text, write_table
 from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.engine.run_identity import distinct_runs
@@ -104,13 +107,8 @@ Examples:
 @click.option("--wait/--no-wait", default=None,
               help="slurm: wait for the cells, writing the table as they finish (default), or submit and return; "
                    "the same command later collects the finished cells and waits for (or reports) the others.")
-def compare(config: str | None, overrides: tuple[str, ...], attentions: str | None, site: str | None, seeds: str,
-            options: tuple[str, ...], out: Path, split: str, device: str | None, max_steps: int | None,
-            max_batches: int | None, rerun: bool, collect_paths: bool, efficiency: bool,
-            efficiency_lengths: str, dry_run: bool, launcher: str | None, jobs: int | None,
-            cells_per_gpu: int | None, partition: str | None, gpus_per_cell: int | None, cpus_per_cell: int | None,
-            mem: str | None, time_limit: str | None, account: str | None, qos: str | None, constraint: str | None,
-            slurm_options: tuple[str, ...], wait: bool | None) -> None:
+def compare(config: str | None, overrides: tuple[str, ...], out: Path | None, collect_paths: bool,
+            efficiency: bool, **given: Any) -> None:
     """Train and score CONFIG once per (attention, seed) with the same budget, then write a comparison table.
 
     Finished cells are kept and killed ones resume, so the same command continues an interrupted study. The cells
@@ -120,83 +118,99 @@ def compare(config: str | None, overrides: tuple[str, ...], attentions: str | No
     if out is None:  # --collect too: the table is written, not only printed; the dry run checks the cells in OUT
         raise UsageError("give --out DIR, the study folder (cells/, table.md, table.csv, chart.png)"
                          + ("; with --collect, where the table goes" if collect_paths else ""))
-    given = [Path(p) for p in ([config] if config else []) + list(overrides)] if collect_paths else []
-    check_table_files(out, {f"--collect {p}": p for p in given} if collect_paths else {"CONFIG": config})
     if collect_paths:
-        paths = given
+        paths = [Path(p) for p in ([config] if config else []) + list(overrides)]
+        check_table_files(out, {f"--collect {p}": p for p in paths})
         if not paths:
             raise UsageError("--collect needs results JSONs or folders, e.g. lavo-zoo compare --collect runs/a runs/b "
                              "--out runs/table")
         records, title = collect(paths, efficiency), "collected results"
     else:
+        check_table_files(out, {"CONFIG": config})
         if not config:
             raise UsageError("give a CONFIG (e.g. lm/tiny-lavo), or --collect with existing results")
-        names = _csv_list(attentions, "--attentions")
-        seed_list = _csv_list(seeds, "--seeds", int)
-        extra = list(overrides) + ([f"train.max_steps={max_steps}"] if max_steps is not None else [])
-        how = None  # how the efficiency lengths are measured (None: not at all)
-        if efficiency:
-            from lavo_zoo.bench.timing import parse_ints
-
-            how = Efficiency(lengths=tuple(sorted(set(parse_ints(efficiency_lengths, "--efficiency-lengths")))))
-        given = {"name": launcher, "jobs": jobs, "cells_per_gpu": cells_per_gpu, "partition": partition,
-                 "gpus_per_cell": gpus_per_cell, "cpus_per_cell": cpus_per_cell, "mem": mem, "time": time_limit,
-                 "account": account, "qos": qos, "constraint": constraint,
-                 "slurm_options": parse_slurm_options(slurm_options), "wait": wait}
-        settings = _launcher_settings(config, given)
-        title = f"{config} on {split}" + (f", varying {site}" if site else "")
-        expected = max(1, len(names)) * max(1, len(seed_list))
-
-        def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
-            done = distinct_runs(done, quiet=True)  # each run once (noted once, when the study ends)
-            write_table(done, out, _title(title, len(done), expected))
-
-        chosen = make_launcher(settings, device)  # its checks (Slurm's commands, --time, ...) run in a dry run too
-        try:
-            records = run_study(config, names, seed_list or [1], site, extra, parse_options(options), out, device,
-                                split, rerun, max_batches, how, dry_run, launcher=None if dry_run else chosen,
-                                progress=None if settings.name == "serial" else progress)
-        except CellsFailed as e:
-            if e.records:
-                write_table(e.records, out, _title(title, len(e.records), expected))
-                click.echo(f"wrote {out / 'table.md'} with the {len(e.records)} finished cell(s)")
-            raise
-        if dry_run:
-            click.echo(f"  launcher     {chosen.plan(expected)}")
+        study = _study(config, list(overrides), out, efficiency, given)
+        settings = launcher_settings(study.config.sections.get(LAUNCHER_SECTION), _launcher_given(given),
+                                     study.config.source)
+        records, title = _run(study, settings)
+        if records is None:
             return
-        if not records:
-            click.echo("no cell has finished yet; the same command writes the table once one has")
-            return
-        title = _title(title, len(records), expected)
     for path in write_table(records, out, title):
         click.echo(f"wrote {path}")
     click.echo(table_text(records, title))  # this command's table (another one may write the study's at once)
+
+
+def _study(config: str, overrides: list[str], out: Path, efficiency: bool, given: dict[str, Any]) -> Study:
+    """The study the command line asks for (its study options, in ``given``), its config read once."""
+    how = None  # how the efficiency lengths are measured (None: not at all)
+    if efficiency:
+        from lavo_zoo.bench.timing import parse_ints
+
+        how = Efficiency(lengths=tuple(sorted(set(parse_ints(given["efficiency_lengths"], "--efficiency-lengths")))))
+    max_steps = given["max_steps"]
+    return Study.load(config, out, overrides + ([f"train.max_steps={max_steps}"] if max_steps is not None else []),
+                      attentions=_csv_list(given["attentions"], "--attentions"),
+                      seeds=_csv_list(given["seeds"], "--seeds", int) or [1], site=given["site"],
+                      options=parse_options(given["options"]), device=given["device"], split=given["split"],
+                      rerun=given["rerun"], max_batches=given["max_batches"], efficiency=how,
+                      dry_run=given["dry_run"])
+
+
+def _launcher_given(given: dict[str, Any]) -> dict[str, Any]:
+    """The launcher settings the command line gives (None: not given), by :class:`LauncherSettings` field."""
+    names = {"launcher": "name", "time_limit": "time"}  # the options whose names are not the settings'
+    settings = {f.name for f in dataclasses.fields(LauncherSettings)}
+    found = {names.get(option, option): value for option, value in given.items()
+             if names.get(option, option) in settings}
+    found["slurm_options"] = parse_slurm_options(found["slurm_options"])
+    return found
+
+
+def _run(study: Study, settings: LauncherSettings) -> tuple[list[CellRecord] | None, str]:
+    """Run the study with the launcher ``settings`` choose: the finished cells' records (None: nothing to tabulate,
+    said so) and the table's title. A table of the cells that finished is written as they finish (launchers running
+    several at once) and when some fail."""
+    title = f"{study.name} on {study.split}" + (f", varying {study.site}" if study.site else "")
+    expected = max(1, len(study.attentions)) * len(study.seeds)
+
+    def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
+        done = distinct_runs(done, quiet=True)  # each run once (noted once, when the study ends)
+        write_table(done, study.out_dir, _title(title, len(done), expected))
+
+    chosen = make_launcher(settings, study.device)  # its checks (Slurm's commands, --time, ...) run in a dry run too
+    try:
+        records = run_study(study, launcher=None if study.dry_run else chosen,
+                            progress=None if settings.name == "serial" else progress)
+    except CellsFailed as e:
+        if e.records:
+            write_table(e.records, study.out_dir, _title(title, len(e.records), expected))
+            click.echo(f"wrote {study.out_dir / 'table.md'} with the {len(e.records)} finished cell(s)")
+        raise
+    if study.dry_run:
+        click.echo(f"  launcher     {chosen.plan(expected)}")
+        return None, title
+    if not records:
+        click.echo("no cell has finished yet; the same command writes the table once one has")
+        return None, title
+    return records, _title(title, len(records), expected)
 
 
 def _title(title: str, done: int, expected: int) -> str:
     return title if done >= expected else f"{title} ({done} of {expected} cells finished)"
 
 
-def _launcher_settings(config: str, given: dict) -> LauncherSettings:
-    """The launcher settings: the command line's over the config's ``launcher:`` section."""
-    from lavo_zoo.engine.configs import LAUNCHER_SECTION, config_section, find_config
-
-    return launcher_settings(config_section(config, LAUNCHER_SECTION), given, str(find_config(config)))
-
-
 def make_launcher(settings: LauncherSettings, device: str | None) -> Launcher:
     """The launcher the settings name (here, above the launchers' modules, which import their shared parts from
-    :mod:`~lavo_zoo.compare.launchers`)."""
+    :mod:`~lavo_zoo.compare.outcomes` and :mod:`~lavo_zoo.compare.launchers`)."""
     if settings.name == "local":
         from lavo_zoo.compare.local import LocalLauncher
 
         return LocalLauncher(settings.jobs, settings.cells_per_gpu, device)
     if settings.name == "slurm":
-        from lavo_zoo.compare.slurm import SlurmLauncher
+        from lavo_zoo.compare.slurm.launcher import SlurmLauncher
 
         if device is not None and device.startswith("cuda") and not settings.gpus_per_cell:
             raise UsageError(f"--device {device}: the cells' jobs get no GPU unless asked for; add --gpus-per-cell 1 "
                              "(or launcher.gpus_per_cell in the config)")
         return SlurmLauncher(settings)
     return SerialLauncher()
-

@@ -80,7 +80,15 @@ def cached_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, d
     """The rows' efficiency lengths kept in ``out_dir/efficiency/`` from an earlier measurement with the same
     attention, model sizes, pattern and settings on ``device`` (its name: ``cpu``, ``cuda``, ``cuda:1``), and the
     rows still to measure, grouped by model shape: ``({label: lengths}, {(embed_dim, heads, pattern): [(label,
-    key), ...]})`` (see :func:`study_efficiency`)."""
+    key), ...]})`` (see :func:`study_efficiency`).
+
+    Args:
+        setups: each row's layer (:func:`attention_setup`), None for a row without one.
+        out_dir: the study's folder.
+        device: the device's name.
+        efficiency: how the lengths are measured.
+        echo: print a line for each row whose lengths are kept.
+    """
     from lavo_zoo.bench.efficiency import BASELINE
 
     settings = efficiency.settings(device)
@@ -111,7 +119,14 @@ def study_efficiency(setups: dict[str, dict[str, Any] | None], out_dir: Path, de
     every row with a setup (:func:`attention_setup`). Each is read from ``out_dir/efficiency/<label>.json`` when
     that was measured with the same attention, model sizes, pattern and :class:`Efficiency` settings
     (:func:`cached_efficiency`); the others are measured together (one ``sdpa`` sweep per model shape, with the
-    study's ``sdpa`` options where it is a row) and written there."""
+    study's ``sdpa`` options where it is a row) and written there.
+
+    Args:
+        setups: each row's layer (:func:`attention_setup`), None for a row without one.
+        out_dir: the study's folder.
+        device: where to measure (None: the default device, :func:`~lavo_zoo.engine.env.pick_device`).
+        efficiency: how the lengths are measured.
+    """
     from lavo_zoo.bench.attention import run_sweep
     from lavo_zoo.bench.efficiency import BASELINE
     from lavo_zoo.engine.env import pick_device
@@ -150,6 +165,20 @@ def _found(entry: dict[str, Any]) -> dict[str, Any]:
     lengths = next(iter(entry["efficiency_lengths"].values()))
     return {**lengths, "swept": entry["key"]["lengths"], "tolerance": entry["key"]["tolerance"],
             "machine": describe_machine(entry["settings"]["machine"])}
+
+
+@dataclass
+class EfficiencyPlan:
+    """The efficiency lengths a study measures, handed to its launcher beside the cells: each row's layer
+    (:func:`attention_setup`), the device and how (:class:`Efficiency`)."""
+
+    setups: dict[str, dict[str, Any] | None]
+    device: str | None
+    how: Efficiency
+
+    def measure(self, out_dir: Path) -> dict[str, dict[str, Any]]:
+        """The rows' efficiency lengths (:func:`study_efficiency`), measured here (those kept in ``out_dir`` read)."""
+        return study_efficiency(self.setups, out_dir, self.device, self.how)
 
 
 def collect_efficiency(paths: list[Path]) -> dict[str, dict[str, Any]]:

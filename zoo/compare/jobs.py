@@ -2,11 +2,11 @@
 study's own process, in a process of its own on this machine (``python -m lavo_zoo.compare.jobs CELL_DIR/job.json``)
 or in a Slurm job (submitit pickles it).
 
-:class:`CellJob` holds what the cell needs as plain values (the study's config and the cell's overrides, its folder,
-where to run) and, when called, takes the cell's lock (:mod:`~lavo_zoo.compare.locks`), keeps a cell another process
-finished meanwhile, else trains it (``--resume auto``: a killed or requeued cell continues from its last checkpoint,
-with the trainer's exact resume), evaluates it and writes its ``cell.json`` (:class:`CellRecord`) atomically: a
-cell is either finished or not.
+:class:`CellJob` holds what the cell needs as plain values (the study's config as the study read it and the cell's
+overrides, its folder, where to run) and, when called, takes the cell's lock (:mod:`~lavo_zoo.compare.locks`),
+keeps a cell another process finished meanwhile, else trains it (``--resume auto``: a killed or requeued cell
+continues from its last checkpoint, with the trainer's exact resume), evaluates it and writes its ``cell.json``
+(:class:`CellRecord`) atomically: a cell is either finished or not.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import click
 from lavo_zoo.atomic import put_file, write_file
 from lavo_zoo.compare.locks import CELL_LOCK, FolderLock
 from lavo_zoo.engine.records import CELL_FILE, CellRecord
-from lavo_zoo.errors import ZooError
+from lavo_zoo.errors import UsageError, ZooError
 
 JOB_FILE = "job.json"  # a cell's CellJob, as the local launcher hands it to the cell's process
 LOG_FILE = "cell.log"  # that process's output
@@ -38,7 +38,16 @@ def run_cell(recipe: Any, cfg: Any, cell_dir: Path, device: str | None, split: s
     """Train (or resume) and evaluate one cell (``cfg`` resolved); writes its results.json and returns what its
     record holds of the run: metrics, the weights scored, parameters, the wall time of its training (data
     preparation and validation included) and its steady-state step time and step memory
-    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it)."""
+    (:class:`~lavo_zoo.compare.steps.StepMeter`: the same whichever cells ran before it).
+
+    Args:
+        recipe: the cell's recipe.
+        cfg: the cell's resolved config.
+        cell_dir: the cell's run folder.
+        device: where it trains (None: the default device).
+        split: the split it is evaluated on.
+        max_batches: evaluate on this many batches at most (None: the whole split).
+    """
     from lavo_zoo.compare.steps import StepMeter
     from lavo_zoo.engine.env import pick_device
     from lavo_zoo.engine.evaluate import evaluate_checkpoint
@@ -71,15 +80,18 @@ def recipe_target(recipe: Any) -> list[str]:
 @dataclass
 class CellJob:
     """One (attention, seed) cell of a study, runnable in any process: ``CellJob(...)()`` returns its record as
-    ``cell.json`` holds it."""
+    ``cell.json`` holds it. It carries the study's config as the study read it, once (``config_data``: the file and
+    its ``extends:`` chain merged, :class:`~lavo_zoo.engine.configs.LoadedConfig`), which the cell's process
+    validates with the cell's overrides without reading the file again."""
 
-    config: str  # the study's CONFIG: a named config or an absolute path
+    config: str  # the study's CONFIG as it was given (a named config or a path): what the cell's record says
+    config_data: dict[str, Any]  # that config as the study read it (LoadedConfig.data)
+    config_file: str  # the file it was read from, as messages name it
     overrides: list[str]  # the study's overrides, then the cell's (attention, its options, seed)
     cell_dir: str  # absolute
     attention: str
     seed: int
     split: str
-    study_config: str | None = None  # CONFIG as the study was given it (its record says this); default: config
     site: str | None = None
     device: str | None = None
     max_batches: int | None = None
@@ -117,6 +129,37 @@ class CellJob:
             if name not in RECIPES:
                 RECIPES.register(name, target, source=f"the study's process ({target})")
 
+    def cell_config(self) -> tuple[Any, Any]:
+        """(recipe, config) of this cell: the study's config as it read it, validated with the cell's overrides and
+        resolved (its data-derived sizes filled). The one way a cell's config is made: the study checks every cell
+        with it before the first trains, and the cell's process trains what it gives.
+
+        Raises:
+            ConfigError: a key unknown or a value out of range (naming the key, the file and the overrides).
+        """
+        from lavo_zoo.engine.configs import config_from_dict
+
+        recipe, cfg = config_from_dict(self.config_data, self.overrides, self.config_file)
+        return recipe, recipe.resolve(cfg)
+
+    def finished(self) -> CellRecord | None:
+        """This cell's record once it has finished (its cell.json, read by :meth:`CellRecord.read`: one that cannot
+        be read stops the study, naming the file and what to do), else None.
+
+        Raises:
+            UsageError: a record that cannot be read, or the record of another cell (another attention or seed:
+                copied or moved here), naming the file and how to train the cell again.
+        """
+        done = Path(self.cell_dir) / CELL_FILE
+        if not done.is_file():
+            return None
+        record = CellRecord.read(done)
+        if (record.attention, record.seed) != (self.attention, self.seed):
+            raise UsageError(f"{done} is the record of {record.attention} seed {record.seed}, not of this cell "
+                             f"({self.attention} seed {self.seed}): it was copied or moved here, and would count "
+                             "another run as this one. Remove it (or the cell's folder) to train the cell")
+        return record
+
     def where(self) -> dict[str, Any]:
         """How and where the cell ran: the launcher's description, the host, the Slurm job and its restarts."""
         found = {**self.launch, "host": socket.gethostname()}
@@ -126,8 +169,6 @@ class CellJob:
         return found
 
     def __call__(self) -> dict[str, Any]:
-        from lavo_zoo.engine.configs import resolve_config
-
         self._set_up_process()
         cell_dir = Path(self.cell_dir)
         done = cell_dir / CELL_FILE
@@ -136,12 +177,12 @@ class CellJob:
             click.echo(f"{self.name}: {who} works on this cell; waiting for it to finish", err=True)
 
         with FolderLock(cell_dir / CELL_LOCK, waiting):
-            if done.exists():  # finished by another process while this one waited, or before
-                return json.loads(done.read_text())
-            recipe, cfg = resolve_config(self.config, self.overrides)
-            fields = run_cell(recipe, recipe.resolve(cfg), cell_dir, self.device, self.split, self.max_batches)
-            record = CellRecord(attention=self.attention, seed=self.seed, site=self.site,
-                                config=self.study_config or self.config,
+            record = self.finished()  # by another process while this one waited, or before
+            if record is not None:
+                return record.to_json()
+            recipe, cfg = self.cell_config()
+            fields = run_cell(recipe, cfg, cell_dir, self.device, self.split, self.max_batches)
+            record = CellRecord(attention=self.attention, seed=self.seed, site=self.site, config=self.config,
                                 overrides=list(self.overrides), launch=self.where(), **fields)
             write_file(done, json.dumps(record.to_json(), indent=2) + "\n", option="the cell record")
             return record.to_json()

@@ -24,10 +24,10 @@ from types import FrameType
 import click
 
 from lavo_zoo.atomic import write_file
+from lavo_zoo.compare.efficiency import EfficiencyPlan
 from lavo_zoo.compare.jobs import JOB_FILE, LOG_FILE, CellJob
-from lavo_zoo.compare.launchers import (
+from lavo_zoo.compare.outcomes import (
     CellFailure,
-    EfficiencyPlan,
     Progress,
     StudyResult,
     count,
@@ -35,7 +35,6 @@ from lavo_zoo.compare.launchers import (
     kept_record,
     log_tail,
     measure_after,
-    read_record,
 )
 from lavo_zoo.engine.records import CellRecord
 from lavo_zoo.errors import UsageError, ZooError
@@ -101,6 +100,13 @@ def plan_slots(jobs: int | None, cells_per_gpu: int, gpus: list[str], cores: lis
     """The slots of ``min(jobs, cells)`` cells at once: on CUDA (``gpus``) ``cells_per_gpu`` slots per GPU, by
     default as many as the GPUs hold; on the CPU one per :data:`CORES_PER_CPU_CELL` cores by default. The cores are
     divided among the slots (a core each at least; more slots than cores share them round robin).
+
+    Args:
+        jobs: cells at once (``--jobs``), or None (the default above).
+        cells_per_gpu: slots per GPU (``--cells-per-gpu``; 1 on the CPU).
+        gpus: the visible GPUs' names (empty: the cells run on the CPU).
+        cores: the cores this process may use.
+        cells: the cells to train (no more slots than that).
 
     Raises:
         UsageError: more cells at once than the GPUs hold, or ``cells_per_gpu`` for cells on the CPU.
@@ -171,6 +177,8 @@ class LocalLauncher:
 
     def run(self, jobs: list[CellJob], out_dir: Path, progress: Progress | None = None,
             efficiency: EfficiencyPlan | None = None) -> StudyResult:
+        """Train the cells in parallel slots; its arguments are stated on
+        `lavo_zoo.compare.launchers.Launcher.run`."""
         found: dict[str, CellRecord] = {}
         todo = []
         for i, job in enumerate(jobs, 1):
@@ -202,7 +210,7 @@ class LocalLauncher:
                         continue
                     del running[proc]
                     free = sorted([*free, slot], key=slots.index)
-                    record = read_record(job) if code == 0 else None
+                    record = job.finished() if code == 0 else None
                     if record is not None:
                         found[job.name] = record
                         click.echo(f"{job.name}: finished ({len(found)} of {len(jobs)} cells)", err=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lavo_zoo.engine.records import CellRecord, is_seed, short_override
+from lavo_zoo.engine.records import CellRecord, attention_names, is_seed, short_override
 
 
 # ------------------------------------------------------------------------------------------------------- labels
@@ -12,25 +12,6 @@ def attention_label(config: dict[str, Any]) -> str:
     """A config's attention as one name: the mechanism, or its sites' mechanisms (``sdpa``, ``lavo+sdpa+lavo``)."""
     names = attention_names(config)
     return "+".join(names.values()) if names else "model"
-
-
-def attention_names(config: dict[str, Any]) -> dict[str, str]:
-    """{site: mechanism} of a results JSON's config (site "" for single-attention models); a site with a schedule of
-    layers (``model.attention_schedule``) is named as ``compare`` takes it as a row, ``hybrid:lavo*3+sdpa``."""
-    from lavo_zoo.attention.schedule import SCHEDULE_KEY, schedule_text
-
-    model = config.get("model") or {}
-    attention, schedule = model.get("attention"), model.get(SCHEDULE_KEY)
-
-    def named(spec: Any, entries: Any) -> str:
-        if isinstance(entries, list) and entries:
-            return "hybrid:" + schedule_text([str(e.get("name") if isinstance(e, dict) else e) for e in entries])
-        return str(spec.get("name") if isinstance(spec, dict) else spec)
-
-    if isinstance(attention, dict) and "name" not in attention:
-        schedule = schedule if isinstance(schedule, dict) else {}
-        return {site: named(spec, schedule.get(site)) for site, spec in attention.items() if isinstance(spec, dict)}
-    return {"": named(attention, schedule)} if attention is not None else {}
 
 
 def label_records(records: list[CellRecord]) -> None:

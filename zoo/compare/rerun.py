@@ -21,7 +21,7 @@ from lavo_zoo.engine.records import CELL_FILE
 from lavo_zoo.errors import UsageError
 from lavo_zoo.outputs import RUN_FILES
 
-SLURM_DIR = "slurm"  # a cell's Slurm job files (lavo_zoo.compare.slurm.JOB_DIR)
+SLURM_DIR = "slurm"  # a cell's Slurm job files (lavo_zoo.compare.slurm.submissions.JOB_DIR)
 # what a study writes in a cell folder: the training run's own entries and lock, the cell's evaluation, timing,
 # record and lock, the local launcher's job and log, the Slurm launcher's job files
 STUDY_WRITES = frozenset({*RUN_FILES, RESULTS_FILE, TIMING_FILE, CELL_FILE, CELL_LOCK, JOB_FILE, LOG_FILE, SLURM_DIR})

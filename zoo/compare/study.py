@@ -1,10 +1,11 @@
 """``lavo-zoo compare``'s study runner: one recipe config, several attentions (or the config's own, for repeated
-runs) and seeds, the same budget for each.
+runs) and seeds, the same budget for each. A study is one value (:class:`Study`), built once from the command line:
+its config is read once, and each cell's config is that reading validated with the cell's overrides.
 
 Every (attention, seed) cell is a normal training run in ``OUT/cells/<attention>-seed<seed>/`` (resumed with
 ``--resume auto`` if it was killed) followed by an evaluation of its ``checkpoints/best`` (the validation-selected
 weights) or, when the run kept none, ``checkpoints/last``. A cell is finished once its ``cell.json`` (its
-:class:`~lavo_zoo.compare.records.CellRecord`) exists: running the same command again skips it, so an interrupted
+:class:`~lavo_zoo.engine.records.CellRecord`) exists: running the same command again skips it, so an interrupted
 study continues where it stopped. A cell is reused only while its resolved config equals the study's (another budget
 or option is refused, naming the difference; ``--rerun`` retrains it: :mod:`~lavo_zoo.compare.rerun`, which removes
 nothing until every cell has checked out, and never in a dry run). Each cell records its parameter count, the wall
@@ -14,16 +15,18 @@ time of its training, and its step time and step memory, measured so that the or
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from lavo_zoo.compare.efficiency import Efficiency, attention_setup
+from lavo_zoo.compare.efficiency import Efficiency, EfficiencyPlan, attention_setup
 from lavo_zoo.compare.jobs import CellJob, recipe_target
-from lavo_zoo.compare.launchers import CellsFailed, EfficiencyPlan, Launcher, Progress, SerialLauncher
+from lavo_zoo.compare.launchers import Launcher, SerialLauncher
+from lavo_zoo.compare.outcomes import CellsFailed, Progress
 from lavo_zoo.compare.records import attention_label
 from lavo_zoo.compare.rerun import check_reusable, remove_cells
 from lavo_zoo.engine.records import CELL_FILE, SEED_KEY, CellRecord
@@ -32,6 +35,9 @@ from lavo_zoo.errors import ConfigError, UsageError, did_you_mean
 
 # a row of --attentions that is a hybrid: a schedule of layers (lavo_zoo.attention.schedule), e.g. hybrid:lavo*3+sdpa
 HYBRID_ROW = "hybrid:"
+
+if TYPE_CHECKING:  # the engine's configs import torch (the recipes); a study imports them when it reads its config
+    from lavo_zoo.engine.configs import LoadedConfig
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,14 @@ def cell_overrides(key: str | None, cell: Cell, options: dict[str, dict[str, Any
     """Overrides that select the cell's attention (its own options from ``-o ATTN.key=value``; none when the study
     keeps the config's attention, ``key`` None) and seed. A hybrid row sets the schedule of ``key``'s layers
     (:func:`schedule_key`); a mechanism's row over a config with a schedule there (``scheduled``) drops it, so that
-    every layer runs the row's mechanism."""
+    every layer runs the row's mechanism.
+
+    Args:
+        key: the config key of the attention the study varies (``model.attention``), or None.
+        cell: the cell (its attention row and seed).
+        options: each row's attention options (``-o ATTN.key=value``), by row name.
+        scheduled: the config sets a schedule at ``key``.
+    """
     seed = f"{SEED_KEY}={cell.seed}"
     if key is None:
         return [seed]
@@ -204,68 +217,142 @@ def parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_study(config: str, attentions: list[str], seeds: list[int], site: str | None, overrides: list[str],
-              options: dict[str, dict[str, Any]], out_dir: Path, device: str | None, split: str,
-              rerun: bool = False, max_batches: int | None = None,
-              efficiency: Efficiency | None = None, dry_run: bool = False, launcher: Launcher | None = None,
-              progress: Progress | None = None) -> list[CellRecord]:
-    """Run every unfinished cell (attention-major order) with ``launcher`` (default: one after another in this
-    process, :class:`~lavo_zoo.compare.launchers.SerialLauncher`) and return the records of the finished cells. An
-    empty ``attentions`` keeps the config's own attention (one row: repeated runs over ``seeds``). With
-    ``efficiency``, every record also gets its row's efficiency lengths (:func:`study_efficiency`, measured while no
-    cell trains; not in cell.json). ``dry_run``: check every cell (its config, the data of the first, each model)
-    and print the plan; nothing is trained or written. ``progress`` is told the finished cells as they finish (the
-    launchers that run cells at once).
+@dataclass(frozen=True)
+class Study:
+    """One study as ``lavo-zoo compare`` runs it, built once (:meth:`load`) and checked as it is built: its config
+    read once and checked with the study's overrides (:class:`~lavo_zoo.engine.configs.LoadedConfig`: every cell's
+    config is that mapping validated with the study's overrides then the cell's, when the study plans the cell and in
+    the cell's process), the attentions and seeds of its cells, and how each cell is trained and scored.
+
+    Raises:
+        UsageError: an attention or a seed given twice, an attention that is not registered, ``-o`` or ``--site``
+            without ``--attentions``, an ``-o`` option of an attention the study does not list or does not take.
+    """
+
+    name: str  # CONFIG as given (a named config or a path): what each cell's record says
+    config: LoadedConfig
+    out_dir: Path
+    attentions: tuple[str, ...] = ()  # one row each; none: the config's own attention, repeated over the seeds
+    seeds: tuple[int, ...] = (1,)
+    site: str | None = None  # encoder-decoder recipes: the site whose attention the rows vary
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # -o ATTN.KEY=VALUE: {attention: {key: value}}
+    device: str | None = None
+    split: str = "test"  # the split every cell is scored on
+    rerun: bool = False  # train again the cells trained with another config (refused otherwise)
+    max_batches: int | None = None  # score only the first N batches of the split
+    efficiency: Efficiency | None = None  # how the rows' efficiency lengths are measured (None: not at all)
+    dry_run: bool = False  # check every cell and print the plan; nothing is trained or written
+
+    def __post_init__(self) -> None:
+        check_distinct(list(self.attentions), "--attentions", "attention")
+        check_distinct(list(self.seeds), "--seeds", "seed")
+        if not self.attentions and (self.site is not None or self.options):
+            raise UsageError("--site and -o choose attentions to compare: use them with --attentions")
+        unknown = sorted(set(self.options) - set(self.attentions))
+        if unknown:
+            raise UsageError(f"-o names {', '.join(unknown)}, which --attentions does not list")
+        check_study_attentions(list(self.attentions), self.options)
+
+    @classmethod
+    def load(cls, config: str, out_dir: Path, overrides: Sequence[str] = (), **settings: Any) -> Study:
+        """The study of ``config``, read once.
+
+        Args:
+            config: a named config (``lm/tiny-lavo``) or a path to a YAML file.
+            out_dir: the study folder.
+            overrides: ``key=value`` strings applied to every cell (checked here, with the config).
+            **settings: the other fields of :class:`Study` (``attentions``, ``seeds``, ``site``, ``options``,
+                ``device``, ``split``, ``rerun``, ``max_batches``, ``efficiency``, ``dry_run``).
+
+        Raises:
+            ConfigError: the config cannot be read.
+            UsageError: as :class:`Study`.
+        """
+        from lavo_zoo.engine.configs import load_config
+
+        if "attentions" in settings:  # a hybrid row as the table labels it (one schedule written two ways: one row)
+            settings["attentions"] = tuple(normal_row(row) for row in settings["attentions"])
+        if "seeds" in settings:
+            settings["seeds"] = tuple(settings["seeds"])
+        return cls(config, load_config(config, overrides), Path(out_dir), **settings)
+
+    def job(self, cell: Cell, key: str | None) -> CellJob:
+        """The job of ``cell``: the study's config as read, the study's overrides then the cell's (its attention at
+        ``key``, with its ``-o`` options, and its seed; a mechanism's row over a config with a schedule at ``key``
+        drops the schedule), its folder and how it is scored."""
+        scheduled = key is not None and has_schedule(self.config.checked, key)
+        return CellJob(config=self.name, config_data=self.config.data, config_file=self.config.source,
+                       overrides=[*self.config.overrides, *cell_overrides(key, cell, self.options, scheduled)],
+                       cell_dir=str((self.out_dir / "cells" / cell.name).resolve()), attention=cell.attention,
+                       seed=cell.seed, split=self.split, site=self.site, device=self.device,
+                       max_batches=self.max_batches, recipe=recipe_target(self.config.recipe))
+
+
+@dataclass
+class PlannedCell:
+    """A cell checked before any trains (:func:`plan_cell`): its job, its config as its run will train it, and
+    whether ``--rerun`` trains it again."""
+
+    cell: Cell
+    job: CellJob
+    folder: Path  # OUT/cells/<cell>, as the study names it (links not followed)
+    recipe: Any
+    cfg: Any
+    stale: bool
+
+
+def plan_cell(study: Study, cell: Cell, key: str | None) -> PlannedCell:
+    """``cell`` checked as its run would check it, writing nothing: its place (a folder, or nothing yet), its config
+    (:meth:`~lavo_zoo.compare.jobs.CellJob.cell_config`), its model (built on the meta device: an option the model
+    refuses), and whether a kept cell was trained with that config (else refused, or with ``--rerun`` marked).
+
+    Raises:
+        UsageError, ConfigError: naming the cell and what to do.
+    """
+    from lavo_zoo.config import to_dict
+    from lavo_zoo.engine.memory import build_on_meta
+
+    folder = study.out_dir / "cells" / cell.name
+    check_cell_folder(folder, cell)
+    job = study.job(cell, key)
+    recipe, cfg = job.cell_config()
+    build_on_meta(partial(recipe.build_model, cfg))
+    return PlannedCell(cell, job, folder, recipe, cfg, check_reusable(folder, to_dict(cfg), study.rerun))
+
+
+def run_study(study: Study, launcher: Launcher | None = None, progress: Progress | None = None) -> list[CellRecord]:
+    """Run every unfinished cell of ``study`` (attention-major order) with ``launcher`` (default: one after another in
+    this process, :class:`~lavo_zoo.compare.launchers.SerialLauncher`) and return the records of the finished cells.
+    With ``study.efficiency``, every record also gets its row's efficiency lengths (measured while no cell trains;
+    not in cell.json). A dry run checks every cell (its config, the data of the first, each model) and prints the
+    plan; nothing is trained or written.
+
+    Args:
+        study: the study (:meth:`Study.load`).
+        launcher: where the cells run.
+        progress: told the finished cells as they finish (the launchers that run cells at once).
 
     Raises:
         CellsFailed: cells that did not finish (the others did: ``records``), once the others are done.
     """
     from lavo_zoo.config import to_dict
-    from lavo_zoo.engine.configs import find_config, resolve_config
-    from lavo_zoo.engine.memory import build_on_meta
 
-    attentions = [normal_row(row) for row in attentions]
-    check_distinct(attentions, "--attentions", "attention")
-    check_distinct(seeds, "--seeds", "seed")
-    _, cfg = resolve_config(config, overrides)  # validates the config and the overrides once, before any training
-    key = attention_key(cfg, site) if attentions else None
-    if not attentions and (site is not None or options):
-        raise UsageError("--site and -o choose attentions to compare: use them with --attentions")
-    unknown = sorted(set(options) - set(attentions))
-    if unknown:
-        raise UsageError(f"-o names {', '.join(unknown)}, which --attentions does not list")
-    check_study_attentions(attentions, options)
-    own = attention_label(to_dict(cfg))
-    cells = [Cell(a, s) for a in attentions or [own] for s in seeds]
-    planned, stale = [], []
-    for cell in cells:  # every cell's config and model are checked before the first one trains; nothing is written
-        cell_overrides_ = overrides + cell_overrides(key, cell, options, key is not None and has_schedule(cfg, key))
-        recipe, cell_cfg = resolve_config(config, cell_overrides_)
-        cell_cfg = recipe.resolve(cell_cfg)
-        build_on_meta(partial(recipe.build_model, cell_cfg))  # an option the cell's model refuses, as its run would
-        cell_dir = out_dir / "cells" / cell.name
-        check_cell_folder(cell_dir, cell)
-        if check_reusable(cell_dir, to_dict(cell_cfg), rerun):
-            stale.append(cell_dir)
-        planned.append((cell, recipe, cell_cfg, cell_overrides_, cell_dir))
-    if dry_run:
-        _print_plan(planned, config, device, stale)
+    cfg = study.config.checked  # the study's config and overrides, checked when it was read
+    key = attention_key(cfg, study.site) if study.attentions else None
+    cells = [Cell(a, s) for a in study.attentions or [attention_label(to_dict(cfg))] for s in study.seeds]
+    planned = [plan_cell(study, cell, key) for cell in cells]  # every cell checks out before the first trains
+    if study.dry_run:
+        _print_plan(study, planned)
         return []
-    remove_cells(stale)  # --rerun: only now, every cell having checked out
-    path = find_config(config)  # a path stays valid in the cells' processes, which may run in another folder
-    config_ref = str(path.resolve()) if Path(config).suffix in (".yaml", ".yml") or Path(config).exists() else config
-    jobs = [CellJob(config=config_ref, study_config=config, overrides=cell_overrides_,
-                    cell_dir=str(cell_dir.resolve()), attention=cell.attention, seed=cell.seed, split=split, site=site,
-                    device=device, max_batches=max_batches, recipe=recipe_target(recipe))
-            for cell, recipe, _, cell_overrides_, cell_dir in planned]
+    remove_cells([p.folder for p in planned if p.stale])  # --rerun: only now, every cell having checked out
     plan = None
-    if efficiency is not None:
+    if study.efficiency is not None:
         setups: dict[str, dict[str, Any] | None] = {}
-        for cell, recipe, cell_cfg, _, _ in planned:
-            if cell.attention not in setups:
-                setups[cell.attention] = _row_setup(recipe, cell_cfg, key)
-        plan = EfficiencyPlan(setups, device, efficiency)
-    result = (launcher or SerialLauncher()).run(jobs, out_dir, progress, plan)
+        for p in planned:
+            if p.cell.attention not in setups:
+                setups[p.cell.attention] = _row_setup(p.recipe, p.cfg, key)
+        plan = EfficiencyPlan(setups, study.device, study.efficiency)
+    result = (launcher or SerialLauncher()).run([p.job for p in planned], study.out_dir, progress, plan)
     records = distinct_runs(result.records)  # a run counts once, as --collect counts it
     for record in records:
         if record.attention in result.efficiency:
@@ -288,20 +375,21 @@ def _row_setup(recipe: Any, cfg: Any, key: str | None) -> dict[str, Any] | None:
     return attention_setup(recipe, cfg, key)
 
 
-def _print_plan(planned: list[tuple], config: str, device: str | None, stale: list[Path]) -> None:
+def _print_plan(study: Study, planned: list[PlannedCell]) -> None:
     """``compare --dry-run``: the first cell as ``train --dry-run`` describes it, then one line per cell (a cell that
     ``--rerun`` would train again is said so; nothing is removed)."""
     from lavo_zoo.engine.dry_run import describe_run
 
-    _, recipe, cfg, _, cell_dir = planned[0]
-    rows = describe_run(recipe, cfg, cell_dir, device, resume="auto", config_name=config, fresh=cell_dir in stale)
+    first = planned[0]
+    rows = describe_run(first.recipe, first.cfg, first.folder, study.device, resume="auto", config_name=study.name,
+                        fresh=first.stale)
     lines = []
-    for cell, recipe, cell_cfg, _, cell_dir in planned:
+    for p in planned:
         state = ("trained again (--rerun: its config differs; the run would first remove what the study wrote "
-                 "there)" if cell_dir in stale else "finished, kept" if (cell_dir / CELL_FILE).exists() else
-                 "resumes" if (cell_dir / "checkpoints").is_dir() else "trains")
-        params = sum(p.numel() for p in recipe.build_model(cell_cfg).parameters())
-        lines.append(f"  cell {cell.name:<28} {params:>12,} parameters  {state} in {cell_dir}")
+                 "there)" if p.stale else "finished, kept" if (p.folder / CELL_FILE).exists() else
+                 "resumes" if (p.folder / "checkpoints").is_dir() else "trains")
+        params = sum(x.numel() for x in p.recipe.build_model(p.cfg).parameters())
+        lines.append(f"  cell {p.cell.name:<28} {params:>12,} parameters  {state} in {p.folder}")
     click.echo(f"dry run: {len(planned)} cells check out; nothing is trained, written or removed")
     for label, text in rows:
         if label not in ("start", "would write"):

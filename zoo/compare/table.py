@@ -1,4 +1,5 @@
-"""The study's table: one :class:`Row` per label with each metric's mean and spread over seeds (:func:`summarise`),
+"""The study's table: one :class:`Row` per label with each metric's mean and spread over seeds (:func:`summarise`,
+by the one summary over seeds, :class:`~lavo_zoo.engine.records.MetricSummary`),
 whether the budget separates softmax from the ``mean`` control (:func:`separation`), and ``table.md``,
 ``table.csv`` and ``chart.png`` (:func:`write_table`)."""
 from __future__ import annotations
@@ -6,15 +7,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from lavo_zoo.atomic import write_file
 from lavo_zoo.compare.efficiency import EFFICIENCY_COLUMNS, EFFICIENCY_DIR
 from lavo_zoo.compare.records import label_records
-from lavo_zoo.engine.records import CellRecord
+from lavo_zoo.engine.records import CellRecord, MetricSummary
 from lavo_zoo.outputs import (
     FIGURE,
     STUDY_CSV,
@@ -24,14 +24,6 @@ from lavo_zoo.outputs import (
     check_writable,
     save_figure,
 )
-
-
-class MetricSummary(NamedTuple):
-    """One metric of a row over its seeds: mean, standard deviation (0 for one value), number of values."""
-
-    mean: float
-    std: float
-    n: int
 
 
 @dataclass
@@ -60,15 +52,12 @@ def summarise(records: list[CellRecord]) -> tuple[list[Row], dict[str, bool]]:
             directions.setdefault(name, bool(m["higher_is_better"]))
     rows = []
     for label, group in groups.items():
-        metrics = {}
-        for name in directions:
-            values = [r.metrics[name]["value"] for r in group if name in r.metrics]
-            metrics[name] = (MetricSummary(statistics.fmean(values), statistics.stdev(values) if len(values) > 1
-                                           else 0.0, len(values)) if values else MetricSummary(math.nan, 0.0, 0))
+        metrics = {name: MetricSummary.of(r.metrics[name]["value"] for r in group if name in r.metrics)
+                   for name in directions}
         means = {}
         for extra in ("parameters", "step_time_s", "step_memory_bytes"):
-            values = [getattr(r, extra) for r in group if getattr(r, extra) is not None]
-            means[extra] = statistics.fmean(values) if values else None
+            found = MetricSummary.of(getattr(r, extra) for r in group if getattr(r, extra) is not None)
+            means[extra] = found.mean if found.n else None
         efficiency = next((r.efficiency for r in group if r.efficiency), None)
         rows.append(Row(label, len(group), metrics, **means, efficiency=efficiency))
     return rows, directions

@@ -146,6 +146,13 @@ def generated_dataset(parent: Path, name: str, key: dict[str, Any], write: Calla
     fills a temporary folder and returns the data path inside it; the folder is then renamed into place, so crashes
     never leave a half-written dataset. Processes that ask for it at once wait for the one that
     writes it (a lock file beside it), so none writes it twice or replaces a dataset another one is reading.
+
+    Args:
+        parent: the cache folder the dataset's folder goes in.
+        name: the dataset's name, the folder's prefix.
+        key: everything the files depend on (above).
+        write: fills the folder it is given and returns the data path inside it.
+        check: run before generating (e.g. a dependency's presence), or None.
     """
     from filelock import FileLock
 

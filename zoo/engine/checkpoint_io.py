@@ -60,6 +60,21 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, cfg: Any, recipe_na
     With ``name`` (e.g. ``"best"``) the checkpoint goes to ``root/<name>`` instead, replacing the previous one
     atomically, and ``last`` and the step directories are left alone. ``provenance`` (the command that trained it,
     the machine, the seed) goes into meta.json, where a model card reads it.
+
+    Args:
+        root: the run's checkpoints folder.
+        step: the optimiser step the weights are at.
+        model: the model (a wrapped one, e.g. DDP or compiled, is unwrapped).
+        cfg: the run's resolved config, saved as config.yaml.
+        recipe_name: the recipe's registry name, recorded in meta.json.
+        metrics: validation metrics at this step, recorded in meta.json, or None.
+        train_state: the optimiser, scheduler and loop state to resume from (train_state.pt), or None.
+        keep_last: step directories to keep (0: all).
+        name: a named checkpoint (``"best"``) instead of a step directory, or None.
+        provenance: what trained it (above), or None.
+
+    Returns:
+        The checkpoint's directory.
     """
     final = root / (name or f"step-{step}")
     tmp: Path | None = None

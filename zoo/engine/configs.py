@@ -1,27 +1,87 @@
-"""Named configs: finding a config by ``<domain>/<name>`` or path, and turning it into (recipe, validated config).
+"""Named configs: finding a config by ``<domain>/<name>`` or path, reading it once, and turning it into (recipe,
+validated config).
 
 Named configs live in ``recipes/<domain>/configs/`` (or in the ``configs/`` folder beside a plugin recipe's module)
 and are found here, through the recipe registry, so that :mod:`lavo_zoo.config` (the schema, YAML and validation)
 stays free of any recipe.
 
+    load_config("lm/tiny-lavo", overrides)                     the file read once: a LoadedConfig (path, recipe,
+                                                               merged mapping, checked with the runs' overrides),
+                                                               validated per run with its own
     resolve_config("lm/tiny-lavo", ["train.max_steps=200"])   (recipe, validated config): what `train` runs
     config_from_dict(mapping)                                  the same from a loaded mapping (a checkpoint's)
     find_config / named_config / named_configs                 a config file, by name or path; every name
+
+A config file may also hold a section that another command reads beside the run (where a study runs its cells, say):
+such sections are declared by that command's package in the ``lavo_zoo.plugins.config_sections`` entry-point group
+(:data:`CONFIG_SECTIONS`), kept apart when a config is read (:attr:`LoadedConfig.sections`) and never part of a
+run's config (nor of its config.yaml or checkpoints); the engine names none of them.
 """
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lavo_zoo.config import apply_overrides, from_dict, merge_layers, read_layers, recipe_name
 from lavo_zoo.engine.recipe import RECIPES, Recipe, get_recipe
 from lavo_zoo.errors import ConfigError, did_you_mean
+from lavo_zoo.registry import Registry
 
-# A config's ``launcher:`` section says where ``lavo-zoo compare`` runs the study's cells (lavo_zoo.compare.launchers:
-# one machine, a Slurm cluster), not what a run trains: it is left out of the run's config (and so of config.yaml,
-# the checkpoints and the check that a kept cell was trained with the study's config).
-LAUNCHER_SECTION = "launcher"
+# section name -> what reads it ("module:attr", never imported here): the top-level sections of a config file that a
+# command other than the run reads, declared by that command's package (lavo-zoo's own in its pyproject.toml)
+CONFIG_SECTIONS = Registry("config section", "lavo_zoo.plugins.config_sections")
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A config read once: where it came from, the recipe it names, and its mapping (the file and its ``extends:``
+    chain merged under the recipe's schema), checked when it is read with the overrides every run of it applies
+    (``checked``); each run validates it with its own overrides after those (:meth:`validated`), without reading the
+    file again.
+
+    ``sections`` holds the file's sections that other commands read (:data:`CONFIG_SECTIONS`), left out of
+    ``data``.
+    """
+
+    source: str  # the file (or what the mapping came from), as messages name it
+    recipe: Recipe
+    data: dict[str, Any]
+    sections: dict[str, Any]
+    overrides: tuple[str, ...]  # every run's ``key=value`` overrides, applied before its own
+    checked: Any  # the recipe's config from ``data`` and ``overrides``, validated
+
+    @classmethod
+    def of(cls, recipe: Recipe, data: dict[str, Any], source: str, overrides: Sequence[str] = ()) -> LoadedConfig:
+        """``data`` (a merged mapping), the sections of other commands set apart, checked with ``overrides``.
+
+        Args:
+            recipe: the config's recipe.
+            data: the merged mapping (the file over its bases).
+            source: the config file (or name), for messages.
+            overrides: KEY=VALUE overrides, applied over ``data`` under the recipe's schema.
+
+        Raises:
+            ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
+        """
+        others = set(CONFIG_SECTIONS.names())
+        run = {k: v for k, v in data.items() if k not in others}
+        return cls(source, recipe, run, {k: v for k, v in data.items() if k in others}, tuple(overrides),
+                   _validated(recipe, run, list(overrides), source))
+
+    def validated(self, overrides: Sequence[str] = ()) -> Any:
+        """The recipe's config: this mapping with the runs' overrides and then ``overrides`` applied under its
+        schema, every key checked.
+
+        Args:
+            overrides: one run's own ``key=value`` strings (``train.seed=2``), applied in order.
+
+        Raises:
+            ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
+        """
+        return _validated(self.recipe, self.data, [*self.overrides, *overrides], self.source)
 
 
 def recipe_module_dir(entry_name: str) -> Path | None:
@@ -86,12 +146,31 @@ def find_config(name_or_path: str | Path) -> Path:
                       f"give a <domain>/<name> from `lavo-zoo list configs` or a path to a .yaml file")
 
 
+def load_config(name_or_path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig:
+    """Config ``name_or_path`` read once and checked with ``overrides``: the file is found and every name its
+    ``extends:`` chain gives resolved here, with the list of named configs made once; :mod:`lavo_zoo.config` reads
+    the chain and merges it under the schema of the recipe its ``recipe:`` names, which validates it with the
+    overrides (:attr:`LoadedConfig.checked`).
+
+    Args:
+        name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
+        overrides: the ``key=value`` strings every run of it applies (``train.max_steps=200``).
+
+    Raises:
+        ConfigError: the file is missing or malformed, names no recipe, a key is unknown or a value out of range
+            (naming the key, the file and the overrides).
+        UsageError: the recipe it names is unknown.
+    """
+    path = find_config(name_or_path)
+    layers = read_layers(path, named_configs())
+    recipe = _recipe(recipe_name(layers, list(overrides)), str(path), list(overrides))
+    return LoadedConfig.of(recipe, merge_layers(layers, recipe.config_class), str(path), overrides)
+
+
 def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Recipe, Any]:
     """The recipe and validated config that ``lavo-zoo train NAME_OR_PATH KEY=VALUE...`` runs.
 
-    One way down: the file is found and every name its ``extends:`` chain gives resolved here, with the list of
-    named configs made once; :mod:`lavo_zoo.config` then reads the chain, and merges it and the overrides under
-    the recipe's schema, which validates the result.
+    The config read once and checked with ``overrides`` (:func:`load_config`).
 
     Args:
         name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
@@ -104,28 +183,22 @@ def resolve_config(name_or_path: str | Path, overrides: list[str] = ()) -> tuple
         ConfigError: the file is missing or malformed, a key is unknown or a value out of range (naming the key and
             the file).
     """
-    path = find_config(name_or_path)
-    layers = read_layers(path, named_configs())
-    recipe = _recipe(recipe_name(layers, list(overrides)), str(path), list(overrides))
-    return recipe, _validated(recipe, merge_layers(layers, recipe.config_class), list(overrides), str(path))
+    loaded = load_config(name_or_path, overrides)
+    return loaded.recipe, loaded.checked
 
 
-def config_section(name_or_path: str | Path, section: str) -> Any:
-    """One top-level section of a config file with its ``extends:`` chain merged, unvalidated: what a caller reads
-    beside the recipe's schema (``compare``: the ``launcher:`` section, :data:`LAUNCHER_SECTION`); None if absent.
+def config_from_dict(data: dict[str, Any], overrides: Sequence[str] = (), source: str = "config") -> tuple[Recipe, Any]:
+    """(recipe, validated config) from an already loaded mapping (a checkpoint's config.yaml, a study's config as it
+    read it) plus ``key=value`` overrides; ``source`` names it in error messages. The sections of other commands
+    (:data:`CONFIG_SECTIONS`) are left out.
 
     Args:
-        name_or_path: a named config (``lm/tiny-lavo``) or a path to a YAML file.
-        section: the top-level key.
+        data: the mapping, merged already.
+        overrides: ``key=value`` strings, applied in order.
+        source: where ``data`` came from.
     """
-    return merge_layers(read_layers(find_config(name_or_path), named_configs())).get(section)
-
-
-def config_from_dict(data: dict[str, Any], overrides: list[str] = (), source: str = "config") -> tuple[Recipe, Any]:
-    """(recipe, validated config) from an already loaded mapping (e.g. a checkpoint's config.yaml) plus ``key=value``
-    overrides; ``source`` names it in error messages. A ``launcher:`` section (:data:`LAUNCHER_SECTION`) is left out."""
     recipe = _recipe(recipe_name([(Path(source), data)], list(overrides)), source, list(overrides))
-    return recipe, _validated(recipe, data, list(overrides), source)
+    return recipe, LoadedConfig.of(recipe, data, source, overrides).checked
 
 
 def _recipe(name: str | None, source: str, overrides: list[str]) -> Recipe:
@@ -136,9 +209,8 @@ def _recipe(name: str | None, source: str, overrides: list[str]) -> Recipe:
 
 
 def _validated(recipe: Recipe, data: dict[str, Any], overrides: list[str], source: str) -> Any:
-    """The recipe's config from ``data`` with ``overrides`` applied under its schema, validated (a study's
-    ``launcher:`` section, which says where its cells run and not what they train, left out)."""
-    data = apply_overrides({k: v for k, v in data.items() if k != LAUNCHER_SECTION}, overrides, recipe.config_class)
+    """The recipe's config from ``data`` with ``overrides`` applied under its schema, validated."""
+    data = apply_overrides(data, overrides, recipe.config_class)
     return from_dict(recipe.config_class, data, _with_overrides(source, overrides))
 
 

@@ -8,7 +8,14 @@ from lavo_zoo.errors import UsageError
 
 def epoch_steps(num_samples: int, batch_size: int, grad_accum: int = 1, world_size: int = 1) -> int:
     """Optimiser steps one epoch of ``num_samples`` examples gives (incomplete batches and steps dropped); a
-    :class:`UsageError` naming the settings when it gives none, since such a run would train nothing."""
+    :class:`UsageError` naming the settings when it gives none, since such a run would train nothing.
+
+    Args:
+        num_samples: the training split's examples.
+        batch_size: examples per batch, per process (``train.batch_size``).
+        grad_accum: batches per optimiser step (``train.grad_accum``).
+        world_size: processes training together.
+    """
     per_step = batch_size * grad_accum * world_size
     steps = num_samples // per_step
     if steps == 0:

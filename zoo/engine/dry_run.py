@@ -28,7 +28,17 @@ def describe_run(recipe: Recipe, cfg: Any, out: Path, device: str | None = None,
                  config_name: str = "", fresh: bool = False) -> list[tuple[str, str]]:
     """(label, text) rows of what ``lavo-zoo train`` would do with ``cfg`` into ``out``; raises what the run would
     raise before its first step (a refused ``--out``, a bad data path or layout, a model the config cannot build).
-    ``fresh``: ``out`` is emptied before the run (``compare --rerun``), which then starts afresh."""
+    ``fresh``: ``out`` is emptied before the run (``compare --rerun``), which then starts afresh.
+
+    Args:
+        recipe: the config's recipe.
+        cfg: the run's config.
+        out: the run folder.
+        device: the device asked for, or None (the default).
+        resume: ``--resume`` ('auto', a checkpoint, or None).
+        config_name: the config's name, for the rows.
+        fresh: ``out`` is emptied first (above).
+    """
     out = Path(out)
     check_folder_writable(out)
     start = None if fresh else resume_source(out, resume)

@@ -192,7 +192,14 @@ def files_folder(results_file: Path) -> Path:
 
 def score_files(metric: str, pred: Path, ref: Path | None, command: str | None = None) -> dict[str, Any]:
     """Results JSON (a dict, ``eval``'s schema) of the predictions in ``pred`` against ``ref``, scored by evaluator
-    ``metric`` through its ``from_files`` hook; ``command``: the command line, recorded in the results."""
+    ``metric`` through its ``from_files`` hook.
+
+    Args:
+        metric: the evaluator's registry name.
+        pred: the predictions file.
+        ref: the references file, or None where the predictions hold them.
+        command: the command line, recorded in the results, or None.
+    """
     start = time.time()
     evaluator = EVALUATORS.get(metric).from_files(Path(pred), None if ref is None else Path(ref))
     results = {"metric": metric, "pred": str(pred), "ref": None if ref is None else str(ref),

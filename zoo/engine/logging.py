@@ -111,7 +111,14 @@ def phase(text: str, enabled: bool = True, say: Callable[[str], None] | None = N
     """Say ``text ...`` before a piece of preparation that may take long (tokenising and caching a corpus, building
     a split) and how long it took once done, so a long silent wait never looks like a hang. ``say`` prints a line
     (default: to stderr; a :class:`Progress`'s ``message`` while its bar is shown). The closing line is left out
-    when it took under ``quiet_below`` seconds."""
+    when it took under ``quiet_below`` seconds.
+
+    Args:
+        text: what is being prepared.
+        enabled: say it (False: the block runs silently).
+        say: prints a line (above), or None.
+        quiet_below: seconds under which the closing line is left out.
+    """
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     if enabled:
         say(f"{text} ...")

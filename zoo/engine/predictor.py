@@ -45,8 +45,9 @@ def as_batch(inputs: Any, is_item: Callable[[Any], bool], argument: str, item: s
         is_item: whether a value is one item.
         argument: the argument's name, for messages.
         item: one item in words, e.g. "a text (str)".
-        is_element, element: where an element of a list may take more forms than a single item (a document as a
-            list of articles), the test and words for an element (default: ``is_item`` and ``item``).
+        is_element: where an element of a list may take more forms than a single item (a document as a list of
+            articles), whether a value is one element (default: ``is_item``).
+        element: one element in words (default: ``item``).
 
     Returns:
         (the items as a list, whether one item was given rather than a list).
@@ -147,7 +148,8 @@ class Predictor:
 
         Args:
             values: the input [..., C] (C columns; C = 1 for one centre and spread over every value).
-            center, spread: the training data's centre and spread, per column [C] or one for all.
+            center: the training data's centre, per column [C] or one for all.
+            spread: the training data's spread, per column [C] or one for all.
             what: the input, for the message (``the table``, ``cloud 2``).
             ranges: the training range of each column in words (``about 16.1 +- 8.2``), or one for all.
             names: the columns' names, where they have some.

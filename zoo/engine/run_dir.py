@@ -144,7 +144,17 @@ def run_total(tc: Any, steps_per_epoch: int) -> int:
 
 def check_run_length(step: int, total: int, tc: Any, checkpoint: Path) -> None:
     """Refuse to resume a checkpoint at ``step`` beyond the step this run ends at (``total``: ``train.max_steps``,
-    or fewer where ``train.max_epochs`` ends the run first): such a run would end at once, training nothing."""
+    or fewer where ``train.max_epochs`` ends the run first): such a run would end at once, training nothing.
+
+    Args:
+        step: the checkpoint's step.
+        total: the step the run ends at.
+        tc: the run's ``train`` settings (``max_steps``, ``max_epochs``), for the message.
+        checkpoint: the checkpoint, for the message.
+
+    Raises:
+        UsageError: ``step`` is beyond ``total``.
+    """
     if step > total:
         limit = (f"train.max_steps={tc.max_steps}" if total == tc.max_steps
                  else f"train.max_epochs={tc.max_epochs} (= {total} steps)")

@@ -4,7 +4,11 @@
 A file reached twice (the same path given twice, a folder and a file in it, a link to it) is read once; a copy of a
 run (the same weights, by their sha256, scored on the same split; or a file with the same content) is kept once. Each
 repeat is skipped with a note on stderr naming the file it repeats, so that no mean or spread comes from copies.
-``compare``'s own table keeps its cells by the same rule (:func:`distinct_runs`).
+``compare``'s own table keeps its cells by the same rule (:func:`distinct_runs`), and every gathering walks the
+folders it is given with one collector (:func:`collect_runs`: ``compare --collect``, ``recall-plot``).
+
+Here and not in :mod:`lavo_zoo.engine.records` (the record, its reader and the summary over seeds), which this module
+builds on: the collector counts each run once by the rule above.
 """
 from __future__ import annotations
 
@@ -13,9 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import click
-
-from lavo_zoo.engine.records import CELL_FILE, CellRecord
+from lavo_zoo.engine.records import CELL_FILE, CellRecord, note
+from lavo_zoo.errors import UsageError
 
 
 class RunsSeen:
@@ -101,6 +104,69 @@ def run_identities(file: Path, data: dict[str, Any]) -> list[tuple]:
     return ids
 
 
-def note(text: str) -> None:
-    """A note on stderr (``note: ...``)."""
-    click.echo(f"note: {text}", err=True)
+def collect_runs(paths: list[Path], skip_damaged: bool = False, results: bool = False) -> list[CellRecord]:
+    """The finished runs under ``paths``, each once however many paths reach it (:class:`RunsSeen`), in the order
+    found: the cell records (``cell.json``) under each folder (a study's, a cell's) or each file given; with
+    ``results``, also results JSONs (what ``lavo-zoo eval --out`` writes): a file given by name that is not a cell
+    record, and the JSON files with ``metrics`` under a folder that holds no cell record (a run folder: not its
+    checkpoints' meta).
+
+    Args:
+        paths: folders and files, as the user gave them.
+        skip_damaged: a cell record that cannot be read is noted and left out (``compare --collect``), instead of
+            stopping with its error (``recall-plot``): the one reader's one argument (:meth:`CellRecord.read`).
+        results: read results JSONs as well as cell records (``compare --collect``).
+
+    Raises:
+        UsageError: a path that does not exist, a cell record that cannot be read (without ``skip_damaged``), or
+            nothing found.
+    """
+    records: list[CellRecord] = []
+    seen = RunsSeen()
+    for path in map(Path, paths):
+        if not path.exists():
+            raise UsageError(f"{path} does not exist; give the --out folder of a `lavo-zoo compare` study, a cell's "
+                             "folder or its cell.json" + (", or a results JSON (`lavo-zoo eval --out`)"
+                                                          if results else ""))
+        for file in _run_files(path, results):
+            if not seen.new_file(file):
+                continue
+            if results and file.name != CELL_FILE:
+                found = _results_record(file, given=path.is_file())
+            else:
+                record = CellRecord.read(file, skip_damaged)
+                found = None if record is None else (record, record.to_json())
+            if found is not None and seen.new_run(file, found[1]):
+                records.append(found[0])
+    if not records:
+        raise UsageError(f"found no finished compare cell ({CELL_FILE})"
+                         + (" and no results JSON (a file with 'metrics')" if results else "")
+                         + f" under {', '.join(map(str, paths))}")
+    return records
+
+
+def _run_files(path: Path, results: bool) -> list[Path]:
+    """The files of ``path`` that may hold a run: itself, else its cell records, else (``results``) its JSON files
+    outside checkpoints (whose meta.json is not a result)."""
+    if path.is_file():
+        return [path]
+    cells = sorted(path.rglob(CELL_FILE))
+    if cells or not results:
+        return cells
+    return sorted(p for p in path.rglob("*.json") if "checkpoints" not in p.relative_to(path).parts)
+
+
+def _results_record(file: Path, given: bool) -> tuple[CellRecord, dict[str, Any]] | None:
+    """The record of a results JSON and its content, or None for a file that holds none (noted when the file was
+    ``given`` by name; any other JSON under a run folder is passed over quietly)."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # JSON and UTF-8 errors are ValueErrors
+        if given:
+            note(f"{file} cannot be read ({e}), so it is left out")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
+        if given:
+            note(f"{file} holds no results ('metrics'), so it is left out")
+        return None
+    return CellRecord.from_results(data, str(file)), data

@@ -359,7 +359,17 @@ def read_pcd(path: str | Path, expected_points: int | None = None) -> np.ndarray
 def write_pcd(path: str | Path, points: np.ndarray, encoding: str = "binary_compressed", overwrite: bool = True
               ) -> Path:
     """Write ``points`` [N, 3] as float32 x, y, z in a v0.7 ``.pcd`` file (``encoding`` one of ENCODINGS),
-    atomically; with ``overwrite=False`` an existing file is refused."""
+    atomically; with ``overwrite=False`` an existing file is refused.
+
+    Args:
+        path: the file to write.
+        points: [N, 3] the cloud.
+        encoding: ``ascii``, ``binary`` or ``binary_compressed`` (:data:`ENCODINGS`).
+        overwrite: replace an existing file.
+
+    Raises:
+        ValueError: an unknown encoding or points not of shape [N, 3].
+    """
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got '{encoding}'")
     points = np.asarray(points, dtype=np.float32)

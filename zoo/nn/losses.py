@@ -23,6 +23,17 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     time, in fp32; when gradients are needed each chunk is recomputed in the backward pass (activation
     checkpointing), so neither pass holds more than one chunk. ``reduction``: ``none`` -> fp32 NLL shaped like
     ``targets`` (0 at ignored positions), ``sum``, or ``mean`` over non-ignored targets (as F.cross_entropy).
+
+    Args:
+        hidden: [..., D] the head's inputs.
+        weight: [V, D] the output head's weight.
+        targets: [...] int64 class ids.
+        chunk_size: rows of logits at a time (None: about :data:`MAX_CHUNK_ELEMENTS` logits per chunk).
+        ignore_index: targets equal to it count nothing (padding).
+        reduction: ``none``, ``sum`` or ``mean`` (above).
+
+    Raises:
+        ValueError: an unknown reduction, or shapes that disagree.
     """
     if reduction not in ("none", "sum", "mean"):
         raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got '{reduction}'")
@@ -67,6 +78,18 @@ def label_smoothed_cross_entropy(logits_or_hidden: torch.Tensor, targets: torch.
     time, as in :func:`chunked_cross_entropy`; both inputs are chunked, in fp32, recomputed in the backward pass).
     targets [...] int64; positions equal to ``ignore_index`` (padding) count nothing. ``reduction``: ``none`` (shaped
     like targets), ``sum``, or ``mean`` over the non-ignored targets.
+
+    Args:
+        logits_or_hidden: logits [..., V], or hidden [..., D] with ``weight``.
+        targets: [...] int64 class ids.
+        epsilon: the smoothing, in [0, 1).
+        weight: [V, D] the output head, with hidden inputs; None: the inputs are logits.
+        ignore_index: targets equal to it count nothing (padding).
+        reduction: ``none``, ``sum`` or ``mean`` (above).
+        chunk_size: rows of logits at a time (None: about :data:`MAX_CHUNK_ELEMENTS` logits per chunk).
+
+    Raises:
+        ValueError: an unknown reduction or an epsilon outside [0, 1).
     """
     if reduction not in ("none", "sum", "mean"):
         raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got '{reduction}'")

@@ -67,7 +67,17 @@ def fps(points: torch.Tensor, num: int) -> torch.Tensor:
 
 @torch.no_grad()
 def knn(query: torch.Tensor, points: torch.Tensor, k: int, max_block: int = MAX_BLOCK) -> torch.Tensor:
-    """Indices [B, M, k] of the k nearest ``points`` [B, N, C] of each ``query`` [B, M, C], nearest first."""
+    """Indices [B, M, k] of the k nearest ``points`` [B, N, C] of each ``query`` [B, M, C], nearest first.
+
+    Args:
+        query: [B, M, C] the points whose neighbours are sought.
+        points: [B, N, C] the candidates.
+        k: neighbours per query, 0 < k <= N.
+        max_block: elements of one block of the pairwise distance matrix (the memory bound).
+
+    Raises:
+        ValueError: k outside (0, N].
+    """
     b, m, _ = query.shape
     n = points.shape[1]
     if not 0 < k <= n:

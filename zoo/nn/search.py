@@ -142,7 +142,15 @@ class FrameGeneration:
 # ---------------------------------------------------------------------------------------------------- helpers
 def length_limits(src_mask: torch.Tensor, max_len_a: float, max_len_b: int, min_len_a: float = 0.0,
                   min_len_b: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-source (min_len, max_len) [B] int64 from the number of real source tokens (see the module docstring)."""
+    """Per-source (min_len, max_len) [B] int64 from the number of real source tokens (see the module docstring).
+
+    Args:
+        src_mask: [B, S] bool, True = real source token.
+        max_len_a: the maximum length's factor on the real tokens.
+        max_len_b: the maximum length's constant.
+        min_len_a: the minimum length's factor on the real tokens.
+        min_len_b: the minimum length's constant.
+    """
     src_len = src_mask.sum(1).double()
     max_len = (max_len_a * src_len + max_len_b).long().clamp(min=1)
     min_len = (min_len_a * src_len + min_len_b).long().clamp(min=0)
@@ -199,8 +207,27 @@ def generate(model: TokenModel, src: torch.Tensor, src_mask: torch.Tensor, *, bo
              pad_id: int = 0, beam_size: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
              min_len_a: float = 0.0, min_len_b: int = 0, length_penalty: float = 1.0, no_repeat_ngram_size: int = 0,
              stop: StopCriterion | None = None) -> Generation:
-    """Greedy (``beam_size=1``) or beam search; see the module docstring. ``stop`` defaults to ``EosStop(eos_id)``;
-    with ``eos_id=None`` (no EOS token) hypotheses end by ``stop`` or at their maximum length."""
+    """Greedy (``beam_size=1``) or beam search; see the module docstring.
+
+    Args:
+        model: the model (:class:`TokenModel`).
+        src: [B, S, ...] the sources.
+        src_mask: [B, S] bool, True = real source token.
+        bos_id: the token every hypothesis starts with.
+        eos_id: the end token, or None (no EOS token: hypotheses end by ``stop`` or at their maximum length).
+        pad_id: the token after each hypothesis's end in the output.
+        beam_size: hypotheses kept per source (1: greedy).
+        max_len_a: the maximum length's factor on the source's real tokens (module docstring, "Lengths").
+        max_len_b: the maximum length's constant.
+        min_len_a: the minimum length's factor on the source's real tokens.
+        min_len_b: the minimum length's constant.
+        length_penalty: scores are divided by ``length ** length_penalty``.
+        no_repeat_ngram_size: n > 0 bans any token that would repeat an n-gram of the hypothesis (0: none).
+        stop: the stop criterion (None: ``EosStop(eos_id)``).
+
+    Raises:
+        InputError: neither ``eos_id`` nor ``stop``, a ``beam_size`` below 1, or a source without a real token.
+    """
     _check_inputs(src_mask, beam_size)
     if stop is None:
         if eos_id is None:
@@ -322,7 +349,21 @@ def generate_frames(model: FrameModel, src: torch.Tensor, src_mask: torch.Tensor
     ``start`` [C_in] or [B, C_in] is the first input (e.g. the all-zero "go" frame). A row ends at the first frame
     whose ``stop`` says so (default ``StopProbability(0.5)``), not before ``min_len`` frames, at most ``max_len``.
     ``lengths`` [B] (optional) fixes each row's number of frames instead: the stop rule and the limits are ignored
-    (synthesis at a given duration, e.g. the reference's)."""
+    (synthesis at a given duration, e.g. the reference's).
+
+    Args:
+        model: the model (:class:`FrameModel`).
+        src: [B, S, ...] the sources.
+        src_mask: [B, S] bool, True = real source token.
+        start: [C_in] or [B, C_in], the first input.
+        max_len_a: the maximum length's factor on the source's real tokens (as :func:`length_limits`).
+        max_len_b: the maximum length's constant.
+        min_len_a: the minimum length's factor on the source's real tokens.
+        min_len_b: the minimum length's constant.
+        stop: the stop criterion (None: ``StopProbability(0.5)``).
+        feedback: the next input from a frame (None: the frame itself).
+        lengths: [B] frames per row, or None (above).
+    """
     _check_inputs(src_mask, 1)
     stop = stop or StopProbability(0.5)
     B = src_mask.shape[0]

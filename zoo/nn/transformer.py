@@ -85,7 +85,16 @@ def per_layer(spec: Any, num_layers: int, site: str) -> list[Any]:
 def build_site_attention(spec: Any, embed_dim: int, num_heads: int, site: str,
                          attention_dropout: float = 0.0) -> Attention:
     """Build the attention of ``site`` (a key of ``SITE_PATTERNS``) from its spec, for the site's pattern: a
-    mechanism that cannot do the pattern is a ConfigError naming the site, the pattern and the mechanisms that can."""
+    mechanism that cannot do the pattern is a ConfigError naming the site, the pattern and the mechanisms that can.
+
+    Args:
+        spec: the site's attention spec (an AttentionSpec, a name or a mapping).
+        embed_dim: D.
+        num_heads: H.
+        site: the site (``encoder_self``, ``decoder_self`` or ``cross``: ``SITE_PATTERNS``).
+        attention_dropout: dropout on the attention probabilities, the default of a mechanism with a ``dropout``
+            option (one the spec sets wins).
+    """
     if site not in SITE_PATTERNS:
         raise ConfigError(f"unknown attention site '{site}'{did_you_mean(site, SITE_PATTERNS)}; "
                           f"the sites are {', '.join(SITE_PATTERNS)}")
@@ -169,7 +178,10 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B, T, D], memory [B, S, D], memory_mask [B, S], padding_mask [B, T] (True = real) -> [B, T, D]."""
+        """x [B, T, D], memory [B, S, D], memory_mask [B, S], padding_mask [B, T] (True = real) -> [B, T, D].
+
+        Its arguments are stated on `TransformerDecoder.forward`.
+        """
         x = self.self_res.outer(x, self.self_attn(self.self_res.inner(x), padding_mask))
         x = self.cross_res.outer(x, self.cross_attn(self.cross_res.inner(x), padding_mask, context=memory,
                                                     context_mask=memory_mask))
@@ -268,8 +280,14 @@ class TransformerDecoder(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None,
                 padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B, T, D] (target, shifted right), memory [B, S, D] (encoder output), memory_mask [B, S],
-        padding_mask [B, T] (True = real token) -> [B, T, D]."""
+        """The decoder stack over the target, reading the encoder's output -> [B, T, D].
+
+        Args:
+            x: [B, T, D] the target, shifted right.
+            memory: [B, S, D] the encoder's output.
+            memory_mask: [B, S] bool, True = real source token, or None (all real).
+            padding_mask: [B, T] bool, True = real target token, or None (all real).
+        """
         check_has_real_token(memory_mask, "memory_mask", memory)
         for layer in self.layers:
             x = layer(x, memory, memory_mask, padding_mask)

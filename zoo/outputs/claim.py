@@ -384,7 +384,15 @@ def check_figure_path(path: Path, option: str = "--out") -> Path:
 
 def save_figure(fig: Any, path: Path, overwrite: bool = True, option: str = "--out", **savefig: Any) -> Path:
     """Write a matplotlib figure to ``path`` in the format its suffix names (refused before drawing if none),
-    atomically (:func:`lavo_zoo.atomic.write_file`)."""
+    atomically (:func:`lavo_zoo.atomic.write_file`).
+
+    Args:
+        fig: the matplotlib figure.
+        path: the file to write; its suffix names the format.
+        overwrite: replace an existing file.
+        option: how the user gave ``path`` (``--out``, ``--png``), for messages.
+        **savefig: passed on to ``fig.savefig``.
+    """
     import io
 
     path = check_figure_path(path, option)

@@ -65,7 +65,17 @@ def listed(names: list[str]) -> str:
 
 def check_recorded(folder: Path, kind: FolderKind, overwrite: bool, option: str = "--out") -> None:
     """Refuse to replace the folder ``folder`` unless it holds nothing, or only the files an earlier command of
-    ``kind`` recorded in its manifest, unchanged (and then only with ``overwrite``); nothing is touched."""
+    ``kind`` recorded in its manifest, unchanged (and then only with ``overwrite``); nothing is touched.
+
+    Args:
+        folder: the folder a command is about to write.
+        kind: the kind of folder the command writes (its manifest's name and command).
+        overwrite: the command was given ``--overwrite``.
+        option: how the user gave ``folder``, for the message.
+
+    Raises:
+        UsageError: the folder holds other files, changed ones, or a recorded output without ``overwrite``.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -85,7 +95,14 @@ def check_recorded(folder: Path, kind: FolderKind, overwrite: bool, option: str 
 
 
 def write_manifest(folder: Path, kind: FolderKind, files: Mapping[str, str], command: str | None = None) -> None:
-    """Write ``folder``'s manifest: ``files`` ({relative path: sha256}), what the command of ``kind`` wrote."""
+    """Write ``folder``'s manifest: ``files`` ({relative path: sha256}), what the command of ``kind`` wrote.
+
+    Args:
+        folder: the folder written.
+        kind: the kind of folder (its manifest's name and command).
+        files: {relative path: sha256} of the files written.
+        command: the command line, recorded, or None.
+    """
     manifest = {"written_by": f"lavo-zoo {kind.command}", **({"command": command} if command else {}),
                 "files": dict(sorted(files.items()))}
     put_file(Path(folder) / str(kind.manifest), json.dumps(manifest, indent=2) + "\n")

@@ -3,6 +3,16 @@
 A mechanism is built from embed_dim/num_heads/pattern only (its defaults must be usable). Exactness checks run in
 float64 on random inputs drawn from ``seed``. Mechanisms declaring ``deterministic = False`` skip the checks that
 compare two outputs exactly (their eval output is not a fixed function of the real tokens).
+
+The checks' arguments, stated here once for every ``check_*`` function, :func:`attention_checks` and
+:func:`check_attention`:
+
+    name: a registered attention's name (``lavo-zoo list attentions``).
+    pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
+    seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
+
+A check that fails raises AssertionError naming the mechanism and what broke; one that does not apply to the
+mechanism skips (``pytest.skip``).
 """
 from __future__ import annotations
 
@@ -67,14 +77,7 @@ def _right_padding(B: int, T: int, lengths: list[int]) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------------ declarations
 def check_declared_capabilities(name: str) -> None:
-    """``list_attentions`` describes the mechanism: known patterns, streaming only with causal, a description.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """``list_attentions`` describes the mechanism: known patterns, streaming only with causal, a description."""
     info = attention_info(name)
     assert info.patterns and set(info.patterns) <= set(PATTERNS), f"{name}: patterns {info.patterns}"
     assert isinstance(info.streaming, bool), f"{name}: streaming must be a bool"
@@ -83,14 +86,7 @@ def check_declared_capabilities(name: str) -> None:
 
 
 def check_refuses_unsupported_patterns(name: str) -> None:
-    """Building for a pattern it does not declare, or an unknown pattern, is a clear error naming what it supports.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """Building for a pattern it does not declare, or an unknown pattern, is a clear error naming what it supports."""
     cls = attention_class(name)
     for pattern in (p for p in PATTERNS if p not in cls.patterns):
         try:
@@ -115,16 +111,7 @@ def check_refuses_unsupported_patterns(name: str) -> None:
 
 # ------------------------------------------------------------------------------------------------------ shapes
 def check_output_shapes(name: str, pattern: str, seed: int = 0) -> None:
-    """[B, T, D] in, [B, T, D] out (T = 1 and 23, with and without padding), finite; streaming only if declared.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """[B, T, D] in, [B, T, D] out (T = 1 and 23, with and without padding), finite; streaming only if declared."""
     g = torch.Generator().manual_seed(seed)
     attn = _build(name, pattern, torch.float32)
     for T in (1, 23):
@@ -151,16 +138,7 @@ def check_output_shapes(name: str, pattern: str, seed: int = 0) -> None:
 
 
 def check_reproducible(name: str, pattern: str, seed: int = 0) -> None:
-    """In eval mode the same input gives the same output.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """In eval mode the same input gives the same output."""
     _exact_only(name, "same input, same output")
     g = torch.Generator().manual_seed(seed)
     attn = _build(name, pattern)
@@ -171,15 +149,7 @@ def check_reproducible(name: str, pattern: str, seed: int = 0) -> None:
 
 # --------------------------------------------------------------------------------------------------- causality
 def check_causality(name: str, seed: int = 0) -> None:
-    """Changing tokens >= t0 changes no output < t0 (several cut points), and d y_t / d x_s = 0 for s > t.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """Changing tokens >= t0 changes no output < t0 (several cut points), and d y_t / d x_s = 0 for s > t."""
     _exact_only(name, "no future leakage")
     g = torch.Generator().manual_seed(seed)
     attn = _build(name, "causal")
@@ -207,14 +177,6 @@ def check_causality(name: str, seed: int = 0) -> None:
 def check_padding_invariance(name: str, pattern: str, seed: int = 0) -> None:
     """Whatever is in padded positions (of x, and of the context for cross), the real outputs do not change; an
     all-True mask equals no mask. Patterns noncausal and cross (causal outputs never see later padding).
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
     """
     _exact_only(name, "padding invariance")
     g = torch.Generator().manual_seed(seed)
@@ -245,14 +207,8 @@ def check_padded_row_alone(name: str, pattern: str, seed: int = 0, options: dict
     and 17 padded positions (not multiples of any window or segment a mechanism cuts at), in a batch with an unpadded
     row: windows, segments, landmarks and sinks are counted over the real tokens, not from the start of the batch.
 
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-        options: the mechanism's options (None: its defaults), e.g. ``{"num_sinks": 4}`` for ``local``'s sinks.
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
+    ``options``: the mechanism's options (None: its defaults), e.g. ``{"num_sinks": 4}`` for ``local``'s sinks;
+    its other arguments are stated in `lavo_zoo.testing.attention`.
     """
     _exact_only(name, "padded row == the row alone")
     g = torch.Generator().manual_seed(seed)
@@ -281,13 +237,6 @@ def check_padded_row_alone(name: str, pattern: str, seed: int = 0, options: dict
 def check_streaming_matches_full(name: str, seed: int = 0) -> None:
     """Uneven chunks (single tokens included) carrying the state give the one-pass output; a full pass's state
     continues the sequence like the chunked one.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
     """
     _exact_only(name, "streaming == full")
     g = torch.Generator().manual_seed(seed)
@@ -334,13 +283,6 @@ def _per_prefix(attn: torch.nn.Module, x: torch.Tensor, sizes: list[int], **kw: 
 def check_decoding_step(name: str, seed: int = 0) -> None:
     """``step`` in uneven chunks from no state gives the forward pass (for a mechanism that mixes queries: the
     forward over each prefix).
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
     """
     _exact_only(name, "step == forward")
     g = torch.Generator().manual_seed(seed)
@@ -352,15 +294,7 @@ def check_decoding_step(name: str, seed: int = 0) -> None:
 
 
 def check_cross_cache(name: str, seed: int = 0) -> None:
-    """Steps reading ``cross_cache(source)`` (padded sources) give cross attention recomputed from the source.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """Steps reading ``cross_cache(source)`` (padded sources) give cross attention recomputed from the source."""
     _exact_only(name, "cross cache == cross forward")
     g = torch.Generator().manual_seed(seed)
     attn = _build_randomised(name, "cross")
@@ -374,16 +308,7 @@ def check_cross_cache(name: str, seed: int = 0) -> None:
 
 # --------------------------------------------------------------------------------------------------- gradients
 def check_finite_gradients(name: str, pattern: str, seed: int = 0) -> None:
-    """Training mode, float32, with and without padding: every gradient is finite and the input gets one.
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        pattern: the attention pattern to build it for (causal, noncausal or cross; one it declares).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-
-    Raises:
-        AssertionError: naming the mechanism and what broke.
-    """
+    """Training mode, float32, with and without padding: every gradient is finite and the input gets one."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     attn = build_attention(name, D, H, pattern).train()
@@ -414,10 +339,6 @@ def check_finite_gradients(name: str, pattern: str, seed: int = 0) -> None:
 def attention_checks(name: str, seed: int = 0) -> list[Callable[[], None]]:
     """Every contract check that applies to attention ``name``, as zero-argument callables with readable names
     (for ``pytest.mark.parametrize(..., ids=str)``).
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
     """
     cls = attention_class(name)
     checks: list[tuple[Callable, tuple]] = [(check_declared_capabilities, (name,)),
@@ -456,12 +377,7 @@ class _Named:
 
 
 def check_attention(name: str, seed: int = 0) -> None:
-    """Run every applicable contract check for ``name`` (outside pytest: checks that do not apply are skipped).
-
-    Args:
-        name: a registered attention's name (``lavo-zoo list attentions``).
-        seed: the seed of the random inputs (the weights are drawn from the global generator, seeded 0).
-    """
+    """Run every applicable contract check for ``name`` (outside pytest: checks that do not apply are skipped)."""
     for check in attention_checks(name, seed):
         try:
             check()

@@ -237,7 +237,22 @@ class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
         ignored), and with ``use_cache`` (or a ``cache`` given) the :class:`LavoZooLMCache` after these tokens.
 
         ``attention_mask`` [B, T'] may only mark right padding (real tokens first), and none at all while decoding
-        with a cache; ``kwargs`` passes ``num_items_in_batch`` (``Trainer``) to the loss."""
+        with a cache; ``kwargs`` passes ``num_items_in_batch`` (``Trainer``) to the loss.
+
+        Args:
+            input_ids: [B, T] the tokens ``cache`` has not seen.
+            attention_mask: [B, T'] 1 = real token (right padding only), or None.
+            labels: [B, T] the targets (shifted here; -100 ignored), or None (no loss).
+            cache: the :class:`LavoZooLMCache` of the tokens before, or None.
+            use_cache: return the cache after these tokens (None: when a cache is given).
+            logits_to_keep: return the logits of the last this many positions only (0: all).
+            inputs_embeds: refused (the model takes token ids).
+            past_key_values: transformers' name for ``cache`` (used when ``cache`` is None).
+            return_dict: False returns a tuple; True or None, a ``CausalLMOutputWithPast``.
+            output_hidden_states: refused when true (the model does not return them).
+            output_attentions: refused when true (linear attention has no attention matrix).
+            **kwargs: ``num_items_in_batch`` for the loss; any other that is not None is a TypeError.
+        """
         cache = cache if cache is not None else past_key_values
         if inputs_embeds is not None:
             raise ValueError("LavoZooLMForCausalLM takes input_ids, not inputs_embeds")
@@ -278,7 +293,10 @@ class LavoZooLMForCausalLM(LavoZooLMPreTrainedModel, GenerationMixin):
                                       inputs_embeds: torch.Tensor | None = None, use_cache: bool = True,
                                       **kwargs: Any) -> dict[str, Any]:
         """The inputs of one decoding step: the tokens the cache has not seen yet (the whole prompt first, then one
-        new token per step), a fresh :class:`LavoZooLMCache` at the start."""
+        new token per step), a fresh :class:`LavoZooLMCache` at the start.
+
+        Its arguments are stated on `LavoZooLMForCausalLM.forward` (``input_ids`` here: every token so far).
+        """
         if inputs_embeds is not None:
             raise ValueError("LavoZooLMForCausalLM generates from input_ids, not inputs_embeds")
         _check_ids(input_ids, self.config.vocab_size)

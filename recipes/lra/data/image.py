@@ -89,7 +89,14 @@ def ink_and_paper(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 def render_digits(images: np.ndarray, labels: np.ndarray, count: int, rng: np.random.Generator
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` augmented renderings of the 8 x 8 scans ``images`` [M, 8, 8] (0..16): ([count] labels,
-    [count, 3, 32, 32] uint8 RGB)."""
+    [count, 3, 32, 32] uint8 RGB).
+
+    Args:
+        images: [M, 8, 8] the scans, values 0..16.
+        labels: [M] their digits.
+        count: renderings to make.
+        rng: the augmentations' generator.
+    """
     import torch
     import torch.nn.functional as F
 

@@ -39,7 +39,14 @@ class ListOpsGenerator:
 
 
 def generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int) -> tuple[Any, int]:
-    """(tree, length) as LRA's ``generate_tree``: a digit, or ``((..((op, a1), a2).., an), END)``."""
+    """(tree, length) as LRA's ``generate_tree``: a digit, or ``((..((op, a1), a2).., an), END)``.
+
+    Args:
+        rng: the generator.
+        depth: the depth of the node being generated (0: the root).
+        max_depth: at this depth every node is a digit.
+        max_args: an operator takes at most this many arguments.
+    """
     r = rng.random() if depth < max_depth else 1.0
     if r > VALUE_P:
         return rng.choice(VALUES), 1
@@ -109,7 +116,14 @@ def write_split(path: Path, rows: list[tuple[str, int]]) -> None:
 
 
 def write_dataset(out: Path, sizes: dict[str, int], settings: ListOpsGenerator, seed: int) -> None:
-    """``out/basic_{train,val,test}.tsv`` as LRA writes them."""
+    """``out/basic_{train,val,test}.tsv`` as LRA writes them.
+
+    Args:
+        out: the folder to write into.
+        sizes: examples per split (``train``, ``val``, ``test``).
+        settings: the generator's settings.
+        seed: the generator's seed.
+    """
     rows = generate(sum(sizes.values()), settings, seed)
     start = 0
     for split, n in sizes.items():

@@ -165,7 +165,17 @@ def render(segments: np.ndarray, markers: np.ndarray, s: PathfinderSettings) -> 
 
 def generate_sample(rng: np.random.Generator, label: int, s: PathfinderSettings, max_tries: int = 500
                     ) -> PathfinderSample:
-    """One image: two contours, distractors, markers at the ends of one contour (label 1) or of both (label 0)."""
+    """One image: two contours, distractors, markers at the ends of one contour (label 1) or of both (label 0).
+
+    Args:
+        rng: the generator.
+        label: 1 (the markers on one contour) or 0 (on two).
+        s: the difficulty's settings.
+        max_tries: layouts tried before giving up (contours that do not fit are redrawn).
+
+    Raises:
+        DataError: no layout fit in ``max_tries`` tries.
+    """
     for _ in range(max_tries):
         occupied = _Occupancy(s.image_size, s.min_separation + s.paddle_thickness)
         snakes = []
@@ -190,7 +200,15 @@ def generate_sample(rng: np.random.Generator, label: int, s: PathfinderSettings,
 
 
 def write_dataset(out: Path, size: int, difficulty: str, seed: int, batch_size: int = 1000) -> None:
-    """``size`` balanced samples as ``out/<difficulty>/imgs/<batch>/sample_<i>.png`` + ``metadata/<batch>.npy``."""
+    """``size`` balanced samples as ``out/<difficulty>/imgs/<batch>/sample_<i>.png`` + ``metadata/<batch>.npy``.
+
+    Args:
+        out: the folder to write into.
+        size: the samples (half of each label).
+        difficulty: the difficulty (:data:`DIFFICULTIES`).
+        seed: the generator's seed.
+        batch_size: samples per batch folder.
+    """
     from PIL import Image
 
     if difficulty not in DIFFICULTIES:
@@ -216,7 +234,15 @@ def _batch_key(path: Path) -> tuple[int, str]:
 
 
 def load_split(root: Path, split: str, max_length: int, difficulty: str, image_size: int = 32) -> list[Example]:
-    """The ``split`` share of every metadata row of ``root/<difficulty>`` (or ``root`` itself), images checked."""
+    """The ``split`` share of every metadata row of ``root/<difficulty>`` (or ``root`` itself), images checked.
+
+    Args:
+        root: the data folder.
+        split: ``train``, ``val`` or ``test`` (a fixed share of the rows).
+        max_length: pixels kept per image (the sequence is truncated to it).
+        difficulty: the difficulty's folder.
+        image_size: the images' side, in pixels (others are a DataError).
+    """
     from PIL import Image, UnidentifiedImageError
 
     base = root / difficulty if (root / difficulty).is_dir() else root

@@ -48,7 +48,15 @@ def _collapse(text: str) -> str:
 
 
 def write_dataset(out: Path, sizes: dict[str, int], seed: int, min_bytes: int = 1000, max_bytes: int = 4000) -> None:
-    """``out/new_aan_pairs.{train,eval,test}.tsv``: half same-module pairs (label 1), half different-module."""
+    """``out/new_aan_pairs.{train,eval,test}.tsv``: half same-module pairs (label 1), half different-module.
+
+    Args:
+        out: the folder to write into.
+        sizes: pairs per split.
+        seed: the generator's seed.
+        min_bytes: the shortest document (a window of a module's source), in bytes.
+        max_bytes: the longest document, in bytes.
+    """
     rng = random.Random(seed)
     root = stdlib_root()
     by_split: dict[str, dict[str, str]] = {split: {} for split in sizes}

@@ -79,7 +79,15 @@ def _windows(files: list[Path], count: int, rng: random.Random, min_bytes: int, 
 
 
 def write_dataset(out: Path, sizes: dict[str, int], seed: int, min_bytes: int = 1000, max_bytes: int = 4000) -> None:
-    """``out/aclImdb/{train,test}/{pos,neg}/<i>_<rating>.txt``: balanced windows of the two stdlib topics."""
+    """``out/aclImdb/{train,test}/{pos,neg}/<i>_<rating>.txt``: balanced windows of the two stdlib topics.
+
+    Args:
+        out: the folder to write into.
+        sizes: reviews per split (half of each sentiment).
+        seed: the generator's seed.
+        min_bytes: the shortest review (a window of a module's source), in bytes.
+        max_bytes: the longest review, in bytes.
+    """
     rng = random.Random(seed)
     for split in ("train", "test"):
         for sentiment, modules in TOPICS.items():

@@ -1,7 +1,7 @@
 """The recall recipe end to end on tiny built-in data: a short training raises accuracy; the evaluator's groups are
 each answer's task, distance and position bucket; `eval`, `answer` + `score accuracy` agree, for the noncausal and
 cross tasks too, whose configs keep the recipe contract; the task fixes the form of the attention; `recall-plot`
-measures each setting's state and averages its seeds."""
+measures each setting's state and averages its seeds, one line per form of a mechanism."""
 import json
 import shutil
 from pathlib import Path
@@ -19,7 +19,7 @@ from lavo_zoo.errors import InputError
 from lavo_zoo.evaluators.classification import position_bucket, signed_distance_bucket
 from lavo_zoo.recipes.recall.data import IGNORE, TASKS
 from lavo_zoo.recipes.recall.model import state_bytes
-from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, state_rows
+from lavo_zoo.recipes.recall.plot import markdown_table, plot_state, series_name, state_rows
 
 
 def tiny(attention: dict | None = None, steps: int = 2, attention_schedule: str | None = None, **data):
@@ -421,4 +421,23 @@ def test_recall_plot_keeps_each_task_apart(tmp_path):
         assert (row["state_bytes"], row["grows"]) == state_bytes(recipe.build_model(cfg), 16)
     table = markdown_table(rows)
     assert table.startswith("| task | attention |") and "| noncausal_mqar | sdpa | defaults |" in table
+    assert plot_state(rows).startswith(b"\x89PNG")
+
+
+def test_recall_plot_draws_each_form_of_a_mechanism_as_its_own_line():
+    """Sizes vary along a mechanism's line; a form (a switch off, a named noncausal form, a short convolution) is a
+    line of its own, so that the bidirectional and the final-state noncausal layers are never joined."""
+    def row(name: str, setting: str, size: int) -> dict:
+        return {"task": "noncausal_mqar", "attention": name, "setting": setting, "state_bytes": size,
+                "grows": False, "seq_len": 32, "seeds": [1], "metrics": {"accuracy": (0.5, 0.0)}}
+
+    rows = [row("gla", "", 1024), row("gla", "expand_k=1.0", 4096), row("gla", "noncausal_form=final_state", 1024),
+            row("gla", "conv_size=4 expand_k=0.25", 2048), row("gla", "conv_size=4 expand_k=1.0", 8192),
+            row("deltanet", "num_heads=1", 4096), row("deltanet", "", 2048),
+            row("lavo", "window_size=2 global_read=false", 256), row("lavo", "window_size=4 global_read=false", 512),
+            row("lavo", "window_size=4 num_bases=8", 512), row("local", "relative_bias=true window_size=4", 512)]
+    assert [series_name(r) for r in rows] == [
+        "gla", "gla", "gla noncausal_form=final_state", "gla conv_size=4", "gla conv_size=4", "deltanet", "deltanet",
+        "lavo global_read=false", "lavo global_read=false", "lavo", "local"]
+    assert series_name(rows[0], task=True) == "gla (noncausal_mqar)"
     assert plot_state(rows).startswith(b"\x89PNG")

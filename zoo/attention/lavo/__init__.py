@@ -12,6 +12,8 @@ As flash-linear-attention lays out a mechanism (``fla/layers/<op>.py`` beside st
 - ``memory.py``: the memory rows in PyTorch (context dissection's per-window sums and their prefix, the running
   mean, one mean per sequence) and the memory's part of the state;
 - ``read.py``: the read's PyTorch kernels (``recompute``: a backward that recomputes; ``autograd``);
+- ``binding.py``: the same two kernels for the binding memory (``memory='binding'``: an [r, d] matrix per head,
+  which the Triton kernels do not read);
 - ``triton.py``: the read's Triton kernels (CUDA; forward and backward) and the decoding step's;
 - ``triton_memory.py``: the memory rows' Triton kernels and their gradient's;
 - ``fused.py``: a whole self-attention call on the Triton kernels, one operation forward and backward;

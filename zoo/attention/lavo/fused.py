@@ -113,7 +113,17 @@ def pytorch_form(qkv: Tensor, bases: Tensor, bias: Tensor | None, log_temperatur
                  gain: Tensor | None, key_mask: Tensor | None, o: FusedOptions) -> Tensor:
     """The fused operation's output [B, T, D] computed by torch operations in the compute dtype, differentiable by
     autograd, under the kernels' dropout masks of the two seeds (:func:`dropout_mask`): the backward's fallback and
-    the tests' reference."""
+    the tests' reference.
+
+    Args:
+        qkv: [B, T, 3D] the q, k, v projections side by side.
+        bases: [H, r, d] orthonormal rows per head.
+        bias: the EPE [H, 2w - 1], or None.
+        log_temperature: [H] the read's per-head log temperature, or None.
+        gain: [H] the learned per-head gain, or None (``o.shared_gain`` then).
+        key_mask: [B, T] bool, True = real token, or None.
+        o: the operation's settings (heads, window, pattern, norm, gains, dropout and its seeds).
+    """
     from lavo_zoo.attention.lavo.read import read_memory_autograd
     from lavo_zoo.attention.ops.window.blocked import window_autograd
 
@@ -156,6 +166,7 @@ class FusedLavoFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, bases, bias, log_temperature, gain, key_mask, options):
+        """The three forward kernels; its arguments are stated on `pytorch_form` (``options``: its ``o``)."""
         qkv, bases = rowmajor(qkv), rowmajor(bases)
         out, local, lse, mem = _forward(qkv, bases, bias, log_temperature, gain, key_mask, options)
         ctx.save_for_backward(qkv, bases, bias, log_temperature, gain, key_mask, local, lse, mem)
@@ -238,9 +249,14 @@ def fused_self_attention(qkv: Tensor, bases: Tensor, window: int, *, heads: int,
 
     Args:
         qkv: [B, T, 3D] the q, k, v projections side by side (fp16 / bf16 / fp32).
-        bases: [H, r, d]; window: w; heads: H; causal: causal (context dissection) or noncausal.
-        bias: the EPE [H, 2w - 1] or None; log_temperature: [H] or None.
-        gain, combine: 'sum' (local + gain read), 'gain' (``gain`` the per-head [H] tensor) or 'half'
+        bases: [H, r, d].
+        window: w.
+        heads: H.
+        causal: causal (context dissection) or noncausal.
+        bias: the EPE [H, 2w - 1] or None.
+        log_temperature: [H] or None.
+        gain: the read's factor: a number, or (combine 'gain') the per-head [H] tensor.
+        combine: 'sum' (local + gain read), 'gain' (``gain`` the per-head [H] tensor) or 'half'
             (0.5 (local + read); noncausal only: the causal 'half' keeps the local branch whole in window 0).
         memory_norm: 'mean' or 'rms'.
         key_mask: [B, T] bool, True = real token (a causal row left-aligned), or None.

@@ -8,6 +8,10 @@ before the query's window; output local + global (causal default; the paper's 0.
 "Which reading makes the memory count"). Costs O((w + r) T d) time and O(T d) memory; the causal state (last w-1
 keys/values, two fp32 sums, the position) is constant-size, so any length streams in chunks.
 
+``memory='binding'`` (docs/lavo.md, "The binding memory") keeps the bases and the read's softmax over them and lets
+the memory bind: per basis, the mean of the features weighted by the keys' projections on it, an [r, d] matrix per
+head (the state's sums [B, H, r, d]), read by the same softmax over the r bases; the paper's mean stays the default.
+
 The layer holds the projections, the parameters (bases, EPE, read temperature, gain), the streaming state and its
 ``kernels`` option: the dispatch (:mod:`lavo_zoo.attention.ops.dispatch`, :data:`.ops.LAVO_KERNELS`) chooses the
 kernels once per call and reports what ran (:attr:`LavoAttention.kernels_used`). The math is
@@ -29,7 +33,7 @@ from lavo_zoo.attention import register_attention
 from lavo_zoo.attention.base import PATTERNS, Attention, StreamingState
 from lavo_zoo.attention.common import compute_dtype, split_qkv
 from lavo_zoo.attention.lavo import ops
-from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORY_NORMS, MemoryState
+from lavo_zoo.attention.lavo.ops import COMBINES, EMPTY_MEMORY, LAVO_KERNELS, MEMORIES, MEMORY_NORMS, MemoryState
 from lavo_zoo.attention.ops.dispatch import Choice, Chosen, HasKernels
 from lavo_zoo.attention.ops.padding import left_aligned
 from lavo_zoo.attention.ops.window import CHUNK, last_positions, window_attention, window_attention_step
@@ -46,13 +50,16 @@ class LavoState(StreamingState):
     """Causal streaming state of one layer (flash-linear-attention's initial_state / final_state convention).
 
     Its size does not grow with the sequence: ``position`` is the only thing that does. The memory H = B M is
-    recomputed from ``sum_complete`` when read (r*d multiply-adds per head), so it is not stored.
+    recomputed from ``sum_complete`` when read (r*d multiply-adds per head), so it is not stored. With the binding
+    memory the sums are [B, H, r, d] (the items c_t f_t^T summed): still constant, r times the paper's.
+    :func:`~lavo_zoo.attention.base.tensor_bytes` of a state is its size in bytes.
     """
 
     keys: torch.Tensor          # [B, H, L, d] the last L = min(w-1, position) keys (the local window's past)
     values: torch.Tensor        # [B, H, L, d]
-    sum_complete: torch.Tensor  # [B, H, d] fp32+: memory features summed over complete windows (all tokens w/o cd)
-    sum_partial: torch.Tensor   # [B, H, d] fp32+: ... over the current, incomplete window (zeros w/o cd)
+    sum_complete: torch.Tensor  # [B, H, d] fp32+: memory features summed over complete windows (all tokens w/o cd);
+    #                             the binding memory's [B, H, r, d]
+    sum_partial: torch.Tensor   # [B, H, d] or [B, H, r, d] fp32+: ... over the current, incomplete window (0 w/o cd)
     position: int               # tokens consumed so far
 
     def detach(self) -> LavoState:
@@ -82,17 +89,17 @@ class LavoStaticState(StreamingState):
 
     keys: torch.Tensor          # [B, H, w-1, d] the last w-1 keys, oldest first (slots before the first token unread)
     values: torch.Tensor        # [B, H, w-1, d]
-    sum_complete: torch.Tensor  # [B, H, d] fp32+, as LavoState's
-    sum_partial: torch.Tensor   # [B, H, d] fp32+
+    sum_complete: torch.Tensor  # [B, H, d] fp32+, as LavoState's (the binding memory's [B, H, r, d])
+    sum_partial: torch.Tensor   # [B, H, d] fp32+ (the binding memory's [B, H, r, d])
     position: torch.Tensor      # [B] int64: tokens consumed so far
 
 
 @dataclass
 class LavoCrossCache(StreamingState):
-    """Cross-attention cache of one source: its mean memory features, d numbers per head (not the source
-    tokens), so a decoding step costs the same for any source length."""
+    """Cross-attention cache of one source: its mean memory features, d numbers per head (the binding memory: its
+    r x d matrix per head), not the source tokens, so a decoding step costs the same for any source length."""
 
-    memory: torch.Tensor  # [B, H, 1, d] mean over the real source tokens (compute dtype)
+    memory: torch.Tensor  # [B, H, 1, d] mean over the real source tokens (compute dtype); binding: [B, H, 1, r, d]
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class LavoOptions:
 
     num_bases: int
     window_size: int
+    memory: str
     context_dissection: bool
     position_encoding: bool
     memory_source: str
@@ -123,7 +131,8 @@ class LavoOptions:
 
         Args:
             pattern: causal, noncausal or cross (the defaults and some checks depend on it).
-            embed_dim, num_heads: the layer's width and heads (the head dim bounds ``num_bases``).
+            embed_dim: the layer's width D.
+            num_heads: the layer's heads H (the head dim D / H bounds ``num_bases``).
             **given: every option of :class:`LavoAttention`, None where the pattern's default applies.
 
         Returns:
@@ -143,6 +152,7 @@ class LavoOptions:
                              f"num_heads {num_heads}): each head's {r} bases are orthonormal vectors in R^{d}")
         if o["window_size"] < 1:
             raise ValueError(f"window_size must be >= 1, got {o['window_size']}")
+        _one_of("memory", o["memory"], MEMORIES)
         if o["memory_source"] is None:
             o["memory_source"] = "local_out" if o["context_dissection"] and pattern != "cross" else "value"
         _one_of("memory_source", o["memory_source"], MEMORY_SOURCES)
@@ -185,7 +195,7 @@ class LavoAttention(HasKernels, Attention):
     """LAVO (Zhang et al. 2023): orthogonal-memory linear attention with context dissection and EPE"""
 
     family = "orthogonal memory + sliding window"
-    decoding_state = "2 (w-1) D window keys/values + 2 D feature sums"
+    decoding_state = "2 (w-1) D window keys/values + 2 D feature sums (memory=binding: 2 r D, r x d per head)"
     patterns = PATTERNS
     streaming = True
     kernel_set = LAVO_KERNELS
@@ -195,19 +205,26 @@ class LavoAttention(HasKernels, Attention):
     test_options: ClassVar[dict[str, Any]] = {"num_bases": 3, "window_size": 5}
 
     def __init__(self, embed_dim: int, num_heads: int, pattern: str = "causal", num_bases: int | None = None,
-                 window_size: int = 16, context_dissection: bool = True, position_encoding: bool = True,
-                 memory_source: str | None = None, bases_trainable: bool = True, empty_memory: str = "local",
-                 global_read: bool = True, combine: str | None = None, read_gain: float = 1.0,
-                 read_temperature: float | None = None, memory_norm: str | None = None, bases_decay: bool = True,
-                 dropout: float = 0.0, bias: bool = True, kernels: str = "auto") -> None:
+                 window_size: int = 16, memory: str = "mean", context_dissection: bool = True,
+                 position_encoding: bool = True, memory_source: str | None = None, bases_trainable: bool = True,
+                 empty_memory: str = "local", global_read: bool = True, combine: str | None = None,
+                 read_gain: float = 1.0, read_temperature: float | None = None, memory_norm: str | None = None,
+                 bases_decay: bool = True, dropout: float = 0.0, bias: bool = True, kernels: str = "auto") -> None:
         """A LAVO layer; the options are checked by :meth:`LavoOptions.resolve`. None: the pattern's default (the
         reading of the memory: the measured one in causal attention, the paper's otherwise; docs/lavo.md, "Flags").
 
         Args:
-            embed_dim, num_heads, pattern: the attention contract (:class:`~lavo_zoo.attention.base.Attention`).
+            embed_dim: D, the model width (the contract's three arguments, stated on
+                :meth:`Attention.__init__ <lavo_zoo.attention.base.Attention.__init__>`).
+            num_heads: H, the number of heads.
+            pattern: causal, noncausal or cross, one of the class's ``patterns``.
             num_bases: r, the orthonormal bases per head (1 <= r <= head dim); None: min(64, head dim).
             window_size: w, the keys of the local window (2w - 1 noncausal) and the length of context dissection's
                 windows.
+            memory: what the memory keeps of the features: 'mean' (the paper's: their mean, read through its r
+                coordinates h = B m) or 'binding' (per basis b_i, the mean of the features weighted by the keys'
+                projections b_i . k: an r x d matrix per head, read by the same softmax over the bases; docs/lavo.md,
+                "The binding memory"). The Triton kernels read 'mean' only (the PyTorch kernels run 'binding').
             context_dissection: causal: the memory of the complete windows before the query's window (True) or the
                 running mean of every token up to the query (False, paper eq. 4). Noncausal attention reads the
                 mean of every real token either way (this only picks the default ``memory_source``).
@@ -239,7 +256,7 @@ class LavoAttention(HasKernels, Attention):
         """
         super().__init__(embed_dim, num_heads, pattern)
         o = LavoOptions.resolve(
-            pattern, embed_dim, num_heads, num_bases=num_bases, window_size=window_size,
+            pattern, embed_dim, num_heads, num_bases=num_bases, window_size=window_size, memory=memory,
             context_dissection=context_dissection, position_encoding=position_encoding, memory_source=memory_source,
             bases_trainable=bases_trainable, empty_memory=empty_memory, global_read=global_read, combine=combine,
             read_gain=read_gain, read_temperature=read_temperature, memory_norm=memory_norm, bases_decay=bases_decay,
@@ -249,6 +266,8 @@ class LavoAttention(HasKernels, Attention):
         # small to cross chunk boundaries)
         self.chunk_size: int | None = None
         self.num_bases, self.window_size, self.dropout = o.num_bases, o.window_size, o.dropout
+        self.memory = o.memory
+        self.binding = o.memory == "binding"  # the ops' switch: the keys' projections weight the features
         self.context_dissection, self.memory_source, self.empty_memory = (o.context_dissection, o.memory_source,
                                                                           o.empty_memory)
         self.global_read, self.combine, self.memory_norm = o.global_read, o.combine, o.memory_norm
@@ -256,7 +275,7 @@ class LavoAttention(HasKernels, Attention):
         self.has_local = pattern != "cross"
         D = embed_dim
         self.q_proj = nn.Linear(D, D, bias=o.bias)
-        self.k_proj = nn.Linear(D, D, bias=o.bias) if self.has_local else None
+        self.k_proj = nn.Linear(D, D, bias=o.bias) if self.has_local or self.binding else None  # binding: its keys
         self.v_proj = nn.Linear(D, D, bias=o.bias) if self.has_local or o.memory_source == "value" else None
         self.out_proj = nn.Linear(D, D, bias=o.bias)
         bases = torch.empty(num_heads, o.num_bases, self.head_dim)
@@ -283,6 +302,7 @@ class LavoAttention(HasKernels, Attention):
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, num_bases={self.num_bases}, window_size={self.window_size}, "
+                f"memory={self.memory}, "
                 f"context_dissection={self.context_dissection}, position_encoding={self.epe is not None}, "
                 f"memory_source={self.memory_source}, empty_memory={self.empty_memory}, "
                 f"global_read={self.global_read}, "
@@ -339,9 +359,9 @@ class LavoAttention(HasKernels, Attention):
     def _read(self, q: torch.Tensor, mem: torch.Tensor, kernel: str | Chosen, offset: int = 0, group: int = 1
               ) -> torch.Tensor:
         """Read the orthogonal memory with this layer's bases and reading options (:func:`.ops.read`): q [B, H, T, d],
-        mem [B, H, n, d] mean features (query t reads row (offset + t) // group; n == 1: every query the one row)
-        -> [B, H, T, d] in the compute dtype."""
-        return ops.read(q, mem, self.bases, kernel, offset=offset, group=group,
+        mem [B, H, n, d] mean features, or the binding memory's [B, H, n, r, d] rows (query t reads row
+        (offset + t) // group; n == 1: every query the one row) -> [B, H, T, d] in the compute dtype."""
+        return ops.read(q, mem, self.bases, kernel, offset=offset, group=group, binding=self.binding,
                         log_temperature=self.log_read_temperature, memory_norm=self.memory_norm,
                         chunk=self.chunk_size, dropout=self.dropout, training=self.training)
 
@@ -360,6 +380,16 @@ class LavoAttention(HasKernels, Attention):
         if state.keys.shape[:2] != (x.shape[0], self.num_heads) or state.keys.shape[-1] != self.head_dim:
             raise ValueError(f"state is for batch/heads/head_dim {list(state.keys.shape[:2])}/{state.keys.shape[-1]},"
                              f" input has batch {x.shape[0]} and this layer {self.num_heads} heads of {self.head_dim}")
+        sums = tuple(state.sum_complete.shape[2:])
+        if sums != self._item():
+            held = "the binding memory's" if len(sums) == 2 else "the paper's mean memory's"
+            raise ValueError(f"state holds {held} sums of {list(sums)} per head; this layer (memory='{self.memory}', "
+                             f"r = {self.num_bases}) keeps {list(self._item())}: continue a sequence with the state "
+                             "of a layer of the same memory and num_bases")
+
+    def _item(self) -> tuple[int, ...]:
+        """The shape of a memory row per head: (d,) for the paper's mean, (r, d) for the binding memory."""
+        return (self.num_bases, self.head_dim) if self.binding else (self.head_dim,)
 
     # ------------------------------------------------------------------------------------------------ forward
     def attend(self, x: torch.Tensor, padding_mask: torch.Tensor | None, context: torch.Tensor | None,
@@ -400,7 +430,7 @@ class LavoAttention(HasKernels, Attention):
                 fused = run.layer(qkv, self.bases, self.window_size, heads=self.num_heads,
                                   causal=self.pattern == "causal", bias=self.epe,
                                   log_temperature=self.log_read_temperature, gain=self._gain(), combine=self.combine,
-                                  memory_norm=self.memory_norm, key_mask=padding_mask,
+                                  memory_norm=self.memory_norm, key_mask=padding_mask, binding=self.binding,
                                   dropout=self.dropout if self.training else 0.0)    # [B, T, D] or None
                 if fused is not None:
                     y = self._output(fused, x)
@@ -414,13 +444,16 @@ class LavoAttention(HasKernels, Attention):
     # ------------------------------------------------------------------------------------------ cross attention
     def cross_memory(self, context: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
         """Cross attention's memory: mean over the valid source tokens of v (or the raw heads), [B, H, 1, d] in the
-        compute dtype. It depends on the source only: compute it once per source and reuse it every decoding step."""
+        compute dtype (the binding memory: weighted per basis by the source keys' projections on it,
+        [B, H, 1, r, d]). It depends on the source only: compute it once per source and reuse it every decoding
+        step."""
         ct = compute_dtype(context.dtype)
         B, S = context.shape[:2]
         src = self._heads(self.v_proj(context) if self.v_proj is not None else context)     # [B, H, S, d]
         valid = torch.ones(B, 1, S, dtype=ct, device=context.device) if context_mask is None \
             else context_mask[:, None].to(ct)                                                # [B, 1, S]
-        return ops.mean_memory(src.to(ct) * valid[..., None], valid)
+        weights = ops.key_weights(self._heads(self.k_proj(context)), self.bases) if self.binding else None
+        return ops.mean_memory(src.to(ct) * valid[..., None], valid, weights)
 
     def cross_cache(self, context: torch.Tensor, context_mask: torch.Tensor | None = None) -> LavoCrossCache:
         """Only the source's mean memory is kept: a decoding step costs the same for any source length."""
@@ -431,10 +464,11 @@ class LavoAttention(HasKernels, Attention):
         if not isinstance(cache, LavoCrossCache):
             raise TypeError(f"cache must be the LavoCrossCache that this attention's cross_cache() returned, got "
                             f"{type(cache).__name__} (another mechanism's cache)")
-        if cache.memory.shape[1:] != (self.num_heads, 1, self.head_dim):
-            raise ValueError(f"cache holds a memory of {cache.memory.shape[1]} heads x {cache.memory.shape[-1]}, this "
-                             f"layer's is {self.num_heads} x {self.head_dim}: the cache is from a layer of another "
-                             "configuration; decode with the cache this layer's cross_cache() returned")
+        if cache.memory.shape[1:] != (self.num_heads, 1, *self._item()):
+            held, mine = list(cache.memory.shape[1:]), [self.num_heads, 1, *self._item()]
+            raise ValueError(f"cache holds a memory of shape {held} per sequence, this layer's (memory="
+                             f"'{self.memory}') is {mine}: the cache is from a layer of another configuration; "
+                             "decode with the cache this layer's cross_cache() returned")
         q = self._heads(self.q_proj(x))                                                  # [B, H, t, d]
         out = self._read(q, cache.memory, self.start_kernels(q).read)                    # [B, H, t, d]
         return self.out_proj(out.transpose(1, 2).flatten(2).to(x.dtype))                 # [B, t, D]
@@ -457,7 +491,7 @@ class LavoAttention(HasKernels, Attention):
         if not self.global_read:  # the local window with the EPE bias alone; the state's sums stay zero
             if not return_state:
                 return local, None
-            zero = torch.zeros(B, self.num_heads, self.head_dim, dtype=compute_dtype(x.dtype), device=x.device)
+            zero = torch.zeros(B, self.num_heads, *self._item(), dtype=compute_dtype(x.dtype), device=x.device)
             return local, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), zero, zero.clone(),
                                     position)
         initial = None if state is None else MemoryState(state.sum_complete, state.sum_partial, state.position)
@@ -467,7 +501,8 @@ class LavoAttention(HasKernels, Attention):
             gain=self._gain(), empty_memory=self.empty_memory, log_temperature=self.log_read_temperature,
             memory_norm=self.memory_norm, kernel=run.read, chunk=self.chunk_size, dropout=self.dropout,
             training=self.training, initial_state=initial, output_final_state=return_state and self.pattern == "causal",
-            inplace=run.window.fresh and run.read.fresh)  # fresh outputs: combine may overwrite them
+            inplace=run.window.fresh and run.read.fresh,  # fresh outputs: combine may overwrite them
+            keys=k if self.binding else None)
         if final is None:
             return out, None
         return out, LavoState(last_positions(past_k, k, w), last_positions(past_v, v, w), final.sum_complete,
@@ -488,7 +523,8 @@ class LavoAttention(HasKernels, Attention):
         out, keys, values, memory = run.step(
             q, k, v, state.keys, state.values, MemoryState(state.sum_complete, state.sum_partial, state.position),
             self.bases, w, bias=self.epe, feat=feat, log_temperature=self.log_read_temperature,
-            memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory)
+            memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(), empty_memory=self.empty_memory,
+            binding=self.binding)
         return out, LavoState(keys, values, memory.sum_complete, memory.sum_partial, memory.position)
 
     def _decode_static(self, x: torch.Tensor, state: LavoStaticState) -> torch.Tensor:
@@ -501,7 +537,7 @@ class LavoAttention(HasKernels, Attention):
                                state.position, self.bases, self.window_size, bias=self.epe, feat=feat,
                                global_read=self.global_read, log_temperature=self.log_read_temperature,
                                memory_norm=self.memory_norm, combine=self.combine, gain=self._gain(),
-                               empty_memory=self.empty_memory)
+                               empty_memory=self.empty_memory, binding=self.binding)
 
     def _features(self, x: torch.Tensor, v: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """The per-token features the memory averages (``memory_source``), [B, H, T, d] in the compute dtype."""

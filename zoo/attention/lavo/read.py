@@ -56,14 +56,38 @@ def _rows(t0: int, t1: int, offset: int, group: int, n: int, device: torch.devic
 
 def chunk_keep(seed: int, t0: int, t1: int, B: int, H: int, r: int, p: float, device: torch.device,
                dtype: torch.dtype) -> torch.Tensor:
-    """The dropout factor of the recompute read's queries t0..t1 (one chunk): [B, H, t1 - t0, r]."""
+    """The dropout factor of the recompute read's queries t0..t1 (one chunk): [B, H, t1 - t0, r].
+
+    Args:
+        seed: the call's seed.
+        t0: the chunk's first query.
+        t1: the query after the chunk's last.
+        B: the batch size.
+        H: the heads.
+        r: the bases (slots per query).
+        p: the dropout probability.
+        device: where the mask is drawn.
+        dtype: the factor's dtype.
+    """
     return keep_factor(seed, t0, (B, H, t1 - t0, r), p, device, dtype)
 
 
 def dropout_slots(seed: int, B: int, H: int, T: int, r: int, p: float, chunk: int, device: torch.device | str = "cpu",
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The whole dropout mask of a recompute-read call with this seed, p and ``chunk`` on T queries: [B, H, T, r]
-    factors (0 dropped, 1 / (1 - p) kept), as :func:`read_memory_autograd`'s ``keep`` takes it."""
+    factors (0 dropped, 1 / (1 - p) kept), as :func:`read_memory_autograd`'s ``keep`` takes it.
+
+    Args:
+        seed: the call's seed.
+        B: the batch size.
+        H: the heads.
+        T: the queries.
+        r: the bases (slots per query).
+        p: the dropout probability.
+        chunk: the call's ``chunk`` (the chunks' first queries pick their masks).
+        device: where the mask is drawn.
+        dtype: the factor's dtype.
+    """
     device = torch.device(device)
     return torch.cat([chunk_keep(seed, t0, min(T, t0 + chunk), B, H, r, p, device, dtype)
                       for t0 in range(0, T, chunk)], 2)
@@ -77,6 +101,7 @@ class MemoryReadFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, mem, bases, offset, group, chunk, dropout=0.0, seed=0):
+        """The chunked forward; its arguments are stated on `read_memory`."""
         B, H, T, d = q.shape
         ct = compute_dtype(q.dtype)
         out = heads_major_empty(B, H, T, d, q, ct)
@@ -147,9 +172,18 @@ def read_chunk(B: int, H: int, r: int) -> int:
 def read_memory(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, offset: int = 0, group: int = 1,
                 chunk: int | None = None, dropout: float = 0.0, seed: int = 0) -> torch.Tensor:
     """q [B, H, T, d] reads mem [B, H, n, d] (query t: row (offset + t) // group; n == 1: the one row) through
-    bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward. ``chunk``: queries
-    recomputed at a time (None: :func:`read_chunk`). ``dropout`` p > 0: the slot probabilities are dropped with the
-    mask of ``seed`` (:func:`dropout_slots`)."""
+    bases [H, r, d]; [B, H, T, d] in the compute dtype. Saves no [T, r] tensor for backward.
+
+    Args:
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, d] the memory's mean features, one row per group of queries.
+        bases: [H, r, d] orthonormal rows per head.
+        offset: the position of query 0 within its group (context dissection: the position in the window).
+        group: queries per memory row (context dissection: the window w; 1: one row per query).
+        chunk: queries recomputed at a time (None: :func:`read_chunk`).
+        dropout: p > 0: the slot probabilities are dropped with the mask of ``seed`` (:func:`dropout_slots`).
+        seed: the call's dropout seed.
+    """
     if chunk is None:
         chunk = read_chunk(q.shape[0], q.shape[1], bases.shape[1])
     return MemoryReadFunction.apply(q, mem, bases, offset, group, chunk, dropout, seed)
@@ -159,7 +193,10 @@ def read_memory_autograd(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor
                          dropout: float = 0.0, training: bool = False, keep: torch.Tensor | None = None
                          ) -> torch.Tensor:
     """:func:`read_memory` differentiated by autograd (keeps the [T, r] tensors), with attention dropout: torch's
-    (``dropout`` in ``training``) or the factors ``keep`` [B, H, T, r] of a kernel's mask."""
+    (``dropout`` in ``training``) or the factors ``keep`` [B, H, T, r] of a kernel's mask.
+
+    Its other arguments are stated on `read_memory`.
+    """
     _, _, rows = _rows(0, q.shape[2], offset, group, mem.shape[2], q.device)
     r0 = 0 if mem.shape[2] == 1 else offset // group
     return _read_core(q, mem[:, :, r0:], bases, rows, dropout, training, keep)

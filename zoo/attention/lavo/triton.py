@@ -235,7 +235,27 @@ def read_forward(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, out: t
     with ``local``, ``local_scale`` local + g read, g the per-head ``gain`` [H] or ``shared_gain``; written into
     ``out`` [B, H, T, d] (any strides with a unit column stride; or any tensor and its [B, H, T, d] (batch, head,
     time) ``out_strides``), zero at the padded queries of ``pad`` [B, T] int8. Every tensor with a unit column
-    stride."""
+    stride.
+
+    Args:
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, d] the memory rows.
+        bases: [H, r, d].
+        out: where the output is written (above).
+        log_temperature: [H], or None.
+        local: [B, H, T, d] the local branch, or None (the read alone).
+        gain: [H] the per-head gain, or None (``shared_gain``).
+        shared_gain: g where no per-head gain is given.
+        local_scale: the local branch's factor (0.5 for combine 'half').
+        offset: the position of query 0 within its group.
+        group: queries per memory row.
+        block_m: queries per program, or None (autotuned).
+        dropout: the slot probabilities' dropout p (0: none).
+        seed: the call's dropout seed.
+        rms: normalise each row by its rms in the kernel.
+        pad: [B, T] int8 padding (1 real), or None.
+        out_strides: ``out``'s (batch, head, time) strides where it is not [B, H, T, d], or None.
+    """
     B, H, T, d = q.shape
     launch("read_fwd", _fwd, lambda meta: grid(triton.cdiv(T, meta["BM"]) * B * H, "the memory read's forward"),
            q, mem, bases, _pointer(log_temperature, q), _pointer(local, q), _pointer(gain, q), out,
@@ -257,7 +277,26 @@ def read_backward(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, grad:
     the device (``block_m`` alone where the caller fixed one): writes dq into ``dq`` (any strides, unit column
     stride) and returns dh [B, H, T, BR] fp32 (dL/dh per query, h = B m of the row it read, normalised with
     ``rms``), the per-program partial sums of the bases' gradient [B H, NP, BR, BD] and of the temperature's and the
-    gain's [2, B H, NP] (no atomics: the sums are deterministic)."""
+    gain's [2, B H, NP] (no atomics: the sums are deterministic).
+
+    Args:
+        q: the forward's queries.
+        mem: the forward's memory rows.
+        bases: the forward's bases.
+        grad: the output's gradient [B, H, T, d].
+        dq: where dq is written.
+        log_temperature: the forward's, or None.
+        gain: the forward's per-head gain, or None.
+        shared_gain: the forward's.
+        has_local: the forward joined a local branch (its gradient is the output's: nothing to compute here).
+        offset: the forward's.
+        group: the forward's.
+        block_m: queries per program, or None (the largest that fits).
+        dropout: the forward's dropout p (the same ``seed`` redraws its mask).
+        seed: the forward's dropout seed.
+        rms: the forward's.
+        pad: the forward's padding, or None.
+    """
     sizes = (block_m,) if block_m else BACKWARD_BLOCKS
     for size in sizes[:-1]:
         try:
@@ -292,7 +331,16 @@ def _read_backward_in(q, mem, bases, grad, dq, block_m, smaller_fits, log_temper
 def head_sums(part: torch.Tensor, part_head: torch.Tensor, B: int, H: int, r: int, d: int
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """The bases' gradient [H, r, d] and the per-head [2, H] gradients of the temperature (row 0) and the gain (row 1)
-    from :func:`read_backward`'s per-program partial sums (fp32)."""
+    from :func:`read_backward`'s per-program partial sums (fp32).
+
+    Args:
+        part: the bases' partial sums [B H, NP, BR, BD].
+        part_head: the temperature's and the gain's partial sums [2, B H, NP].
+        B: the batch size.
+        H: the heads.
+        r: the bases per head (BR may pad it).
+        d: the head dim (BD may pad it).
+    """
     dbases = part.view(B, H, -1, *part.shape[2:]).sum((0, 2))
     if dbases.shape[1:] != (r, d):
         dbases = dbases[:, :r, :d].contiguous()
@@ -370,6 +418,7 @@ class MemoryReadTritonFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, mem, bases, log_temperature, local, gain, offset, group, block_m=None, dropout=0.0, seed=0,
                 shared_gain=1.0):
+        """The forward kernel; its arguments are stated on `read_forward`."""
         q, mem, bases, log_temperature, loc, gain = _read_inputs(q, mem, bases, log_temperature, local, gain)
         B, H, T, d = q.shape
         out = read_forward(q, mem, bases, heads_major_empty(B, H, T, d, q, q.dtype), log_temperature=log_temperature,
@@ -460,9 +509,15 @@ def read_memory_triton(q: torch.Tensor, mem: torch.Tensor, bases: torch.Tensor, 
     custom operator ``lavo_zoo::triton_read`` (no graph break).
 
     Args:
+        q: [B, H, T, d] queries.
+        mem: [B, H, n, d] the memory's mean features.
+        bases: [H, r, d] orthonormal rows per head.
+        offset: the position of query 0 within its memory group (context dissection: the position in the window).
+        group: queries per memory row (context dissection: the window w; 1: one row per query).
         block_m: queries per program, a power of two >= 16 (tests use 16), or None (autotuned forward on a GPU).
-        dropout, seed: p > 0 drops slot probabilities with the mask of ``seed``
+        dropout: p > 0 drops slot probabilities with the mask of ``seed``
             (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, r]).
+        seed: the seed of the dropout mask.
         log_temperature: [H] or None: the read of q exp(t_h), the factor applied inside the kernels.
         local: [B, H, T, d] or None: return local + gain * read, joined inside the kernel (LAVO's 'sum' and 'gain').
         gain: the read's factor with ``local``: a number, or a per-head [H] tensor (learned).
@@ -561,12 +616,23 @@ def decode_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: 
     autograd graph).
 
     Args:
-        q, k, v: [B, H, 1, d] the step's query, key and value.
-        keys, values: [B, H, L, d], L = min(w - 1, position): the last keys and values before the step.
-        sum_complete, sum_partial: [B, H, d] fp32, the memory sums before the step; position: tokens before it.
-        bases: [H, r, d]; window: w; bias: the EPE [H, 2w - 1] or None.
+        q: [B, H, 1, d] the step's query.
+        k: [B, H, 1, d] the step's key.
+        v: [B, H, 1, d] the step's value.
+        keys: [B, H, L, d], L = min(w - 1, position): the last keys before the step.
+        values: [B, H, L, d]: the last values before the step.
+        sum_complete: [B, H, d] fp32, the memory's sum over the complete windows before the step.
+        sum_partial: [B, H, d] fp32, the sum over the current window's tokens before the step.
+        position: tokens before the step.
+        bases: [H, r, d].
+        window: w.
+        bias: the EPE [H, 2w - 1] or None.
         feat: [B, H, 1, d] the step's memory feature, or None for the local output (``memory_source='local_out'``).
-        log_temperature, memory_norm, combine, gain, empty_memory: the reading, as :func:`..ops.memory_step`.
+        log_temperature: the reading's, as :func:`..ops.memory_step`.
+        memory_norm: the reading's, as :func:`..ops.memory_step`.
+        combine: the reading's, as :func:`..ops.memory_step`.
+        gain: the reading's, as :func:`..ops.memory_step`.
+        empty_memory: the reading's, as :func:`..ops.memory_step`.
 
     Returns:
         out [B, H, 1, d] fp32; the new keys and values [B, H, min(w - 1, L + 1), d]; the new sum_complete and

@@ -150,7 +150,14 @@ def _tiling(window: int, causal: bool) -> tuple[int, int, int]:
 def memory_rows(feats: torch.Tensor, mask: torch.Tensor | None, window: int, causal: bool) -> torch.Tensor:
     """The memory rows of features feats [B, H, T, d] (any strides, unit column stride; zero or not at padded
     positions: the mask [B, T] int8 excludes them): [B, H, n, d] fp32, unnormalised means (causal: n = cdiv(T, w),
-    row j of the windows before window j; noncausal: n = 1)."""
+    row j of the windows before window j; noncausal: n = 1).
+
+    Args:
+        feats: [B, H, T, d] the features.
+        mask: [B, T] int8 (1 real), or None.
+        window: w.
+        causal: context dissection's rows (True), or the noncausal mean.
+    """
     B, H, T, d = feats.shape
     n = triton.cdiv(T, window) if causal else 1
     mem = torch.empty(B, H, n, d, dtype=torch.float32, device=feats.device)
@@ -166,7 +173,17 @@ def memory_rows_backward(dh: torch.Tensor, bases: torch.Tensor, mem: torch.Tenso
                          window: int, causal: bool, rms: bool) -> torch.Tensor:
     """The features' gradient of :func:`memory_rows` from the read's per-query dh [B, H, T, BR] fp32 (BR >= r) with
     bases [H, r, d] and the forward's rows mem [B, H, n, d] (``rms``: the read normalised them): dwin [B H, n, d]
-    fp32, the gradient of each feature of window i's real tokens (causal), of every real token (noncausal, n = 1)."""
+    fp32, the gradient of each feature of window i's real tokens (causal), of every real token (noncausal, n = 1).
+
+    Args:
+        dh: [B, H, T, BR] fp32, the read's per-query gradient of h = B m.
+        bases: [H, r, d].
+        mem: [B, H, n, d] the forward's rows.
+        mask: [B, T] int8 (1 real), or None.
+        window: w.
+        causal: as in the forward.
+        rms: the read normalised the rows.
+    """
     B, H, T, BR = dh.shape
     n, d = mem.shape[2], mem.shape[3]
     dwin = torch.empty(B * H, n, d, dtype=torch.float32, device=dh.device)

@@ -249,7 +249,8 @@ class KernelSet:
         Args:
             q: the call's queries.
             request: 'auto' or a kernel name (:meth:`check`).
-            dropout, training: attention dropout applies in training with p > 0.
+            dropout: attention dropout p (it applies in training with p > 0: a kernel without dropout is passed by).
+            training: whether the call is in training.
             only: the ops the call will run, where it knows (a decoding step: choosing the others would cost its
                 time for nothing); None: every op.
 
@@ -269,8 +270,10 @@ class KernelSet:
         Args:
             request: 'auto' or a kernel name.
             like: a tensor on the device and of the dtype the queries would have (a parameter of the layer).
-            heads, head_dim: the queries' H and d.
-            dropout, training: as :meth:`choose`.
+            heads: the queries' H.
+            head_dim: the queries' d.
+            dropout: as :meth:`choose`.
+            training: as :meth:`choose`.
         """
         length = max([1] + [k.min_queries for op in self.ops.values() for k in op.kernels])
         q = like.new_empty(1, heads, length, head_dim)

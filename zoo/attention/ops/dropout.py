@@ -28,7 +28,16 @@ def keep_factor(seed: int, first: int, shape: tuple[int, ...], p: float, device:
                 dtype: torch.dtype) -> torch.Tensor:
     """The dropout factor of one chunk whose first query is ``first``: [*shape] of dtype, 1 / (1 - p) where the
     element is kept (probability 1 - p), 0 where dropped. The same (seed, first, shape, device) always gives the same
-    mask, whatever else drew random numbers in between."""
+    mask, whatever else drew random numbers in between.
+
+    Args:
+        seed: the call's seed (:func:`new_seed`).
+        first: the chunk's first query (its position in the call), which picks the chunk's stream.
+        shape: the mask's shape, e.g. [B, H, Tq, slots] for the chunk's Tq queries.
+        p: the dropout probability, in [0, 1).
+        device: where the mask is drawn (the same seed gives other masks on other devices).
+        dtype: the factor's dtype.
+    """
     gen = torch.Generator(device=device)
     gen.manual_seed(_mix(seed, first))  # one stream per (call, chunk)
     keep = torch.rand(shape, generator=gen, device=device) >= p

@@ -4,6 +4,16 @@ Each mechanism's reference is the function ``naive`` beside it, in its own modul
 :mod:`lavo_zoo.attention.lavo.naive`; the sliding window's dense form in :mod:`lavo_zoo.attention.ops.window.naive`).
 A reference takes a built module (to share its parameters) and the same inputs as ``module(...)`` and computes the
 output from the mechanism's defining formula: quadratic forms, per-query loops, the recurrence. Use float64.
+
+The arguments of every reference ``naive(m, x, padding_mask=None, context=None, context_mask=None)``, stated here
+once (the contract's inputs, as :meth:`~lavo_zoo.attention.base.Attention.forward` states them); it returns the
+output [B, T, D]:
+
+    m: the built module whose parameters the reference shares (float64, eval mode).
+    x: the queries' sequence [B, T, D].
+    padding_mask: [B, T] bool, True = a real token, or None (all real).
+    context: cross: the source [B, S, D]; None for the other patterns.
+    context_mask: cross: [B, S] bool, True = a real source token, or None (all real).
 """
 from __future__ import annotations
 
@@ -26,7 +36,14 @@ def qkv(m, x: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor,
 def merge(m, o: torch.Tensor, padding_mask: torch.Tensor | None = None, dtype: torch.dtype | None = None
           ) -> torch.Tensor:
     """out_proj of the merged heads o [B, H, T, d]; padded query rows zeroed first when ``padding_mask`` is given,
-    cast to ``dtype`` when given."""
+    cast to ``dtype`` when given.
+
+    Args:
+        m: the module (its ``out_proj``).
+        o: [B, H, T, d] the heads' outputs.
+        padding_mask: [B, T] bool, True = real query, or None.
+        dtype: the dtype the projection takes, or None (o's).
+    """
     if padding_mask is not None:
         o = o * padding_mask[:, None, :, None]
     B, H, T, d = o.shape
@@ -45,7 +62,14 @@ def key_mask_4d(mask: torch.Tensor | None, B: int, T: int) -> torch.Tensor:
 
 
 def allowed_keys(m, t: int, S: int, key_mask_b: torch.Tensor) -> list[int]:
-    """Indices of keys query t may see (causal: s <= t)."""
+    """Indices of keys query t may see (causal: s <= t).
+
+    Args:
+        m: the module (its pattern).
+        t: the query's position.
+        S: the keys.
+        key_mask_b: [S] bool, one row's key mask (True = real).
+    """
     return [s for s in range(S) if bool(key_mask_b[s]) and (m.pattern != "causal" or s <= t)]
 
 
@@ -65,7 +89,15 @@ def seg_means(x: torch.Tensor, mask_b: torch.Tensor, C: int) -> tuple[torch.Tens
 
 def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None,
                       causal: bool = False) -> torch.Tensor:
-    """Per-query loop softmax attention: q [B,H,T,d], k, v [B,H,S,d] -> [B,H,T,d] (scale d^-1/2)."""
+    """Per-query loop softmax attention: q [B,H,T,d], k, v [B,H,S,d] -> [B,H,T,d] (scale d^-1/2).
+
+    Args:
+        q: [B, H, T, d] queries.
+        k: [B, H, S, d] keys.
+        v: [B, H, S, d] values.
+        key_mask: [B, S] bool, True = real key, or None.
+        causal: query t sees keys s <= t only.
+    """
     B, _, T, d = q.shape
     S = k.shape[2]
     out = torch.zeros_like(q)

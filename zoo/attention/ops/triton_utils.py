@@ -97,7 +97,14 @@ def autotuned(blocks: tuple[int, ...], warps: tuple[int, ...], key: list[str], s
     (its tile extent): on a GPU ``triton.autotune`` over the ``blocks`` x ``warps`` configurations, keyed on
     ``key``, each band kernel's with the exact-skipping tile of :func:`band_tile` (``span_of(args)`` gives the
     band's span from the launch's arguments); in Triton's interpreter one fixed configuration (no benchmarking
-    there): the first block and warps, the smallest tile."""
+    there): the first block and warps, the smallest tile.
+
+    Args:
+        blocks: the BM values to try.
+        warps: the warp counts to try.
+        key: the launch arguments whose values key the tuning cache.
+        span_of: for a band kernel, the band's span from the launch's named arguments; None: no BN.
+    """
     def config(block: int, num_warps: int, tile: int | None = None) -> triton.Config:
         return triton.Config({"BM": block} | ({} if span_of is None else {"BN": tile or block}), num_warps=num_warps)
 
@@ -187,7 +194,8 @@ def launch(name: str, kernel, programs, *args, config: dict | None = None, small
         name: the kernel's name in the warning and in :func:`failures`.
         kernel: a ``@triton.jit`` (or autotuned) kernel.
         programs: the grid, or a function of the meta-parameters (an autotuned kernel's block size) that gives it.
-        *args, **kwargs: the kernel's arguments.
+        *args: the kernel's positional arguments.
+        **kwargs: the kernel's keyword arguments.
         config: meta-parameters fixed by the caller (e.g. tests' small tiles), which bypass an autotuned kernel's
             tuning.
         smaller_fits: as in :func:`compiling`: OutOfResources raises as it is (the caller retries smaller).
@@ -219,7 +227,14 @@ def _dropout_mask(OUT, seed, N, p, BLOCK: tl.constexpr):
 
 def dropout_mask(seed: int, shape: tuple[int, ...], p: float, device: torch.device | str) -> torch.Tensor:
     """The dropout factors the kernels use for a call with this seed and p, materialised: [*shape] fp32 where shape
-    is [B, H, T, W] (the window: W = 2w - 1 relative key offsets s - t + w - 1; the read: W = r bases)."""
+    is [B, H, T, W] (the window: W = 2w - 1 relative key offsets s - t + w - 1; the read: W = r bases).
+
+    Args:
+        seed: the call's seed (:func:`~lavo_zoo.attention.ops.dropout.new_seed`).
+        shape: [B, H, T, W], the kernel's layout of the mask.
+        p: the dropout probability, in [0, 1).
+        device: where the mask is made (the Triton kernel draws the factors there).
+    """
     out = torch.empty(shape, dtype=torch.float32, device=device)
     block = 1024
     launch("dropout_mask", _dropout_mask, grid(triton.cdiv(out.numel(), block), "dropout_mask"), out, seed,

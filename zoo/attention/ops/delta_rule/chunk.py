@@ -53,7 +53,11 @@ def check_gates(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.T
     """Refuse gates of shapes the op does not take, naming the argument and the shapes it may have.
 
     Args:
-        k, v, beta, g, write: the op's arguments (see :func:`chunk_delta_rule`).
+        k: keys [B, H, T, K] (the op's arguments: :func:`chunk_delta_rule`).
+        v: values [B, H, T, V].
+        beta: erase strengths, [B, H, T] or [B, H, T, K].
+        g: log decays, [B, H, T], [B, H, T, K] or None.
+        write: write strengths [B, H, T, V], or None.
 
     Raises:
         ValueError: a gate of another shape, or per-channel erase strengths without write strengths.

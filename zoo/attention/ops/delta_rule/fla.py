@@ -26,7 +26,10 @@ def fla_function(beta: torch.Tensor, g: torch.Tensor | None, write: torch.Tensor
     erase strengths per key channel or write strengths given.
 
     Args:
-        beta, g, write: the op's gates (see :func:`~lavo_zoo.attention.ops.delta_rule.chunk_delta_rule`).
+        beta: erase strengths [B, H, T] or [B, H, T, K] (the op's, see
+            :func:`~lavo_zoo.attention.ops.delta_rule.chunk_delta_rule`).
+        g: log decays [B, H, T], [B, H, T, K] or None.
+        write: write strengths [B, H, T, V], or None.
     """
     if beta.dim() == 4 or write is not None:
         return "chunk_gdn2"
@@ -40,7 +43,10 @@ def delta_rule_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
                        write: torch.Tensor | None = None) -> bool:
     """Whether fla's delta rule covers this call (the op's arguments, see :func:`fla_chunk_delta_rule`): key head
     dims up to :data:`MAX_HEAD_DIM`, and a per-head decay's backward where fla has it (``chunk_gated_delta_rule``'s:
-    :func:`~lavo_zoo.attention.ops.fla.gated_backward_refused`; KDA's and GDN-2's kernels have their own)."""
+    :func:`~lavo_zoo.attention.ops.fla.gated_backward_refused`; KDA's and GDN-2's kernels have their own).
+
+    Its arguments are stated on `lavo_zoo.attention.ops.delta_rule.chunk.chunk_delta_rule`.
+    """
     if q.shape[-1] > MAX_HEAD_DIM:
         return False
     if fla_function(beta, g, write) != "chunk_gated_delta_rule":
@@ -56,8 +62,8 @@ def fla_chunk_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
     takes every gate per channel: a per-head one is broadcast, a missing decay is 0.
 
     Args:
-        q, k: queries and keys [B, H, T, K] in fp16 / bf16 (k of unit norm); k, v and the strengths are cast to q's
-            dtype.
+        q: queries [B, H, T, K] in fp16 / bf16; k, v and the strengths are cast to q's dtype.
+        k: keys [B, H, T, K], of unit norm.
         v: values [B, H, T, V].
         beta: erase (and, without ``write``, write) strengths [B, H, T] or [B, H, T, K].
         g: log decays (<= 0) [B, H, T], [B, H, T, K] or None; passed in fp32, floored as the PyTorch form floors

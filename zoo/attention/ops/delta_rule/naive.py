@@ -12,7 +12,10 @@ def naive_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: to
                      g: torch.Tensor | None = None, state: torch.Tensor | None = None,
                      write: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q, k [B, H, T, K], v [B, H, T, V], beta [B, H, T] / [B, H, T, K], g [B, H, T] / [B, H, T, K] / None,
-    state [B, H, K, V], write [B, H, T, V] / None (beta, per head) -> (o [B, H, T, V], state)."""
+    state [B, H, K, V], write [B, H, T, V] / None (beta, per head) -> (o [B, H, T, V], state).
+
+    Its arguments are stated on `lavo_zoo.attention.ops.delta_rule.chunk.chunk_delta_rule`, the form it checks.
+    """
     B, H, T, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1]) if state is None else state
     out = []

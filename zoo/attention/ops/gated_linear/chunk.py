@@ -112,7 +112,9 @@ def _channel_scores(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> torch.
     decays, never a difference.
 
     Args:
-        q, k: [B, H, n, C, K]; g: the log decays [B, H, n, C, K].
+        q: queries [B, H, n, C, K], n chunks of C tokens.
+        k: keys [B, H, n, C, K].
+        g: the log decays [B, H, n, C, K].
 
     Returns:
         scores [B, H, n, C, C], zero above the diagonal.

@@ -23,6 +23,8 @@ def gated_linear_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: t
     one gate per key channel always; one gate per head or none with even K and V in half precision (fla's
     ``chunk_bwd_dv`` refuses odd ones, e.g. Based's 153 features), and a per-head gate's backward where fla has it
     (:func:`~lavo_zoo.attention.ops.fla.gated_backward_refused`).
+
+    Its arguments are stated on `lavo_zoo.attention.ops.gated_linear.chunk.chunk_gated_linear`.
     """
     if g is not None and g.dim() == 4:
         return True
@@ -38,7 +40,8 @@ def fla_chunk_gated_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     key channel) or ``chunk_simple_gla`` (one per head, or none).
 
     Args:
-        q, k: queries and keys [B, H, T, K] (any scale already applied); k and v are cast to q's dtype.
+        q: queries [B, H, T, K] (any scale already applied); k and v are cast to q's dtype.
+        k: keys [B, H, T, K].
         v: values [B, H, T, V].
         g: log decays (<= 0): [B, H, T], [B, H, T, K] or None; passed in fp32.
         state: the state before the first token [B, H, K, V] (None: zeros).

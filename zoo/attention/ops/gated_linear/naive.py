@@ -7,7 +7,10 @@ import torch
 
 def naive_gated_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor | None = None,
                        state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k [B, H, T, K], v [B, H, T, V], g [B, H, T] / [B, H, T, K] / None, state [B, H, K, V] -> (o, state)."""
+    """q, k [B, H, T, K], v [B, H, T, V], g [B, H, T] / [B, H, T, K] / None, state [B, H, K, V] -> (o, state).
+
+    Its arguments are stated on `lavo_zoo.attention.ops.gated_linear.chunk.chunk_gated_linear`, the form it checks.
+    """
     B, H, T, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1]) if state is None else state
     out = []

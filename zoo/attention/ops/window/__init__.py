@@ -40,7 +40,11 @@ Prefix = tuple[torch.Tensor, torch.Tensor]
 def recompute_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                      bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                      prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
-    """The blocked window that recomputes in backward: [B, H, T, d] in :func:`compute_dtype`, a fresh tensor."""
+    """The blocked window that recomputes in backward: [B, H, T, d] in :func:`compute_dtype`, a fresh tensor.
+
+    Its arguments are stated on `window_attention` (``dropout`` already 0 outside training; ``prefix``: (keys,
+    values) [B, H, P, d] or None).
+    """
     past_k, past_v = prefix if prefix is not None else (None, None)
     return WindowAttentionFunction.apply(q, k, v, past_k, past_v, bias, key_mask, window, causal, chunk, dropout,
                                          new_seed() if dropout else 0)
@@ -49,7 +53,10 @@ def recompute_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
 def autograd_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, causal: bool,
                     bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                     prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
-    """The blocked window left to autograd (keeps the [T, 2w] probabilities): [B, H, T, d] in the compute dtype."""
+    """The blocked window left to autograd (keeps the [T, 2w] probabilities): [B, H, T, d] in the compute dtype.
+
+    Its arguments are stated on `window_attention` (``dropout`` already 0 outside training; ``chunk`` unused).
+    """
     keys, values = ([prefix[0], k], [prefix[1], v]) if prefix is not None else ([k], [v])
     P = 0 if prefix is None else prefix[0].shape[2]
     return window_autograd(q, keys, values, window, causal, bias, key_mask, P, dropout, dropout > 0)
@@ -59,7 +66,10 @@ def flex_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, 
                 bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                 prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
     """flex_attention's fused window (no dropout: the dispatch does not take it then): [B, H, T, d] in the compute
-    dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled (warned once)."""
+    dtype. Raises :class:`~lavo_zoo.attention.ops.KernelUnavailable` where it cannot be compiled (warned once).
+
+    Its arguments are stated on `window_attention` (``dropout`` and ``chunk`` unused).
+    """
     fk, fv = (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2)) if prefix is not None else (k, v)
     out = flex.flex_window_attention(q, fk, fv, window, causal=causal, bias=bias, key_mask=key_mask)
     return out.to(compute_dtype(q.dtype))
@@ -69,7 +79,10 @@ def triton_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int
                   bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                   prefix: Prefix | None = None, dropout: float = 0.0, chunk: int = CHUNK) -> torch.Tensor:
     """The Triton window kernels: [B, H, T, d] in q's dtype. Raises :class:`~lavo_zoo.attention.ops.
-    KernelUnavailable` where a kernel cannot be compiled on this device (warned once)."""
+    KernelUnavailable` where a kernel cannot be compiled on this device (warned once).
+
+    Its arguments are stated on `window_attention` (``dropout`` already 0 outside training; ``chunk`` unused).
+    """
     from lavo_zoo.attention.ops.window import triton as window_triton
 
     return window_triton.triton_window_attention(q, k, v, window, causal=causal, bias=bias, key_mask=key_mask,
@@ -105,14 +118,17 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     """Exact sliding-window attention.
 
     Args:
-        q, k, v: [B, H, T, d].
+        q: queries [B, H, T, d].
+        k: keys [B, H, T, d].
+        v: values [B, H, T, d].
         window: w, the keys per causal window (2w - 1 noncausal).
         causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
         bias: [H, 2w-1] relative bias added to the scaled scores, or None.
         key_mask: [B, T] bool (True = real key), or None.
         prefix: (keys, values) [B, H, P, d], P < w: the previous chunk's last keys and values (causal streaming; no
             key_mask then), sitting before position 0.
-        dropout, training: attention dropout on the probabilities (in training only).
+        dropout: attention dropout p on the probabilities (in training only).
+        training: whether the call is in training (False: no dropout).
         kernel: 'auto' or a kernel name, chosen from :data:`WINDOW_KERNELS`; or a kernel a layer chose already
             (its :class:`~lavo_zoo.attention.ops.dispatch.Choice`'s ``window``).
         chunk: queries per recomputed chunk of the ``recompute`` kernel.
@@ -135,7 +151,9 @@ def window_attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
     """One causal query's window (a decoding step), in a handful of small operations.
 
     Args:
-        q, k, v: [B, H, 1, d], the step's query, key and value.
+        q: [B, H, 1, d], the step's query.
+        k: [B, H, 1, d], the step's key.
+        v: [B, H, 1, d], the step's value.
         window: w.
         prefix: (keys, values) [B, H, P, d], P < w: the last keys and values before the step.
         bias: [H, 2w-1] relative bias, or None.

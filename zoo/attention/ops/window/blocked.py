@@ -53,7 +53,21 @@ def window_autograd(q: torch.Tensor, keys: Sequence[torch.Tensor], values: Seque
     key_real [B, Tk] bool or None. Dropout: ``keep`` [B, H, Tq, 2w - 1], the factor of each query's relative key
     offset s - t + w - 1 (0 dropped, 1 / (1 - p) kept: a kernel's mask, as :func:`dropout_band` gives it), or else
     ``dropout`` with torch's own mask in training. Returns [B, H, Tq, d] in :func:`compute_dtype`. Differentiable by
-    autograd."""
+    autograd.
+
+    Args:
+        q: queries [B, H, Tq, d].
+        keys: key pieces [B, H, Tk_i, d], concatenated along time (a prefix, then the keys).
+        values: value pieces, as ``keys``.
+        w: the window.
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
+        bias: [H, 2w - 1] relative bias added to the scaled scores, or None.
+        key_real: [B, Tk] bool, True = real key, or None (all real).
+        lead: the key position of query 0 (the prefix's length).
+        dropout: attention dropout p with torch's mask, in ``training`` (when no ``keep`` is given).
+        training: whether ``dropout`` applies.
+        keep: [B, H, Tq, 2w - 1] dropout factors of a kernel's mask, or None.
+    """
     ct = compute_dtype(q.dtype)
     B, _, Tq, d = q.shape
     Tk = sum(k.shape[2] for k in keys)
@@ -200,6 +214,9 @@ class WindowAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, chunk, dropout=0.0, seed=0):
+        """The chunked forward; its arguments are stated on `lavo_zoo.attention.ops.window.window_attention`
+        (``prefix_k`` and ``prefix_v``: the prefix's keys and values, or None; ``dropout`` p already 0 outside
+        training, its mask drawn from ``seed``)."""
         B, H, T, d = q.shape
         ct, c, span, _, front, _, real, add, _, index = WindowAttentionFunction._setup(
             q, prefix_k, bias, key_mask, window, causal)
@@ -287,7 +304,19 @@ def chunks(T: int, window: int, chunk: int) -> list[tuple[int, int]]:
 def chunk_keep(seed: int, t0: int, t1: int, B: int, H: int, window: int, p: float, device: torch.device,
                dtype: torch.dtype) -> torch.Tensor:
     """The dropout factor of the recompute kernel's queries t0..t1 (a chunk of :func:`chunks`), in band form:
-    [B, H, t1 - t0, 2w - 1], one factor per relative key offset s - t + w - 1 (causal windows use the first w)."""
+    [B, H, t1 - t0, 2w - 1], one factor per relative key offset s - t + w - 1 (causal windows use the first w).
+
+    Args:
+        seed: the call's seed.
+        t0: the chunk's first query.
+        t1: the query after the chunk's last.
+        B: the batch size.
+        H: the heads.
+        window: w.
+        p: the dropout probability.
+        device: where the mask is drawn.
+        dtype: the factor's dtype.
+    """
     return keep_factor(seed, t0, (B, H, t1 - t0, 2 * window - 1), p, device, dtype)
 
 
@@ -304,7 +333,19 @@ def dropout_band(seed: int, B: int, H: int, T: int, window: int, p: float, chunk
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The whole dropout mask of a recompute-kernel call with this seed, p and ``chunk`` on T queries: [B, H, T, 2w-1]
     factors (0 dropped, 1 / (1 - p) kept) of each query's relative key offset s - t + w - 1, as
-    :func:`window_autograd`'s ``keep`` takes it (the tests' reference)."""
+    :func:`window_autograd`'s ``keep`` takes it (the tests' reference).
+
+    Args:
+        seed: the call's seed.
+        B: the batch size.
+        H: the heads.
+        T: the queries.
+        window: w.
+        p: the dropout probability.
+        chunk: the call's ``chunk`` (the chunks' first queries pick their masks).
+        device: where the mask is drawn.
+        dtype: the factor's dtype.
+    """
     device = torch.device(device)
     return torch.cat([chunk_keep(seed, t0, t1, B, H, window, p, device, dtype) for t0, t1 in chunks(T, window, chunk)],
                      2)[:, :, :T]

@@ -55,7 +55,17 @@ def band_block_mask(q_len: int, kv_len: int, window: int, *, causal: bool, mask_
                     block: int = BLOCK):
     """The sliding-window band as a ``BlockMask``: for every block of ``block`` queries, the key blocks its windows
     touch (queries sit at key positions P..P+q_len-1, P = kv_len - q_len). Every listed block is partial, so
-    ``mask_mod`` decides each (query, key) pair inside it."""
+    ``mask_mod`` decides each (query, key) pair inside it.
+
+    Args:
+        q_len: the queries.
+        kv_len: the keys (P + q_len).
+        window: w.
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
+        mask_mod: flex_attention's mask function (b, h, q_idx, kv_idx) -> bool.
+        device: where the block indices live.
+        block: queries (and keys) per block.
+    """
     from torch.nn.attention.flex_attention import BlockMask
 
     P = kv_len - q_len
@@ -79,7 +89,12 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
     """Same contract as ``window_attention`` (q [B, H, Tq, d], k/v [B, H, P+Tq, d]); returns [B, H, Tq, d] in q's
     dtype (softmax in fp32 inside the kernel). Rows with no real key give zeros. Raises
     :class:`~lavo_zoo.attention.ops.KernelUnavailable` (after one warning, and from then on :func:`usable` is False)
-    when the compiled kernel cannot be built here."""
+    when the compiled kernel cannot be built here.
+
+    Its arguments are stated on `lavo_zoo.attention.ops.window.window_attention` (``k`` and ``v`` with the prefix
+    joined in front); ``compiled``: run the compiled kernel (False: eager flex_attention, for tests); ``block``:
+    queries per block of :func:`band_block_mask`.
+    """
     global _failure
     from torch.nn.attention.flex_attention import flex_attention
 

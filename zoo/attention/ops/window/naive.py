@@ -13,7 +13,15 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: 
                     bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + bias, over allowed keys) v. allowed [B, 1, Tq, Tk] bool; bias [H, Tq, Tk].
 
-    Rows with no allowed key (padded queries only) get uniform weights; callers zero those rows."""
+    Rows with no allowed key (padded queries only) get uniform weights; callers zero those rows.
+
+    Args:
+        q: [B, H, Tq, d] queries.
+        k: [B, H, Tk, d] keys.
+        v: [B, H, Tk, d] values.
+        allowed: [B, 1, Tq, Tk] bool, the keys each query may see.
+        bias: [H, Tq, Tk] added to the scaled scores, or None.
+    """
     q, k, v = q.double(), k.double(), v.double()
     a = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5            # [B, H, Tq, Tk]
     if bias is not None:
@@ -40,7 +48,17 @@ def relative_bias(table: torch.Tensor, T: int, w: int) -> torch.Tensor:
 
 def local_window(attn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
                  padding_mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    """Exact w-key window attention with a dense [T, T] mask and optional relative-bias table."""
+    """Exact w-key window attention with a dense [T, T] mask and optional relative-bias table.
+
+    Args:
+        attn: the module (its ``window_size``).
+        q: [B, H, T, d] queries.
+        k: [B, H, T, d] keys.
+        v: [B, H, T, d] values.
+        table: the [H, 2w - 1] relative-bias table, or None.
+        padding_mask: [B, T] bool, True = real token, or None.
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
+    """
     B, _, T, _ = q.shape
     w = attn.window_size
     allowed = window_mask(T, w, causal)[None, None] & key_mask_4d(padding_mask, B, T)

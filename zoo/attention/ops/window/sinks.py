@@ -27,14 +27,19 @@ def sink_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
 
     Args:
         q: queries [B, H, T, d] at positions q_start + i.
-        k, v: the window's keys and values [B, H, L, d] at positions k_start + j (every key a query's window needs).
+        k: the window's keys [B, H, L, d] at positions k_start + j (every key a query's window needs).
+        v: the window's values [B, H, L, d], as ``k``.
         window: w, keys per causal window ([t-w+1, t]; noncausal [t-w+1, t+w-1]).
         causal: whether a query sees only keys at or before it (sinks included).
-        sink_k, sink_v: the sinks' keys and values [B, H, S, d] at positions 0 .. S - 1.
+        sink_k: the sinks' keys [B, H, S, d] at positions 0 .. S - 1.
+        sink_v: the sinks' values [B, H, S, d].
         sink_real: [B, S] bool, False for a sink a short row does not have (None: all real).
         key_real: [B, L] bool, False for padded window keys (None: all real).
         bias: [H, 2w-1] relative bias of the window's keys, or None.
-        dropout, training: attention dropout on the probabilities (in training only).
+        q_start: the position of the first query.
+        k_start: the position of the first window key.
+        dropout: attention dropout p on the probabilities (in training only).
+        training: whether the call is in training (False: no dropout).
 
     Returns:
         [B, H, T, d] in the compute dtype.
@@ -76,7 +81,17 @@ def sink_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win
 def naive_sink_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, num_sinks: int, causal: bool,
                       bias: torch.Tensor | None = None) -> torch.Tensor:
     """Dense reference, one sequence without padding: q, k, v [B, H, T, d]; key s is visible to query t when it is
-    in t's window or s < num_sinks (and s <= t causally); the relative bias inside the window only. Tests only."""
+    in t's window or s < num_sinks (and s <= t causally); the relative bias inside the window only. Tests only.
+
+    Args:
+        q: [B, H, T, d] queries.
+        k: [B, H, T, d] keys.
+        v: [B, H, T, d] values.
+        window: w.
+        num_sinks: the first tokens every query sees.
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1] in the window.
+        bias: [H, 2w - 1] relative bias of the window's keys, or None.
+    """
     T, w = q.shape[2], window
     t = torch.arange(T)[:, None]
     s = torch.arange(T)[None, :]

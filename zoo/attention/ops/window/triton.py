@@ -328,7 +328,15 @@ def _tiles(block_m: int | None, block_n: int | None) -> dict | None:
 def joined(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix_k: torch.Tensor | None,
            prefix_v: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, and the keys and values with a streaming prefix joined in front ([B, H, P + T, d]; one copy, as the flex
-    path makes), all in q's dtype (tl.dot wants one) with unit column stride."""
+    path makes), all in q's dtype (tl.dot wants one) with unit column stride.
+
+    Args:
+        q: queries [B, H, T, d].
+        k: keys [B, H, T, d].
+        v: values [B, H, T, d].
+        prefix_k: the prefix's keys [B, H, P, d], or None.
+        prefix_v: the prefix's values [B, H, P, d], or None.
+    """
     if prefix_k is not None:
         k, v = torch.cat([prefix_k.to(k.dtype), k], 2), torch.cat([prefix_v.to(v.dtype), v], 2)
     return rowmajor(q), rowmajor(k.to(q.dtype)), rowmajor(v.to(q.dtype))
@@ -344,7 +352,21 @@ def window_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torc
                    block_m: int | None = None, block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward kernel on q [B, H, T, d] and the (joined: :func:`joined`) keys and values [B, H, P + T, d], P = the
     prefix's length; bias [H, 2w - 1] or None, mask [B, T] int8 (:func:`int8_mask`) or None. Returns the output
-    [B, H, T, d] in q's dtype (laid out [B, T, H, d]) and the log-sum-exp [B H, T] fp32."""
+    [B, H, T, d] in q's dtype (laid out [B, T, H, d]) and the log-sum-exp [B H, T] fp32.
+
+    Args:
+        q: queries [B, H, T, d].
+        k: joined keys [B, H, P + T, d].
+        v: joined values [B, H, P + T, d].
+        bias: the relative bias [H, 2w - 1], or None.
+        mask: the key mask [B, T] int8, or None.
+        window: w.
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
+        dropout: the dropout probability p (0: none).
+        seed: the call's dropout seed.
+        block_m: query rows per tile (None: autotuned).
+        block_n: key rows per tile (None: autotuned).
+    """
     B, H, T, d = q.shape
     P = k.shape[2] - T
     out = heads_major_empty(B, H, T, d, q, q.dtype)
@@ -368,8 +390,25 @@ def window_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: tor
     took them), its output and log-sum-exp, and ``grad`` [B, H, T, d] in q's dtype with unit column stride.
 
     Args:
-        dq, dk, dv: where to write the gradients ([B, H, T, d] and [B, H, P + T, d], any strides with a unit column
-            stride; None: new tensors).
+        q: the forward's queries [B, H, T, d].
+        k: the forward's joined keys [B, H, P + T, d] (:func:`joined`).
+        v: the forward's joined values [B, H, P + T, d].
+        bias: the forward's relative bias [H, 2w - 1], or None.
+        mask: the forward's key mask [B, T] int8 (:func:`int8_mask`), or None.
+        out: the forward's output [B, H, T, d].
+        lse: the forward's log-sum-exp [B H, T] fp32.
+        grad: the output's gradient [B, H, T, d] in q's dtype, unit column stride.
+        window: w, as in the forward.
+        causal: as in the forward.
+        dropout: the forward's dropout p (the same ``seed`` redraws its mask).
+        seed: the forward's dropout seed.
+        block_m: query rows per tile (None: the tuned or default size).
+        block_n: key rows per tile (None: the tuned or default size).
+        bias_grad: compute the bias's gradient (False: None is returned for it).
+        dq: where to write the queries' gradient ([B, H, T, d], any strides with a unit column stride; None: a new
+            tensor).
+        dk: where to write the keys' gradient ([B, H, P + T, d], as ``dq``).
+        dv: where to write the values' gradient ([B, H, P + T, d], as ``dq``).
         memory_grad: LAVO's fused layer: (dwin [B H, n, d] fp32, n, ls), with ``grad`` its output's gradient: the
             window's dO is ls grad + dwin's row of each query, zero at padded queries (``_load_grad``).
         accumulate_dq: add dq to what ``dq`` holds.
@@ -465,6 +504,8 @@ class WindowTritonFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, prefix_k, prefix_v, bias, key_mask, window, causal, block_m=None, block_n=None,
                 dropout=0.0, seed=0):
+        """The forward kernel; its arguments are stated on `triton_window_attention` (``prefix_k`` and ``prefix_v``:
+        the prefix's keys and values, or None)."""
         P = 0 if prefix_k is None else prefix_k.shape[2]
         q, k, v = joined(q, k, v, prefix_k, prefix_v)
         b = bias.contiguous() if bias is not None else None
@@ -552,15 +593,29 @@ def triton_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w
                             bias: torch.Tensor | None = None, key_mask: torch.Tensor | None = None,
                             prefix: tuple[torch.Tensor, torch.Tensor] | None = None, dropout: float = 0.0,
                             seed: int = 0, block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
-    """Window attention of q, k, v [B, H, T, d] (fp16/bf16/fp32: :func:`lavo_zoo.attention.ops.triton_utils.usable`)
-    with bias [H, 2w-1], key_mask [B, T] and the streaming ``prefix`` (keys, values) [B, H, P, d], P < w (causal, no
-    key_mask); [B, H, T, d] in q's dtype (statistics in fp32). ``dropout`` p > 0 drops probabilities with the mask of
-    ``seed`` (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, 2w - 1]). ``block_m`` rows
-    per program and ``block_n`` tile extent, powers of two >= 16 (tests use 16), or None: autotuned on a GPU (64 or
-    128 rows, the tile that scans the band exactly), fixed in Triton's interpreter. Under torch.compile it is the
-    custom operator ``lavo_zoo::triton_window`` (no graph break). Raises
-    :class:`~lavo_zoo.attention.ops.KernelUnavailable` where the forward kernel cannot be compiled on
-    this device."""
+    """Window attention on the Triton kernels: [B, H, T, d] in q's dtype (statistics in fp32). Under torch.compile it
+    is the custom operator ``lavo_zoo::triton_window`` (no graph break).
+
+    Args:
+        q: queries [B, H, T, d] (fp16/bf16/fp32: :func:`lavo_zoo.attention.ops.triton_utils.usable`).
+        k: keys [B, H, T, d].
+        v: values [B, H, T, d].
+        window: w, the keys per causal window (2w - 1 noncausal).
+        causal: keys [t-w+1, t] (True) or [t-w+1, t+w-1].
+        bias: [H, 2w-1] relative bias, or None.
+        key_mask: [B, T] bool (True = real key), or None.
+        prefix: the streaming prefix (keys, values) [B, H, P, d], P < w (causal, no key_mask), or None.
+        dropout: p > 0 drops probabilities with the mask of ``seed``
+            (:func:`lavo_zoo.attention.ops.triton_utils.dropout_mask` of shape [B, H, T, 2w - 1]).
+        seed: the call's dropout seed.
+        block_m: rows per program, a power of two >= 16 (tests use 16), or None: autotuned on a GPU (64 or 128 rows),
+            fixed in Triton's interpreter.
+        block_n: the key tile's extent, as ``block_m`` (None: the tile that scans the band exactly).
+
+    Raises:
+        KernelUnavailable: the forward kernel cannot be compiled on this device
+            (:class:`~lavo_zoo.attention.ops.KernelUnavailable`).
+    """
     if prefix is not None and (not causal or key_mask is not None):
         raise ValueError("triton_window_attention: a key prefix needs causal=True and no key_mask")
     pk, pv = prefix if prefix is not None and prefix[0].shape[2] else (None, None)

@@ -5,7 +5,7 @@ where the kernels run (the interpreter). Block sizes are 16 so that small sequen
 
 Triton decides on interpretation when it is first imported (its own library functions are ``@triton.jit`` too), so
 these tests run in a subprocess started with TRITON_INTERPRET=1 (:func:`test_kernels_in_the_triton_interpreter`);
-in a process started that way (``TRITON_INTERPRET=1 pytest tests/attention/test_lavo_triton.py``) they run
+in a process started that way (``TRITON_INTERPRET=1 pytest tests/attention/lavo/test_triton.py``) they run
 directly, and the driver skips."""
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_kernels_in_the_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     env.pop("LAVO_ZOO_TRITON", None)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__, "-k",
-                          "not test_kernels_in_the_triton_interpreter"], env=env, cwd=Path(__file__).parents[2],
+                          "not test_kernels_in_the_triton_interpreter"], env=env, cwd=Path(__file__).parents[3],
                          capture_output=True, text=True, timeout=900, check=False)
     skipped = [line for line in run.stdout.splitlines() if line.startswith("SKIPPED")]
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
@@ -585,6 +585,46 @@ def test_decoding_in_one_kernel_equals_the_full_call_and_the_torch_step(kernels,
         torch.testing.assert_close(getattr(state, name), getattr(ref_state, name), **TOL, msg=name)
 
 
+@interpreted
+@pytest.mark.parametrize("pattern", ["causal", "noncausal", "cross"])
+def test_the_binding_memory_runs_the_triton_window_beside_the_pytorch_read(kernels, pattern):
+    """memory='binding' with the Triton kernels requested: the window runs on Triton, the read, the decoding step
+    and the whole call fall back to PyTorch by the kernels' declared limit (the report says 'triton+recompute';
+    'recompute' in cross attention, which has no window), and the layer equals itself on the recompute kernels in
+    float64, outputs and gradients, padded; decoding token by token under no_grad equals the full call."""
+    attn = _layer(pattern, memory="binding")
+    ref = copy.deepcopy(attn).double()
+    ref.kernels = "recompute"
+    x = torch.randn(2, 11, 16, requires_grad=True)
+    mask = torch.rand(2, 11) > 0.3
+    mask[:, 0] = True
+    kw, kw2, inputs = {}, {}, [x]
+    if pattern == "cross":
+        ctx = torch.randn(2, 9, 16, requires_grad=True)
+        kw = {"context": ctx, "context_mask": torch.arange(9)[None].expand(2, 9) < 7}
+        kw2 = {"context": ctx.detach().double(), "context_mask": kw["context_mask"]}
+        inputs.append(ctx)
+    y = attn(x, mask, **kw)
+    assert attn.kernels_used == ("recompute" if pattern == "cross" else "triton+recompute")
+    y2 = ref(x.detach().double(), mask, **kw2)
+    _close([y], [y2], ["y"])
+    g = torch.randn_like(y)
+    grads = torch.autograd.grad((y * g).sum(), inputs + list(attn.parameters()), materialize_grads=True)
+    ref_inputs = [x.detach().double().requires_grad_()] + ([kw2["context"].requires_grad_()] if kw2 else [])
+    y2 = ref(ref_inputs[0], mask, **({**kw2, "context": ref_inputs[1]} if kw2 else {}))
+    grads2 = torch.autograd.grad((y2 * g.double()).sum(), ref_inputs + list(ref.parameters()), materialize_grads=True)
+    _close(grads, grads2, ["x"] + (["context"] if kw else []) + [n for n, _ in attn.named_parameters()])
+    if pattern != "causal":
+        return
+    with torch.no_grad():
+        full, (_, state), ys = attn(x), attn(x[:, :2], return_state=True), []
+        for t in range(2, 11):
+            y_t, state = attn(x[:, t:t + 1], state=state, return_state=True)
+            ys.append(y_t)
+    assert attn.kernels_used == "recompute"                              # the PyTorch step, not the Triton one
+    torch.testing.assert_close(torch.cat(ys, 1), full[:, 2:], **TOL)
+
+
 # ------------------------------------------------------------------------------------------------ the fused layer
 def _fused_inputs(causal: bool, combine: str, rms: bool, temperature: bool, padded: bool, T: int, w: int,
                   d: int = 8, r: int = 4):
@@ -723,6 +763,6 @@ def test_the_layer_compiles_whole_on_the_triton_kernels(kernels, pattern):
 def test_a_recipe_model_compiles_whole_on_the_triton_kernels(kernels):
     """lm/tiny-lavo's model, training loss and backward, compiled with fullgraph=True on the Triton kernels: no graph
     break, the eager loss and gradients."""
-    from tests.attention.test_lavo_compile import check_model_compiles
+    from tests.attention.lavo.test_compile import check_model_compiles
 
     check_model_compiles("triton")

@@ -2,7 +2,7 @@
 chunk's mask comes from the call's seed and backward regenerates it. The kernels with dropout equal the autograd
 kernels given the same mask, materialised (forward and every gradient, with other random draws between forward and
 backward); the drop rate is p; eval mode is untouched; the layer trains on these kernels with dropout, and its
-gradients under a fixed seed pass gradcheck. The Triton kernels' dropout: test_lavo_triton.py."""
+gradients under a fixed seed pass gradcheck. The Triton kernels' dropout: tests/attention/lavo/test_triton.py."""
 from __future__ import annotations
 
 import pytest

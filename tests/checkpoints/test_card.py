@@ -2,11 +2,9 @@
 the results JSON exactly, the config verbatim, the provenance meta.json records; read back by ``lavo-zoo info``."""
 from __future__ import annotations
 
-import io
 import json
 import re
 import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,7 @@ from lavo_zoo.checkpoints.index import validate_entry
 from lavo_zoo.cli import main
 from lavo_zoo.engine.evaluate import pin_results
 from lavo_zoo.engine.recipe import get_recipe
-from lavo_zoo.errors import CheckpointError
-from tests.checkpoints.helpers import make_checkpoint, sha256, split_card
+from tests.checkpoints.helpers import make_checkpoint, sha256, split_card, tar_with
 
 LM_CONFIG = """recipe: lm
 model:
@@ -292,45 +289,6 @@ def test_dataset_names() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- reading cards
-def _tar_with(path: Path, members: list[tuple[str, bytes | None, bytes]]) -> Path:
-    """(name, link target or None, content) members."""
-    with tarfile.open(path, "w:gz") as tar:
-        for name, link, data in members:
-            info = tarfile.TarInfo(name)
-            if link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, link.decode()
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return path
-
-
-def test_read_card_takes_the_checkpoint_folders_card_and_nothing_outside(tmp_path: Path) -> None:
-    ok = [("ckpt/meta.json", None, b"{}"), ("ckpt/README.md", None, b"the card")]
-    assert read_card(_tar_with(tmp_path / "a.tar.gz", ok)) == "the card"
-    assert read_card(_tar_with(tmp_path / "root.tar.gz", [("README.md", None, b"at the root")])) == "at the root"
-    two = [("README.md", None, b"the archive's notes"), ("ckpt/README.md", None, b"the card"),
-           ("ckpt/meta.json", None, b"{}")]
-    assert read_card(_tar_with(tmp_path / "two.tar.gz", two)) == "the card", "the one beside meta.json"
-    for name, members in (("deep", [("a/b/README.md", None, b"x")]),
-                          ("escape", [("../README.md", None, b"x"), ("ckpt/../../README.md", None, b"x")]),
-                          ("absolute", [("/README.md", None, b"x")]),
-                          ("link", [("ckpt/README.md", b"/etc/passwd", b"")]),
-                          ("none", [("ckpt/meta.json", None, b"{}")])):
-        assert read_card(_tar_with(tmp_path / f"{name}.tar.gz", members)) is None, name
-    with zipfile.ZipFile(tmp_path / "c.zip", "w") as zf:
-        zf.writestr("ckpt/README.md", "zip card")
-        zf.writestr("../README.md", "outside")
-    assert read_card(tmp_path / "c.zip") == "zip card"
-    huge = _tar_with(tmp_path / "huge.tar.gz", [("ckpt/README.md", None, b"x" * 2000)])
-    with pytest.raises(CheckpointError, match="more than a model card may be"):
-        read_card(huge, limit=1000)
-    (tmp_path / "bad.tar.gz").write_bytes(b"not a tarball")
-    with pytest.raises(CheckpointError, match="not a readable archive"):
-        read_card(tmp_path / "bad.tar.gz")
-
-
 def fake_release(tmp_path: Path, archive: Path, monkeypatch: pytest.MonkeyPatch, cache: bool) -> dict:
     """An index entry for ``archive`` at a URL nothing serves, and the archive in the cache as a download leaves it."""
     source = f"https://example.invalid/{archive.name}"
@@ -373,7 +331,7 @@ def test_info_shows_the_card_of_a_cached_archive(tmp_path: Path, monkeypatch: py
 
 def test_info_of_a_cached_archive_without_a_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    archive = _tar_with(tmp_path / "old.tar.gz", [("old/meta.json", None, b"{}")])
+    archive = tar_with(tmp_path / "old.tar.gz", [("old/meta.json", None, b"{}")])
     fake_release(tmp_path, archive, monkeypatch, cache=True)
     code, out, _ = run(capsys, "info", "lm/card@v1")
     assert code == 0 and "card:        none (old.tar.gz holds no README.md" in out

@@ -1,6 +1,6 @@
 """LAVO under torch.compile and CUDA graphs, what the CPU can check: the layer and a recipe's model compile whole
 (fullgraph=True: no graph break) on the PyTorch kernel sets and give the eager results (the Triton kernel set's
-custom operators: tests/attention/test_lavo_triton.py, in Triton's interpreter); and the decoding step on a
+custom operators: tests/attention/lavo/test_triton.py, in Triton's interpreter); and the decoding step on a
 LavoStaticState is what a CUDA graph can capture: fixed shapes written in place, no value read to the host, no
 branch on a value (one compiled graph serves every position), the outputs of the full call."""
 from __future__ import annotations

@@ -3,7 +3,8 @@ everywhere), then against a real Slurm (a one-node cluster on this machine: ``.c
 one): a study's cells as jobs with the same results as a serial study, a failed cell reported with its job and log
 while the others go on, a requeued cell (Slurm's SIGTERM, and submitit's signal before the time limit) resuming to the
 result of an uninterrupted run, and ``--no-wait`` then the same command collecting. Where Slurm is absent those tests
-skip, saying why; the launcher's options and sbatch lines are tested in tests/compare/test_launchers.py."""
+skip, saying why; the launcher's options and sbatch lines are tested in tests/compare/slurm/test_options.py and
+test_queue.py."""
 from __future__ import annotations
 
 import csv
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lavo_zoo.compare import slurm as slurm_launcher
-from lavo_zoo.compare.launchers import CellsFailed, LauncherSettings
-from lavo_zoo.compare.slurm import LocalQueue, SlurmLauncher
+from lavo_zoo.compare.launchers import LauncherSettings
+from lavo_zoo.compare.outcomes import CellsFailed
+from lavo_zoo.compare.slurm import queue as slurm_queue
+from lavo_zoo.compare.slurm.launcher import SlurmLauncher
+from lavo_zoo.compare.slurm.queue import LocalQueue
 from lavo_zoo.engine.records import CellRecord
 from tests.compare.helpers import ROOT, TINY_EFFICIENCY, small_study
 from tests.helpers import slurm_missing
@@ -25,7 +28,7 @@ from tests.helpers import slurm_missing
 @pytest.fixture
 def jobs(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs import the test recipe (tests.compare.helpers)
-    monkeypatch.setattr(slurm_launcher, "POLL_S", 0.5)
+    monkeypatch.setattr(slurm_queue, "POLL_S", 0.5)
 
 
 @pytest.fixture
@@ -208,7 +211,7 @@ def test_a_job_that_can_never_start_ends_the_wait(study, tmp_path, jobs):
                                      "PartitionConfig: it asks for more CPUs, memory or GPUs than any node of the "
                                      "partition has); it was cancelled. Ask for what the cluster has (--cpus-per-cell")
     assert queue.cancelled == [job]
-    wait_for(lambda: not slurm_launcher._process_runs(int(job)), "the cancelled job to end", timeout=30)
+    wait_for(lambda: not slurm_queue.process_runs(int(job)), "the cancelled job to end", timeout=30)
 
 
 def test_a_real_job_asking_for_more_cpus_than_the_node_has_is_cancelled(study, tmp_path, slurm, capsys):

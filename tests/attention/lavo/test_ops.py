@@ -2,7 +2,7 @@
 the read with its options and any memory row per query; the whole memory branch (causal with and without context
 dissection, noncausal; every way of joining the branches; padded), outputs and the gradients of every input; the
 streaming state in and out (chunks == one pass, the final state == the plain sums, a decoding step == a one-token
-chunk). Both PyTorch read kernels; the Triton one runs in test_lavo_triton.py. Shapes: B=2, H=2, d=8, r=4, w=5."""
+chunk). Both PyTorch read kernels; the Triton one runs in test_triton.py. Shapes: B=2, H=2, d=8, r=4, w=5."""
 from __future__ import annotations
 
 import itertools

@@ -5,7 +5,7 @@ mechanisms' ops (ops/gated_linear: GATED_LINEAR_KERNELS, ops/delta_rule: DELTA_R
 form or flash-linear-attention's kernel, for each request, dtype, switch and whether fla imports. The CUDA rules
 are stated on the CPU too, with the device test (``dispatch.on_cuda``, ``triton_utils.usable``) answering as a GPU
 would; where a GPU is, they run on CUDA tensors as well. The Triton interpreter's cases run in
-test_lavo_triton.py; fla's kernels, stood in for on the CPU, in test_recurrent_ops.py."""
+tests/attention/lavo/test_triton.py; fla's kernels, stood in for on the CPU, in tests/attention/ops/test_fla.py."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,4 +1,5 @@
-"""Safe unpacking: members that would land outside the target are refused before anything is written."""
+"""Checkpoint archives (checkpoints/archive.py): safe unpacking, members that would land outside the target refused
+before anything is written; the model card read from an archive without unpacking it."""
 from __future__ import annotations
 
 import io
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lavo_zoo.checkpoints.archive import find_checkpoint_dir, pack_checkpoint, safe_extract
+from lavo_zoo.checkpoints.archive import find_checkpoint_dir, pack_checkpoint, read_card, safe_extract
 from lavo_zoo.errors import CheckpointError
-from tests.checkpoints.helpers import make_checkpoint
+from tests.checkpoints.helpers import make_checkpoint, tar_with
 
 
 def _tar(path: Path, *members: tarfile.TarInfo) -> Path:
@@ -103,3 +104,29 @@ def test_zip_members_without_file_type_bits_are_plain_files(tmp_path: Path) -> N
     dest.mkdir()
     safe_extract(archive, dest)
     assert (dest / "ckpt" / "a.txt").read_text() == "x"
+
+
+# ---------------------------------------------------------------------------------------------- reading cards
+def test_read_card_takes_the_checkpoint_folders_card_and_nothing_outside(tmp_path: Path) -> None:
+    ok = [("ckpt/meta.json", None, b"{}"), ("ckpt/README.md", None, b"the card")]
+    assert read_card(tar_with(tmp_path / "a.tar.gz", ok)) == "the card"
+    assert read_card(tar_with(tmp_path / "root.tar.gz", [("README.md", None, b"at the root")])) == "at the root"
+    two = [("README.md", None, b"the archive's notes"), ("ckpt/README.md", None, b"the card"),
+           ("ckpt/meta.json", None, b"{}")]
+    assert read_card(tar_with(tmp_path / "two.tar.gz", two)) == "the card", "the one beside meta.json"
+    for name, members in (("deep", [("a/b/README.md", None, b"x")]),
+                          ("escape", [("../README.md", None, b"x"), ("ckpt/../../README.md", None, b"x")]),
+                          ("absolute", [("/README.md", None, b"x")]),
+                          ("link", [("ckpt/README.md", b"/etc/passwd", b"")]),
+                          ("none", [("ckpt/meta.json", None, b"{}")])):
+        assert read_card(tar_with(tmp_path / f"{name}.tar.gz", members)) is None, name
+    with zipfile.ZipFile(tmp_path / "c.zip", "w") as zf:
+        zf.writestr("ckpt/README.md", "zip card")
+        zf.writestr("../README.md", "outside")
+    assert read_card(tmp_path / "c.zip") == "zip card"
+    huge = tar_with(tmp_path / "huge.tar.gz", [("ckpt/README.md", None, b"x" * 2000)])
+    with pytest.raises(CheckpointError, match="more than a model card may be"):
+        read_card(huge, limit=1000)
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a tarball")
+    with pytest.raises(CheckpointError, match="not a readable archive"):
+        read_card(tmp_path / "bad.tar.gz")

@@ -1,6 +1,6 @@
 """What the Triton kernels share (ops/triton_utils.py): where they run, tile extents, the dot products' precision,
 the launch layout, the one-axis grid and its limit, the launch's compile-failure handling (a stand-in kernel raises
-what Triton raises). The kernels themselves: test_lavo_triton.py."""
+what Triton raises). The kernels themselves: tests/attention/lavo/test_triton.py."""
 from __future__ import annotations
 
 import warnings
