@@ -51,6 +51,9 @@ def test_what_is_written_reads_back(seed: int, tmp_path: Path) -> None:
     ("numpy>=2.0", "is not name==version"),
     ("numpy", "is not name==version"),
     ("numpy==2.4.6 ; python_version < '3.12'", "is not name==version"),
+    ("torch==2.", "is not a whole version of torch"),
+    ("torch==2..1", "is not a whole version of torch"),
+    ("torch==latest", "is not a whole version of torch"),
 ])
 def test_a_line_a_lock_cannot_hold_is_refused_naming_file_and_line(line: str, why: str, tmp_path: Path) -> None:
     path = tmp_path / "lock.txt"

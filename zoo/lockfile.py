@@ -35,6 +35,9 @@ MOVE_COMMAND = "python3 requirements/move_lock.py"
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _PIN = re.compile(rf"^({_NAME})\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
+# a whole version as pip writes one (PEP 440's normalised form: epoch, release, pre, post, dev, local), so that a cut
+# version such as ``2.`` is refused where it is read rather than by pip on the next install
+_VERSION = re.compile(r"^(\d+!)?\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$")
 _EXTRA = re.compile(rf"^#\s*extra:\s*({_NAME})\b")
 _FOR = re.compile(r"^#\s*for:\s*Python (\d+\.\d+) on (\S+) (\S+)\s*$")
 # what a lock never holds: an index, a host or a local path
@@ -127,6 +130,10 @@ def parse_lock(text: str, path: Path) -> Lock:
             raise LockFileError(f"{path}:{number}: '{content}' is not name==version; a lock pins every package "
                                 f"exactly: rewrite it with {MOVE_COMMAND}")
         name = canonical(match.group(1))
+        if not _VERSION.match(match.group(2)):
+            raise LockFileError(f"{path}:{number}: '{match.group(2)}' is not a whole version of {name} (such as "
+                                f"2.11.0 or 2.9.0.post0); a lock pins every package exactly: rewrite it with "
+                                f"{MOVE_COMMAND}")
         if name in seen:
             raise LockFileError(f"{path}:{number}: {name} is locked twice (first on line {seen[name]}): rewrite "
                                 f"the lock with {MOVE_COMMAND}")
