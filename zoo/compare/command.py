@@ -17,7 +17,7 @@ from lavo_zoo.compare.launchers import (
     Launcher,
     LauncherSettings,
     SerialLauncher,
-    launcher_settings,
+    with_options,
 )
 from lavo_zoo.compare.outcomes import CellsFailed
 from lavo_zoo.compare.slurm.options import parse_slurm_options
@@ -130,8 +130,7 @@ def compare(config: str | None, overrides: tuple[str, ...], out: Path | None, co
         if not config:
             raise UsageError("give a CONFIG (e.g. lm/tiny-lavo), or --collect with existing results")
         study = _study(config, list(overrides), out, efficiency, given)
-        settings = launcher_settings(study.config.sections.get(LAUNCHER_SECTION), _launcher_given(given),
-                                     study.config.source)
+        settings = with_options(study.config.settings.get(LAUNCHER_SECTION), _launcher_given(given))
         records, title = _run(study, settings)
         if records is None:
             return
