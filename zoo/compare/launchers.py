@@ -6,8 +6,9 @@ only coordination between the processes. What the launchers share (a kept cell, 
 its log) is :mod:`~lavo_zoo.compare.outcomes`.
 
 The settings come from the command line (``--launcher``, ``--jobs``, ``--partition``, ...) over the config's
-``launcher:`` section (:class:`LauncherSettings`), which is compare's: a run's config leaves it out (the section is
-declared in the ``lavo_zoo.plugins.config_sections`` entry-point group, :data:`LAUNCHER_SECTION`)::
+``launcher:`` section (:class:`LauncherSettings`; :func:`with_options`), which is compare's: a run's config leaves it
+out, and the config's reading validates it (the section is declared with its schema, :class:`LauncherSettings`, in
+the ``lavo_zoo.plugins.config_sections`` entry-point group, :data:`LAUNCHER_SECTION`)::
 
     launcher:
       name: slurm            # serial | local | slurm
