@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lavo_zoo.compare.launchers import LAUNCHER_SECTION, LauncherSettings, launcher_settings
+from lavo_zoo.compare.launchers import LAUNCHER_SECTION, LauncherSettings, launcher_settings, with_options
 from lavo_zoo.errors import ConfigError, UsageError
 from tests.compare.helpers import NONE_GIVEN
 
@@ -39,9 +39,25 @@ def test_the_launcher_section_is_compares_and_left_out_of_the_runs_config(tmp_pa
     _, plain = resolve_config("time_series/tiny-lavo")
     assert to_dict(cfg) == to_dict(plain)
     assert load_config(path).sections[LAUNCHER_SECTION] == {"name": "slurm", "partition": "gpu"}
+    assert load_config(path).settings[LAUNCHER_SECTION] == LauncherSettings(name="slurm", partition="gpu")
+    path.write_text("extends: time_series/tiny-lavo\nlauncher: {name: slurm, partiton: gpu}\n")
+    with pytest.raises(ConfigError, match=rf"'launcher.partiton' in {path}, section 'launcher'"):
+        load_config(path)  # refused where the config is read, before the study is built
     path.write_text("extends: time_series/tiny-lavo\nlaunchers: {name: slurm}\n")
     with pytest.raises(ConfigError, match="unknown config key 'launchers'"):
         resolve_config(str(path))
+
+
+def test_the_command_line_goes_over_the_sections_settings_as_read():
+    """The command takes the section as the config's reading validated it: the command line's values over it, each
+    checked."""
+    base = LauncherSettings(name="slurm", partition="gpu", slurm_options={"mail-type": "END"})
+    s = with_options(base, {**NONE_GIVEN, "time": "1:00:00", "slurm_options": {"exclusive": True}})
+    assert (s.name, s.partition, s.time) == ("slurm", "gpu", "1:00:00")
+    assert s.slurm_options == {"mail-type": "END", "exclusive": True} and base.slurm_options == {"mail-type": "END"}
+    assert with_options(None, NONE_GIVEN) == LauncherSettings()
+    with pytest.raises(ConfigError, match=r"'launcher.jobs' in the command line's launcher options must be >= 1"):
+        with_options(None, {**NONE_GIVEN, "name": "local", "jobs": 0})
 
 
 def test_options_of_another_launcher_and_bad_values_are_refused():

@@ -92,3 +92,20 @@ def test_a_full_disk_leaves_the_earlier_table_whole(tmp_path, monkeypatch):
         write_table(records_of({"sdpa": [0.25]}), tmp_path, "after")
     assert (tmp_path / "table.md").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "table.csv", "table.md"]
+
+
+def test_a_table_that_cannot_be_made_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    """The three files are made before any is written: a chart that cannot be drawn left a new table.md beside the
+    previous table.csv and chart.png (a study's table is rewritten as its cells finish)."""
+    from lavo_zoo.compare import table
+
+    write_table(records_of({"sdpa": [0.5]}), tmp_path, "before")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the chart cannot be drawn")
+
+    monkeypatch.setattr(table, "_chart", broken)
+    with pytest.raises(RuntimeError, match="cannot be drawn"):
+        write_table(records_of({"sdpa": [0.25]}), tmp_path, "after")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -1,5 +1,6 @@
 """Named configs (zoo/engine/configs.py): every built-in config validates; a missing file, an unknown name or recipe
 and a directory given as the config are refused, naming what was wrong."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_a_section_another_command_reads_is_left_out_of_the_runs_config(tmp_path
     path.write_text("extends: time_series/tiny-lavo\nsweep: {trials: 8}\n")
     with pytest.raises(ConfigError, match="unknown config key 'sweep'"):
         resolve_config(str(path))
-    CONFIG_SECTIONS.register("sweep", "my_package.sweep:Settings")
+    CONFIG_SECTIONS.register("sweep", Sweep)
     try:
         _, cfg = resolve_config(str(path))
         loaded = load_config(str(path))
@@ -56,5 +57,32 @@ def test_a_section_another_command_reads_is_left_out_of_the_runs_config(tmp_path
         assert loaded.sections == {"sweep": {"trials": 8}} and "sweep" not in loaded.data
         assert to_dict(loaded.validated(["train.seed=3"])) == to_dict(resolve_config(str(path), ["train.seed=3"])[1])
         assert "sweep" not in to_dict(config_from_dict({**loaded.data, **loaded.sections})[1])
+        assert loaded.settings == {"sweep": Sweep(trials=8)}  # validated against its declared schema
+        path.write_text("extends: time_series/tiny-lavo\nsweep: {trails: 8}\n")
+        with pytest.raises(ConfigError, match=rf"unknown config key 'sweep.trails' in {path}, section 'sweep'.*"
+                                              "sweep.trials"):
+            load_config(str(path))
+    finally:
+        CONFIG_SECTIONS._entries.pop("sweep")
+
+
+@dataclasses.dataclass
+class Sweep:
+    """A section another command reads (the tests' own, declared as a plugin's would be)."""
+
+    trials: int = 1
+
+
+def test_a_section_declared_with_no_schema_is_named(tmp_path):
+    """A section's declaration is the dataclass it is read into: anything else is refused when a config holding the
+    section is read, naming the section and who declared it."""
+    from lavo_zoo.engine.configs import CONFIG_SECTIONS, load_config
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text("extends: time_series/tiny-lavo\nsweep: {trials: 8}\n")
+    CONFIG_SECTIONS.register("sweep", print, source="my-plugin")
+    try:
+        with pytest.raises(UsageError, match=r"config section 'sweep' \(my-plugin\) .* not a dataclass"):
+            load_config(str(path))
     finally:
         CONFIG_SECTIONS._entries.pop("sweep")

@@ -17,14 +17,13 @@ from lavo_zoo.compare.launchers import (
     Launcher,
     LauncherSettings,
     SerialLauncher,
-    launcher_settings,
+    with_options,
 )
 from lavo_zoo.compare.outcomes import CellsFailed
 from lavo_zoo.compare.slurm.options import parse_slurm_options
 from lavo_zoo.compare.study import Study, parse_options, run_study
-from lavo_zoo.compare.table import check_table_files, table_text, write_table
+from lavo_zoo.compare.table import StudyTable, check_table_files, table_text, write_table
 from lavo_zoo.engine.records import CellRecord
-from lavo_zoo.engine.run_identity import distinct_runs
 from lavo_zoo.errors import UsageError
 from lavo_zoo.options import device_option, out_option
 
@@ -130,8 +129,7 @@ def compare(config: str | None, overrides: tuple[str, ...], out: Path | None, co
         if not config:
             raise UsageError("give a CONFIG (e.g. lm/tiny-lavo), or --collect with existing results")
         study = _study(config, list(overrides), out, efficiency, given)
-        settings = launcher_settings(study.config.sections.get(LAUNCHER_SECTION), _launcher_given(given),
-                                     study.config.source)
+        settings = with_options(study.config.settings.get(LAUNCHER_SECTION), _launcher_given(given))
         records, title = _run(study, settings)
         if records is None:
             return
@@ -171,32 +169,23 @@ def _run(study: Study, settings: LauncherSettings) -> tuple[list[CellRecord] | N
     said so) and the table's title. A table of the cells that finished is written as they finish (launchers running
     several at once) and when some fail."""
     title = f"{study.name} on {study.split}" + (f", varying {study.site}" if study.site else "")
-    expected = max(1, len(study.attentions)) * len(study.seeds)
-
-    def progress(done: list[CellRecord]) -> None:  # the table as cells finish (launchers running several)
-        done = distinct_runs(done, quiet=True)  # each run once (noted once, when the study ends)
-        write_table(done, study.out_dir, _title(title, len(done), expected))
-
+    table = StudyTable(study.out_dir, title, max(1, len(study.attentions)) * len(study.seeds))
     chosen = make_launcher(settings, study.device)  # its checks (Slurm's commands, --time, ...) run in a dry run too
     try:
         records = run_study(study, launcher=None if study.dry_run else chosen,
-                            progress=None if settings.name == "serial" else progress)
+                            progress=None if settings.name == "serial" else table.write)
     except CellsFailed as e:
         if e.records:
-            write_table(e.records, study.out_dir, _title(title, len(e.records), expected))
+            table.write(e.records)
             click.echo(f"wrote {study.out_dir / 'table.md'} with the {len(e.records)} finished cell(s)")
         raise
     if study.dry_run:
-        click.echo(f"  launcher     {chosen.plan(expected)}")
-        return None, title
+        click.echo(f"  launcher     {chosen.plan(table.expected)}")
+        return None, table.title
     if not records:
         click.echo("no cell has finished yet; the same command writes the table once one has")
-        return None, title
-    return records, _title(title, len(records), expected)
-
-
-def _title(title: str, done: int, expected: int) -> str:
-    return title if done >= expected else f"{title} ({done} of {expected} cells finished)"
+        return None, table.title
+    return records, table.title_of(len(records))
 
 
 def make_launcher(settings: LauncherSettings, device: str | None) -> Launcher:

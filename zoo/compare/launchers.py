@@ -6,8 +6,9 @@ only coordination between the processes. What the launchers share (a kept cell, 
 its log) is :mod:`~lavo_zoo.compare.outcomes`.
 
 The settings come from the command line (``--launcher``, ``--jobs``, ``--partition``, ...) over the config's
-``launcher:`` section (:class:`LauncherSettings`), which is compare's: a run's config leaves it out (the section is
-declared in the ``lavo_zoo.plugins.config_sections`` entry-point group, :data:`LAUNCHER_SECTION`)::
+``launcher:`` section (:class:`LauncherSettings`; :func:`with_options`), which is compare's: a run's config leaves it
+out, and the config's reading validates it (the section is declared with its schema, :class:`LauncherSettings`, in
+the ``lavo_zoo.plugins.config_sections`` entry-point group, :data:`LAUNCHER_SECTION`)::
 
     launcher:
       name: slurm            # serial | local | slurm
@@ -20,6 +21,7 @@ declared in the ``lavo_zoo.plugins.config_sections`` entry-point group, :data:`L
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -68,11 +70,9 @@ LOCAL_ONLY = ("jobs", "cells_per_gpu")
 
 
 def launcher_settings(section: Any, given: dict[str, Any], source: str) -> LauncherSettings:
-    """The settings from a config's ``launcher:`` section (None: none) with the command line's ``given`` values
-    (those not None) over it; a command-line option of another launcher than the chosen one is refused (the
-    section's are kept for when it is chosen). Slurm's options are checked here, before submitit is imported
-    (:func:`~lavo_zoo.compare.slurm.options.check_slurm_settings`), so that a dry run refuses what the cluster
-    would.
+    """The settings from a config's ``launcher:`` section as read (None: none), validated as reading the config
+    validates it (:func:`~lavo_zoo.engine.configs.section_settings`), with the command line's ``given`` values over
+    it (:func:`with_options`).
 
     Args:
         section: the config's ``launcher:`` section, as read (None where it has none).
@@ -81,16 +81,36 @@ def launcher_settings(section: Any, given: dict[str, Any], source: str) -> Launc
 
     Raises:
         ConfigError: the section has an unknown key or a value of the wrong type.
+        UsageError: as :func:`with_options`.
+    """
+    from lavo_zoo.engine.configs import section_settings
+
+    return with_options(section_settings(LAUNCHER_SECTION, section, source), given)
+
+
+def with_options(base: LauncherSettings | None, given: dict[str, Any]) -> LauncherSettings:
+    """The settings of the config's ``launcher:`` section (``base``, validated when the config was read; None: it
+    has none) with the command line's ``given`` values (those not None) over them; a command-line option of another
+    launcher than the chosen one is refused (the section's are kept for when it is chosen). Slurm's options are
+    checked here, before submitit is imported (:func:`~lavo_zoo.compare.slurm.options.check_slurm_settings`), so that
+    a dry run refuses what the cluster would.
+
+    Args:
+        base: the section's settings (:attr:`~lavo_zoo.engine.configs.LoadedConfig.settings`), or None.
+        given: the command line's values by setting name (None: not given).
+
+    Raises:
+        ConfigError: a given value of the wrong type or out of range.
         UsageError: an option that the chosen launcher does not use, or a Slurm option sbatch would not take.
     """
-    from lavo_zoo.config import from_dict, to_dict
+    from lavo_zoo.config import from_dict
 
-    base = from_dict(LauncherSettings, section or {}, f"{source}, section '{LAUNCHER_SECTION}'", "launcher.")
+    base = base or LauncherSettings()
     chosen = {k: v for k, v in given.items() if v is not None and v != {}}
-    merged = {**to_dict(base), **chosen}
+    checked = from_dict(LauncherSettings, chosen, "the command line's launcher options", "launcher.")
+    settings = dataclasses.replace(base, **{k: getattr(checked, k) for k in chosen})
     if "slurm_options" in chosen:
-        merged["slurm_options"] = {**base.slurm_options, **chosen["slurm_options"]}
-    settings = from_dict(LauncherSettings, merged, "the command line's launcher options", "launcher.")
+        settings.slurm_options = {**base.slurm_options, **chosen["slurm_options"]}
     foreign = {"serial": SLURM_ONLY + LOCAL_ONLY, "local": SLURM_ONLY, "slurm": LOCAL_ONLY}[settings.name]
     for name in (name for name in foreign if name in chosen):  # the section may describe the cluster for later
         owner = "slurm" if name in SLURM_ONLY else "local"

@@ -1,7 +1,7 @@
 """The study's table: one :class:`Row` per label with each metric's mean and spread over seeds (:func:`summarise`,
 by the one summary over seeds, :class:`~lavo_zoo.engine.records.MetricSummary`),
 whether the budget separates softmax from the ``mean`` control (:func:`separation`), and ``table.md``,
-``table.csv`` and ``chart.png`` (:func:`write_table`)."""
+``table.csv`` and ``chart.png`` (:func:`write_table`; a study's as its cells finish: :class:`StudyTable`)."""
 from __future__ import annotations
 
 import csv
@@ -15,6 +15,7 @@ from lavo_zoo.atomic import write_file
 from lavo_zoo.compare.efficiency import EFFICIENCY_COLUMNS, EFFICIENCY_DIR
 from lavo_zoo.compare.records import label_records
 from lavo_zoo.engine.records import CellRecord, MetricSummary
+from lavo_zoo.engine.run_identity import distinct_runs
 from lavo_zoo.outputs import (
     FIGURE,
     STUDY_CSV,
@@ -177,12 +178,49 @@ def check_table_files(out_dir: Path, inputs: dict[str, Path | str | None] | None
 def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Path]:
     """table.md, table.csv and chart.png in ``out_dir`` (checked by :func:`check_table_files`), each written
     atomically (a reader sees the previous table or the new one, another command writing the same study's table at
-    once never leaves a mixture, and a full disk leaves the previous one); returns their paths. The efficiency
-    columns appear when a record has efficiency lengths (``record.efficiency``)."""
+    once never leaves a mixture, and a full disk leaves the previous one); returns their paths. The three are made
+    before any is written, so that a table that cannot be made leaves the previous three as they were. The
+    efficiency columns appear when a record has efficiency lengths (``record.efficiency``)."""
     rows, directions = summarise(records)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    md_text, csv_text = _markdown(records, rows, directions, title), _csv(rows, directions)
+    figure = _chart(rows, directions, title)
     md, csv_path, png = (out_dir / name for name in TABLE_FILES)
-    write_file(md, table_text(records, title), overwrite=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_file(md, md_text, overwrite=True)
+        write_file(csv_path, csv_text, overwrite=True)
+        save_figure(figure, png, dpi=110)
+    finally:
+        _close(figure)
+    return [md, csv_path, png]
+
+
+@dataclass(frozen=True)
+class StudyTable:
+    """A study's table in its folder as the study goes (:func:`write_table`): titled ``title``, and said to hold
+    only some of the ``expected`` cells while others have not finished."""
+
+    out_dir: Path
+    title: str
+    expected: int  # the study's cells
+
+    def title_of(self, done: int) -> str:
+        """The title of a table of ``done`` finished cells."""
+        return self.title if done >= self.expected else f"{self.title} ({done} of {self.expected} cells finished)"
+
+    def write(self, records: list[CellRecord]) -> None:
+        """The table of the cells finished so far (each run once; noted once, when the study ends)."""
+        done = distinct_runs(records, quiet=True)
+        write_table(done, self.out_dir, self.title_of(len(done)))
+
+
+def table_text(records: list[CellRecord], title: str) -> str:
+    """The Markdown of table.md (what :func:`write_table` writes and ``compare`` prints)."""
+    return _markdown(records, *summarise(records), title)
+
+
+def _csv(rows: list[Row], directions: dict[str, bool]) -> str:
+    """The text of table.csv: one line per row, each metric's mean and standard deviation."""
     efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
     with io.StringIO(newline="") as f:
         writer = csv.writer(f)
@@ -193,14 +231,11 @@ def write_table(records: list[CellRecord], out_dir: Path, title: str) -> list[Pa
             writer.writerow([row.label, row.seeds, *(v for m in directions for v in row.metrics[m][:2]),
                              *("" if text == "n/a" else text for text in found),
                              row.parameters, row.step_time_s, row.step_memory_bytes])
-        write_file(csv_path, f.getvalue(), overwrite=True)
-    _chart(rows, directions, png, title)
-    return [md, csv_path, png]
+        return f.getvalue()
 
 
-def table_text(records: list[CellRecord], title: str) -> str:
-    """The Markdown of table.md (what :func:`write_table` writes and ``compare`` prints)."""
-    rows, directions = summarise(records)
+def _markdown(records: list[CellRecord], rows: list[Row], directions: dict[str, bool], title: str) -> str:
+    """The text of table.md: the rows of ``records`` (:func:`summarise`) and the notes on how they were measured."""
     efficiency = [*EFFICIENCY_COLUMNS.values()] if any(row.efficiency for row in rows) else []
     header = ["attention", "seeds", *(f"{m} ({'higher' if h else 'lower'} is better)" for m, h in directions.items()),
               *efficiency, "parameters", "step time (ms)", "step memory (MiB)"]
@@ -223,8 +258,9 @@ def table_text(records: list[CellRecord], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _chart(rows: list[Row], directions: dict[str, bool], path: Path, title: str) -> None:
-    """One bar chart per metric (error bars: standard deviation over seeds)."""
+def _chart(rows: list[Row], directions: dict[str, bool], title: str) -> Any:
+    """One bar chart per metric (error bars: standard deviation over seeds), as a matplotlib figure (closed by
+    :func:`_close` once it is saved)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -234,17 +270,24 @@ def _chart(rows: list[Row], directions: dict[str, bool], path: Path, title: str)
     cols = min(3, len(metrics)) or 1
     nrows = math.ceil(len(metrics) / cols) or 1
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
-    labels = [row.label for row in rows]
-    for ax, m in zip(axes.flat, metrics):
-        ax.bar(range(len(rows)), [row.metrics[m].mean for row in rows], yerr=[row.metrics[m].std for row in rows],
-               capsize=3)
-        ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"{m} ({'higher' if directions[m] else 'lower'} is better)", fontsize=9)
-    for ax in list(axes.flat)[len(metrics):]:
-        ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     try:
-        save_figure(fig, path, dpi=110)
-    finally:
-        plt.close(fig)
+        labels = [row.label for row in rows]
+        for ax, m in zip(axes.flat, metrics):
+            ax.bar(range(len(rows)), [row.metrics[m].mean for row in rows],
+                   yerr=[row.metrics[m].std for row in rows], capsize=3)
+            ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
+            ax.set_title(f"{m} ({'higher' if directions[m] else 'lower'} is better)", fontsize=9)
+        for ax in list(axes.flat)[len(metrics):]:
+            ax.axis("off")
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+    except BaseException:
+        _close(fig)
+        raise
+    return fig
+
+
+def _close(fig: Any) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -14,11 +14,14 @@ stays free of any recipe.
 
 A config file may also hold a section that another command reads beside the run (where a study runs its cells, say):
 such sections are declared by that command's package in the ``lavo_zoo.plugins.config_sections`` entry-point group
-(:data:`CONFIG_SECTIONS`), kept apart when a config is read (:attr:`LoadedConfig.sections`) and never part of a
-run's config (nor of its config.yaml or checkpoints); the engine names none of them.
+(:data:`CONFIG_SECTIONS`, each with the dataclass that is its schema), kept apart when a config is read
+(:attr:`LoadedConfig.sections`), validated there against their schema (:attr:`LoadedConfig.settings`, so that a
+command reads its section as checked values, with the file's name in every message) and never part of a run's
+config (nor of its config.yaml or checkpoints); the engine names none of them.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,11 +30,12 @@ from typing import Any
 
 from lavo_zoo.config import apply_overrides, from_dict, merge_layers, read_layers, recipe_name
 from lavo_zoo.engine.recipe import RECIPES, Recipe, get_recipe
-from lavo_zoo.errors import ConfigError, did_you_mean
+from lavo_zoo.errors import ConfigError, UsageError, did_you_mean
 from lavo_zoo.registry import Registry
 
-# section name -> what reads it ("module:attr", never imported here): the top-level sections of a config file that a
-# command other than the run reads, declared by that command's package (lavo-zoo's own in its pyproject.toml)
+# section name -> its schema ("module:attr" of a dataclass, imported when a config holding the section is read): the
+# top-level sections of a config file that a command other than the run reads, declared by that command's package
+# (lavo-zoo's own in its pyproject.toml)
 CONFIG_SECTIONS = Registry("config section", "lavo_zoo.plugins.config_sections")
 
 
@@ -42,8 +46,9 @@ class LoadedConfig:
     (``checked``); each run validates it with its own overrides after those (:meth:`validated`), without reading the
     file again.
 
-    ``sections`` holds the file's sections that other commands read (:data:`CONFIG_SECTIONS`), left out of
-    ``data``.
+    ``sections`` holds the file's sections that other commands read (:data:`CONFIG_SECTIONS`), as written and left
+    out of ``data``; ``settings`` the same sections validated against the schema each is declared with
+    (:func:`section_settings`).
     """
 
     source: str  # the file (or what the mapping came from), as messages name it
@@ -52,6 +57,7 @@ class LoadedConfig:
     sections: dict[str, Any]
     overrides: tuple[str, ...]  # every run's ``key=value`` overrides, applied before its own
     checked: Any  # the recipe's config from ``data`` and ``overrides``, validated
+    settings: dict[str, Any]  # section name -> its schema's value (the sections of ``sections``, validated)
 
     @classmethod
     def of(cls, recipe: Recipe, data: dict[str, Any], source: str, overrides: Sequence[str] = ()) -> LoadedConfig:
@@ -64,12 +70,14 @@ class LoadedConfig:
             overrides: KEY=VALUE overrides, applied over ``data`` under the recipe's schema.
 
         Raises:
-            ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
+            ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides), in
+                the run's config or in a section of another command.
         """
         others = set(CONFIG_SECTIONS.names())
         run = {k: v for k, v in data.items() if k not in others}
-        return cls(source, recipe, run, {k: v for k, v in data.items() if k in others}, tuple(overrides),
-                   _validated(recipe, run, list(overrides), source))
+        sections = {k: v for k, v in data.items() if k in others}
+        return cls(source, recipe, run, sections, tuple(overrides), _validated(recipe, run, list(overrides), source),
+                   {name: section_settings(name, value, source) for name, value in sections.items()})
 
     def validated(self, overrides: Sequence[str] = ()) -> Any:
         """The recipe's config: this mapping with the runs' overrides and then ``overrides`` applied under its
@@ -82,6 +90,28 @@ class LoadedConfig:
             ConfigError: a key is unknown or a value out of range (naming the key, the file and the overrides).
         """
         return _validated(self.recipe, self.data, [*self.overrides, *overrides], self.source)
+
+
+def section_settings(name: str, section: Any, source: str) -> Any:
+    """Section ``name`` of a config file (another command's, :data:`CONFIG_SECTIONS`) validated against the
+    dataclass it is declared with; an empty section (``launcher:`` alone) is the schema's defaults.
+
+    Args:
+        name: the section's name, as declared (``launcher``).
+        section: its mapping as read (None: empty).
+        source: the config file, for messages.
+
+    Raises:
+        ConfigError: the section has an unknown key or a value of the wrong type or out of range (named
+            ``<name>.<key>``, with the file and the section).
+        UsageError: ``name`` is not a declared section, or its declaration is not a dataclass.
+        PluginError: the package that declares it cannot be imported.
+    """
+    schema = CONFIG_SECTIONS.get(name)
+    if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+        raise UsageError(f"config section '{name}' ({CONFIG_SECTIONS.entry(name).source}) is declared with "
+                         f"{schema!r}, not a dataclass: declare the section's schema, the dataclass it is read into")
+    return from_dict(schema, section or {}, f"{source}, section '{name}'", f"{name}.")
 
 
 def recipe_module_dir(entry_name: str) -> Path | None:
