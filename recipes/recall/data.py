@@ -112,7 +112,7 @@ class DataConfig:
 def _ints(row: dict[str, Any], key: str, where: str) -> list[int]:
     """``row[key]``; a DataError naming ``where`` unless it is a non-empty list of integers."""
     value = row[key]
-    if not isinstance(value, list) or not value or not all(type(v) is int for v in value):
+    if not isinstance(value, list) or not value or set(map(type, value)) != {int}:  # bool is no int here
         raise DataError(f"{where}: '{key}' must be a non-empty list of integers, got {str(value)[:60]}")
     return value
 
