@@ -16,9 +16,22 @@ TOY = str(TESTS / "engine" / "data" / "toy.yaml")
 RUNNER = str(TESTS / "run_cli.py")
 
 
+_NO_SLURM: list[str] = []  # why no Slurm cluster answered, once this process found none
+
+
 def slurm_missing() -> str | None:
     """Why a test cannot submit jobs to a Slurm cluster here (None: one answers, with a node up); CI starts a one-node
-    cluster on its machine with .ci/slurm-cluster."""
+    cluster on its machine with .ci/slurm-cluster. Where none answers, the answer is kept for the rest of the
+    session: ``sinfo`` retries its controller for about 9 s before it gives up, which every Slurm test paid again."""
+    if not _NO_SLURM:
+        reason = _ask_slurm()
+        if reason is None:
+            return None  # asked again next time: a test may take a node down
+        _NO_SLURM.append(reason)
+    return _NO_SLURM[0]
+
+
+def _ask_slurm() -> str | None:
     import shutil
 
     if shutil.which("sbatch") is None:

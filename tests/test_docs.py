@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import shlex
@@ -111,15 +110,21 @@ def unfenced_commands(file: Path) -> list[int]:
 
 def expand(block: Block, folder: Path) -> list[list[str]]:
     """The ``lavo-zoo`` commands of a shell block as bash expands them (loops, variables), recorded, not run."""
-    log = folder / ".doc-test-commands.jsonl"
+    log = folder / ".doc-test-commands"
     log.unlink(missing_ok=True)
-    record = "command python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> \"$DOC_LOG\""
+    # each command as its argument count, then its arguments, NUL-terminated (bash's printf: no process per command)
+    record = "printf '%s\\0' \"$#\" \"$@\" >> \"$DOC_LOG\""
     recorder = ("__record() { " + record + "; }\n"
                 + "".join(f"{name}() {{ __record {name} \"$@\"; }}\n" for name in STAND_INS.split()))
     result = subprocess.run(["bash", "-c", recorder + block.text], cwd=folder, capture_output=True, text=True,
                             env={**os.environ, "DOC_LOG": str(log)}, timeout=60, check=False)
     assert result.returncode == 0, f"{block}: the shell block does not run in bash: {result.stderr}"
-    commands = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    fields = log.read_bytes().decode().split("\0")[:-1] if log.exists() else []
+    commands = []
+    while fields:
+        count, fields = int(fields[0]), fields[1:]
+        commands.append(fields[:count])
+        fields = fields[count:]
     others = [c for c in commands if c[0] != "lavo-zoo"]
     assert not others, (f"{block} runs {shlex.join(others[0])}, which this test does not run: mark the block "
                         "'<!-- doc-test: skip: REASON -->'")
@@ -188,7 +193,7 @@ def test_documented_commands_run(doc: Path, tmp_path: Path, monkeypatch: pytest.
                 continue  # reads what the (dry) runs would have written
             run_command(shortened(args, block.mark == "dry-run"), block)
     # the examples write under runs/ and data/ only, which .gitignore keeps out of a clone
-    stray = sorted(p.name for p in tmp_path.iterdir() if p.name not in {"runs", "data", ".doc-test-commands.jsonl"})
+    stray = sorted(p.name for p in tmp_path.iterdir() if p.name not in {"runs", "data", ".doc-test-commands"})
     assert not stray, f"{doc.relative_to(ROOT)}: its examples write {stray} outside runs/ and data/"
 
 

@@ -42,7 +42,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lavo_zoo.atomic import put_file
 from lavo_zoo.config import NonNegativeInt, PositiveInt, Range
+from lavo_zoo.data.cache import cached_file, file_stats
 from lavo_zoo.errors import ConfigError, DataError, MissingSplit, not_a_file
 from lavo_zoo.evaluators.classification import recall_distance
 from lavo_zoo.formats.text import json_rows, read_lines
@@ -55,6 +57,9 @@ TASK_PATTERNS = {"mqar": "causal", "selective_copying": "causal", "induction_hea
 KEYS = ("task", "tokens", "queries", "sources", "answers")  # every line has exactly these
 CROSS_KEYS = ("task", "context", "tokens", "queries", "sources", "answers")  # ... and a cross_mqar line these
 IGNORE = -100  # the target of a position that is not scored (Zoology's and PyTorch's ignore index)
+# the format of the cached arrays of a file (cached_examples): raise it when read_examples changes what it accepts or
+# returns, so that no array read by an older reader is served
+EXAMPLES_FORMAT = 1
 
 
 @dataclass
@@ -107,7 +112,7 @@ class DataConfig:
 def _ints(row: dict[str, Any], key: str, where: str) -> list[int]:
     """``row[key]``; a DataError naming ``where`` unless it is a non-empty list of integers."""
     value = row[key]
-    if not isinstance(value, list) or not value or not all(type(v) is int for v in value):
+    if not isinstance(value, list) or not value or set(map(type, value)) != {int}:  # bool is no int here
         raise DataError(f"{where}: '{key}' must be a non-empty list of integers, got {str(value)[:60]}")
     return value
 
@@ -292,6 +297,41 @@ def read_examples(path: Path, vocab_size: int, seq_len: int, fix: str = SET_SEQ_
         if context is not None:
             context[i] = source_seq
     return RecallExamples(tokens, targets, distances, tasks, positions, context)
+
+
+def cached_examples(path: Path, cache: Path, vocab_size: int, seq_len: int, pattern: str = "causal",
+                    target_len: int | None = None) -> RecallExamples:
+    """:func:`read_examples` of ``path``, its checked arrays kept in the cache (``cache/examples``, one ``.npz`` per
+    file and settings, :func:`~lavo_zoo.data.cache.cached_file`): a file is parsed and checked once, not by every
+    run, cell and dry run that reads it (parsing is most of a short run's time); an edited file or other settings are
+    parsed again, and a file that does not check out is refused every time (nothing is cached for it).
+
+    Args:
+        path: the JSON-lines file.
+        cache: the recipe's cache folder.
+        vocab_size: the ids' range: every id is in [0, vocab_size).
+        seq_len: every sequence's length (cross recall: the context's).
+        pattern: the model's pattern (``data.task``'s, :data:`TASK_PATTERNS`).
+        target_len: cross recall: every target's length.
+    """
+    path = Path(path).resolve()
+    payload = {"format": EXAMPLES_FORMAT, "file": [path.name, *file_stats(path)], "vocab_size": vocab_size,
+               "seq_len": seq_len, "pattern": pattern, "target_len": target_len}
+    made: list[RecallExamples] = []
+
+    def make(out: Path) -> None:
+        made.append(read_examples(path, vocab_size, seq_len, pattern=pattern, target_len=target_len))
+        arrays = {k: v for k, v in vars(made[0]).items() if v is not None}
+        put_file(out, lambda f: np.savez(f, **arrays))
+
+    stored = cached_file(Path(cache) / "examples", path.parent, f"{path.stem}-", payload, ".npz", make)
+    if made:
+        return made[0]
+    try:
+        with np.load(stored, allow_pickle=False) as z:
+            return RecallExamples(**{k: z[k] for k in z.files})
+    except FileNotFoundError:  # removed meanwhile by a process that read the file with other settings
+        return read_examples(path, vocab_size, seq_len, pattern=pattern, target_len=target_len)
 
 
 def split_file(root: Path, split: str) -> Path:

@@ -16,7 +16,7 @@ from lavo_zoo.engine.run_config import RunConfig, TrainConfig
 from lavo_zoo.evaluators import Evaluator, build_evaluator
 from lavo_zoo.evaluators.classification import recall_groups
 from lavo_zoo.recipes.recall.builtin import BuiltinRecall
-from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, read_examples, split_file
+from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, cached_examples, split_file
 from lavo_zoo.recipes.recall.infer import Recaller, query_logits
 from lavo_zoo.recipes.recall.model import ModelConfig, build_recall_model, check_task_model
 
@@ -72,8 +72,8 @@ class RecallRecipe(Recipe):
 
     def build_dataset(self, cfg: RecallConfig, split: str) -> Dataset:
         path = split_file(self.data_path(cfg.data), self.check_split(split))
-        return read_examples(path, cfg.data.vocab_size, cfg.data.seq_len, pattern=cfg.data.pattern,
-                             target_len=cfg.data.target_len)
+        return cached_examples(path, self.cache_dir(cfg.data), cfg.data.vocab_size, cfg.data.seq_len,
+                               pattern=cfg.data.pattern, target_len=cfg.data.target_len)
 
     def training_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         logits, answers = query_logits(model, batch)  # [N, V], [N]

@@ -11,6 +11,7 @@ import pytest
 
 from lavo_zoo.errors import ConfigError, DataError
 from lavo_zoo.evaluators.classification import recall_distance
+from lavo_zoo.recipes.recall import data as recall_data
 from lavo_zoo.recipes.recall.builtin import (
     cross_mqar,
     generate,
@@ -20,7 +21,7 @@ from lavo_zoo.recipes.recall.builtin import (
     selective_copying,
     write_splits,
 )
-from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, read_examples, split_file
+from lavo_zoo.recipes.recall.data import IGNORE, TASKS, DataConfig, cached_examples, read_examples, split_file
 
 
 @pytest.mark.parametrize("vocab, length, pairs, distance, fill", [
@@ -189,6 +190,46 @@ def test_written_splits_read_back(tmp_path, task):
     write_splits(again, data)
     assert (again / "train.jsonl").read_bytes() == (tmp_path / "train.jsonl").read_bytes()  # seeded
     assert (tmp_path / "validation.jsonl").read_text() != (tmp_path / "test.jsonl").read_text()
+
+
+def _same_examples(a, b) -> None:
+    assert len(a) == len(b)
+    for name in ("tokens", "targets", "distances", "tasks", "positions", "context"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype, name
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("task", ["mqar", "cross_mqar"])
+def test_a_split_is_parsed_once_and_served_from_the_cache(tmp_path, monkeypatch, task):
+    """cached_examples: the same arrays as read_examples, the file parsed on the first read only; an edited file or
+    other settings are parsed again, and a file that does not check out is refused on every read."""
+    data = DataConfig(task=task, vocab_size=20, seq_len=24, num_pairs=3, min_distance=5, builtin_size=30, eval_size=5,
+                      builtin_seed=4, num_queries=2 if task == "cross_mqar" else 0)
+    (tmp_path / "d").mkdir()
+    write_splits(tmp_path / "d", data)
+    path, cache = tmp_path / "d" / "train.jsonl", tmp_path / "cache"
+    settings = {"pattern": data.pattern, "target_len": data.target_len}
+    parsed = []
+    reader = recall_data.read_examples
+    monkeypatch.setattr(recall_data, "read_examples", lambda p, *a, **k: parsed.append(p) or reader(p, *a, **k))
+    want = reader(path, 20, 24, **settings)
+    _same_examples(cached_examples(path, cache, 20, 24, **settings), want)
+    _same_examples(cached_examples(path, cache, 20, 24, **settings), want)
+    _same_examples(cached_examples(tmp_path / "d" / ".." / "d" / "train.jsonl", cache, 20, 24, **settings), want)
+    assert len(parsed) == 1 and len(list(cache.glob("examples/*/train-*.npz"))) == 1
+    _same_examples(cached_examples(path, cache, 30, 24, **settings), reader(path, 30, 24, **settings))
+    assert len(parsed) == 2  # another vocabulary: checked again
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:10]) + "\n")
+    assert len(cached_examples(path, cache, 20, 24, **settings)) == 10 and len(parsed) == 3  # edited: read again
+    path.write_text("\n".join(lines[:10] + ["[1, 2]"]) + "\n")
+    for _ in range(2):
+        with pytest.raises(DataError, match="line 11: expected a JSON object"):
+            cached_examples(path, cache, 20, 24, **settings)
+    assert len(parsed) == 5
 
 
 GOOD = {"task": "mqar", "tokens": [3, 12, 5, 14, 0, 3, 0, 5], "queries": [5, 7], "sources": [0, 2],
